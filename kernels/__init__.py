@@ -1,0 +1,108 @@
+"""The seam between the model and the kernels: one switch, three ops.
+
+model.py calls only `add_layernorm`, `attention` and `mlp` from here. Each call goes to the
+hand-written tk kernel or to its PyTorch reference twin (kernels/reference.py), as the switch
+says:
+
+    kernels = 'auto' | 'tk' | 'torch'      one global choice
+    kernels_<op> = '' | 'auto' | 'tk' | 'torch'   per-op override ('' follows `kernels`)
+
+- 'torch': always the reference (runs anywhere, CPU included).
+- 'tk': always the kernel; if it cannot run (no CUDA, unsupported shape or dtype, kernel not
+  built) the call raises `KernelUnavailable` saying why and how to fall back.
+- 'auto': the kernel where it can run, else the reference, logging one line per (op, reason).
+
+Support is checked on every call (sampling runs T=1 where training ran T=256), so `used()`
+reports what each op really ran on. A tk implementation registers itself with
+`register_tk(op, impl, why_not)`, where `why_not(*args, **kwargs)` returns None when the kernel
+can take these inputs and otherwise a short reason.
+"""
+from . import reference
+
+OPS = ("attention", "layernorm", "mlp")
+CHOICES = ("auto", "tk", "torch")
+
+
+class KernelUnavailable(RuntimeError):
+    """Raised when `tk` was asked for an op whose kernel cannot run on these inputs."""
+
+
+_choice = {op: "auto" for op in OPS}   # resolved per-op choice
+_tk_impls = {}                         # op -> (impl, why_not)
+_used = {op: set() for op in OPS}      # op -> {'tk', 'torch'} actually run
+_logged = set()                        # (op, reason) already reported by 'auto'
+
+
+def register_tk(op, impl, why_not):
+    assert op in OPS, op
+    _tk_impls[op] = (impl, why_not)
+
+
+def configure(kernels="auto", attention="", layernorm="", mlp=""):
+    """Set the switch. Returns the per-op choice as a dict."""
+    overrides = {"attention": attention, "layernorm": layernorm, "mlp": mlp}
+    for name, value in [("kernels", kernels)] + [(f"kernels_{op}", v) for op, v in overrides.items()]:
+        if value not in CHOICES and not (name != "kernels" and value == ""):
+            allowed = " | ".join(CHOICES) + ("" if name == "kernels" else " | '' (follow kernels)")
+            raise ValueError(f"{name}={value!r} is not a valid choice; use one of {allowed}")
+    for op in OPS:
+        _choice[op] = overrides[op] or kernels
+    return dict(_choice)
+
+
+def choice():
+    return dict(_choice)
+
+
+def used():
+    """What each op really ran on so far: {'attention': 'tk' | 'torch' | 'tk+torch' | 'unused'}."""
+    return {op: "+".join(sorted(s)) if s else "unused" for op, s in _used.items()}
+
+
+def reset_used():
+    for s in _used.values():
+        s.clear()
+
+
+def _log_once(op, reason):
+    if (op, reason) not in _logged:
+        _logged.add((op, reason))
+        print(f"kernels: {op} falls back to torch ({reason})")
+
+
+def why_not_tk(op, *args, **kwargs):
+    """None if the tk kernel for `op` can run on these inputs, else the reason it cannot."""
+    if op not in _tk_impls:
+        return f"no tk kernel for {op} is available in this build"
+    return _tk_impls[op][1](*args, **kwargs)
+
+
+def _dispatch(op, ref, *args, **kwargs):
+    mode = _choice[op]
+    if mode != "torch":
+        reason = why_not_tk(op, *args, **kwargs)
+        if reason is None:
+            _used[op].add("tk")
+            return _tk_impls[op][0](*args, **kwargs)
+        if mode == "tk":
+            raise KernelUnavailable(
+                f"kernels_{op}=tk, but the tk kernel cannot run here: {reason}. "
+                f"Use --kernels_{op}=torch (or --kernels=auto) to run the PyTorch reference.")
+        _log_once(op, reason)
+    _used[op].add("torch")
+    return ref(*args, **kwargs)
+
+
+def add_layernorm(x, residual, weight, bias, eps=1e-5):
+    """h = x + residual (residual may be None); y = LayerNorm(h; weight, bias). Returns (y, h)."""
+    return _dispatch("layernorm", reference.add_layernorm, x, residual, weight, bias, eps)
+
+
+def attention(q, k, v, causal=True, dropout_p=0.0, scale=None):
+    """Causal self-attention on (B, H, T, D) q, k, v."""
+    return _dispatch("attention", reference.attention, q, k, v, causal=causal, dropout_p=dropout_p, scale=scale)
+
+
+def mlp(x, w_fc, b_fc, w_proj, b_proj):
+    """GELU(tanh) MLP: (x @ w_fc.T + b_fc) -> GELU -> @ w_proj.T + b_proj."""
+    return _dispatch("mlp", reference.mlp, x, w_fc, b_fc, w_proj, b_proj)

@@ -1,0 +1,26 @@
+"""The PyTorch reference twin of every tk kernel.
+
+These are the fast PyTorch ops a user would pick anyway (SDPA, F.layer_norm, tanh-GELU), not
+slow strawmen: the `torch` switch runs them, the tests compare the kernels against them, and
+they run anywhere, CPU included.
+"""
+import torch
+import torch.nn.functional as F
+
+
+def add_layernorm(x, residual, weight, bias, eps=1e-5):
+    """h = x + residual (or x when residual is None); y = LayerNorm(h). Returns (y, h)."""
+    h = x if residual is None else x + residual
+    y = F.layer_norm(h, (h.shape[-1],), weight, bias, eps)
+    return y, h
+
+
+def attention(q, k, v, causal=True, dropout_p=0.0, scale=None):
+    """Scaled dot-product attention on (B, H, T, D) tensors."""
+    return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal, scale=scale)
+
+
+def mlp(x, w_fc, b_fc, w_proj, b_proj):
+    """y = GELU_tanh(x @ w_fc.T + b_fc) @ w_proj.T + b_proj (biases may be None)."""
+    h = F.gelu(F.linear(x, w_fc, b_fc), approximate="tanh")
+    return F.linear(h, w_proj, b_proj)
