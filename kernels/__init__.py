@@ -77,6 +77,32 @@ def why_not_tk(op, *args, **kwargs):
     return _tk_impls[op][1](*args, **kwargs)
 
 
+def preflight(batch_size, block_size, n_embd, n_head, dtype, device, attn_dropout=0.0, bias=True):
+    """Start-up check for the configured model shapes: one line per op saying what it will run
+    on, raising KernelUnavailable for an op set to 'tk' whose kernel cannot run. Returns
+    {op: 'tk' | 'torch'}. (Each call is still checked again: sampling runs other shapes.)"""
+    plan = {}
+    for op in OPS:
+        if _choice[op] == "torch":
+            plan[op] = "torch"
+            continue
+        reason = None if op in _tk_impls else f"no tk kernel for {op} is available in this build"
+        if reason is None and op in _preflight_checks:
+            reason = _preflight_checks[op](batch_size=batch_size, block_size=block_size, n_embd=n_embd,
+                                           n_head=n_head, dtype=dtype, device=device,
+                                           attn_dropout=attn_dropout, bias=bias)
+        if reason is not None and _choice[op] == "tk":
+            raise KernelUnavailable(f"kernels_{op}=tk, but the tk kernel cannot run here: {reason}. "
+                                    f"Use --kernels_{op}=torch (or --kernels=auto) to run the PyTorch reference.")
+        if reason is not None:
+            _log_once(op, reason)
+        plan[op] = "torch" if reason else "tk"
+    return plan
+
+
+_preflight_checks = {}   # op -> fn(**shapes) -> None | reason; registered by each tk op module
+
+
 def _dispatch(op, ref, *args, **kwargs):
     mode = _choice[op]
     if mode != "torch":
