@@ -16,7 +16,16 @@ Support is checked on every call (sampling runs T=1 where training ran T=256), s
 reports what each op really ran on. A tk implementation registers itself with
 `register_tk(op, impl, why_not)`, where `why_not(*args, **kwargs)` returns None when the kernel
 can take these inputs and otherwise a short reason.
+
+The op modules (kernels/layernorm.py, attention.py, ...) are imported at the bottom of this
+file; kernels/layernorm.py shows the pattern. Importing never builds: an extension is built on
+the first tk call (or at preflight), and only where CUDA is available. An op module that fails
+to import is reported on stderr, and its op's reason says why; the other ops still work.
 """
+import importlib
+import sys
+from pathlib import Path
+
 from . import reference
 
 OPS = ("attention", "layernorm", "mlp")
@@ -70,10 +79,16 @@ def _log_once(op, reason):
         print(f"kernels: {op} falls back to torch ({reason})")
 
 
+def _missing_reason(op):
+    # the op's own module, or a helper module (gemm.py) that is no op of its own
+    failed = [f"kernels/{m}.py failed to import ({err})" for m, err in _import_errors.items() if m == op or m not in OPS]
+    return f"no tk kernel for {op} is available in this build" + (": " + "; ".join(failed) if failed else "")
+
+
 def why_not_tk(op, *args, **kwargs):
     """None if the tk kernel for `op` can run on these inputs, else the reason it cannot."""
     if op not in _tk_impls:
-        return f"no tk kernel for {op} is available in this build"
+        return _missing_reason(op)
     return _tk_impls[op][1](*args, **kwargs)
 
 
@@ -86,7 +101,7 @@ def preflight(batch_size, block_size, n_embd, n_head, dtype, device, attn_dropou
         if _choice[op] == "torch":
             plan[op] = "torch"
             continue
-        reason = None if op in _tk_impls else f"no tk kernel for {op} is available in this build"
+        reason = None if op in _tk_impls else _missing_reason(op)
         if reason is None and op in _preflight_checks:
             reason = _preflight_checks[op](batch_size=batch_size, block_size=block_size, n_embd=n_embd,
                                            n_head=n_head, dtype=dtype, device=device,
@@ -132,3 +147,20 @@ def attention(q, k, v, causal=True, dropout_p=0.0, scale=None):
 def mlp(x, w_fc, b_fc, w_proj, b_proj):
     """GELU(tanh) MLP: (x @ w_fc.T + b_fc) -> GELU -> @ w_proj.T + b_proj."""
     return _dispatch("mlp", reference.mlp, x, w_fc, b_fc, w_proj, b_proj)
+
+
+# ---- the op modules: each registers its tk kernel when imported -------------------------------
+# Listed by name so one that is missing (not written yet) is simply skipped, while one that
+# exists but fails to import is reported loudly instead of silently running torch.
+OP_MODULES = ("layernorm", "attention", "gemm", "mlp")
+_import_errors = {}   # module name -> "ErrorType: message"
+
+for _name in OP_MODULES:
+    if not (Path(__file__).parent / f"{_name}.py").exists():
+        continue
+    try:
+        importlib.import_module(f".{_name}", __name__)
+    except Exception as _e:   # report, keep the other ops working
+        _import_errors[_name] = f"{type(_e).__name__}: {_e}"
+        print(f"kernels: WARNING kernels/{_name}.py failed to import, its tk kernel is unavailable: "
+              f"{_import_errors[_name]}", file=sys.stderr)

@@ -1,0 +1,176 @@
+"""tk LayerNorm, the Python half: custom ops, autograd, the support check, registration.
+
+Read after kernels/__init__.py (the switch); the kernel itself is kernels/layernorm.cu and its
+input checks are in kernels/layernorm_bindings.cpp.
+
+This file is also THE PATTERN for an op module (attention.py, mlp.py copy it):
+  1. `_ext = LazyExtension(name, sources)`: the C++/CUDA half, built on first use (build.py).
+  2. `torch.library.custom_op`s that call the extension. Each gets `register_fake` (output
+     shapes and dtypes only, so torch.compile can trace without running the kernel); the
+     forward ops get `register_autograd`, whose backward calls the backward custom op, so the
+     whole step stays visible to torch.compile and DDP.
+  3. `why_not(...)` with the public op's arguments: None if the kernel takes these inputs,
+     else a short reason ("x is on cpu", "hidden size 100 is not a multiple of 64"). Cheap,
+     and it builds the extension only after every other check passed on a CUDA tensor.
+  4. `register_tk(op, impl, why_not)` and `_preflight_checks[op]` (the start-up check).
+Nothing here builds at import.
+"""
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _preflight_checks, register_tk
+from .build import LazyExtension
+
+_ext = LazyExtension("tk_layernorm", ["layernorm.cu", "layernorm_bindings.cpp"])
+
+DTYPES = (torch.bfloat16, torch.float32)   # activations and parameters; statistics are fp32
+MAX_COLS = 4096                            # hidden sizes: multiples of 64 up to this
+
+
+# ---- 1. the custom ops: thin calls into the extension ----------------------------------------
+
+@torch.library.custom_op("tk::add_layernorm_fwd", mutates_args=())
+def add_layernorm_fwd(x: Tensor, residual: Tensor, weight: Tensor, bias: Optional[Tensor],
+                      eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """h = x + residual, y = LN(h). Returns (y, h, mean, rstd); mean/rstd are fp32, per row."""
+    y, h, mean, rstd = _ext.module.forward(x, residual, weight, bias, eps)
+    return y, h, mean, rstd
+
+
+@torch.library.custom_op("tk::layernorm_fwd", mutates_args=())
+def layernorm_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """y = LN(x), no residual: the kernel skips reading r and writing h. Returns (y, mean, rstd)."""
+    y, _, mean, rstd = _ext.module.forward(x, None, weight, bias, eps)
+    return y, mean, rstd
+
+
+@torch.library.custom_op("tk::layernorm_bwd", mutates_args=())
+def layernorm_bwd(dy: Tensor, dh: Optional[Tensor], h: Tensor, mean: Tensor, rstd: Tensor,
+                  weight: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Returns (dh_out, dweight, dbias): dh_out = dh + LN's input gradient (dh may be None)."""
+    dx, dw, db = _ext.module.backward(dy, dh, h, mean, rstd, weight)
+    return dx, dw, db
+
+
+@add_layernorm_fwd.register_fake
+def _(x, residual, weight, bias, eps):
+    stats = x.new_empty(x.shape[:-1], dtype=torch.float32)
+    return torch.empty_like(x), torch.empty_like(x), stats, torch.empty_like(stats)
+
+
+@layernorm_fwd.register_fake
+def _(x, weight, bias, eps):
+    stats = x.new_empty(x.shape[:-1], dtype=torch.float32)
+    return torch.empty_like(x), stats, torch.empty_like(stats)
+
+
+@layernorm_bwd.register_fake
+def _(dy, dh, h, mean, rstd, weight):
+    return torch.empty_like(h), torch.empty_like(weight), torch.empty_like(weight)
+
+
+# ---- 2. autograd: save h (not x and r) and the fp32 statistics; backward is one more op ------
+
+def _setup_add(ctx, inputs, output):
+    _, _, weight, bias, _ = inputs
+    _, h, mean, rstd = output
+    ctx.save_for_backward(h, mean, rstd, weight)
+    ctx.has_bias = bias is not None
+
+
+def _backward_add(ctx, dy, dh, _dmean, _drstd):
+    h, mean, rstd, weight = ctx.saved_tensors
+    dh = None if dh is None else dh.contiguous()
+    dx, dw, db = layernorm_bwd(dy.contiguous(), dh, h, mean, rstd, weight)
+    # h = x + residual, so both get the same gradient (as torch.add's backward does).
+    return dx, dx, dw, (db if ctx.has_bias else None), None
+
+
+def _setup_plain(ctx, inputs, output):
+    x, weight, bias, _ = inputs
+    _, mean, rstd = output
+    ctx.save_for_backward(x, mean, rstd, weight)
+    ctx.has_bias = bias is not None
+
+
+def _backward_plain(ctx, dy, _dmean, _drstd):
+    x, mean, rstd, weight = ctx.saved_tensors
+    dx, dw, db = layernorm_bwd(dy.contiguous(), None, x, mean, rstd, weight)
+    return dx, dw, (db if ctx.has_bias else None), None
+
+
+add_layernorm_fwd.register_autograd(_backward_add, setup_context=_setup_add)
+layernorm_fwd.register_autograd(_backward_plain, setup_context=_setup_plain)
+
+
+# ---- 3. the public op, with the same signature as reference.add_layernorm ---------------------
+
+def add_layernorm(x, residual, weight, bias, eps=1e-5):
+    """h = x + residual (residual may be None); y = LayerNorm(h). Returns (y, h)."""
+    if residual is None:
+        y, _, _ = layernorm_fwd(x.contiguous(), weight.contiguous(), _contiguous(bias), float(eps))
+        return y, x
+    if residual.dtype != x.dtype:
+        # Under autocast a bf16 branch output meets the fp32 residual stream; x + residual would
+        # promote, so we do the same (one cast of the smaller tensor) to keep h's dtype identical.
+        dtype = torch.promote_types(x.dtype, residual.dtype)
+        x, residual = x.to(dtype), residual.to(dtype)
+    y, h, _, _ = add_layernorm_fwd(x.contiguous(), residual.contiguous(), weight.contiguous(),
+                                   _contiguous(bias), float(eps))
+    return y, h
+
+
+def _contiguous(t):
+    return None if t is None else t.contiguous()
+
+
+# ---- 4. the support check and registration ---------------------------------------------------
+
+@torch.compiler.assume_constant_result
+def _build_reason():
+    # Under torch.compile this runs once at trace time and its answer is a constant, so the
+    # build (file locks, nvcc) never gets traced.
+    return _ext.why_not()
+
+
+def why_not(x, residual, weight, bias, eps=1e-5):
+    """None if the tk kernel can run add_layernorm on these inputs, else the reason it cannot."""
+    if not x.is_cuda:
+        return f"x is on {x.device.type}; the tk kernel needs CUDA tensors"
+    cols = x.shape[-1]
+    if x.dtype not in DTYPES:
+        return f"x is {x.dtype}; the tk kernel takes bfloat16 or float32"
+    if residual is not None:
+        if residual.device != x.device:
+            return f"residual is on {residual.device}, x on {x.device}"
+        if residual.shape != x.shape:
+            return f"residual shape {tuple(residual.shape)} differs from x {tuple(x.shape)} (no broadcasting)"
+        if residual.dtype not in DTYPES:
+            return f"residual is {residual.dtype}; the tk kernel takes bfloat16 or float32"
+    if cols % 64 != 0 or not 64 <= cols <= MAX_COLS:
+        return f"hidden size {cols} is not a multiple of 64 between 64 and {MAX_COLS}"
+    if weight is None:
+        return "LayerNorm without a weight is not supported by the tk kernel"
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is None:
+            continue
+        if p.device != x.device or p.shape != (cols,) or p.dtype not in DTYPES:
+            return f"{name} must be a ({cols},) bfloat16/float32 tensor on {x.device}, got {tuple(p.shape)} {p.dtype} on {p.device}"
+    if x.numel() == 0:
+        return "x is empty"
+    return _build_reason()
+
+
+def preflight(batch_size, block_size, n_embd, device, **_):
+    """Start-up check for the configured model; builds the extension now, not mid-step."""
+    if not str(device).startswith("cuda"):
+        return f"device={device}; the tk kernel needs CUDA"
+    if n_embd % 64 != 0 or not 64 <= n_embd <= MAX_COLS:
+        return f"n_embd={n_embd} is not a multiple of 64 between 64 and {MAX_COLS}"
+    return _ext.why_not()
+
+
+register_tk("layernorm", add_layernorm, why_not)
+_preflight_checks["layernorm"] = preflight
