@@ -1,0 +1,100 @@
+"""Reading a run's configuration: defaults, then config files, then --key=value flags.
+
+train.py and sample.py keep their defaults as module-level names. A config file is plain Python
+that assigns some of those names (see config/shakespeare.py); a flag overrides one name:
+
+    python train.py config/shakespeare.py --batch_size=32 --kernels=torch
+
+Every name must already exist in the defaults and keep its type, so a typo or a wrong type is
+refused with a message naming the key (and the nearest valid names), never silently ignored.
+"""
+import difflib
+import os
+import types
+
+
+class ConfigError(ValueError):
+    """A bad config file or flag; the message says which key and what to do."""
+
+
+def load(defaults, argv):
+    """Apply config files and --key=value flags from argv (in order) to a copy of defaults."""
+    config = dict(defaults)
+    for arg in argv:
+        if arg.startswith("--"):
+            key, has_value, text = arg[2:].partition("=")
+            if not has_value:
+                raise ConfigError(f"flag {arg!r} has no value; write it as --{key}=VALUE")
+            _check_known(key, config, where=f"flag --{key}")
+            config[key] = _parse(key, text, config[key])
+        else:
+            for key, value in _read_file(arg).items():
+                _check_known(key, config, where=f"config file {arg}")
+                config[key] = _check_type(key, value, config[key], where=f"config file {arg}")
+    return config
+
+
+def _read_file(path):
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {path!r} not found (flags are written --key=value; "
+                          f"config files live in config/, e.g. config/shakespeare_cpu.py)")
+    namespace = {}
+    with open(path) as f:
+        code = compile(f.read(), path, "exec")
+    exec(code, namespace)
+    # Names starting with '_' and imported modules are the file's own helpers, not settings.
+    return {k: v for k, v in namespace.items()
+            if not k.startswith("_") and not isinstance(v, types.ModuleType)}
+
+
+def _check_known(key, config, where):
+    if key not in config:
+        close = difflib.get_close_matches(key, list(config), n=3, cutoff=0.6)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ConfigError(f"{where}: unknown config key {key!r}{hint}")
+
+
+def _parse(key, text, default):
+    """Turn a flag's text into the type of its default."""
+    kind = type(default)
+    if kind is bool:
+        lowered = text.strip().lower()
+        if lowered in ("true", "1", "yes"):
+            return True
+        if lowered in ("false", "0", "no"):
+            return False
+    elif kind is int:
+        try:
+            return int(text)
+        except ValueError:
+            try:   # accept 5e3 for 5000, but not 0.5
+                value = float(text)
+                if value.is_integer():
+                    return int(value)
+            except ValueError:
+                pass
+    elif kind is float:
+        try:
+            return float(text)
+        except ValueError:
+            pass
+    elif kind is str:
+        return text
+    raise ConfigError(f"flag --{key}: {text!r} is not a valid {kind.__name__} "
+                      f"(the default is {default!r})")
+
+
+def _check_type(key, value, default, where):
+    kind = type(default)
+    if kind is float and type(value) is int:   # lr = 1 in a config file means 1.0
+        return float(value)
+    if type(value) is not kind:
+        raise ConfigError(f"{where}: {key} = {value!r} is a {type(value).__name__}, "
+                          f"but {key} must be a {kind.__name__} (the default is {default!r})")
+    return value
+
+
+def defaults_from(namespace):
+    """The settable names of a module namespace: public ints, floats, bools and strings."""
+    return {k: v for k, v in namespace.items()
+            if not k.startswith("_") and type(v) in (int, float, bool, str)}
