@@ -1,0 +1,509 @@
+// kernels/attention_portable.cu: causal (or full) flash attention for training, forward and
+// backward, on warp-level tensor cores (mma.sync m16n8k16). Runs on sm_80, sm_86, sm_89, sm_90.
+// This is the kernel to read first; the Hopper one (wgmma, TMA) does the same arithmetic.
+//
+// Read in this order: the algorithm (this comment), the shared-tile helpers, the forward
+// kernel, the backward kernels (row sums, main, dQ conversion), the launchers at the bottom.
+//
+// ---- The algorithm --------------------------------------------------------------------
+// Attention for one head: S = scale * Q K^T (T x T), P = softmax(S) row by row, O = P V.
+// Materializing S costs T^2 memory; flash attention never does. A block of the forward kernel
+// owns 64 rows of Q and walks over K and V in tiles of 64 rows, keeping for each of its rows
+//   m = the largest score seen so far,  l = sum of exp(s - m) so far,  O = sum of exp(s - m) v.
+// When a new tile raises the maximum from m to m', everything accumulated so far is rescaled
+// by exp(m - m') ("online softmax"); at the end O / l is the exact softmax output. The
+// exponentials are exp2 with the scale folded in: exp(scale*(s - m)) = 2^(s*c - m*c) with
+// c = scale * log2(e), one FFMA and one ex2 per score (hopper-facts.md 11.1).
+//
+// The forward also writes LSE = m*scale + ln(l), the log of each row's softmax denominator.
+// With it the backward can recompute any tile of P exactly, P = exp(scale*s - LSE), without
+// the running maximum and without a second pass: that is why it is saved (4 bytes per row
+// instead of T^2 probabilities).
+//
+// The backward (dO given): with D_i = sum_j dO_ij O_ij = rowsum(dO o O),
+//   dV = P^T dO,   dP = dO V^T,   dS = P o (dP - D),   dQ = scale dS K,   dK = scale dS^T Q.
+// A first small kernel computes D. The main kernel then gives each block 64 rows of K and V,
+// walks over the tiles of Q (and dO, LSE, D) that can see them, recomputes P from LSE and
+// accumulates dK and dV in registers. dQ gets contributions from every K/V block, so each
+// block adds its share into an fp32 buffer with atomicAdd; a last kernel scales it and
+// converts it to bf16.
+//
+// ---- How the work maps onto the hardware ----------------------------------------------
+// A block is 4 warps. In the forward pass each warp owns 16 query rows: its Q fragments stay
+// in registers, S = Q K^T and O = P V are sequences of 16x8x16 mma.sync, and the softmax
+// state (m, l) of a row lives in the 4 lanes that hold that row (a "quad"). P goes from the
+// accumulator registers of S straight into the A operand of P V (the layouts line up). K and
+// V tiles come through shared memory, loaded with cp.async two tiles deep, so the next tile
+// loads while this one is computed. In the backward each warp owns 16 rows of K/V and works
+// on transposed tiles (S^T = K Q^T), so dV and dK come straight from registers too; only dS
+// goes through shared memory, for dQ.
+//
+// Sequence tails: rows past T are loaded as zeros (cp.async zero-fill) and their scores are
+// masked to -inf, so any T >= 1 works without padding the tensors.
+#include <cstdint>
+#include <cmath>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+
+#include "sm80_instructions.cuh"
+#include "attention_params.h"
+
+namespace {
+
+using namespace tk::sm80;
+using bf16 = __nv_bfloat16;
+
+constexpr int WARPS = 4;                // per block, forward and backward
+constexpr int THREADS = WARPS * 32;
+constexpr int TILE = 64;                // rows of Q, K, V per tile (16 per warp)
+constexpr float LOG2E = 1.4426950408889634f;
+
+// ---- Shared tiles -------------------------------------------------------------------------
+// A tile is ROWS x COLS bf16, row-major, with a swizzle: the 16-byte chunk c of row r is stored
+// at chunk c ^ (r % 8). The 8 row addresses one ldmatrix reads (same chunk, 8 consecutive rows)
+// then fall in 8 different bank groups instead of one (hopper-facts.md 3.1, 3.3).
+template <int COLS>
+__device__ __forceinline__ int swizzled(int row, int col) {
+    static_assert(COLS % 64 == 0, "rows of at least 128 bytes (8 chunks) for the swizzle");
+    return row * COLS + ((((col >> 3) ^ row) & 7) | ((col >> 3) & ~7)) * 8 + (col & 7);
+}
+
+// Copy rows [row0, row0 + ROWS) of a (T x COLS) bf16 matrix into a shared tile with cp.async;
+// rows at or past seq_len become zeros. All threads of the block take part.
+template <int ROWS, int COLS>
+__device__ __forceinline__ void load_tile_async(bf16* tile, const bf16* src, int64_t row_stride,
+                                                int row0, int seq_len) {
+    constexpr int CHUNKS = COLS / 8;  // 16-byte chunks per row
+    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
+        int r = i / CHUNKS, c = i % CHUNKS;
+        bool valid = row0 + r < seq_len;
+        const bf16* from = valid ? src + (int64_t)(row0 + r) * row_stride + c * 8 : src;
+        cp_async_16(tile + swizzled<COLS>(r, c * 8), from, valid);
+    }
+}
+
+// A fragment (16 x 16, rows row0.., cols col0..) of a row-major shared tile.
+template <int COLS>
+__device__ __forceinline__ void load_a(uint32_t a[4], const bf16* tile, int row0, int col0) {
+    int lane = threadIdx.x % 32;
+    ldmatrix_x4(a, tile + swizzled<COLS>(row0 + lane % 16, col0 + 8 * (lane / 16)));
+}
+// A fragment (16 x 16) of the TRANSPOSE of a shared tile: A[m][k] = tile[k0 + k][m0 + m].
+template <int COLS>
+__device__ __forceinline__ void load_a_transposed(uint32_t a[4], const bf16* tile, int m0, int k0) {
+    int lane = threadIdx.x % 32, j = lane / 8;
+    ldmatrix_x4_trans(a, tile + swizzled<COLS>(k0 + 8 * (j >> 1) + lane % 8, m0 + 8 * (j & 1)));
+}
+// B fragments for two 8-wide n blocks (n0, n0 + 8) and k = k0..k0+15, when the tile stores
+// B^T, i.e. tile[n][k] (K for S = Q K^T). b[0], b[1]: block n0; b[2], b[3]: block n0 + 8.
+template <int COLS>
+__device__ __forceinline__ void load_b_from_rows(uint32_t b[4], const bf16* tile, int n0, int k0) {
+    int lane = threadIdx.x % 32;
+    ldmatrix_x4(b, tile + swizzled<COLS>(n0 + 8 * (lane / 16) + lane % 8, k0 + 8 * ((lane / 8) % 2)));
+}
+// The same when the tile stores B itself, tile[k][n] (V for O = P V).
+template <int COLS>
+__device__ __forceinline__ void load_b_from_cols(uint32_t b[4], const bf16* tile, int n0, int k0) {
+    int lane = threadIdx.x % 32;
+    ldmatrix_x4_trans(b, tile + swizzled<COLS>(k0 + lane % 16, n0 + 8 * (lane / 16)));
+}
+
+// Accumulators of a 16 x N product: acc[n / 8][i] holds row g + 8 (i / 2), col n + 2t + i % 2.
+// Two neighbouring 8-column blocks of it, rounded to bf16, are exactly an A fragment of a
+// 16 x 16 operand, so P and dS feed the next mma without leaving registers.
+__device__ __forceinline__ void acc_to_a(uint32_t a[4], const float lo[4], const float hi[4]) {
+    a[0] = pack_bf16x2(lo[0], lo[1]);
+    a[1] = pack_bf16x2(lo[2], lo[3]);
+    a[2] = pack_bf16x2(hi[0], hi[1]);
+    a[3] = pack_bf16x2(hi[2], hi[3]);
+}
+
+// Max / sum over the 4 lanes of a quad (they share a row of the accumulator layout).
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+__device__ __forceinline__ const bf16* head_ptr(const AttentionTensor& t, int b, int h) {
+    return static_cast<const bf16*>(t.data) + b * t.stride_batch + h * t.stride_head;
+}
+__device__ __forceinline__ bf16* head_ptr_mut(const AttentionTensor& t, int b, int h) {
+    return static_cast<bf16*>(t.data) + b * t.stride_batch + h * t.stride_head;
+}
+
+// ============================== forward ================================================
+// Grid: (query tiles, B * H). Block: 4 warps, 64 query rows. Shared: Q tile, 2 x (K, V) tiles.
+template <int D, bool CAUSAL>
+__global__ void __launch_bounds__(THREADS)
+attention_forward_kernel(const AttentionForwardParams p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    bf16* q_tile = reinterpret_cast<bf16*>(smem);
+    bf16* k_tiles = q_tile + TILE * D;       // [2][TILE * D]
+    bf16* v_tiles = k_tiles + 2 * TILE * D;  // [2][TILE * D]
+
+    const int T = p.shape.seq_len;
+    const int bh = blockIdx.y, b = bh / p.shape.heads, h = bh % p.shape.heads;
+    // Causal blocks near the end of the sequence have the most work: start those first.
+    const int m0 = (CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * TILE;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int warp_row0 = m0 + 16 * warp;  // this warp's first query row
+
+    const bf16* q = head_ptr(p.q, b, h);
+    const bf16* k = head_ptr(p.k, b, h);
+    const bf16* v = head_ptr(p.v, b, h);
+    // Causal: tiles of K/V past the block's last row are never seen.
+    const int kv_end = CAUSAL ? min(T, m0 + TILE) : T;
+    const int n_tiles = (kv_end + TILE - 1) / TILE;
+
+    load_tile_async<TILE, D>(q_tile, q, p.q.stride_seq, m0, T);
+    load_tile_async<TILE, D>(k_tiles, k, p.k.stride_seq, 0, T);
+    load_tile_async<TILE, D>(v_tiles, v, p.v.stride_seq, 0, T);
+    cp_async_commit();
+
+    const float c = p.shape.scale * LOG2E;   // scores -> log2 units
+    uint32_t q_frag[D / 16][4];              // this warp's 16 x D slice of Q, as A fragments
+    float o[D / 8][4] = {};                  // output accumulator, 16 x D
+    float row_max[2] = {-INFINITY, -INFINITY};  // rows g and g + 8 (raw scores)
+    float row_sum[2] = {0.f, 0.f};           // this lane's part of l (summed over the quad at the end)
+
+    for (int j = 0; j < n_tiles; ++j) {
+        const int n0 = j * TILE;
+        // Prefetch the next K/V tile into the other stage, then wait for this one.
+        if (j + 1 < n_tiles) {
+            const int stage = (j + 1) % 2;
+            load_tile_async<TILE, D>(k_tiles + stage * TILE * D, k, p.k.stride_seq, n0 + TILE, T);
+            load_tile_async<TILE, D>(v_tiles + stage * TILE * D, v, p.v.stride_seq, n0 + TILE, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (j == 0) {
+            for (int kk = 0; kk < D / 16; ++kk) load_a<D>(q_frag[kk], q_tile, 16 * warp, 16 * kk);
+        }
+        const bf16* k_tile = k_tiles + (j % 2) * TILE * D;
+        const bf16* v_tile = v_tiles + (j % 2) * TILE * D;
+
+        // A warp whose rows all lie before this tile (causal) has nothing to add.
+        if (!CAUSAL || n0 <= warp_row0 + 15) {
+            // S = Q K^T for 16 rows x 64 keys.
+            float s[TILE / 8][4] = {};
+            for (int kk = 0; kk < D / 16; ++kk) {
+                for (int nb = 0; nb < TILE / 16; ++nb) {
+                    uint32_t kb[4];
+                    load_b_from_rows<D>(kb, k_tile, 16 * nb, 16 * kk);
+                    mma_bf16_16816(s[2 * nb], q_frag[kk], kb[0], kb[1]);
+                    mma_bf16_16816(s[2 * nb + 1], q_frag[kk], kb[2], kb[3]);
+                }
+            }
+            // Mask keys past T, and (causal) keys after the query.
+            const bool needs_mask = n0 + TILE > T || (CAUSAL && n0 + TILE - 1 > warp_row0);
+            if (needs_mask) {
+                for (int nb = 0; nb < TILE / 8; ++nb)
+                    for (int i = 0; i < 4; ++i) {
+                        int row = warp_row0 + g + 8 * (i / 2), col = n0 + 8 * nb + 2 * t + i % 2;
+                        if (col >= T || (CAUSAL && col > row)) s[nb][i] = -INFINITY;
+                    }
+            }
+            // Online softmax: new maxima, rescale what we have, exponentiate this tile.
+            float scale_old[2], max_c[2];
+            for (int r = 0; r < 2; ++r) {
+                float mx = row_max[r];
+                for (int nb = 0; nb < TILE / 8; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
+                mx = quad_max(mx);
+                // A row that has seen only masked keys keeps max -inf; use 0 so that
+                // exp2(-inf - 0) = 0 rather than exp2(-inf + inf) = NaN.
+                const float safe = mx == -INFINITY ? 0.f : mx;
+                scale_old[r] = exp2_approx((row_max[r] - safe) * c);  // 0 on the first tile
+                max_c[r] = safe * c;
+                row_max[r] = mx;
+                row_sum[r] *= scale_old[r];
+            }
+            for (int nb = 0; nb < TILE / 8; ++nb)
+                for (int i = 0; i < 4; ++i) {
+                    s[nb][i] = exp2_approx(s[nb][i] * c - max_c[i / 2]);  // now P (unnormalized)
+                    row_sum[i / 2] += s[nb][i];
+                }
+            for (int db = 0; db < D / 8; ++db)
+                for (int i = 0; i < 4; ++i) o[db][i] *= scale_old[i / 2];
+            // O += P V: P straight from registers, V fragments from shared memory.
+            for (int kk = 0; kk < TILE / 16; ++kk) {
+                uint32_t pa[4];
+                acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+                for (int db = 0; db < D / 16; ++db) {
+                    uint32_t vb[4];
+                    load_b_from_cols<D>(vb, v_tile, 16 * db, 16 * kk);
+                    mma_bf16_16816(o[2 * db], pa, vb[0], vb[1]);
+                    mma_bf16_16816(o[2 * db + 1], pa, vb[2], vb[3]);
+                }
+            }
+        }
+        __syncthreads();  // everyone is done with this stage before it is refilled
+    }
+
+    // O / l, and LSE = m * scale + ln(l). Rows past T are not written.
+    bf16* out = head_ptr_mut(p.o, b, h);
+    float* lse = p.lse + (int64_t)bh * T;
+    for (int r = 0; r < 2; ++r) {
+        const float l = quad_sum(row_sum[r]);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int row = warp_row0 + g + 8 * r;
+        if (row < T) {
+            for (int db = 0; db < D / 8; ++db) {
+                uint32_t packed = pack_bf16x2(o[db][2 * r] * inv, o[db][2 * r + 1] * inv);
+                *reinterpret_cast<uint32_t*>(out + (int64_t)row * p.o.stride_seq + 8 * db + 2 * t) = packed;
+            }
+            if (t == 0) lse[row] = l > 0.f ? row_max[r] * p.shape.scale + logf(l) : -INFINITY;
+        }
+    }
+}
+
+// ============================== backward ================================================
+// Kernel 1: D = rowsum(dO o O) in fp32, one warp per row.
+template <int D>
+__global__ void __launch_bounds__(256)
+attention_backward_rowsum_kernel(const AttentionBackwardParams p) {
+    const int T = p.shape.seq_len;
+    const int64_t row = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;  // over B * H * T
+    if (row >= (int64_t)p.shape.batch * p.shape.heads * T) return;
+    const int lane = threadIdx.x % 32;
+    const int bh = row / T, tt = row % T, b = bh / p.shape.heads, h = bh % p.shape.heads;
+    const bf16* o = head_ptr(p.o, b, h) + (int64_t)tt * p.o.stride_seq;
+    const bf16* d_o = head_ptr(p.d_o, b, h) + (int64_t)tt * p.d_o.stride_seq;
+    float sum = 0.f;
+    for (int col = 2 * lane; col < D; col += 64) {
+        __nv_bfloat162 x = *reinterpret_cast<const __nv_bfloat162*>(o + col);
+        __nv_bfloat162 y = *reinterpret_cast<const __nv_bfloat162*>(d_o + col);
+        sum += __bfloat162float(x.x) * __bfloat162float(y.x) + __bfloat162float(x.y) * __bfloat162float(y.y);
+    }
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (lane == 0) p.d_rowsum[row] = sum;
+}
+
+// Kernel 2: dK, dV for 64 rows of K/V per block, and this block's share of dQ.
+// Grid: (K/V tiles, B * H). Shared: K, V tiles; 2 x (Q, dO) tiles with their LSE and D; dS.
+template <int D, bool CAUSAL>
+__global__ void __launch_bounds__(THREADS)
+attention_backward_kernel(const AttentionBackwardParams p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    bf16* k_tile = reinterpret_cast<bf16*>(smem);
+    bf16* v_tile = k_tile + TILE * D;
+    bf16* q_tiles = v_tile + TILE * D;          // [2][TILE * D]
+    bf16* do_tiles = q_tiles + 2 * TILE * D;    // [2][TILE * D]
+    bf16* ds_tile = do_tiles + 2 * TILE * D;    // [TILE keys][TILE queries]
+    float* lse_tiles = reinterpret_cast<float*>(ds_tile + TILE * TILE);  // [2][TILE], log2 units
+    float* rowsum_tiles = lse_tiles + 2 * TILE;                          // [2][TILE]
+
+    const int T = p.shape.seq_len;
+    const int bh = blockIdx.y, b = bh / p.shape.heads, h = bh % p.shape.heads;
+    const int n0 = blockIdx.x * TILE;  // this block's keys; causal: low n0 = most work, started first
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int warp_key0 = n0 + 16 * warp;
+
+    const bf16* q = head_ptr(p.q, b, h);
+    const bf16* d_o = head_ptr(p.d_o, b, h);
+    const float* lse = p.lse + (int64_t)bh * T;
+    const float* rowsum = p.d_rowsum + (int64_t)bh * T;
+    float* dq_accum = p.dq_accum + (int64_t)bh * T * D;
+
+    // Causal: queries before n0 never see these keys.
+    const int m_first = CAUSAL ? n0 : 0;
+    const int n_tiles = (T - m_first + TILE - 1) / TILE;
+
+    auto load_query_tile = [&](int stage, int m0) {
+        load_tile_async<TILE, D>(q_tiles + stage * TILE * D, q, p.q.stride_seq, m0, T);
+        load_tile_async<TILE, D>(do_tiles + stage * TILE * D, d_o, p.d_o.stride_seq, m0, T);
+        for (int i = threadIdx.x; i < TILE; i += THREADS) {
+            const bool valid = m0 + i < T;
+            lse_tiles[stage * TILE + i] = valid ? lse[m0 + i] * LOG2E : 0.f;
+            rowsum_tiles[stage * TILE + i] = valid ? rowsum[m0 + i] : 0.f;
+        }
+    };
+    load_tile_async<TILE, D>(k_tile, head_ptr(p.k, b, h), p.k.stride_seq, n0, T);
+    load_tile_async<TILE, D>(v_tile, head_ptr(p.v, b, h), p.v.stride_seq, n0, T);
+    load_query_tile(0, m_first);
+    cp_async_commit();
+
+    const float c = p.shape.scale * LOG2E;
+    float dk[D / 8][4] = {}, dv[D / 8][4] = {};  // this warp's 16 keys x D
+
+    for (int j = 0; j < n_tiles; ++j) {
+        const int m0 = m_first + j * TILE, stage = j % 2;
+        // The other stage was last read before the mid-loop barrier of the previous step.
+        if (j + 1 < n_tiles) {
+            load_query_tile((j + 1) % 2, m0 + TILE);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16* q_tile = q_tiles + stage * TILE * D;
+        const bf16* do_tile = do_tiles + stage * TILE * D;
+        const float* lse_c = lse_tiles + stage * TILE;
+        const float* rowsum_c = rowsum_tiles + stage * TILE;
+
+        // S^T = K Q^T and dP^T = V dO^T: 16 keys (this warp) x 64 queries.
+        float s[TILE / 8][4] = {}, dp[TILE / 8][4] = {};
+        for (int kk = 0; kk < D / 16; ++kk) {
+            uint32_t ka[4], va[4];
+            load_a<D>(ka, k_tile, 16 * warp, 16 * kk);
+            load_a<D>(va, v_tile, 16 * warp, 16 * kk);
+            for (int nb = 0; nb < TILE / 16; ++nb) {
+                uint32_t qb[4], dob[4];
+                load_b_from_rows<D>(qb, q_tile, 16 * nb, 16 * kk);
+                load_b_from_rows<D>(dob, do_tile, 16 * nb, 16 * kk);
+                mma_bf16_16816(s[2 * nb], ka, qb[0], qb[1]);
+                mma_bf16_16816(s[2 * nb + 1], ka, qb[2], qb[3]);
+                mma_bf16_16816(dp[2 * nb], va, dob[0], dob[1]);
+                mma_bf16_16816(dp[2 * nb + 1], va, dob[2], dob[3]);
+            }
+        }
+        // P^T = exp(scale s - LSE) (0 where masked), then dS^T = P^T o (dP^T - D).
+        for (int nb = 0; nb < TILE / 8; ++nb)
+            for (int i = 0; i < 4; ++i) {
+                const int key = warp_key0 + g + 8 * (i / 2), col = 8 * nb + 2 * t + i % 2, query = m0 + col;
+                const bool masked = query >= T || key >= T || (CAUSAL && key > query);
+                const float prob = masked ? 0.f : exp2_approx(s[nb][i] * c - lse_c[col]);
+                s[nb][i] = prob;
+                dp[nb][i] = prob * (dp[nb][i] - rowsum_c[col]);
+            }
+        // dV += P^T dO and dK += dS^T Q (scale applied at the end), A operands from registers.
+        for (int kk = 0; kk < TILE / 16; ++kk) {
+            uint32_t pa[4], dsa[4];
+            acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+            acc_to_a(dsa, dp[2 * kk], dp[2 * kk + 1]);
+            for (int db = 0; db < D / 16; ++db) {
+                uint32_t dob[4], qb[4];
+                load_b_from_cols<D>(dob, do_tile, 16 * db, 16 * kk);
+                load_b_from_cols<D>(qb, q_tile, 16 * db, 16 * kk);
+                mma_bf16_16816(dv[2 * db], pa, dob[0], dob[1]);
+                mma_bf16_16816(dv[2 * db + 1], pa, dob[2], dob[3]);
+                mma_bf16_16816(dk[2 * db], dsa, qb[0], qb[1]);
+                mma_bf16_16816(dk[2 * db + 1], dsa, qb[2], qb[3]);
+            }
+            // dS^T to shared memory (rows = keys, cols = queries) for the dQ product below.
+            const int key_row = 16 * warp + g;
+            for (int half = 0; half < 2; ++half) {
+                const int col = 16 * kk + 8 * half + 2 * t;
+                *reinterpret_cast<uint32_t*>(ds_tile + swizzled<TILE>(key_row, col)) = dsa[2 * half];
+                *reinterpret_cast<uint32_t*>(ds_tile + swizzled<TILE>(key_row + 8, col)) = dsa[2 * half + 1];
+            }
+        }
+        __syncthreads();  // dS complete; also: every warp is done with this stage's Q, dO
+
+        // dQ (64 queries x D) += dS K; warp w takes columns [w D/4, (w+1) D/4) of dQ.
+        constexpr int DQ_COLS = D / WARPS;
+        float dq[TILE / 16][DQ_COLS / 8][4] = {};
+        for (int kk = 0; kk < TILE / 16; ++kk) {
+            uint32_t kb[DQ_COLS / 16][4];
+            for (int db = 0; db < DQ_COLS / 16; ++db)
+                load_b_from_cols<D>(kb[db], k_tile, warp * DQ_COLS + 16 * db, 16 * kk);
+            for (int mt = 0; mt < TILE / 16; ++mt) {
+                uint32_t dsa[4];
+                load_a_transposed<TILE>(dsa, ds_tile, 16 * mt, 16 * kk);
+                for (int db = 0; db < DQ_COLS / 16; ++db) {
+                    mma_bf16_16816(dq[mt][2 * db], dsa, kb[db][0], kb[db][1]);
+                    mma_bf16_16816(dq[mt][2 * db + 1], dsa, kb[db][2], kb[db][3]);
+                }
+            }
+        }
+        for (int mt = 0; mt < TILE / 16; ++mt)
+            for (int nb = 0; nb < DQ_COLS / 8; ++nb)
+                for (int i = 0; i < 4; ++i) {
+                    const int query = m0 + 16 * mt + g + 8 * (i / 2);
+                    const int col = warp * DQ_COLS + 8 * nb + 2 * t + i % 2;
+                    if (query < T) atomicAdd(dq_accum + (int64_t)query * D + col, dq[mt][nb][i]);
+                }
+        // The next step's barrier (after its wait) orders these reads of dS before its rewrite.
+    }
+
+    // Write dK = scale * (dS^T Q) and dV for this warp's 16 keys.
+    bf16* dk_out = head_ptr_mut(p.dk, b, h);
+    bf16* dv_out = head_ptr_mut(p.dv, b, h);
+    for (int r = 0; r < 2; ++r) {
+        const int key = warp_key0 + g + 8 * r;
+        if (key >= T) continue;
+        for (int db = 0; db < D / 8; ++db) {
+            const int col = 8 * db + 2 * t;
+            *reinterpret_cast<uint32_t*>(dk_out + (int64_t)key * p.dk.stride_seq + col) =
+                pack_bf16x2(dk[db][2 * r] * p.shape.scale, dk[db][2 * r + 1] * p.shape.scale);
+            *reinterpret_cast<uint32_t*>(dv_out + (int64_t)key * p.dv.stride_seq + col) =
+                pack_bf16x2(dv[db][2 * r], dv[db][2 * r + 1]);
+        }
+    }
+}
+
+// Kernel 3: dQ = scale * dq_accum, to bf16 in dQ's own strides. One thread per 2 elements.
+template <int D>
+__global__ void __launch_bounds__(256)
+attention_backward_dq_kernel(const AttentionBackwardParams p) {
+    const int T = p.shape.seq_len;
+    const int64_t pair = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (pair >= (int64_t)p.shape.batch * p.shape.heads * T * (D / 2)) return;
+    const int64_t row = pair / (D / 2);
+    const int col = 2 * (pair % (D / 2));
+    const int bh = row / T, tt = row % T, b = bh / p.shape.heads, h = bh % p.shape.heads;
+    const float* from = p.dq_accum + row * D + col;
+    bf16* to = head_ptr_mut(p.dq, b, h) + (int64_t)tt * p.dq.stride_seq + col;
+    *reinterpret_cast<uint32_t*>(to) = pack_bf16x2(from[0] * p.shape.scale, from[1] * p.shape.scale);
+}
+
+// ============================== launchers ===============================================
+constexpr int forward_smem_bytes(int d) { return (TILE * d + 4 * TILE * d) * 2; }
+constexpr int backward_smem_bytes(int d) { return (6 * TILE * d + TILE * TILE) * 2 + 4 * TILE * 4; }
+
+template <int D, bool CAUSAL>
+cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream) {
+    const auto kernel = attention_forward_kernel<D, CAUSAL>;
+    const int smem = forward_smem_bytes(D);
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+    dim3 grid((p.shape.seq_len + TILE - 1) / TILE, p.shape.batch * p.shape.heads);
+    kernel<<<grid, THREADS, smem, stream>>>(p);
+    return cudaGetLastError();
+}
+
+template <int D, bool CAUSAL>
+cudaError_t launch_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
+    const int64_t rows = (int64_t)p.shape.batch * p.shape.heads * p.shape.seq_len;
+    cudaError_t err = cudaMemsetAsync(p.dq_accum, 0, rows * D * sizeof(float), stream);
+    if (err != cudaSuccess) return err;
+    attention_backward_rowsum_kernel<D><<<(rows + 7) / 8, 256, 0, stream>>>(p);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+
+    const auto kernel = attention_backward_kernel<D, CAUSAL>;
+    const int smem = backward_smem_bytes(D);
+    if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess)
+        return err;
+    dim3 grid((p.shape.seq_len + TILE - 1) / TILE, p.shape.batch * p.shape.heads);
+    kernel<<<grid, THREADS, smem, stream>>>(p);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+
+    const int64_t pairs = rows * (D / 2);
+    attention_backward_dq_kernel<D><<<(pairs + 255) / 256, 256, 0, stream>>>(p);
+    return cudaGetLastError();
+}
+
+}  // namespace
+
+int attention_portable_forward(const AttentionForwardParams& p, void* stream_ptr) {
+    cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+    const int d = p.shape.head_dim;
+    if (d == 64) return p.shape.causal ? launch_forward<64, true>(p, stream) : launch_forward<64, false>(p, stream);
+    if (d == 128) return p.shape.causal ? launch_forward<128, true>(p, stream) : launch_forward<128, false>(p, stream);
+    return cudaErrorInvalidValue;
+}
+
+int attention_portable_backward(const AttentionBackwardParams& p, void* stream_ptr) {
+    cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+    const int d = p.shape.head_dim;
+    if (d == 64) return p.shape.causal ? launch_backward<64, true>(p, stream) : launch_backward<64, false>(p, stream);
+    if (d == 128) return p.shape.causal ? launch_backward<128, true>(p, stream) : launch_backward<128, false>(p, stream);
+    return cudaErrorInvalidValue;
+}
