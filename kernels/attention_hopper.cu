@@ -1,0 +1,417 @@
+// kernels/attention_hopper.cu — causal flash attention, forward pass, for Hopper (sm_90a only):
+// TMA loads of K and V into a shared-memory ring guarded by mbarriers, one producer warpgroup
+// and two consumer warpgroups (setmaxnreg moves registers from the first to the others),
+// wgmma for S = Q·Kᵀ (both operands in shared memory) and O += P·V (P in registers).
+// Read kernels/attention_portable.cu first: same algorithm, plainer machinery.
+// Read in order: the algorithm and the pipeline picture (this comment), config, softmax_tile,
+// the kernel (producer branch, consumer branch, epilogue), the launcher at the bottom.
+//
+// ---- The algorithm (online softmax) ---------------------------------------------------------
+// For each query row i:  O_i = Σ_j softmax_j(scale · q_i·k_j) v_j  over keys j ≤ i (causal).
+// The T×T score matrix never exists: a CTA owns 128 query rows (BLOCK_M) and walks over the keys
+// in tiles of 128 (BLOCK_N), keeping per row a running max m, a running sum l of exp(s - m) and
+// an unnormalised output O. When a tile raises the max from m to m', everything accumulated so
+// far is multiplied by exp(m - m') before the tile's contribution is added; at the end O /= l.
+// Exponentials are exp2 with the log2(e) folded into the scale (one FFMA + one MUFU.EX2 per
+// score). The forward also returns LSE_i = scale·m_i + ln l_i (natural log, as the portable
+// kernel does): the backward pass recomputes P = exp(scale·S - LSE) from it in one step, without
+// a second pass over the keys to rebuild the softmax denominators.
+// Causal: key tiles entirely right of the CTA's last query row are never loaded; only tiles that
+// cross the diagonal are masked element by element. Sequence tails: TMA boxes that run past T
+// read zeros (tk/ops/group/tma_4d.cuh), padded keys are masked like the causal ones, padded query
+// rows compute harmless finite garbage that the epilogue does not store.
+//
+// ---- The pipeline ----------------------------------------------------------------------------
+// Warpgroup 0 = producer (one elected thread issues all TMA copies; 24 registers/thread).
+// Warpgroups 1, 2 = consumers, each owns 64 of the 128 query rows (240 registers/thread).
+// Shared memory: Q (128 x D), then STAGES slots of K (128 x D) and STAGES slots of V.
+// Barriers: q_full; per slot k_full[s], v_full[s] (TMA -> consumers, 1 arrival + bytes) and
+// k_empty[s], v_empty[s] (consumers -> producer, one arrival per consumer warp).
+//
+//   producer                     consumer warpgroup c (c = 0, 1), tiles n = 0 .. N-1
+//   --------                     ---------------------------------------------------
+//   load Q          -> q_full    wait q_full
+//   load K0         -> k_full    [turn] wait k_full(0); issue S = Q·K0ᵀ [/turn]
+//   load K1, V0 ...              wait S; release k_empty(0); softmax(S) -> P, m, l
+//   for tile n:                  for n = 1 .. N-1:
+//     wait k_empty(slot of n)      [turn] wait k_full(n);  issue S = Q·Knᵀ          (async)
+//     load Kn   -> k_full            wait v_full(n-1); issue O += P·V(n-1)       (async) [/turn]
+//     wait v_empty(slot of n-1)    wgmma wait<1>: S done  -> release k_empty(n)
+//     load V(n-1) -> v_full          softmax(S): new max, exp2, row sums      <- overlaps P·V
+//   load V(N-1)                    wgmma wait<0>: P·V done -> release v_empty(n-1)
+//                                  O *= exp2(m_old - m_new); P = bf16(S)
+//                                [turn] wait v_full(N-1); issue O += P·V(N-1) [/turn]; wait
+//                                O /= l; store O (bf16) and LSE (fp32)
+//
+// K runs one tile ahead of V, so the producer can refill a K slot as soon as its S is done.
+// [turn] ... [/turn] is the warpgroup "ping-pong" (FA3's scheduler barrier, optional template
+// flag): the two consumers take turns issuing their matrix products through two named
+// barriers, so that while one warpgroup's wgmmas run on the tensor cores, the other one does
+// its softmax on the FMA/MUFU units. Consumer 1 starts by arriving on consumer 0's barrier.
+//
+// Barrier phases: tile n lives in slot n % STAGES and its wait parity is (n / STAGES) & 1 for
+// the consumers; the producer waits on "empty" with the opposite parity, so that its first pass
+// over the ring does not block (a fresh mbarrier reports parity 1 as complete).
+#include <cstdint>
+#include <cmath>
+#include <string>
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include "tk/ops/group/sync.cuh"
+#include "tk/ops/group/wgmma.cuh"
+#include "tk/ops/group/tma_4d.cuh"
+#include "attention_params.h"
+
+namespace attention_hopper {
+
+// ---- Configuration ---------------------------------------------------------------------------
+template <int D>
+struct config {
+    static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+    static constexpr int head_dim = D;
+    static constexpr int consumers = 2;                 // consumer warpgroups
+    static constexpr int block_m = 64 * consumers;      // query rows per CTA (64 per consumer)
+    static constexpr int block_n = 128;                 // keys per tile
+    static constexpr int stages = D == 64 ? 3 : 2;      // K and V slots each (smem: 112 / 160 KB)
+    static constexpr int threads = 128 * (consumers + 1);
+    static constexpr int col_blocks = D / 64;           // 128-byte (64-element) column blocks
+    static constexpr int q_bytes = block_m * D * 2;
+    static constexpr int kv_bytes = block_n * D * 2;    // one K or one V tile
+    static constexpr int smem_bytes = q_bytes + 2 * stages * kv_bytes + 1024;  // + alignment slack
+    static constexpr int producer_regs = 24, consumer_regs = 240;  // 128·(24 + 2·240) ≤ 65536
+};
+
+struct kernel_params {
+    CUtensorMap q_map, k_map, v_map;                    // 4-D maps {dim, seq, heads, batch}
+    __nv_bfloat16* o;
+    int64_t o_stride_batch, o_stride_head, o_stride_seq;
+    float* lse;                                         // (B, H, T) contiguous
+    int heads, seq_len;
+    float scale_log2;                                   // softmax scale · log2(e)
+    int causal;
+};
+
+// ---- One tile of online softmax, on the 64 x 128 score accumulator of one consumer -----------
+// Thread (w, g, t) of the warpgroup holds rows r0 = 16w + g and r1 = r0 + 8, columns
+// 8j + 2t + {0,1} for j = 0..15 (wgmma accumulator layout, hopper-facts §4.2): element i of
+// the accumulator is in row r0 + 8·((i>>1)&1), column 8·(i>>2) + 2t + (i&1).
+// On return s holds exp2(s·scale_log2 - m_new·scale_log2) and rescale[r] = exp2((m_old - m_new)·…).
+template <int N>
+__device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)[2], float (&rescale)[2],
+                                    bool mask, bool causal, int row0, int col0, int seq_len,
+                                    float scale_log2) {
+    const int t = threadIdx.x % 4;
+    if (mask) {
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) {
+            int row = row0 + 8 * ((i >> 1) & 1);
+            int col = col0 + 8 * (i >> 2) + 2 * t + (i & 1);
+            bool masked = causal ? col > row : col >= seq_len;
+            if (masked) s[i] = -INFINITY;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float mx = m[r];
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i)
+            if (((i >> 1) & 1) == r) mx = fmaxf(mx, s[i]);
+        // the 4 threads of a quad (same g) hold the rest of the row
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+        // A row with nothing unmasked yet keeps max -inf; subtract 0 then, so exp2(-inf) = 0
+        // instead of exp2(-inf - -inf) = NaN (hopper-facts §11.1).
+        float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
+        rescale[r] = exp2f(m[r] * scale_log2 - m_scaled);   // m_old = -inf -> 0
+        m[r] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i)
+            if (((i >> 1) & 1) == r) { s[i] = exp2f(fmaf(s[i], scale_log2, -m_scaled)); sum += s[i]; }
+        l[r] = l[r] * rescale[r] + sum;   // per-thread partial sum; the quad adds up at the end
+    }
+}
+
+// The f32 score accumulator of one wgmma becomes the bf16 A operand of the next one without any
+// shuffle (hopper-facts §4.3): k-chunk j (16 keys) = registers (8j, 8j+1), (8j+2, 8j+3), ...
+__device__ inline uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);   // lo -> low 16 bits
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+// The registers of an in-flight wgmma's A operand must not be reused before the wait; this
+// empty asm keeps P's registers live (and unmoved) up to the point where it is called.
+template <int N>
+__device__ inline void keep_alive(uint32_t (&p)[N][4]) {
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) asm volatile("" : "+r"(p[j][q]) :: "memory");
+}
+template <int N>
+__device__ inline void scores_to_a_operand(uint32_t (&p)[N / 16][4], const float (&s)[N / 2]) {
+#pragma unroll
+    for (int j = 0; j < N / 16; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) p[j][q] = pack_bf16(s[8 * j + 2 * q], s[8 * j + 2 * q + 1]);
+}
+
+// ---- The kernel --------------------------------------------------------------------------------
+template <int D, bool PINGPONG>
+__global__ void __launch_bounds__(config<D>::threads, 1)
+forward_kernel(const __grid_constant__ kernel_params p) {
+    using C = config<D>;
+    using namespace tk;
+    constexpr int BM = C::block_m, BN = C::block_n, S = C::stages;
+
+    extern __shared__ uint8_t smem_raw[];
+    __shared__ mbarrier q_full, k_full[S], k_empty[S], v_full[S], v_empty[S];
+    // 128B-swizzled tiles must start on 1024-byte boundaries (descriptor base offset 0).
+    const uint32_t smem = (smem_addr(smem_raw) + 1023) & ~1023u;
+    const uint32_t q_tile = smem;
+    auto k_tile = [&](int s) { return smem + C::q_bytes + s * C::kv_bytes; };
+    auto v_tile = [&](int s) { return smem + C::q_bytes + (S + s) * C::kv_bytes; };
+
+    const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
+    const int m_block = gridDim.y - 1 - blockIdx.y;    // heaviest (latest) query blocks first
+    const int m0 = m_block * BM;
+    const int kv_end = p.causal ? min(p.seq_len, m0 + BM) : p.seq_len;
+    const int n_tiles = (kv_end + BN - 1) / BN;
+    const int warpgroup = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        mbar::init(q_full, 1);
+        for (int s = 0; s < S; ++s) {
+            mbar::init(k_full[s], 1);
+            mbar::init(v_full[s], 1);
+            mbar::init(k_empty[s], C::consumers * 4);   // lane 0 of every consumer warp
+            mbar::init(v_empty[s], C::consumers * 4);
+        }
+        mbar::fence_init();
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        // ================= producer: one thread issues every copy =================
+        warpgroup_decrease_registers<C::producer_regs>();
+        if (threadIdx.x / 32 == 0 && elect_one()) {
+            auto load = [&](uint32_t dst, const CUtensorMap* map, int row, mbarrier& bar) {
+#pragma unroll
+                for (int cb = 0; cb < C::col_blocks; ++cb)
+                    tma::load_box_4d(dst + cb * (C::kv_bytes / C::col_blocks), map, cb * 64, row, h, b, bar);
+            };
+            auto load_k = [&](int n) {
+                int s = n % S;
+                mbar::wait(k_empty[s], ((n / S) & 1) ^ 1);
+                mbar::arrive_expect_bytes(k_full[s], C::kv_bytes);
+                load(k_tile(s), &p.k_map, n * BN, k_full[s]);
+            };
+            auto load_v = [&](int n) {
+                int s = n % S;
+                mbar::wait(v_empty[s], ((n / S) & 1) ^ 1);
+                mbar::arrive_expect_bytes(v_full[s], C::kv_bytes);
+                load(v_tile(s), &p.v_map, n * BN, v_full[s]);
+            };
+            mbar::arrive_expect_bytes(q_full, C::q_bytes);
+#pragma unroll
+            for (int cb = 0; cb < C::col_blocks; ++cb)   // Q column block = BM rows x 128 B
+                tma::load_box_4d(q_tile + cb * (C::q_bytes / C::col_blocks), &p.q_map, cb * 64, m0, h, b, q_full);
+            load_k(0);
+            for (int n = 1; n < n_tiles; ++n) { load_k(n); load_v(n - 1); }
+            load_v(n_tiles - 1);
+        }
+        return;
+    }
+
+    // ================= consumers =================
+    warpgroup_increase_registers<C::consumer_regs>();
+    const int c = warpgroup - 1;                        // which 64 query rows of the block
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+    const int row0 = m0 + 64 * c + 16 * warp + lane / 4; // this thread's rows: row0, row0 + 8
+    const int first_row = m0 + 64 * c;                   // this warpgroup's first query row
+
+    wgmma::accumulator<BN> s_acc;                        // 64 x 128 scores (64 f32 / thread)
+    wgmma::accumulator<D> o_acc;                         // 64 x D output (D/2 f32 / thread)
+    uint32_t p_frag[BN / 16][4];                         // P as the bf16 A operand of P·V
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, rescale[2];
+
+    // Ping-pong turns between the two consumers: named barriers 1 (consumer 0's turn) and 2.
+    auto turn_begin = [&] { if constexpr (PINGPONG) named_sync<256>(1 + c); };
+    auto turn_end = [&] { if constexpr (PINGPONG) named_arrive<256>(1 + (1 - c)); };
+    auto release = [&](mbarrier& bar) { if (lane == 0) mbar::arrive(bar); };
+
+    auto issue_qk = [&](int n) {                         // S = Q · Kₙᵀ
+        int s = n % S;
+        mbar::wait(k_full[s], (n / S) & 1);
+        wgmma::fence();
+#pragma unroll
+        for (int k = 0; k < D / 16; ++k)
+            wgmma::mma_ss<wgmma::major::K, wgmma::major::K>(
+                s_acc, wgmma::desc<wgmma::major::K, BM, 128>(q_tile, 64 * c, k),
+                wgmma::desc<wgmma::major::K, BN, 128>(k_tile(s), 0, k), k > 0);
+        wgmma::commit_group();
+    };
+    auto issue_pv = [&](int n, bool accumulate) {        // O (+)= P · Vₙ
+        int s = n % S;
+        mbar::wait(v_full[s], (n / S) & 1);
+        wgmma::fence();
+#pragma unroll
+        for (int k = 0; k < BN / 16; ++k)
+            wgmma::mma_rs<wgmma::major::MN>(o_acc, p_frag[k],
+                                            wgmma::desc<wgmma::major::MN, BN, 128>(v_tile(s), 0, k),
+                                            accumulate || k > 0);
+        wgmma::commit_group();
+    };
+    // Does tile n need element masks for this warpgroup? (crosses the diagonal, or the tail)
+    auto needs_mask = [&](int n) {
+        return p.causal ? (n * BN + BN - 1 > first_row) : (n * BN + BN > p.seq_len);
+    };
+
+    if (PINGPONG && c == 1) named_arrive<256>(1);        // consumer 0 goes first
+    mbar::wait(q_full, 0);
+
+    turn_begin();
+    issue_qk(0);
+    turn_end();
+    wgmma::wait_group<0>();
+    wgmma::fence_operand(s_acc);
+    release(k_empty[0]);
+    softmax_tile<BN>(s_acc.d, m, l, rescale, needs_mask(0), p.causal, row0, 0, p.seq_len, p.scale_log2);
+    scores_to_a_operand<BN>(p_frag, s_acc.d);
+
+    for (int n = 1; n < n_tiles; ++n) {
+        turn_begin();
+        issue_qk(n);
+        issue_pv(n - 1, n > 1);
+        turn_end();
+        wgmma::wait_group<1>();                          // S = Q·Kₙᵀ is done (P·V may still run)
+        wgmma::fence_operand(s_acc);
+        release(k_empty[n % S]);
+        softmax_tile<BN>(s_acc.d, m, l, rescale, needs_mask(n), p.causal, row0, n * BN, p.seq_len,
+                         p.scale_log2);
+        wgmma::wait_group<0>();                          // O += P·Vₙ₋₁ is done
+        wgmma::fence_operand(o_acc);
+        keep_alive(p_frag);                              // P stays put until P·V has read it
+        release(v_empty[(n - 1) % S]);
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) o_acc.d[i] *= rescale[(i >> 1) & 1];
+        scores_to_a_operand<BN>(p_frag, s_acc.d);
+    }
+    turn_begin();
+    issue_pv(n_tiles - 1, n_tiles > 1);
+    turn_end();
+    wgmma::wait_group<0>();
+    wgmma::fence_operand(o_acc);
+    release(v_empty[(n_tiles - 1) % S]);
+    if (PINGPONG && c == 0) named_sync<256>(1);          // consume consumer 1's last turn_end
+
+    // ---- epilogue: O /= l, store O (bf16) and LSE ----
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        l[r] += __shfl_xor_sync(0xffffffff, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffff, l[r], 2);
+    }
+    float inv_l[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) inv_l[r] = (l[r] > 0.f) ? 1.f / l[r] : 0.f;
+    const int t = lane % 4;
+    __nv_bfloat16* o_head = p.o + b * p.o_stride_batch + h * p.o_stride_head;
+#pragma unroll
+    for (int i = 0; i < D / 2; i += 2) {
+        int r = (i >> 1) & 1;
+        int row = row0 + 8 * r;
+        int col = 8 * (i >> 2) + 2 * t;
+        if (row < p.seq_len)
+            *reinterpret_cast<uint32_t*>(o_head + row * p.o_stride_seq + col) =
+                pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]);
+    }
+    if (t == 0) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            int row = row0 + 8 * r;
+            if (row < p.seq_len)
+                p.lse[(int64_t(b) * p.heads + h) * p.seq_len + row] =
+                    l[r] > 0.f ? (m[r] * p.scale_log2 + log2f(l[r])) * 0.69314718055994531f : -INFINITY;
+        }
+    }
+}
+
+// ---- Host side -----------------------------------------------------------------------------------
+template <int D, bool PINGPONG>
+cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream) {
+    using C = config<D>;
+    const AttentionShape& sh = a.shape;
+    kernel_params kp{};
+    const AttentionTensor* in[3] = {&a.q, &a.k, &a.v};
+    CUtensorMap* maps[3] = {&kp.q_map, &kp.k_map, &kp.v_map};
+    for (int i = 0; i < 3; ++i) {
+        std::string why = tk::tma::make_bhtd_tensor_map(
+            maps[i], in[i]->data, sh.batch, sh.heads, sh.seq_len, D, in[i]->stride_batch,
+            in[i]->stride_head, in[i]->stride_seq, i == 0 ? C::block_m : C::block_n);
+        if (!why.empty()) return cudaErrorInvalidValue;
+    }
+    kp.o = static_cast<__nv_bfloat16*>(a.o.data);
+    kp.o_stride_batch = a.o.stride_batch;
+    kp.o_stride_head = a.o.stride_head;
+    kp.o_stride_seq = a.o.stride_seq;
+    kp.lse = a.lse;
+    kp.heads = sh.heads;
+    kp.seq_len = sh.seq_len;
+    kp.scale_log2 = sh.scale * 1.4426950408889634f;
+    kp.causal = sh.causal ? 1 : 0;
+
+    auto kernel = forward_kernel<D, PINGPONG>;
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::smem_bytes);
+    if (err != cudaSuccess) return err;
+    dim3 grid(sh.batch * sh.heads, (sh.seq_len + C::block_m - 1) / C::block_m);
+    kernel<<<grid, C::threads, C::smem_bytes, stream>>>(kp);
+    return cudaGetLastError();
+}
+
+}  // namespace attention_hopper
+
+// Why these inputs cannot run here (nullptr: they can). The bindings turn this into a Python error.
+const char* attention_hopper_why_not(const AttentionForwardParams& a) {
+    const AttentionShape& s = a.shape;
+    if (s.head_dim != 64 && s.head_dim != 128) return "head_dim must be 64 or 128";
+    if (s.seq_len < 1 || s.batch < 1 || s.heads < 1) return "batch, heads and seq_len must be >= 1";
+    if (int64_t(s.batch) * s.heads > 0x7fffffff) return "batch * heads must be < 2^31";
+    if ((s.seq_len + 127) / 128 > 65535) return "seq_len must be < 65535 * 128";
+    if (!(s.scale > 0.f) || !std::isfinite(s.scale)) return "scale must be a positive finite number";
+    const AttentionTensor* ts[4] = {&a.q, &a.k, &a.v, &a.o};
+    for (const AttentionTensor* t : ts) {
+        if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return "q, k, v and o must be 16-byte aligned";
+        int64_t st[3] = {t->stride_batch, t->stride_head, t->stride_seq};
+        int64_t sz[3] = {s.batch, s.heads, s.seq_len};
+        for (int i = 0; i < 3; ++i)
+            if (sz[i] > 1 && (st[i] <= 0 || st[i] % 8 != 0))
+                return "the batch, head and seq strides of q, k, v and o must be positive multiples of 8 elements";
+    }
+    return nullptr;
+}
+
+// The launcher E1's dispatch calls on sm_90 (see kernels/NOTES.md, attention / Hopper).
+// Returns the CUDA error of the launch (cudaErrorInvalidValue for inputs attention_hopper_why_not
+// refuses, or that the tensor-map encoder refuses).
+int attention_hopper_forward(const AttentionForwardParams& p, void* cuda_stream) {
+    if (attention_hopper_why_not(p)) return cudaErrorInvalidValue;
+    auto stream = static_cast<cudaStream_t>(cuda_stream);
+    if (p.shape.head_dim == 64) return attention_hopper::launch<64, true>(p, stream);
+    return attention_hopper::launch<128, true>(p, stream);
+}
+
+// Variant without the consumer ping-pong, kept for measurement (bench and tests compare both).
+int attention_hopper_forward_no_pingpong(const AttentionForwardParams& p, void* cuda_stream) {
+    if (attention_hopper_why_not(p)) return cudaErrorInvalidValue;
+    auto stream = static_cast<cudaStream_t>(cuda_stream);
+    if (p.shape.head_dim == 64) return attention_hopper::launch<64, false>(p, stream);
+    return attention_hopper::launch<128, false>(p, stream);
+}
+
+// Plain C entry points (for a ctypes harness that does not need torch headers).
+extern "C" int tk_attention_hopper_forward(const AttentionForwardParams* p, void* stream, int pingpong) {
+    return pingpong ? attention_hopper_forward(*p, stream) : attention_hopper_forward_no_pingpong(*p, stream);
+}
+extern "C" const char* tk_attention_hopper_why_not(const AttentionForwardParams* p) {
+    return attention_hopper_why_not(*p);
+}

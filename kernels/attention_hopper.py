@@ -1,0 +1,61 @@
+"""The Hopper (sm_90a) attention forward: its extension handle, support check and Python call.
+
+The kernel is kernels/attention_hopper.cu (TMA + mbarrier ring, producer/consumer warpgroups,
+wgmma); its input checks are in kernels/attention_hopper_bindings.cpp. kernels/attention.py (E1,
+the op module with autograd and the portable kernels) is meant to call `forward` here on sm_90
+for the forward pass; its backward consumes our LSE (natural log, (B, H, T) fp32, the same
+convention as the portable kernel). See kernels/NOTES.md, attention / Hopper forward.
+
+Nothing here builds at import; `why_not` builds the extension only after every cheap check
+passed on CUDA tensors of a Hopper GPU.
+"""
+import math
+
+import torch
+
+from .build import LazyExtension
+
+_ext = LazyExtension("tk_attention_hopper", ["attention_hopper.cu", "attention_hopper_bindings.cpp"],
+                     hopper=True)
+
+HEAD_DIMS = (64, 128)
+
+
+def _strides_ok(t):
+    # TMA reads q, k, v: last dim contiguous, other strides multiples of 16 bytes (8 bf16),
+    # pointer 16-byte aligned. A view of c_attn's (B, T, 3, H, D) output passes as it is.
+    return (t.stride(3) == 1 and t.data_ptr() % 16 == 0
+            and all(t.size(i) == 1 or (t.stride(i) > 0 and t.stride(i) % 8 == 0) for i in range(3)))
+
+
+def why_not(q, k, v, causal=True, dropout_p=0.0, scale=None):
+    """None if the Hopper forward kernel takes these inputs, else a short reason."""
+    if dropout_p:
+        return "dropout on the attention probabilities is not supported by the tk kernels (set attn_dropout=0)"
+    if not (q.is_cuda and k.is_cuda and v.is_cuda):
+        return "q, k, v must be CUDA tensors"
+    if torch.cuda.get_device_capability(q.device) != (9, 0):
+        return "the Hopper kernel needs an sm_90 GPU"
+    if q.dim() != 4 or q.shape != k.shape or q.shape != v.shape:
+        return f"q, k, v must share one (B, H, T, D) shape; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+    if not (q.dtype == k.dtype == v.dtype == torch.bfloat16):
+        return f"q, k, v must be bfloat16; got {q.dtype}, {k.dtype}, {v.dtype}"
+    if q.shape[-1] not in HEAD_DIMS:
+        return f"head_dim {q.shape[-1]} is not supported (64 or 128)"
+    if q.shape[2] < 1 or q.shape[0] * q.shape[1] < 1:
+        return "empty input"
+    if scale is not None and not (scale > 0 and math.isfinite(scale)):
+        return f"scale must be a positive finite number; got {scale}"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not _strides_ok(t):
+            return (f"{name} has strides {t.stride()} (need a contiguous last dimension and other strides "
+                    f"that are multiples of 8 elements); call .contiguous() on it")
+    return _ext.why_not()
+
+
+def forward(q, k, v, causal=True, scale=None, pingpong=True):
+    """(o, lse): o (B, H, T, D) bf16 (a view of (B, T, H, D) memory), lse (B, H, T) fp32."""
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    o, lse = _ext.module.forward(q, k, v, bool(causal), float(scale), bool(pingpong))
+    return o, lse

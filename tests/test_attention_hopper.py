@@ -1,0 +1,148 @@
+"""GPU tests of the Hopper attention forward (kernels/attention_hopper.cu) against float64.
+
+Runs only on an sm_90 GPU. Uses the torch extension (kernels/attention_hopper.py), or, when
+TK_ATTENTION_HOPPER_LIB names a prebuilt library, the same launcher through ctypes
+(tests/attention_hopper_ctypes.py) — that saves the extension's build time on the GPU machine.
+Every output is poisoned with NaN before the kernel runs, so an unwritten element fails.
+"""
+import functools
+import math
+import os
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+    reason="needs an sm_90 (Hopper) GPU")
+
+O_TOL = 1e-2      # relative norm error of O; bf16 inputs and P land around 2e-3..4e-3
+LSE_ATOL, LSE_RTOL = 1e-3, 1e-4
+
+
+def _poison_allocator(device):
+    # The extension allocates o and lse with torch.empty; fill the caching allocator's free
+    # blocks with NaN first so an element the kernel forgets to write shows up as NaN.
+    junk = torch.full((64 << 20,), float("nan"), dtype=torch.float32, device=device)
+    del junk
+
+
+@functools.lru_cache(maxsize=None)
+def _ctypes_harness():
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "attention_hopper_ctypes.py")
+    spec = importlib.util.spec_from_file_location("attention_hopper_ctypes", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def hopper_forward(q, k, v, causal=True, scale=None, pingpong=True):
+    if os.environ.get("TK_ATTENTION_HOPPER_LIB"):
+        return _ctypes_harness().forward(q, k, v, causal, scale, pingpong)
+    from kernels import attention_hopper
+    reason = attention_hopper.why_not(q, k, v, causal, 0.0, scale)
+    if reason is not None:
+        raise ValueError(reason)
+    _poison_allocator(q.device)
+    return attention_hopper.forward(q, k, v, causal, scale, pingpong)
+
+
+def reference(q, k, v, causal, scale):
+    """float64 attention and its natural-log LSE."""
+    q, k, v = q.double(), k.double(), v.double()
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        T = q.shape[2]
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.exp(s - lse[..., None]) @ v, lse
+
+
+def make_qkv(B, H, T, D, std=1.0, packed=False, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    if packed:   # views of one (B, T, 3, H, D) tensor, as c_attn's output is split in model.py
+        qkv = (torch.randn(B, T, 3, H, D, device="cuda", generator=g) * std).bfloat16()
+        return tuple(qkv[:, :, i].transpose(1, 2) for i in range(3))
+    return tuple((torch.randn(B, H, T, D, device="cuda", generator=g) * std).bfloat16() for _ in range(3))
+
+
+def check(q, k, v, causal=True, scale=None, pingpong=True):
+    D = q.shape[-1]
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    o, lse = hopper_forward(q, k, v, causal, scale, pingpong)
+    torch.cuda.synchronize()
+    o_ref, lse_ref = reference(q, k, v, causal, scale)
+    assert o.shape == q.shape and o.dtype == torch.bfloat16
+    assert lse.shape == q.shape[:3] and lse.dtype == torch.float32
+    assert not torch.isnan(o).any(), "O has NaN (unwritten or overflowed elements)"
+    assert not torch.isnan(lse).any(), "LSE has NaN (unwritten or overflowed rows)"
+    err = ((o.double() - o_ref).norm() / o_ref.norm()).item()
+    assert err < O_TOL, f"relative error of O {err:.2e} >= {O_TOL}"
+    lse_err = (lse.double() - lse_ref).abs()
+    bound = LSE_ATOL + LSE_RTOL * lse_ref.abs()
+    assert (lse_err <= bound).all(), f"LSE off by up to {lse_err.max().item():.2e}"
+    return o, lse
+
+
+SEQ_LENS = [1, 17, 64, 255, 256, 1000, 1024, 4096]
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("T", SEQ_LENS)
+def test_causal(T, D):
+    B, H = (1, 1) if T >= 4096 else (2, 3)
+    check(*make_qkv(B, H, T, D, seed=T + D))
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("T", [1, 17, 255, 1000])
+def test_full_attention(T, D):
+    check(*make_qkv(1, 2, T, D, seed=7 * T + D), causal=False)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("T", [17, 1000])
+def test_without_pingpong(T, D):
+    check(*make_qkv(2, 2, T, D, seed=3 * T + D), pingpong=False)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("T", [255, 1024])
+def test_large_logits(T, D):
+    # std 4 inputs: scaled logits with a spread of ~16·sqrt(D)/sqrt(D)·4 — peaky softmax rows,
+    # where a missing max subtraction overflows exp and a wrong rescale shows at once.
+    q, k, v = make_qkv(1, 2, T, D, std=4.0, seed=11 * T + D)
+    check(q, k, v)
+    check(q, k, v, scale=1.0)          # explicit scale, 8-11x larger than 1/sqrt(D)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("T", [17, 1000])
+def test_packed_qkv_views(T, D):
+    q, k, v = make_qkv(2, 3, T, D, packed=True, seed=5 * T + D)
+    assert not q.is_contiguous()       # the point: strided views, no copies
+    check(q, k, v)
+
+
+def test_batch_head_one_and_many():
+    check(*make_qkv(1, 1, 300, 64, seed=1))
+    check(*make_qkv(5, 7, 130, 64, seed=2))
+
+
+def test_deterministic():
+    q, k, v = make_qkv(2, 2, 777, 64, seed=9)
+    o1, lse1 = hopper_forward(q, k, v)
+    o2, lse2 = hopper_forward(q, k, v)
+    assert torch.equal(o1, o2) and torch.equal(lse1, lse2)
+
+
+def test_unsupported_inputs_are_refused():
+    q, k, v = make_qkv(1, 1, 16, 96)
+    with pytest.raises(ValueError, match="head_dim"):
+        hopper_forward(q, k, v)
+    q, k, v = make_qkv(1, 1, 16, 64)
+    q_odd = torch.empty(1, 1, 16, 68, dtype=q.dtype, device=q.device)[..., :64]   # stride 68
+    q_odd.copy_(q)
+    with pytest.raises(ValueError, match="stride"):
+        hopper_forward(q_odd, k, v)

@@ -1,0 +1,28 @@
+"""CPU check (CI): kernels/attention_hopper.cu compiles for sm_90a with no register spills, and
+ptxas honours setmaxnreg (no C7508) and does not serialise the wgmmas (no C7515).
+Skips only where nvcc is missing. Nothing built here runs."""
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+def test_attention_hopper_compiles_for_sm90a(tmp_path):
+    cmd = [NVCC, "-gencode=arch=compute_90a,code=sm_90a", "-std=c++20", "-O3", "-Xptxas", "-v",
+           "-I", REPO, "-I", os.path.join(REPO, "kernels"), "-c",
+           os.path.join(REPO, "kernels", "attention_hopper.cu"), "-o", str(tmp_path / "attention_hopper.o")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    log = r.stdout + r.stderr
+    assert r.returncode == 0, log[-4000:]
+    kernels = re.findall(r"Compiling entry function '(\w*forward_kernel\w*)'", log)
+    assert len(kernels) == 4, f"expected 4 forward kernels (D 64/128 x ping-pong on/off), got {kernels}"
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    assert spills and all(a == "0" and b == "0" for a, b in spills), f"register spills: {spills}"
+    assert "C7508" not in log, "ptxas ignored setmaxnreg (C7508)"
+    assert "C7515" not in log and "C7510" not in log, "ptxas serialised the wgmmas:\n" + log[-2000:]
