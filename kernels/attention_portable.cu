@@ -45,7 +45,7 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 
-#include "sm80_instructions.cuh"
+#include "tk/sm80_instructions.cuh"
 #include "attention_params.h"
 
 namespace {
@@ -136,7 +136,7 @@ __device__ __forceinline__ bf16* head_ptr_mut(const AttentionTensor& t, int b, i
 }
 
 // ============================== forward ================================================
-// Grid: (query tiles, B * H). Block: 4 warps, 64 query rows. Shared: Q tile, 2 x (K, V) tiles.
+// Grid: (B * H, query tiles). Block: 4 warps, 64 query rows. Shared: Q tile, 2 x (K, V) tiles.
 template <int D, bool CAUSAL>
 __global__ void __launch_bounds__(THREADS)
 attention_forward_kernel(const AttentionForwardParams p) {
@@ -146,9 +146,10 @@ attention_forward_kernel(const AttentionForwardParams p) {
     bf16* v_tiles = k_tiles + 2 * TILE * D;  // [2][TILE * D]
 
     const int T = p.shape.seq_len;
-    const int bh = blockIdx.y, b = bh / p.shape.heads, h = bh % p.shape.heads;
-    // Causal blocks near the end of the sequence have the most work: start those first.
-    const int m0 = (CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * TILE;
+    const int bh = blockIdx.x, b = bh / p.shape.heads, h = bh % p.shape.heads;
+    // Blocks start in order of blockIdx (x fastest). Causal tiles near the end of the sequence
+    // have the most work, so they go first, for every head.
+    const int m0 = (CAUSAL ? gridDim.y - 1 - blockIdx.y : blockIdx.y) * TILE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int warp_row0 = m0 + 16 * warp;  // this warp's first query row
 
@@ -286,7 +287,7 @@ attention_backward_rowsum_kernel(const AttentionBackwardParams p) {
 }
 
 // Kernel 2: dK, dV for 64 rows of K/V per block, and this block's share of dQ.
-// Grid: (K/V tiles, B * H). Shared: K, V tiles; 2 x (Q, dO) tiles with their LSE and D; dS.
+// Grid: (B * H, K/V tiles). Shared: K, V tiles; 2 x (Q, dO) tiles with their LSE and D; dS.
 template <int D, bool CAUSAL>
 __global__ void __launch_bounds__(THREADS)
 attention_backward_kernel(const AttentionBackwardParams p) {
@@ -300,8 +301,8 @@ attention_backward_kernel(const AttentionBackwardParams p) {
     float* rowsum_tiles = lse_tiles + 2 * TILE;                          // [2][TILE]
 
     const int T = p.shape.seq_len;
-    const int bh = blockIdx.y, b = bh / p.shape.heads, h = bh % p.shape.heads;
-    const int n0 = blockIdx.x * TILE;  // this block's keys; causal: low n0 = most work, started first
+    const int bh = blockIdx.x, b = bh / p.shape.heads, h = bh % p.shape.heads;
+    const int n0 = blockIdx.y * TILE;  // this block's keys; causal: low n0 = most work, started first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int warp_key0 = n0 + 16 * warp;
 
@@ -464,7 +465,7 @@ cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream)
     const int smem = forward_smem_bytes(D);
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
-    dim3 grid((p.shape.seq_len + TILE - 1) / TILE, p.shape.batch * p.shape.heads);
+    dim3 grid(p.shape.batch * p.shape.heads, (p.shape.seq_len + TILE - 1) / TILE);
     kernel<<<grid, THREADS, smem, stream>>>(p);
     return cudaGetLastError();
 }
@@ -481,7 +482,7 @@ cudaError_t launch_backward(const AttentionBackwardParams& p, cudaStream_t strea
     const int smem = backward_smem_bytes(D);
     if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess)
         return err;
-    dim3 grid((p.shape.seq_len + TILE - 1) / TILE, p.shape.batch * p.shape.heads);
+    dim3 grid(p.shape.batch * p.shape.heads, (p.shape.seq_len + TILE - 1) / TILE);
     kernel<<<grid, THREADS, smem, stream>>>(p);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
 

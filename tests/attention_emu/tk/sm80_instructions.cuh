@@ -1,4 +1,4 @@
-// tests/attention_emu/sm80_instructions.cuh: CPU emulation of tk/sm80_instructions.cuh, with
+// tests/attention_emu/tk/sm80_instructions.cuh: CPU emulation of tk/sm80_instructions.cuh, with
 // the same names and the PTX fragment layouts (hopper-facts.md section 1) written out as loops.
 #pragma once
 #include <cstdint>

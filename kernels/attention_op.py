@@ -1,0 +1,264 @@
+"""tk flash attention, the Python half: backends, custom ops, autograd, the support check.
+
+(Named attention_op.py, not attention.py: a submodule kernels.attention would replace the
+function kernels.attention() that model.py calls, because importing a submodule sets it as an
+attribute of its package. kernels/__init__.py imports this module with the other op modules.)
+
+Read after kernels/__init__.py (the switch) and kernels/layernorm.py (the op-module pattern this
+file follows). The portable kernel is kernels/attention_portable.cu (read it first: its opening
+comment explains the algorithm); its input checks are in kernels/attention_bindings.cpp.
+
+Backends. More than one kernel computes the same thing: the portable one (mma.sync, sm_80+)
+and a Hopper one (wgmma + TMA, sm_90a, kernels/attention_hopper.cu). All take and return the
+same tensors: o (B, H, T, D) bf16 laid out as (B, T, H, D), and lse (B, H, T) fp32 in natural
+log. So the forward and the backward may even come from different backends. A backend is
+registered with `register_backend(Backend(...), prefer=True|False)`; for each call the first
+backend (in order of preference) that can take the inputs runs. `set_backend(name)` or the
+environment variable TK_ATTENTION_BACKEND=<name> pins one (tests and bench.py use this).
+
+The ops: `tk::attention_fwd(q, k, v, causal, scale, fwd_backend, bwd_backend) -> (o, lse)`
+with `register_fake` and `register_autograd` (its backward is the op `tk::attention_bwd`), so
+torch.compile traces through them and DDP sees ordinary autograd. Nothing builds at import.
+"""
+import math
+import os
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor
+
+from . import _preflight_checks, register_tk
+from .build import LazyExtension
+
+HEAD_DIMS = (64, 128)
+
+_portable = LazyExtension("tk_attention", ["attention_portable.cu", "attention_bindings.cpp"])
+
+
+# ---- 1. backends -----------------------------------------------------------------------------
+
+@dataclass
+class Backend:
+    name: str
+    # (q, causal, scale) -> None, or the reason this backend cannot run here. Called after the
+    # common checks of `why_not` below passed (CUDA, bf16, shapes, head_dim), so it only checks
+    # what is its own (GPU architecture, its build, its extra limits).
+    why_not: Callable
+    forward: Optional[Callable] = None    # (q, k, v, causal, scale) -> (o, lse)
+    backward: Optional[Callable] = None   # (grad_out, q, k, v, o, lse, causal, scale) -> (dq, dk, dv)
+
+
+BACKENDS = {}          # name -> Backend, most preferred first
+_pinned = os.environ.get("TK_ATTENTION_BACKEND", "auto")
+
+
+def register_backend(backend, prefer=False):
+    """Add a backend; `prefer=True` puts it before the ones already registered."""
+    others = {name: b for name, b in BACKENDS.items() if name != backend.name}
+    BACKENDS.clear()
+    if prefer:
+        BACKENDS[backend.name] = backend
+    BACKENDS.update(others)
+    if not prefer:
+        BACKENDS[backend.name] = backend
+
+
+def set_backend(name="auto"):
+    """Pin a backend by name ('portable', 'hopper', ...) or go back to 'auto'. Returns the old one."""
+    global _pinned
+    if name != "auto" and name not in BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}; registered: {', '.join(BACKENDS)} (or 'auto')")
+    old, _pinned = _pinned, name
+    return old
+
+
+def _choose(q, causal, scale, direction):
+    """(name, None) of the backend that runs `direction` ('forward' | 'backward'), or (None, reason)."""
+    names = list(BACKENDS) if _pinned == "auto" else [_pinned]
+    if direction == "backward" and _pinned != "auto" and BACKENDS[_pinned].backward is None:
+        names = list(BACKENDS)   # a pinned forward-only backend borrows any backward (same lse)
+    reasons = []
+    for name in names:
+        backend = BACKENDS[name]
+        if getattr(backend, direction) is None:
+            continue
+        reason = backend.why_not(q, causal, scale)
+        if reason is None:
+            return name, None
+        reasons.append(f"{name}: {reason}")
+    return None, "; ".join(reasons) or f"no attention backend implements the {direction} pass"
+
+
+@torch.compiler.assume_constant_result
+def _portable_build_reason():
+    # Under torch.compile this runs once at trace time and becomes a constant: the build
+    # (file locks, nvcc) is never traced.
+    return _portable.why_not()
+
+
+@torch.compiler.assume_constant_result
+def device_capability(index):
+    """(major, minor) of CUDA device `index`; a constant under torch.compile."""
+    return torch.cuda.get_device_capability(index)
+
+
+def _portable_why_not(q, causal, scale):
+    if not torch.cuda.is_available():
+        return "no CUDA device is available"
+    major, minor = device_capability(q.device.index or 0)
+    if major < 8:
+        return f"needs an sm_80 or newer GPU (mma.sync bf16); this one is sm_{major}{minor}"
+    return _portable_build_reason()
+
+
+def _portable_forward(q, k, v, causal, scale):
+    o, lse = _portable.module.forward(q, k, v, causal, scale)
+    return o, lse
+
+
+def _portable_backward(grad_out, q, k, v, o, lse, causal, scale):
+    dq, dk, dv = _portable.module.backward(grad_out, q, k, v, o, lse, causal, scale)
+    return dq, dk, dv
+
+
+register_backend(Backend("portable", _portable_why_not, _portable_forward, _portable_backward))
+
+
+# ---- 2. the custom ops -------------------------------------------------------------------------
+
+def _empty_bthd(q):
+    """(B, H, T, D) laid out as (B, T, H, D), exactly as the bindings allocate o, dq, dk, dv."""
+    B, H, T, D = q.shape
+    return q.new_empty(B, T, H, D).transpose(1, 2)
+
+
+@torch.library.custom_op("tk::attention_fwd", mutates_args=())
+def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, fwd_backend: str,
+                  bwd_backend: str) -> tuple[Tensor, Tensor]:
+    """softmax(scale q k^T [causal mask]) v. Returns (o, lse); bwd_backend is kept for the backward."""
+    o, lse = BACKENDS[fwd_backend].forward(q, k, v, causal, scale)
+    return o, lse
+
+
+@attention_fwd.register_fake
+def _(q, k, v, causal, scale, fwd_backend, bwd_backend):
+    B, H, T, _ = q.shape
+    return _empty_bthd(q), q.new_empty(B, H, T, dtype=torch.float32)
+
+
+@torch.library.custom_op("tk::attention_bwd", mutates_args=())
+def attention_bwd(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, causal: bool,
+                  scale: float, backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) from the forward's o and lse (P is recomputed, never stored)."""
+    dq, dk, dv = BACKENDS[backend].backward(grad_out, q, k, v, o, lse, causal, scale)
+    return dq, dk, dv
+
+
+@attention_bwd.register_fake
+def _(grad_out, q, k, v, o, lse, causal, scale, backend):
+    return _empty_bthd(q), _empty_bthd(q), _empty_bthd(q)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, scale, _, bwd_backend = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.causal, ctx.scale, ctx.bwd_backend = causal, scale, bwd_backend
+
+
+def _backward(ctx, grad_out, _grad_lse):
+    # lse is an internal by-product: its gradient is ignored (it is never used in a loss).
+    q, k, v, o, lse = ctx.saved_tensors
+    if ctx.bwd_backend == "":
+        raise RuntimeError("tk attention: no backend can run the backward pass for these inputs "
+                           "(see kernels.attention.why_not); use --kernels_attention=torch")
+    dq, dk, dv = attention_bwd(_kernel_layout(grad_out), q, k, v, o, lse, ctx.causal, ctx.scale, ctx.bwd_backend)
+    return dq, dk, dv, None, None, None, None
+
+
+attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ---- 3. the public op, with the same signature as reference.attention --------------------------
+
+def _kernel_layout(t):
+    """t itself if the kernels can read it in place (last dim contiguous, 16-byte rows), else a
+    contiguous copy. Views of the c_attn output (B, T, 3, H, D) need no copy."""
+    # (storage_offset, not data_ptr: it also exists under torch.compile's fake tensors; torch's
+    # allocations are 512-byte aligned, and the bindings check the real pointer anyway.)
+    ok = t.stride(-1) == 1 and t.storage_offset() % 8 == 0 and all(s % 8 == 0 for s in t.stride()[:-1])
+    return t if ok else t.contiguous()
+
+
+def attention(q, k, v, causal=True, dropout_p=0.0, scale=None):
+    """Scaled dot-product attention on (B, H, T, D) bf16 tensors, causal by default."""
+    if dropout_p:
+        raise ValueError(f"tk attention has no dropout on the attention probabilities (dropout_p={dropout_p}); "
+                         "set attn_dropout=0 or use --kernels_attention=torch")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    fwd_backend, reason = _choose(q, causal, scale, "forward")
+    if fwd_backend is None:
+        raise RuntimeError(f"tk attention cannot run here: {reason}")
+    bwd_backend, _ = _choose(q, causal, scale, "backward")
+    o, _ = attention_fwd(_kernel_layout(q), _kernel_layout(k), _kernel_layout(v), bool(causal), scale,
+                         fwd_backend, bwd_backend or "")
+    return o
+
+
+# ---- 4. the support check and registration ----------------------------------------------------
+
+def why_not(q, k, v, causal=True, dropout_p=0.0, scale=None):
+    """None if a tk attention kernel can run on these inputs, else the reason it cannot."""
+    if dropout_p:
+        return f"dropout on the attention probabilities (dropout_p={dropout_p}) is not supported by the tk kernel"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor):
+            return f"{name} is not a tensor"
+        if not t.is_cuda:
+            return f"{name} is on {t.device.type}; the tk kernel needs CUDA tensors"
+        if t.dtype != torch.bfloat16:
+            return f"{name} is {t.dtype}; the tk kernel takes bfloat16 (train with dtype=bfloat16)"
+        if t.dim() != 4:
+            return f"{name} has {t.dim()} dimensions; the tk kernel takes (batch, heads, seq, head_dim)"
+    if not (q.shape == k.shape == v.shape):
+        return f"q, k, v shapes differ ({tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}); the tk kernel needs equal shapes"
+    if not (q.device == k.device == v.device):
+        return "q, k, v are on different devices"
+    B, H, T, D = q.shape
+    if D not in HEAD_DIMS:
+        return f"head_dim {D} is not supported (the tk kernel takes {' or '.join(map(str, HEAD_DIMS))})"
+    if B * H * T == 0:
+        return "the inputs are empty"
+    if T > 65535 * 64:
+        return f"sequence length {T} is longer than the kernel's grid allows ({65535 * 64})"
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        return f"scale={scale} is not a finite positive number"
+    s = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    for direction in ("forward", "backward") if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)) else ("forward",):
+        name, reason = _choose(q, causal, s, direction)
+        if name is None:
+            return f"no backend for the {direction} pass ({reason})"
+    return None
+
+
+def preflight(batch_size, block_size, n_embd, n_head, dtype, device, attn_dropout=0.0, **_):
+    """Start-up check for the configured model; builds the extension now, not mid-step."""
+    if not str(device).startswith("cuda"):
+        return f"device={device}; the tk kernel needs CUDA"
+    if attn_dropout and attn_dropout > 0:
+        return f"attn_dropout={attn_dropout}: the tk kernel has no dropout on attention probabilities"
+    if dtype != torch.bfloat16:
+        return f"dtype={dtype}; the tk kernel takes bfloat16 activations"
+    if n_embd % n_head or n_embd // n_head not in HEAD_DIMS:
+        return f"head size n_embd/n_head = {n_embd}/{n_head} is not {' or '.join(map(str, HEAD_DIMS))}"
+    q = torch.empty(1, 1, 1, n_embd // n_head, device=device, dtype=torch.bfloat16)
+    for direction in ("forward", "backward"):
+        name, reason = _choose(q, True, 1.0, direction)
+        if name is None:
+            return f"no backend for the {direction} pass ({reason})"
+    return None
+
+
+register_tk("attention", attention, why_not)
+_preflight_checks["attention"] = preflight

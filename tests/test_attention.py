@@ -1,0 +1,282 @@
+"""tk attention: the portable kernel against a float64 reference (GPU), and the dispatch rules (CPU).
+
+GPU tests skip without CUDA. Every GPU case draws fresh random q, k, v, dO as strided views of one
+(B, T, 3, H, D) tensor (what the model's c_attn produces), scaled so the logits are large (std
+about 6, so the softmax is peaked), and poisons the memory the kernel's outputs will land in
+before each run (see `poison`), so an element the kernel forgets to write shows up as NaN.
+Tolerances are relative Frobenius-norm errors: bf16 outputs land near 4e-3.
+"""
+import math
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import kernels  # noqa: E402
+from kernels import attention_op as A  # noqa: E402
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+BACKEND = os.environ.get("TK_ATTENTION_TEST_BACKEND", "portable")
+
+
+@pytest.fixture(autouse=True)
+def _switch():
+    old = kernels.choice()
+    yield
+    kernels.configure(old["attention"], old["attention"], old["layernorm"], old["mlp"])
+
+
+def qkv_views(B, H, T, D, sigma=2.5, seed=0, requires_grad=False):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    qkv = torch.randn(B, T, 3, H, D, device="cuda", generator=g)
+    qkv[:, :, :2] *= sigma                    # q and k: logits scale * q.k have std sigma^2
+    qkv = qkv.to(torch.bfloat16).requires_grad_(requires_grad)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4)      # (B, H, T, D) views, strides (T3HD, D, 3HD, 1)
+    return qkv, q, k, v
+
+
+def reference(q, k, v, causal, scale, grad_out=None):
+    """float64 attention (and its gradients if grad_out is given) on the same bf16 inputs."""
+    q64, k64, v64 = (t.detach().double().requires_grad_(grad_out is not None) for t in (q, k, v))
+    s = scale * q64 @ k64.transpose(-1, -2)
+    if causal:
+        T = q.shape[2]
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    o = torch.softmax(s, dim=-1) @ v64
+    grads = None
+    if grad_out is not None:
+        grads = torch.autograd.grad(o, (q64, k64, v64), grad_out.double())
+    return o.detach(), lse.detach(), grads
+
+
+def rel_err(ref, got):
+    got = got.double()
+    assert torch.isfinite(got).all(), "non-finite values in the kernel's output"
+    return ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def poison(B, H, T, D):
+    """Fill the caching allocator's free blocks of the sizes the kernel allocates with NaN, so
+    the outputs (taken with at::empty inside the bindings) start out as NaN, not as zeros."""
+    sizes = [B * H * T * D] * 3 + [B * H * T] * 2 + [B * H * T * D * 2]  # bf16 o/dq/dk/dv, fp32 lse/rowsum, fp32 dq_accum
+    blocks = [torch.full((n,), float("nan"), device="cuda", dtype=torch.bfloat16) for n in sizes for _ in range(2)]
+    del blocks
+
+
+CASES = [  # (B, H, T, D, causal)
+    (1, 1, 1, 64, True), (2, 3, 17, 64, True), (1, 2, 64, 64, True), (2, 1, 255, 64, True),
+    (1, 3, 256, 64, True), (1, 2, 1000, 64, True), (2, 2, 1024, 64, True), (1, 1, 4096, 64, True),
+    (1, 1, 1, 128, True), (1, 2, 17, 128, True), (2, 1, 255, 128, True), (1, 2, 256, 128, True),
+    (1, 1, 1000, 128, True), (1, 2, 1024, 128, True),
+    (1, 2, 17, 64, False), (2, 1, 255, 64, False), (1, 1, 1000, 128, False), (1, 2, 64, 128, False),
+]
+
+
+@cuda
+@pytest.mark.parametrize("B,H,T,D,causal", CASES)
+def test_forward_backward_vs_float64(B, H, T, D, causal):
+    A.set_backend(BACKEND)
+    try:
+        qkv, q, k, v = qkv_views(B, H, T, D, seed=T * D + B, requires_grad=True)
+        scale = 1.0 / math.sqrt(D)
+        grad_out = torch.randn(B, H, T, D, device="cuda").to(torch.bfloat16)
+        o_ref, lse_ref, (dq_ref, dk_ref, dv_ref) = reference(q, k, v, causal, scale, grad_out)
+
+        poison(B, H, T, D)
+        o, lse = A.attention_fwd(q, k, v, causal, scale, BACKEND, BACKEND)
+        assert o.shape == (B, H, T, D) and o.dtype == torch.bfloat16 and lse.shape == (B, H, T)
+        assert rel_err(o_ref, o) < 1e-2
+        assert rel_err(lse_ref, lse) < 1e-4
+
+        poison(B, H, T, D)
+        o.backward(grad_out)
+        dq, dk, dv = qkv.grad.permute(2, 0, 3, 1, 4)
+        assert rel_err(dv_ref, dv) < 2e-2
+        if T == 1:   # one key: softmax is 1 and dq = dk = 0 exactly; only their size can be checked
+            assert dq.abs().max() < 1e-2 and dk.abs().max() < 1e-2
+        else:
+            assert rel_err(dq_ref, dq) < 2e-2
+            assert rel_err(dk_ref, dk) < 2e-2
+    finally:
+        A.set_backend("auto")
+
+
+@cuda
+def test_explicit_scale_and_contiguous_inputs():
+    B, H, T, D = 2, 2, 300, 64
+    _, q, k, v = qkv_views(B, H, T, D, sigma=1.0, seed=7)
+    q, k, v = (t.contiguous() for t in (q, k, v))   # plain (B, H, T, D) strides too
+    o = A.attention(q, k, v, causal=True, scale=0.3)
+    o_ref, _, _ = reference(q, k, v, True, 0.3)
+    assert rel_err(o_ref, o) < 1e-2
+
+
+@cuda
+def test_unaligned_strides_are_copied_not_refused():
+    # head_dim not contiguous (a transposed view): the Python wrapper makes a contiguous copy.
+    B, H, T, D = 1, 2, 65, 64
+    _, q, k, v = qkv_views(B, H, T, D, sigma=1.0, seed=3)
+    qt = q.transpose(-1, -2).contiguous().transpose(-1, -2)
+    assert qt.stride(-1) != 1
+    o = A.attention(qt, k, v)
+    o_ref, _, _ = reference(q, k, v, True, 1 / 8)
+    assert rel_err(o_ref, o) < 1e-2
+
+
+@cuda
+def test_output_layout_makes_the_model_reshape_free():
+    _, q, k, v = qkv_views(2, 3, 40, 64, seed=1)
+    o = A.attention(q, k, v)
+    assert o.transpose(1, 2).is_contiguous()   # (B, T, H, D) memory: reshape(B, T, C) is a view
+
+
+@cuda
+def test_bad_inputs_give_clear_errors():
+    _, q, k, v = qkv_views(1, 2, 32, 64, seed=2)
+    ext = A._portable.module
+    with pytest.raises(ValueError, match="k must be bfloat16"):
+        ext.forward(q, k.half(), v, True, 0.125)
+    with pytest.raises(ValueError, match="v has shape"):
+        ext.forward(q, k, v[:, :, :16], True, 0.125)
+    with pytest.raises(ValueError, match="q must be a CUDA tensor"):
+        ext.forward(q.cpu(), k, v, True, 0.125)
+    with pytest.raises(ValueError, match="head_dim of q is 32"):
+        ext.forward(q[..., :32], k[..., :32], v[..., :32], True, 0.125)
+    with pytest.raises(ValueError, match="k must be contiguous in its last"):
+        ext.forward(q, k.transpose(-1, -2).contiguous().transpose(-1, -2), v, True, 0.125)
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        ext.forward(q, k, v[:, :, :, :].as_strided(v.shape, (v.stride(0), v.stride(1), v.stride(2) - 4, 1)), True, 0.125)
+    with pytest.raises(ValueError, match="scale must be"):
+        ext.forward(q, k, v, True, float("nan"))
+    with pytest.raises(ValueError, match="lse must be float32"):
+        ext.backward(q, q, k, v, q, torch.zeros(1, 2, 32, device="cuda", dtype=torch.half), True, 0.125)
+    kernels.configure("tk")
+    with pytest.raises(kernels.KernelUnavailable, match="float32"):
+        kernels.attention(q.float(), k.float(), v.float())
+    with pytest.raises(kernels.KernelUnavailable, match="dropout"):
+        kernels.attention(q, k, v, dropout_p=0.1)
+
+
+@cuda
+def test_opcheck():
+    _, q, k, v = qkv_views(1, 2, 70, 64, seed=4, requires_grad=True)
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    torch.library.opcheck(A.attention_fwd, (q, k, v, True, 0.125, BACKEND, BACKEND))
+    o, lse = A.attention_fwd(q, k, v, True, 0.125, BACKEND, BACKEND)
+    g = torch.randn_like(o)
+    torch.library.opcheck(A.attention_bwd, (g, q.detach(), k.detach(), v.detach(), o.detach(), lse, True, 0.125, BACKEND))
+
+
+@cuda
+def test_torch_compile_of_a_module_using_it():
+    class Attn(torch.nn.Module):
+        def __init__(self, C=128, H=2):
+            super().__init__()
+            self.c_attn, self.H = torch.nn.Linear(C, 3 * C), H
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = self.c_attn(x).view(B, T, 3, self.H, C // self.H).permute(2, 0, 3, 1, 4)
+            return kernels.attention(q, k, v, causal=True).transpose(1, 2).reshape(B, T, C)
+
+    kernels.configure("tk")
+    torch.manual_seed(0)
+    m = Attn().cuda().to(torch.bfloat16)
+    x = torch.randn(2, 77, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    y_eager = m(x)
+    y_eager.float().square().sum().backward()
+    g_eager = x.grad.clone()
+    x.grad = None
+    compiled = torch.compile(m, backend="aot_eager", fullgraph=True)
+    y = compiled(x)
+    y.float().square().sum().backward()
+    assert rel_err(y_eager.double(), y) < 1e-6
+    assert rel_err(g_eager.double(), x.grad) < 1e-6
+
+
+@cuda
+def test_model_loss_and_grads_tk_vs_torch():
+    import model as M
+    cfg = M.GPTConfig(block_size=128, vocab_size=256, n_layer=2, n_head=2, n_embd=128, dropout=0.0, bias=True)
+    idx = torch.randint(0, 256, (4, 100), device="cuda")
+    results = {}
+    for choice in ("torch", "tk"):
+        kernels.configure("torch", attention=choice)
+        kernels.reset_used()
+        torch.manual_seed(0)
+        net = M.GPT(cfg).cuda()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            _, loss = net(idx, idx)
+        loss.backward()
+        assert kernels.used()["attention"] == choice
+        results[choice] = (loss.item(), {n: p.grad.double() for n, p in net.named_parameters() if p.grad is not None})
+    (loss_t, grads_t), (loss_k, grads_k) = results["torch"], results["tk"]
+    assert abs(loss_t - loss_k) < 1e-2 * abs(loss_t)
+    for name, g in grads_t.items():
+        assert rel_err(g, grads_k[name]) < 3e-2, name
+
+
+# ---- CPU: dispatch rules (run everywhere) ------------------------------------------------------
+
+def cpu_qkv(D=64, dtype=torch.bfloat16):
+    q = torch.randn(1, 2, 5, D, dtype=dtype)
+    return q, q.clone(), q.clone()
+
+
+def test_why_not_reasons():
+    q, k, v = cpu_qkv()
+    assert "needs CUDA" in A.why_not(q, k, v)
+    assert "dropout" in A.why_not(q, k, v, dropout_p=0.1)
+    if torch.cuda.is_available():
+        q, k, v = (t.cuda() for t in cpu_qkv(D=96))
+        assert "head_dim 96" in A.why_not(q, k, v)
+        q, k, v = (t.cuda() for t in cpu_qkv(dtype=torch.float32))
+        assert "float32" in A.why_not(q, k, v)
+        q, k, v = (t.cuda() for t in cpu_qkv())
+        assert "shapes differ" in A.why_not(q, k[:, :, :3], v)
+        assert "scale" in A.why_not(q, k, v, scale=-1.0)
+
+
+def test_switch_auto_falls_back_and_tk_refuses_on_cpu():
+    q, k, v = cpu_qkv()
+    kernels.configure("auto")
+    kernels.reset_used()
+    out = kernels.attention(q, k, v, causal=True)
+    assert kernels.used()["attention"] == "torch" and out.shape == q.shape
+    kernels.configure("tk")
+    with pytest.raises(kernels.KernelUnavailable, match="needs CUDA"):
+        kernels.attention(q, k, v, causal=True)
+
+
+def test_preflight_reasons():
+    assert "needs CUDA" in A.preflight(8, 256, 384, 6, torch.bfloat16, "cpu")
+    assert "attn_dropout" in A.preflight(8, 256, 384, 6, torch.bfloat16, "cuda", attn_dropout=0.2)
+    assert "bfloat16" in A.preflight(8, 256, 384, 6, torch.float16, "cuda")
+    assert "head size" in A.preflight(8, 256, 384, 4, torch.bfloat16, "cuda")   # 96
+
+
+def test_backend_table_order_and_pinning():
+    saved = dict(A.BACKENDS)
+    try:
+        A.register_backend(A.Backend("fast", lambda q, c, s: "not on this GPU", forward=lambda *a: None), prefer=True)
+        assert list(A.BACKENDS)[0] == "fast"
+        q = torch.empty(1, 1, 1, 64, device="cuda" if torch.cuda.is_available() else "cpu")
+        name, reason = A._choose(q, True, 0.125, "forward")
+        if torch.cuda.is_available():
+            assert name == "portable"        # "fast" declined, the next one runs
+        else:
+            assert name is None and "fast: not on this GPU" in reason and "portable: no CUDA" in reason
+        with pytest.raises(ValueError, match="unknown attention backend"):
+            A.set_backend("nope")
+        A.set_backend("fast")
+        # a pinned forward-only backend borrows the backward of another backend
+        assert A._choose(q, True, 0.125, "forward") == (None, "fast: not on this GPU")
+        name, reason = A._choose(q, True, 0.125, "backward")
+        assert name == "portable" if torch.cuda.is_available() else "portable: no CUDA" in reason
+    finally:
+        A.set_backend("auto")
+        A.BACKENDS.clear()
+        A.BACKENDS.update(saved)
