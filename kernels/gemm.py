@@ -1,0 +1,144 @@
+"""GEMM on tk: C = A·B for the three products of a linear layer, in four lesson steps.
+
+    from kernels.gemm import matmul
+    y  = matmul(x, W.t())          # y = x·Wᵀ   (nn.Linear forward)
+    dx = matmul(dy, W)             # dx = dy·W
+    dW = matmul(dy.t(), x)         # dW = dyᵀ·x (reduction over tokens: split-K)
+
+Arguments are bf16 CUDA matrices, A: M x K and B: K x N, given as torch gives them (plain or
+transposed views); the layout each operand really has in memory is read from its strides and
+passed to the kernel, which reads it in place (step 4) — no transposed copies. Output is bf16
+(like torch.matmul) or fp32 (out_dtype=torch.float32), accumulated in fp32 either way.
+Any M (the tail is handled inside the kernels); N and K must be multiples of 16.
+
+Steps (kernels/gemm_<n>_*.cu; what each changes and buys is in its header and kernels/NOTES.md):
+  1 warp mma.sync from global memory    3 wgmma fed by TMA
+  2 shared tiles + cp.async pipeline     4 warp-specialized, persistent, TMA-store epilogue
+Steps 1-3 take only the x·Wᵀ layout: other products are given to them as transposed copies.
+Step 4 adds the fused epilogue (bias, GELU) and split-K for products with few output tiles.
+"""
+import torch
+
+from .build import LazyExtension
+
+_ext = LazyExtension("tk_gemm", ["gemm_bindings.cpp", "gemm_1_warp_mma.cu", "gemm_2_cp_async.cu",
+                                  "gemm_3_wgmma_tma.cu", "gemm_4_warp_specialized.cu"], hopper=True)
+
+STEPS = (1, 2, 3, 4)
+TILE_M, TILE_N, TILE_K = 128, 256, 64      # step 4's CTA tile (kernels/gemm_4_warp_specialized.cu)
+
+
+def why_not():
+    """None if the GEMM extension is (or can be) loaded here, else the reason."""
+    return _ext.why_not()
+
+
+def _row_major(t):
+    """Dense rows: t[i][j] at i*cols + j (a plain contiguous matrix)."""
+    return t.stride(1) == 1 and t.stride(0) == t.size(1)
+
+
+def _col_major(t):
+    """Dense columns: t[i][j] at j*rows + i (the transpose view of a contiguous matrix)."""
+    return t.stride(0) == 1 and t.stride(1) == t.size(0)
+
+
+def _aligned(t):
+    return t.data_ptr() % 16 == 0
+
+
+def choose_splits(M, N, K, num_sms, epilogue=False):
+    """Split-K factor for step 4. Few output tiles (the weight gradient: 768 x 3072 is 72 tiles
+    for 132 SMs) leave SMs idle, so the K range is cut into `splits` pieces whose fp32 partials
+    are reduce-added by TMA. Model: time ~ waves x (k-tiles per unit + the epilogue, worth about
+    3 k-tiles when it reduce-adds fp32); pick the cheapest."""
+    tiles = -(-M // TILE_M) * -(-N // TILE_N)
+    k_tiles = -(-K // TILE_K)
+    if epilogue or tiles >= 2 * num_sms or k_tiles < 16:
+        return 1
+    best, best_cost = 1, None
+    for s in range(1, min(16, k_tiles // 8) + 1):
+        waves = -(-tiles * s // num_sms)
+        cost = waves * (k_tiles / s + (3 if s > 1 else 1))
+        if best_cost is None or cost < best_cost - 1e-9:
+            best, best_cost = s, cost
+    return best
+
+
+def check(a, b):
+    """None if matmul can take these operands, else what is wrong and what to do."""
+    if not (torch.is_tensor(a) and torch.is_tensor(b)):
+        return "a and b must be tensors"
+    if a.dim() != 2 or b.dim() != 2:
+        return f"a and b must be 2-D matrices (got {a.dim()}-D and {b.dim()}-D); flatten leading dims first"
+    if a.dtype != torch.bfloat16 or b.dtype != torch.bfloat16:
+        return f"a and b must be bfloat16 (got {a.dtype} and {b.dtype})"
+    if not (a.is_cuda and b.is_cuda) or a.device != b.device:
+        return "a and b must be on the same CUDA device"
+    if a.shape[1] != b.shape[0]:
+        return f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}"
+    M, K, N = a.shape[0], a.shape[1], b.shape[1]
+    if N % 16 or K % 16:
+        return f"N and K must be multiples of 16 (got M={M}, K={K}, N={N}); pad the weight to a multiple of 16"
+    if M == 0:
+        return "M must be at least 1"
+    return None
+
+
+def matmul(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, splits=None, out=None):
+    """C = A·B (then + bias, then GELU(tanh)) with GEMM step `step`; see the module docstring.
+    `out`: an optional contiguous M x N tensor of out_dtype to write into (returned)."""
+    problem = check(a, b)
+    if problem:
+        raise ValueError(f"kernels.gemm.matmul: {problem}")
+    if step not in STEPS:
+        raise ValueError(f"kernels.gemm.matmul: step must be one of {STEPS} (got {step})")
+    if out_dtype not in (torch.bfloat16, torch.float32):
+        raise ValueError(f"kernels.gemm.matmul: out_dtype must be torch.bfloat16 or torch.float32 (got {out_dtype})")
+    epilogue = bias is not None or gelu
+    if epilogue and step != 4:
+        raise ValueError("kernels.gemm.matmul: bias and gelu are fused only in step 4")
+    if bias is not None and (bias.dtype != torch.bfloat16 or bias.dim() != 1 or bias.numel() != b.shape[1]):
+        raise ValueError(f"kernels.gemm.matmul: bias must be a bfloat16 vector of length N={b.shape[1]}")
+    M, K, N = a.shape[0], a.shape[1], b.shape[1]
+    ext = _ext.module
+
+    # How each operand sits in memory. A: [M][K] (K-major) or [K][M] (M-major, a = t.t());
+    # B: [N][K] (K-major, b = W.t()) or [K][N] (N-major). Anything else becomes a copy.
+    if step == 4 and M % 16 == 0 and _col_major(a) and not _row_major(a):
+        a_store, a_mn = a.t(), True
+    else:
+        a_store, a_mn = a.contiguous(), False
+    if _col_major(b) and not _row_major(b):   # b = W.t(): W [N][K] contiguous
+        b_store, b_mn = b.t(), False
+    elif step == 4:
+        b_store, b_mn = b.contiguous(), True
+    else:
+        b_store, b_mn = b.t().contiguous(), False
+    if step == 4 and a_mn and not b_mn:         # the one pairing step 4 does not instantiate
+        b_store, b_mn = b.contiguous(), True
+    # TMA wants 16-byte aligned bases (a view into the middle of a tensor may not be)
+    a_store = a_store if _aligned(a_store) else a_store.clone()
+    b_store = b_store if _aligned(b_store) else b_store.clone()
+    if step == 2 and K % 32:                    # step 2 moves K in 32-wide tiles: pad with zeros
+        pad = 32 - K % 32
+        a_store = torch.nn.functional.pad(a_store, (0, pad))
+        b_store = torch.nn.functional.pad(b_store, (0, pad))
+
+    if step == 4 and splits is None:
+        splits = choose_splits(M, N, K, torch.cuda.get_device_properties(a.device).multi_processor_count, epilogue)
+    splits = splits or 1
+    if splits > 1 and epilogue:
+        raise ValueError("kernels.gemm.matmul: split-K cannot fuse bias/gelu (they would be applied once per split)")
+    if out is not None and (out.shape != (M, N) or out.dtype != out_dtype or not out.is_contiguous()
+                            or out.device != a.device):
+        raise ValueError(f"kernels.gemm.matmul: out must be a contiguous {out_dtype} tensor of shape ({M}, {N}) on {a.device}")
+    if splits > 1:                              # fp32 partials are reduce-added into zeros
+        c = out.zero_() if out is not None and out_dtype == torch.float32 else \
+            torch.zeros((M, N), device=a.device, dtype=torch.float32)
+    else:
+        c = out if out is not None else torch.empty((M, N), device=a.device, dtype=out_dtype)
+    ext.run(step, a_store.contiguous(), b_store.contiguous(), c, a_mn, b_mn, bias, gelu, splits)
+    if c.dtype != out_dtype or (out is not None and c is not out):
+        c = out.copy_(c) if out is not None else c.to(out_dtype)
+    return c

@@ -1,0 +1,87 @@
+"""Timing of the GEMM steps against torch.matmul (cuBLAS), interleaved in one run.
+
+    python -m kernels.gemm_bench            # all shapes, 5 trials, prints a table
+    python -m kernels.gemm_bench --quick    # fewer shapes and trials
+
+Each trial times torch.matmul and each step back to back on the same inputs (CUDA events, median
+of `iters` launches after warm-up); the reported ratio is the median over trials of
+tk / torch, because absolute figures drift by 10% between runs on the H200 (shared/docs/anchors.md).
+Shapes are written M x K x N; 'fwd' is y = x·Wᵀ, 'dW' the weight gradient dyᵀ·x of the same layer.
+(bench.py at the top level is engineer B's; this is the GEMM part until it has a registry.)
+"""
+import argparse
+import statistics
+
+import torch
+
+from . import gemm
+
+
+def time_ms(fn, iters):
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(iters):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def cases(quick):
+    """(name, M, K, N, kind); kind 'fwd': A = x [M][K], B = Wᵀ; 'dW': A = dyᵀ, B = x (K = tokens)."""
+    out = [("8192^3", 8192, 8192, 8192, "fwd")]
+    for k_in, n_out in [(768, 3072), (3072, 768), (768, 2304), (768, 768)]:
+        out.append((f"fwd 16384x{k_in}x{n_out}", 16384, k_in, n_out, "fwd"))
+        out.append((f"dW  {n_out}x16384x{k_in}", n_out, 16384, k_in, "dW"))
+    return out[:3] if quick else out
+
+
+def operands(M, K, N, kind):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    r = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)
+    if kind == "fwd":
+        x, W = r(M, K), r(N, K)
+        return x, W.t()
+    dy, x = r(K, M), r(K, N)         # tokens = K
+    return dy.t(), x
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--steps", default="1,2,3,4")
+    args = ap.parse_args()
+    steps = [int(s) for s in args.steps.split(",")]
+    trials = 2 if args.quick else args.trials
+    print(f"GEMM bench on {torch.cuda.get_device_name()}, {trials} interleaved trials, median of {args.iters} launches each")
+    rows = []
+    for name, M, K, N, kind in cases(args.quick):
+        a, b = operands(M, K, N, kind)
+        flop = 2.0 * M * N * K
+        fns = {"torch": lambda: torch.matmul(a, b)}
+        for s in steps:
+            if s < 4 and kind == "dW" and M * N * K > 2**36:
+                continue   # steps 1-3 copy-transpose for dW and are slow; timed at the fwd shapes
+            fns[f"step{s}"] = (lambda s=s: gemm.matmul(a, b, step=s))
+        per = {k: [] for k in fns}
+        for _ in range(trials):
+            for k, fn in fns.items():
+                iters = args.iters if k in ("torch", "step4", "step3") else max(3, args.iters // 4)
+                per[k].append(time_ms(fn, iters))
+        tflops = {k: flop / (statistics.median(v) * 1e-3) / 1e12 for k, v in per.items()}
+        ratio = {k: statistics.median([t / x for t, x in zip(per["torch"], v)]) for k, v in per.items() if k != "torch"}
+        line = f"{name:24s} torch {tflops['torch']:6.0f} TFLOP/s | " + " | ".join(
+            f"{k} {tflops[k]:6.0f} ({ratio[k]:.3f}x)" for k in fns if k != "torch")
+        print(line, flush=True)
+        rows.append((name, tflops, ratio))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

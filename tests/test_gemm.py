@@ -1,0 +1,116 @@
+"""GPU tests of the GEMM steps (kernels/gemm_<n>_*.cu) against torch.matmul in fp32.
+
+Every step at non-square shapes, M tails and GPT-2's shapes, the three products of a linear
+layer (y = x·Wᵀ, dx = dy·W, dW = dyᵀ·x), bf16 and fp32 outputs, poisoned outputs, step 4's
+fused epilogue and split-K, and the errors for bad shapes. Skips without CUDA (CI). Timing is
+in kernels/gemm_bench.py, not here.
+"""
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+if torch.cuda.is_available():
+    from kernels import gemm
+
+
+def rel_err(c, ref):
+    c = c.float()
+    assert not torch.isnan(c).any(), "NaN in the output (unwritten or poisoned element)"
+    return ((c - ref).norm() / ref.norm()).item()
+
+
+def randn(*shape):
+    return torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    reason = gemm.why_not()
+    assert reason is None, reason   # on a GPU machine the extension must build
+
+
+TOL = {torch.bfloat16: 1e-2, torch.float32: 1e-3}   # rel. norm error; bf16 output rounding is ~3e-3
+
+SMALL = [(128, 64, 256), (1, 16, 16), (77, 48, 272), (1000, 320, 528), (300, 1024, 96), (4096, 4096, 4096)]
+GPT2 = [(16384, 768, 3072), (16384, 3072, 768), (16384, 768, 2304), (16384, 768, 768)]
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 4])
+@pytest.mark.parametrize("M,K,N", SMALL + GPT2)
+def test_forward_xWt(step, M, K, N):
+    x, W = randn(M, K), randn(N, K)
+    ref = x.float() @ W.float().t()
+    for dtype in (torch.bfloat16, torch.float32):
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)   # poisoned
+        c = gemm.matmul(x, W.t(), step=step, out_dtype=dtype, out=out)
+        assert c.data_ptr() == out.data_ptr()
+        assert rel_err(c, ref) < TOL[dtype], (step, M, K, N, dtype)
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 4])
+@pytest.mark.parametrize("tokens,n_in,n_out", [(16384, 768, 3072), (16384, 3072, 768), (4096, 768, 2304), (333, 768, 768)])
+def test_backward_products(step, tokens, n_in, n_out):
+    x, W, dy = randn(tokens, n_in), randn(n_out, n_in), randn(tokens, n_out)
+    dx = gemm.matmul(dy, W, step=step)
+    assert rel_err(dx, dy.float() @ W.float()) < TOL[torch.bfloat16]
+    if tokens % 16 == 0:   # the weight gradient reduces over tokens: K must be a multiple of 16
+        for dtype in (torch.bfloat16, torch.float32):
+            out = torch.full((n_out, n_in), float("nan"), device="cuda", dtype=dtype)
+            dW = gemm.matmul(dy.t(), x, step=step, out_dtype=dtype, out=out)
+            assert rel_err(dW, dy.float().t() @ x.float()) < TOL[dtype], (step, dtype)
+
+
+@pytest.mark.parametrize("splits", [1, 2, 5])
+def test_split_k(splits):
+    M, K, N = 384, 2048, 512
+    a, b = randn(M, K), randn(N, K)
+    for a_op, b_op in [(a, b.t()), (a, b.t().contiguous()), (a.t().contiguous().t(), b.t().contiguous())]:
+        c = gemm.matmul(a_op, b_op, splits=splits, out_dtype=torch.float32)
+        assert rel_err(c, a.float() @ b.float().t()) < 1e-3
+
+
+def test_default_splits_are_used_for_weight_gradient():
+    assert gemm.choose_splits(768, 3072, 16384, 132) > 1
+    assert gemm.choose_splits(8192, 8192, 8192, 132) == 1
+
+
+@pytest.mark.parametrize("M", [1, 200, 4096])
+def test_fused_bias_gelu(M):
+    K, N = 768, 3072
+    x, W, bias = randn(M, K), randn(N, K) * 0.05, randn(N)
+    ref = x.float() @ W.float().t() + bias.float()
+    c = gemm.matmul(x, W.t(), bias=bias, out_dtype=torch.float32)
+    assert rel_err(c, ref) < 1e-3
+    c = gemm.matmul(x, W.t(), bias=bias, gelu=True)
+    assert rel_err(c, torch.nn.functional.gelu(ref, approximate="tanh")) < 1e-2
+
+
+def test_bad_inputs_raise_clear_errors():
+    x, W = randn(64, 64), randn(64, 64)
+    with pytest.raises(ValueError, match="multiples of 16"):
+        gemm.matmul(randn(64, 40), randn(40, 64))
+    with pytest.raises(ValueError, match="multiples of 16"):
+        gemm.matmul(x, randn(64, 24))
+    with pytest.raises(ValueError, match="inner dimensions"):
+        gemm.matmul(x, randn(48, 64))
+    with pytest.raises(ValueError, match="bfloat16"):
+        gemm.matmul(x.float(), W.t())
+    with pytest.raises(ValueError, match="2-D"):
+        gemm.matmul(randn(2, 64, 64), W.t())
+    with pytest.raises(ValueError, match="step"):
+        gemm.matmul(x, W.t(), step=7)
+    with pytest.raises(ValueError, match="bias"):
+        gemm.matmul(x, W.t(), bias=randn(32))
+    with pytest.raises(ValueError, match="out must be"):
+        gemm.matmul(x, W.t(), out=torch.empty(64, 64, device="cuda", dtype=torch.float32))
+    with pytest.raises(ValueError, match="CUDA"):
+        gemm.matmul(x.cpu(), W.t().cpu())
+
+
+def test_strided_views_are_handled():
+    big = randn(300, 256)
+    a = big[3:203, 16:144]          # not contiguous, base not 16-byte aligned
+    b = randn(128, 64)
+    c = gemm.matmul(a, b, out_dtype=torch.float32)
+    assert rel_err(c, a.float() @ b.float()) < 1e-3
