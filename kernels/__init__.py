@@ -80,8 +80,10 @@ def _log_once(op, reason):
 
 
 def _missing_reason(op):
-    # the op's own module, or a helper module (gemm.py) that is no op of its own
-    failed = [f"kernels/{m}.py failed to import ({err})" for m, err in _import_errors.items() if m == op or m not in OPS]
+    # the op's own modules (layernorm.py, attention_op.py), or a helper that is no op's (gemm.py)
+    def related(m):
+        return m.split("_")[0] == op or m.split("_")[0] not in OPS
+    failed = [f"kernels/{m}.py failed to import ({err})" for m, err in _import_errors.items() if related(m)]
     return f"no tk kernel for {op} is available in this build" + (": " + "; ".join(failed) if failed else "")
 
 
@@ -152,7 +154,8 @@ def mlp(x, w_fc, b_fc, w_proj, b_proj):
 # ---- the op modules: each registers its tk kernel when imported -------------------------------
 # Listed by name so one that is missing (not written yet) is simply skipped, while one that
 # exists but fails to import is reported loudly instead of silently running torch.
-OP_MODULES = ("layernorm", "attention", "gemm", "mlp")
+# A new op module adds its name here (and follows kernels/layernorm.py's pattern).
+OP_MODULES = ("layernorm", "attention", "attention_op", "gemm", "mlp")
 _import_errors = {}   # module name -> "ErrorType: message"
 
 for _name in OP_MODULES:

@@ -16,11 +16,13 @@ SHAPE = dict(batch_size=16, block_size=1024, n_embd=768, n_head=12, dtype=torch.
 
 
 def extensions_of(op):
-    """The LazyExtension objects an op module keeps (by convention named _ext or _ext_*)."""
-    module = sys.modules.get(f"kernels.{op}")
-    if module is None:
-        return []
-    return [v for k, v in vars(module).items() if k.startswith("_ext") and hasattr(v, "state")]
+    """The LazyExtension objects kept by the op's modules (kernels.<op>, kernels.<op>_*)."""
+    from kernels.build import LazyExtension
+    found = []
+    for name, module in list(sys.modules.items()):
+        if name == f"kernels.{op}" or name.startswith(f"kernels.{op}_"):
+            found += [v for v in vars(module).values() if isinstance(v, LazyExtension) and v not in found]
+    return found
 
 
 def main(argv):

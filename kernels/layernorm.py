@@ -82,8 +82,9 @@ def _setup_add(ctx, inputs, output):
 
 def _backward_add(ctx, dy, dh, _dmean, _drstd):
     h, mean, rstd, weight = ctx.saved_tensors
+    dy = torch.zeros_like(h) if dy is None else dy.contiguous()   # None: y did not reach the loss
     dh = None if dh is None else dh.contiguous()
-    dx, dw, db = layernorm_bwd(dy.contiguous(), dh, h, mean, rstd, weight)
+    dx, dw, db = layernorm_bwd(dy, dh, h, mean, rstd, weight)
     # h = x + residual, so both get the same gradient (as torch.add's backward does).
     return dx, dx, dw, (db if ctx.has_bias else None), None
 
@@ -97,7 +98,8 @@ def _setup_plain(ctx, inputs, output):
 
 def _backward_plain(ctx, dy, _dmean, _drstd):
     x, mean, rstd, weight = ctx.saved_tensors
-    dx, dw, db = layernorm_bwd(dy.contiguous(), None, x, mean, rstd, weight)
+    dy = torch.zeros_like(x) if dy is None else dy.contiguous()
+    dx, dw, db = layernorm_bwd(dy, None, x, mean, rstd, weight)
     return dx, dw, (db if ctx.has_bias else None), None
 
 

@@ -18,7 +18,7 @@ tk_layernorm::DType dtype_of(const Tensor& t) {
 
 // An activation: a CUDA tensor on `like`'s device with `like`'s dtype and shape, contiguous and
 // 16-byte aligned (the kernel moves 16-byte vectors). `like` undefined: check `t` as the first.
-void check_activation(const Tensor& t, const char* name, const Tensor& like) {
+void check_activation(const Tensor& t, const char* name, const Tensor& like, const char* like_name = "") {
     TORCH_CHECK_VALUE(t.defined(), "tk_layernorm: ", name, " is missing");
     TORCH_CHECK_VALUE(t.is_cuda(), "tk_layernorm: ", name, " must be a CUDA tensor, got one on ", t.device());
     TORCH_CHECK_TYPE(t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kFloat,
@@ -27,10 +27,10 @@ void check_activation(const Tensor& t, const char* name, const Tensor& like) {
     TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0,
                       "tk_layernorm: ", name, " must start 16-byte aligned (pass a fresh tensor, not a view at an odd offset)");
     if (like.defined()) {
-        TORCH_CHECK_VALUE(t.device() == like.device(), "tk_layernorm: ", name, " is on ", t.device(), " but x is on ", like.device());
+        TORCH_CHECK_VALUE(t.device() == like.device(), "tk_layernorm: ", name, " is on ", t.device(), " but ", like_name, " is on ", like.device());
         TORCH_CHECK_TYPE(t.scalar_type() == like.scalar_type(), "tk_layernorm: ", name, " is ", t.scalar_type(),
-                         " but x is ", like.scalar_type(), " (cast one of them)");
-        TORCH_CHECK_VALUE(t.sizes() == like.sizes(), "tk_layernorm: ", name, " has shape ", t.sizes(), " but x has ", like.sizes());
+                         " but ", like_name, " is ", like.scalar_type(), " (cast one of them)");
+        TORCH_CHECK_VALUE(t.sizes() == like.sizes(), "tk_layernorm: ", name, " has shape ", t.sizes(), " but ", like_name, " has ", like.sizes());
     } else {
         TORCH_CHECK_VALUE(t.dim() >= 1, "tk_layernorm: ", name, " must have at least one dimension");
         const int64_t cols = t.size(-1);
@@ -68,7 +68,7 @@ void check_launch(cudaError_t err, const char* what) {
 std::vector<Tensor> forward(const Tensor& x, const c10::optional<Tensor>& residual, const Tensor& weight,
                             const c10::optional<Tensor>& bias, double eps) {
     check_activation(x, "x", Tensor());
-    if (residual) check_activation(*residual, "residual", x);
+    if (residual) check_activation(*residual, "residual", x, "x");
     TORCH_CHECK_VALUE(eps >= 0.0 && std::isfinite(eps), "tk_layernorm: eps must be finite and >= 0, got ", eps);
     c10::cuda::CUDAGuard guard(x.device());
     const Tensor w = param_as_fp32(weight, "weight", x);
@@ -102,8 +102,8 @@ std::vector<Tensor> forward(const Tensor& x, const c10::optional<Tensor>& residu
 std::vector<Tensor> backward(const Tensor& dy, const c10::optional<Tensor>& dh, const Tensor& h, const Tensor& mean,
                              const Tensor& rstd, const Tensor& weight) {
     check_activation(h, "h", Tensor());
-    check_activation(dy, "dy", h);
-    if (dh) check_activation(*dh, "dh", h);
+    check_activation(dy, "dy", h, "h");
+    if (dh) check_activation(*dh, "dh", h, "h");
     check_stats(mean, "mean", h);
     check_stats(rstd, "rstd", h);
     c10::cuda::CUDAGuard guard(h.device());
