@@ -42,6 +42,7 @@
 // masked to -inf, so any T >= 1 works without padding the tensors.
 #include <cstdint>
 #include <cmath>
+#include <cstdlib>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 
@@ -70,11 +71,11 @@ __device__ __forceinline__ int swizzled(int row, int col) {
 
 // Copy rows [row0, row0 + ROWS) of a (T x COLS) bf16 matrix into a shared tile with cp.async;
 // rows at or past seq_len become zeros. All threads of the block take part.
-template <int ROWS, int COLS>
+template <int ROWS, int COLS, int NTHREADS>
 __device__ __forceinline__ void load_tile_async(bf16* tile, const bf16* src, int64_t row_stride,
                                                 int row0, int seq_len) {
     constexpr int CHUNKS = COLS / 8;  // 16-byte chunks per row
-    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
+    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += NTHREADS) {
         int r = i / CHUNKS, c = i % CHUNKS;
         bool valid = row0 + r < seq_len;
         const bf16* from = valid ? src + (int64_t)(row0 + r) * row_stride + c * 8 : src;
@@ -136,20 +137,22 @@ __device__ __forceinline__ bf16* head_ptr_mut(const AttentionTensor& t, int b, i
 }
 
 // ============================== forward ================================================
-// Grid: (B * H, query tiles). Block: 4 warps, 64 query rows. Shared: Q tile, 2 x (K, V) tiles.
-template <int D, bool CAUSAL>
-__global__ void __launch_bounds__(THREADS)
+// Grid: (B * H, query tiles). Block: FWD_WARPS warps, 16 query rows each (BLOCK_M rows).
+// Shared: the Q tile and 2 stages of (K, V) tiles of BLOCK_N rows.
+template <int D, int FWD_WARPS, int BLOCK_N, bool CAUSAL>
+__global__ void __launch_bounds__(FWD_WARPS * 32)
 attention_forward_kernel(const AttentionForwardParams p) {
+    constexpr int BLOCK_M = 16 * FWD_WARPS, NT = FWD_WARPS * 32;
     extern __shared__ __align__(128) unsigned char smem[];
     bf16* q_tile = reinterpret_cast<bf16*>(smem);
-    bf16* k_tiles = q_tile + TILE * D;       // [2][TILE * D]
-    bf16* v_tiles = k_tiles + 2 * TILE * D;  // [2][TILE * D]
+    bf16* k_tiles = q_tile + BLOCK_M * D;       // [2][BLOCK_N * D]
+    bf16* v_tiles = k_tiles + 2 * BLOCK_N * D;  // [2][BLOCK_N * D]
 
     const int T = p.shape.seq_len;
     const int bh = blockIdx.x, b = bh / p.shape.heads, h = bh % p.shape.heads;
     // Blocks start in order of blockIdx (x fastest). Causal tiles near the end of the sequence
     // have the most work, so they go first, for every head.
-    const int m0 = (CAUSAL ? gridDim.y - 1 - blockIdx.y : blockIdx.y) * TILE;
+    const int m0 = (CAUSAL ? gridDim.y - 1 - blockIdx.y : blockIdx.y) * BLOCK_M;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int warp_row0 = m0 + 16 * warp;  // this warp's first query row
 
@@ -157,12 +160,12 @@ attention_forward_kernel(const AttentionForwardParams p) {
     const bf16* k = head_ptr(p.k, b, h);
     const bf16* v = head_ptr(p.v, b, h);
     // Causal: tiles of K/V past the block's last row are never seen.
-    const int kv_end = CAUSAL ? min(T, m0 + TILE) : T;
-    const int n_tiles = (kv_end + TILE - 1) / TILE;
+    const int kv_end = CAUSAL ? min(T, m0 + BLOCK_M) : T;
+    const int n_tiles = (kv_end + BLOCK_N - 1) / BLOCK_N;
 
-    load_tile_async<TILE, D>(q_tile, q, p.q.stride_seq, m0, T);
-    load_tile_async<TILE, D>(k_tiles, k, p.k.stride_seq, 0, T);
-    load_tile_async<TILE, D>(v_tiles, v, p.v.stride_seq, 0, T);
+    load_tile_async<BLOCK_M, D, NT>(q_tile, q, p.q.stride_seq, m0, T);
+    load_tile_async<BLOCK_N, D, NT>(k_tiles, k, p.k.stride_seq, 0, T);
+    load_tile_async<BLOCK_N, D, NT>(v_tiles, v, p.v.stride_seq, 0, T);
     cp_async_commit();
 
     const float c = p.shape.scale * LOG2E;   // scores -> log2 units
@@ -172,12 +175,12 @@ attention_forward_kernel(const AttentionForwardParams p) {
     float row_sum[2] = {0.f, 0.f};           // this lane's part of l (summed over the quad at the end)
 
     for (int j = 0; j < n_tiles; ++j) {
-        const int n0 = j * TILE;
+        const int n0 = j * BLOCK_N;
         // Prefetch the next K/V tile into the other stage, then wait for this one.
         if (j + 1 < n_tiles) {
             const int stage = (j + 1) % 2;
-            load_tile_async<TILE, D>(k_tiles + stage * TILE * D, k, p.k.stride_seq, n0 + TILE, T);
-            load_tile_async<TILE, D>(v_tiles + stage * TILE * D, v, p.v.stride_seq, n0 + TILE, T);
+            load_tile_async<BLOCK_N, D, NT>(k_tiles + stage * BLOCK_N * D, k, p.k.stride_seq, n0 + BLOCK_N, T);
+            load_tile_async<BLOCK_N, D, NT>(v_tiles + stage * BLOCK_N * D, v, p.v.stride_seq, n0 + BLOCK_N, T);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -187,15 +190,15 @@ attention_forward_kernel(const AttentionForwardParams p) {
         if (j == 0) {
             for (int kk = 0; kk < D / 16; ++kk) load_a<D>(q_frag[kk], q_tile, 16 * warp, 16 * kk);
         }
-        const bf16* k_tile = k_tiles + (j % 2) * TILE * D;
-        const bf16* v_tile = v_tiles + (j % 2) * TILE * D;
+        const bf16* k_tile = k_tiles + (j % 2) * BLOCK_N * D;
+        const bf16* v_tile = v_tiles + (j % 2) * BLOCK_N * D;
 
         // A warp whose rows all lie before this tile (causal) has nothing to add.
         if (!CAUSAL || n0 <= warp_row0 + 15) {
-            // S = Q K^T for 16 rows x 64 keys.
-            float s[TILE / 8][4] = {};
+            // S = Q K^T for 16 rows x BLOCK_N keys.
+            float s[BLOCK_N / 8][4] = {};
             for (int kk = 0; kk < D / 16; ++kk) {
-                for (int nb = 0; nb < TILE / 16; ++nb) {
+                for (int nb = 0; nb < BLOCK_N / 16; ++nb) {
                     uint32_t kb[4];
                     load_b_from_rows<D>(kb, k_tile, 16 * nb, 16 * kk);
                     mma_bf16_16816(s[2 * nb], q_frag[kk], kb[0], kb[1]);
@@ -203,9 +206,9 @@ attention_forward_kernel(const AttentionForwardParams p) {
                 }
             }
             // Mask keys past T, and (causal) keys after the query.
-            const bool needs_mask = n0 + TILE > T || (CAUSAL && n0 + TILE - 1 > warp_row0);
+            const bool needs_mask = n0 + BLOCK_N > T || (CAUSAL && n0 + BLOCK_N - 1 > warp_row0);
             if (needs_mask) {
-                for (int nb = 0; nb < TILE / 8; ++nb)
+                for (int nb = 0; nb < BLOCK_N / 8; ++nb)
                     for (int i = 0; i < 4; ++i) {
                         int row = warp_row0 + g + 8 * (i / 2), col = n0 + 8 * nb + 2 * t + i % 2;
                         if (col >= T || (CAUSAL && col > row)) s[nb][i] = -INFINITY;
@@ -215,7 +218,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
             float scale_old[2], max_c[2];
             for (int r = 0; r < 2; ++r) {
                 float mx = row_max[r];
-                for (int nb = 0; nb < TILE / 8; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
+                for (int nb = 0; nb < BLOCK_N / 8; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
                 mx = quad_max(mx);
                 // A row that has seen only masked keys keeps max -inf; use 0 so that
                 // exp2(-inf - 0) = 0 rather than exp2(-inf + inf) = NaN.
@@ -225,7 +228,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
                 row_max[r] = mx;
                 row_sum[r] *= scale_old[r];
             }
-            for (int nb = 0; nb < TILE / 8; ++nb)
+            for (int nb = 0; nb < BLOCK_N / 8; ++nb)
                 for (int i = 0; i < 4; ++i) {
                     s[nb][i] = exp2_approx(s[nb][i] * c - max_c[i / 2]);  // now P (unnormalized)
                     row_sum[i / 2] += s[nb][i];
@@ -233,7 +236,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
             for (int db = 0; db < D / 8; ++db)
                 for (int i = 0; i < 4; ++i) o[db][i] *= scale_old[i / 2];
             // O += P V: P straight from registers, V fragments from shared memory.
-            for (int kk = 0; kk < TILE / 16; ++kk) {
+            for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
                 uint32_t pa[4];
                 acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
                 for (int db = 0; db < D / 16; ++db) {
@@ -317,16 +320,16 @@ attention_backward_kernel(const AttentionBackwardParams p) {
     const int n_tiles = (T - m_first + TILE - 1) / TILE;
 
     auto load_query_tile = [&](int stage, int m0) {
-        load_tile_async<TILE, D>(q_tiles + stage * TILE * D, q, p.q.stride_seq, m0, T);
-        load_tile_async<TILE, D>(do_tiles + stage * TILE * D, d_o, p.d_o.stride_seq, m0, T);
+        load_tile_async<TILE, D, THREADS>(q_tiles + stage * TILE * D, q, p.q.stride_seq, m0, T);
+        load_tile_async<TILE, D, THREADS>(do_tiles + stage * TILE * D, d_o, p.d_o.stride_seq, m0, T);
         for (int i = threadIdx.x; i < TILE; i += THREADS) {
             const bool valid = m0 + i < T;
             lse_tiles[stage * TILE + i] = valid ? lse[m0 + i] * LOG2E : 0.f;
             rowsum_tiles[stage * TILE + i] = valid ? rowsum[m0 + i] : 0.f;
         }
     };
-    load_tile_async<TILE, D>(k_tile, head_ptr(p.k, b, h), p.k.stride_seq, n0, T);
-    load_tile_async<TILE, D>(v_tile, head_ptr(p.v, b, h), p.v.stride_seq, n0, T);
+    load_tile_async<TILE, D, THREADS>(k_tile, head_ptr(p.k, b, h), p.k.stride_seq, n0, T);
+    load_tile_async<TILE, D, THREADS>(v_tile, head_ptr(p.v, b, h), p.v.stride_seq, n0, T);
     load_query_tile(0, m_first);
     cp_async_commit();
 
@@ -456,18 +459,29 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
 }
 
 // ============================== launchers ===============================================
-constexpr int forward_smem_bytes(int d) { return (TILE * d + 4 * TILE * d) * 2; }
 constexpr int backward_smem_bytes(int d) { return (6 * TILE * d + TILE * TILE) * 2 + 4 * TILE * 4; }
 
-template <int D, bool CAUSAL>
+template <int D, int FWD_WARPS, int BLOCK_N, bool CAUSAL>
 cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream) {
-    const auto kernel = attention_forward_kernel<D, CAUSAL>;
-    const int smem = forward_smem_bytes(D);
+    const auto kernel = attention_forward_kernel<D, FWD_WARPS, BLOCK_N, CAUSAL>;
+    constexpr int BLOCK_M = 16 * FWD_WARPS;
+    const int smem = (BLOCK_M + 4 * BLOCK_N) * D * 2;   // Q + 2 stages x (K, V)
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
-    dim3 grid(p.shape.batch * p.shape.heads, (p.shape.seq_len + TILE - 1) / TILE);
-    kernel<<<grid, THREADS, smem, stream>>>(p);
+    dim3 grid(p.shape.batch * p.shape.heads, (p.shape.seq_len + BLOCK_M - 1) / BLOCK_M);
+    kernel<<<grid, FWD_WARPS * 32, smem, stream>>>(p);
     return cudaGetLastError();
+}
+
+// Block shapes of the forward pass, (warps, BLOCK_N): 0 = (4, 64), 1 = (8, 64), 2 = (4, 128).
+// A tuning knob for bench.py: the environment variable TK_ATTENTION_FWD_VARIANT picks one.
+template <int D, bool CAUSAL>
+cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream) {
+    const char* env = getenv("TK_ATTENTION_FWD_VARIANT");
+    const int variant = env ? atoi(env) : 0;
+    if (variant == 1) return launch_forward<D, 8, 64, CAUSAL>(p, stream);
+    if (variant == 2) return launch_forward<D, 4, 128, CAUSAL>(p, stream);
+    return launch_forward<D, 4, 64, CAUSAL>(p, stream);
 }
 
 template <int D, bool CAUSAL>

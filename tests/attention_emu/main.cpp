@@ -3,11 +3,18 @@
 //   o=<rel err> lse=<..> dq=<..> dk=<..> dv=<..> dq_abs=<rms> dk_abs=<rms>
 // (relative Frobenius-norm errors, nan if any output is not finite; then RMS errors).
 // Built and run by tests/test_attention_emulated.py, which feeds it the .cu with its <<<>>>
-// launches rewritten as emu::launch calls (attention_portable_emu.cpp).
+// launches rewritten as emu::launch calls (attention_portable_emu.cpp). Built with nvcc instead
+// (nvcc -x cu -std=c++20 -I. tests/attention_emu/main.cpp), it runs the real kernels on a GPU,
+// without torch, which is what compute-sanitizer (memcheck, racecheck) is pointed at.
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <type_traits>
+#ifdef __CUDACC__
+#include "../../kernels/attention_portable.cu"
+#else
 #include "attention_portable_emu.cpp"
+#endif
 
 using bf16 = __nv_bfloat16;
 
@@ -40,19 +47,44 @@ int main(int argc, char** argv) {
     for (auto& x : qkv) x = __float2bfloat16(2.f * normal(rng));
     for (auto& x : d_o) x = __float2bfloat16(normal(rng));
     std::vector<float> lse((size_t)B * H * T, NAN), rowsum((size_t)B * H * T), dq_accum((size_t)B * H * T * D);
-    auto view = [&](std::vector<bf16>& buf, int which) {
-        return AttentionTensor{buf.data() + which * H * D, (int64_t)T * 3 * H * D, D, 3 * H * D};
+    auto view = [&](bf16* base, int which) {
+        return AttentionTensor{base + which * H * D, (int64_t)T * 3 * H * D, D, 3 * H * D};
     };
-    AttentionTensor q = view(qkv, 0), k = view(qkv, 1), v = view(qkv, 2);
-    AttentionTensor dq = view(dqkv, 0), dk = view(dqkv, 1), dv = view(dqkv, 2);
-    AttentionTensor ot{o.data(), (int64_t)T * H * D, D, H * D};
-    AttentionTensor dot{d_o.data(), (int64_t)H * T * D, (int64_t)T * D, D};
+    auto bthd = [&](bf16* base) { return AttentionTensor{base, (int64_t)T * H * D, D, H * D}; };
+    auto bhtd = [&](bf16* base) { return AttentionTensor{base, (int64_t)H * T * D, (int64_t)T * D, D}; };
     AttentionShape shape{B, H, T, D, causal, scale};
-
-    AttentionForwardParams fp{shape, q, k, v, ot, lse.data()};
+#ifdef __CUDACC__
+    // Built by nvcc: the same check on a real GPU, without torch (for compute-sanitizer).
+    auto to_device = [](auto& host) {
+        using E = typename std::decay_t<decltype(host)>::value_type;
+        E* d = nullptr;
+        cudaMalloc(&d, host.size() * sizeof(E));
+        cudaMemcpy(d, host.data(), host.size() * sizeof(E), cudaMemcpyHostToDevice);
+        return d;
+    };
+    auto to_host = [](auto& host, const auto* d) {
+        cudaMemcpy(host.data(), d, host.size() * sizeof(host[0]), cudaMemcpyDeviceToHost);
+    };
+    bf16 *g_qkv = to_device(qkv), *g_dqkv = to_device(dqkv), *g_o = to_device(o), *g_do = to_device(d_o);
+    float *g_lse = to_device(lse), *g_rowsum = to_device(rowsum), *g_acc = to_device(dq_accum);
+#else
+    bf16 *g_qkv = qkv.data(), *g_dqkv = dqkv.data(), *g_o = o.data(), *g_do = d_o.data();
+    float *g_lse = lse.data(), *g_rowsum = rowsum.data(), *g_acc = dq_accum.data();
+#endif
+    AttentionForwardParams fp{shape, view(g_qkv, 0), view(g_qkv, 1), view(g_qkv, 2), bthd(g_o), g_lse};
     if (attention_portable_forward(fp, nullptr)) { fprintf(stderr, "forward launch failed\n"); return 1; }
-    AttentionBackwardParams bp{shape, q, k, v, ot, dot, dq, dk, dv, lse.data(), rowsum.data(), dq_accum.data()};
+    AttentionBackwardParams bp{shape, view(g_qkv, 0), view(g_qkv, 1), view(g_qkv, 2), bthd(g_o), bhtd(g_do),
+                               view(g_dqkv, 0), view(g_dqkv, 1), view(g_dqkv, 2), g_lse, g_rowsum, g_acc};
     if (attention_portable_backward(bp, nullptr)) { fprintf(stderr, "backward launch failed\n"); return 1; }
+#ifdef __CUDACC__
+    if (cudaDeviceSynchronize() != cudaSuccess) { fprintf(stderr, "kernel failed\n"); return 1; }
+    to_host(dqkv, g_dqkv);
+    to_host(o, g_o);
+    to_host(lse, g_lse);
+#endif
+    AttentionTensor q = view(qkv.data(), 0), k = view(qkv.data(), 1), v = view(qkv.data(), 2);
+    AttentionTensor dq = view(dqkv.data(), 0), dk = view(dqkv.data(), 1), dv = view(dqkv.data(), 2);
+    AttentionTensor ot = bthd(o.data()), dot = bhtd(d_o.data());
 
     // float64 reference on the same bf16 inputs.
     auto at = [&](const AttentionTensor& t, int b, int h, int i, int d) {
