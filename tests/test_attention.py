@@ -61,8 +61,8 @@ def rel_err(ref, got):
 def poison(B, H, T, D):
     """Fill the caching allocator's free blocks of the sizes the kernel allocates with NaN, so
     the outputs (taken with at::empty inside the bindings) start out as NaN, not as zeros."""
-    sizes = [B * H * T * D] * 3 + [B * H * T] * 2 + [B * H * T * D * 2]  # bf16 o/dq/dk/dv, fp32 lse/rowsum, fp32 dq_accum
-    blocks = [torch.full((n,), float("nan"), device="cuda", dtype=torch.bfloat16) for n in sizes for _ in range(2)]
+    sizes = [B * H * T * D] + [2 * B * H * T] + [2 * B * H * T * D]  # in bf16 elements: o/dq/dk/dv, lse/rowsum, dq_accum
+    blocks = [torch.full((n,), float("nan"), device="cuda", dtype=torch.bfloat16) for n in sizes for _ in range(3)]
     del blocks
 
 

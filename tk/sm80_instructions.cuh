@@ -52,7 +52,7 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 // Wait until at most N of this thread's committed groups are still in flight. Other threads
 // see the data only after a __syncthreads() that follows their own wait.
 template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
 
 // ---- numerics -------------------------------------------------------------------------
 // Two floats -> one register of two bf16, `lo` in the low half (the lower column).
