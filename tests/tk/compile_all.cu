@@ -101,6 +101,26 @@ static_assert(st_fl<16, 16>::swizzle_bytes == 64 && st_fl<16, 32>::swizzle_bytes
 static_assert(st_bf<64, 48>::swizzle_bytes == 32 && alignof(st_bf<64, 64>) == 1024);
 static_assert(st_bf<8 * 2, 64>::offset(1, 0) == 128 + 16 && st_bf<16, 64>::offset(9, 8) == 9 * 128 + ((1 ^ 1) << 4));
 
+// Every offset of a tile against hopper-facts §3.3 as the doc writes it (16-byte chunk index XOR
+// row bits, per column block of the swizzle width), evaluated by the compiler: a wrong swizzle
+// fails CI without a GPU. The GPU test checks the same table from device code.
+template <typename ST> constexpr bool swizzle_matches_doc() {
+    constexpr int esize = int(sizeof(typename ST::dtype)), span = ST::swizzle_bytes;
+    constexpr int shift = span == 128 ? 0 : span == 64 ? 1 : 2, mask = span / 16 - 1;
+    for (int r = 0; r < ST::rows; r++)
+        for (int c = 0; c < ST::cols; c++) {
+            const int b = c / (span / esize), cc = c % (span / esize);
+            const int chunk = cc * esize / 16, inner = cc * esize % 16;
+            const int doc = b * ST::rows * span + r * span + ((chunk ^ ((r >> shift) & mask)) << 4) + inner;
+            if (int(ST::offset(r, c)) != doc) return false;
+        }
+    return true;
+}
+static_assert(swizzle_matches_doc<st_bf<16, 16>>() && swizzle_matches_doc<st_bf<32, 32>>());
+static_assert(swizzle_matches_doc<st_bf<64, 64>>() && swizzle_matches_doc<st_bf<32, 128>>());
+static_assert(swizzle_matches_doc<st_bf<16, 48>>() && swizzle_matches_doc<st_fl<32, 32>>());
+static_assert(swizzle_matches_doc<st_fl<16, 16>>() && swizzle_matches_doc<st_hf<64, 192>>());
+
 template <typename T, typename L> __global__ void k_register(T* g, float* gf, int stride) {
     register_tile_ops<T, 16, 16, L>(g, gf, stride);
     register_tile_ops<T, 32, 64, L>(g, gf, stride);
