@@ -66,21 +66,33 @@
 namespace attention_hopper {
 
 // ---- Configuration ---------------------------------------------------------------------------
-template <int D>
+// CONSUMERS = 2 (the default shape): a CTA of 3 warpgroups owns 128 query rows, one CTA per SM.
+// CONSUMERS = 1 (a variant kept for measurement, D = 64): 2 warpgroups own 64 query rows and two
+// CTAs share an SM, so one CTA's start (Q, first K) and end (stores) hide under the other's work.
+template <int D, int CONSUMERS = 2>
 struct config {
     static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+    static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
     static constexpr int head_dim = D;
-    static constexpr int consumers = 2;                 // consumer warpgroups
+    static constexpr int consumers = CONSUMERS;         // consumer warpgroups
     static constexpr int block_m = 64 * consumers;      // query rows per CTA (64 per consumer)
     static constexpr int block_n = 128;                 // keys per tile
     static constexpr int stages = D == 64 ? 3 : 2;      // K and V slots each (smem: 112 / 160 KB)
     static constexpr int threads = 128 * (consumers + 1);
+    static constexpr int ctas_per_sm = CONSUMERS == 1 ? 2 : 1;
     static constexpr int col_blocks = D / 64;           // 128-byte (64-element) column blocks
     static constexpr int q_bytes = block_m * D * 2;
     static constexpr int kv_bytes = block_n * D * 2;    // one K or one V tile
     static constexpr int smem_bytes = q_bytes + 2 * stages * kv_bytes + 1024;  // + alignment slack
-    static constexpr int producer_regs = 24, consumer_regs = 240;  // 128·(24 + 2·240) ≤ 65536
+    // Registers: the CTA's share of the 65536 is threads x (65536 / (threads x ctas_per_sm));
+    // the producer hands back all but 24, the consumers take them: 128·(24 + 2·240) = 64512
+    // for two consumers, 128·(24 + 232) = 32768 for one.
+    static constexpr int producer_regs = 24, consumer_regs = CONSUMERS == 2 ? 240 : 232;
+    static_assert(128 * (producer_regs + consumers * consumer_regs) <= 65536 / ctas_per_sm, "register budget");
 };
+
+// Which variant runs by default (see attention_hopper_forward_variant at the bottom).
+constexpr int DEFAULT_VARIANT_D64 = 2, DEFAULT_VARIANT_D128 = 2;
 
 struct kernel_params {
     CUtensorMap q_map, k_map, v_map;                    // 4-D maps {dim, seq, heads, batch}
@@ -97,7 +109,32 @@ struct kernel_params {
 // 8j + 2t + {0,1} for j = 0..15 (wgmma accumulator layout, hopper-facts §4.2): element i of
 // the accumulator is in row r0 + 8·((i>>1)&1), column 8·(i>>2) + 2t + (i&1).
 // On return s holds exp2(s·scale_log2 - m_new·scale_log2) and rescale[r] = exp2((m_old - m_new)·…).
-template <int N>
+// FAST (the tuned version): ex2.approx.ftz (plain exp2f also handles denormal results, a few
+// more instructions per score) and tree reductions for the row max and sum (a chain of 32
+// dependent fmax / fadd would stall: each consumer warp shares its scheduler with one other).
+__device__ inline float exp2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+// t[0] = max (or sum) of t[0 .. 2W): halve the live range W times. Templates, not a loop with
+// w /= 2, so every index is a compile-time constant and t stays in registers.
+template <int W, int LEN>
+__device__ inline void tree_max(float (&t)[LEN]) {
+#pragma unroll
+    for (int j = 0; j < W; ++j) t[j] = fmaxf(t[j], t[j + W]);
+    if constexpr (W > 1) tree_max<W / 2>(t);
+}
+template <int W, int LEN>
+__device__ inline void tree_sum(float (&t)[LEN]) {
+#pragma unroll
+    for (int j = 0; j < W; ++j) t[j] += t[j + W];
+    if constexpr (W > 1) tree_sum<W / 2>(t);
+}
+// Index of the j-th of this thread's N/4 accumulator elements in row half r (0: row0, 1: row0+8).
+__device__ constexpr int row_element(int r, int j) { return 4 * (j >> 1) + 2 * r + (j & 1); }
+
+template <int N, bool FAST>
 __device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)[2], float (&rescale)[2],
                                     bool mask, bool causal, int row0, int col0, int seq_len,
                                     float scale_log2) {
@@ -114,9 +151,17 @@ __device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         float mx = m[r];
+        if constexpr (FAST) {
+            float t[N / 4];
 #pragma unroll
-        for (int i = 0; i < N / 2; ++i)
-            if (((i >> 1) & 1) == r) mx = fmaxf(mx, s[i]);
+            for (int j = 0; j < N / 4; ++j) t[j] = s[row_element(r, j)];
+            tree_max<N / 8>(t);
+            mx = fmaxf(mx, t[0]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < N / 2; ++i)
+                if (((i >> 1) & 1) == r) mx = fmaxf(mx, s[i]);
+        }
         // the 4 threads of a quad (same g) hold the rest of the row
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
@@ -126,9 +171,21 @@ __device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)
         rescale[r] = exp2f(m[r] * scale_log2 - m_scaled);   // m_old = -inf -> 0
         m[r] = mx;
         float sum = 0.f;
+        if constexpr (FAST) {
+            float t[N / 4];
 #pragma unroll
-        for (int i = 0; i < N / 2; ++i)
-            if (((i >> 1) & 1) == r) { s[i] = exp2f(fmaf(s[i], scale_log2, -m_scaled)); sum += s[i]; }
+            for (int j = 0; j < N / 4; ++j) {
+                float e = exp2_ftz(fmaf(s[row_element(r, j)], scale_log2, -m_scaled));
+                s[row_element(r, j)] = e;
+                t[j] = e;
+            }
+            tree_sum<N / 8>(t);
+            sum = t[0];
+        } else {
+#pragma unroll
+            for (int i = 0; i < N / 2; ++i)
+                if (((i >> 1) & 1) == r) { s[i] = exp2f(fmaf(s[i], scale_log2, -m_scaled)); sum += s[i]; }
+        }
         l[r] = l[r] * rescale[r] + sum;   // per-thread partial sum; the quad adds up at the end
     }
 }
@@ -157,10 +214,11 @@ __device__ inline void scores_to_a_operand(uint32_t (&p)[N / 16][4], const float
 }
 
 // ---- The kernel --------------------------------------------------------------------------------
-template <int D, bool PINGPONG>
-__global__ void __launch_bounds__(config<D>::threads, 1)
+template <int D, int CONSUMERS, bool PINGPONG, bool FAST_SOFTMAX>
+__global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 forward_kernel(const __grid_constant__ kernel_params p) {
-    using C = config<D>;
+    using C = config<D, CONSUMERS>;
+    static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong takes turns between two consumers");
     using namespace tk;
     constexpr int BM = C::block_m, BN = C::block_n, S = C::stages;
 
@@ -276,7 +334,7 @@ forward_kernel(const __grid_constant__ kernel_params p) {
     wgmma::wait_group<0>();
     wgmma::fence_operand(s_acc);
     release(k_empty[0]);
-    softmax_tile<BN>(s_acc.d, m, l, rescale, needs_mask(0), p.causal, row0, 0, p.seq_len, p.scale_log2);
+    softmax_tile<BN, FAST_SOFTMAX>(s_acc.d, m, l, rescale, needs_mask(0), p.causal, row0, 0, p.seq_len, p.scale_log2);
     scores_to_a_operand<BN>(p_frag, s_acc.d);
 
     for (int n = 1; n < n_tiles; ++n) {
@@ -287,7 +345,7 @@ forward_kernel(const __grid_constant__ kernel_params p) {
         wgmma::wait_group<1>();                          // S = Q·Kₙᵀ is done (P·V may still run)
         wgmma::fence_operand(s_acc);
         release(k_empty[n % S]);
-        softmax_tile<BN>(s_acc.d, m, l, rescale, needs_mask(n), p.causal, row0, n * BN, p.seq_len,
+        softmax_tile<BN, FAST_SOFTMAX>(s_acc.d, m, l, rescale, needs_mask(n), p.causal, row0, n * BN, p.seq_len,
                          p.scale_log2);
         wgmma::wait_group<0>();                          // O += P·Vₙ₋₁ is done
         wgmma::fence_operand(o_acc);
@@ -337,9 +395,9 @@ forward_kernel(const __grid_constant__ kernel_params p) {
 }
 
 // ---- Host side -----------------------------------------------------------------------------------
-template <int D, bool PINGPONG>
+template <int D, int CONSUMERS, bool PINGPONG, bool FAST_SOFTMAX>
 cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream) {
-    using C = config<D>;
+    using C = config<D, CONSUMERS>;
     const AttentionShape& sh = a.shape;
     kernel_params kp{};
     const AttentionTensor* in[3] = {&a.q, &a.k, &a.v};
@@ -360,9 +418,17 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream) {
     kp.scale_log2 = sh.scale * 1.4426950408889634f;
     kp.causal = sh.causal ? 1 : 0;
 
-    auto kernel = forward_kernel<D, PINGPONG>;
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::smem_bytes);
-    if (err != cudaSuccess) return err;
+    auto kernel = forward_kernel<D, CONSUMERS, PINGPONG, FAST_SOFTMAX>;
+    // Once per kernel (and per process; the attribute is per device, we use the current one):
+    // more than 48 KB of dynamic shared memory, and all of the SM's 228 KB as shared memory.
+    static cudaError_t configured = [&] {
+        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::smem_bytes);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     int(cudaSharedmemCarveoutMaxShared));
+        return e;
+    }();
+    if (configured != cudaSuccess) return configured;
     dim3 grid(sh.batch * sh.heads, (sh.seq_len + C::block_m - 1) / C::block_m);
     kernel<<<grid, C::threads, C::smem_bytes, stream>>>(kp);
     return cudaGetLastError();
@@ -376,7 +442,7 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
     if (s.head_dim != 64 && s.head_dim != 128) return "head_dim must be 64 or 128";
     if (s.seq_len < 1 || s.batch < 1 || s.heads < 1) return "batch, heads and seq_len must be >= 1";
     if (int64_t(s.batch) * s.heads > 0x7fffffff) return "batch * heads must be < 2^31";
-    if ((s.seq_len + 127) / 128 > 65535) return "seq_len must be < 65535 * 128";
+    if ((s.seq_len + 63) / 64 > 65535) return "seq_len must be < 65535 * 64";
     if (!(s.scale > 0.f) || !std::isfinite(s.scale)) return "scale must be a positive finite number";
     const AttentionTensor* ts[4] = {&a.q, &a.k, &a.v, &a.o};
     for (const AttentionTensor* t : ts) {
@@ -390,27 +456,37 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
     return nullptr;
 }
 
-// The launcher E1's dispatch calls on sm_90 (see kernels/NOTES.md, attention / Hopper).
+// The variants, numbered as in kernels/NOTES.md (attention / Hopper forward), where each one's
+// H200 figures are. 0 = the default, the fastest one measured for the head dim.
+//   1: two consumers, ping-pong, plain softmax          (the first version)
+//   2: two consumers, ping-pong, fast softmax
+//   3: two consumers, no ping-pong, fast softmax
+//   4: one consumer, two CTAs per SM, fast softmax      (head_dim 64; 128 runs variant 2)
+int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant) {
+    using namespace attention_hopper;
+    if (attention_hopper_why_not(p)) return cudaErrorInvalidValue;
+    auto stream = static_cast<cudaStream_t>(cuda_stream);
+    const bool d64 = p.shape.head_dim == 64;
+    if (variant == 0) variant = d64 ? DEFAULT_VARIANT_D64 : DEFAULT_VARIANT_D128;
+    switch (variant) {
+    case 1: return d64 ? launch<64, 2, true, false>(p, stream) : launch<128, 2, true, false>(p, stream);
+    case 2: return d64 ? launch<64, 2, true, true>(p, stream) : launch<128, 2, true, true>(p, stream);
+    case 3: return d64 ? launch<64, 2, false, true>(p, stream) : launch<128, 2, false, true>(p, stream);
+    case 4: return d64 ? launch<64, 1, false, true>(p, stream) : launch<128, 2, true, true>(p, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+// The launcher E1's dispatch calls on sm_90 (see kernels/NOTES.md, attention / Hopper forward).
 // Returns the CUDA error of the launch (cudaErrorInvalidValue for inputs attention_hopper_why_not
 // refuses, or that the tensor-map encoder refuses).
 int attention_hopper_forward(const AttentionForwardParams& p, void* cuda_stream) {
-    if (attention_hopper_why_not(p)) return cudaErrorInvalidValue;
-    auto stream = static_cast<cudaStream_t>(cuda_stream);
-    if (p.shape.head_dim == 64) return attention_hopper::launch<64, true>(p, stream);
-    return attention_hopper::launch<128, true>(p, stream);
-}
-
-// Variant without the consumer ping-pong, kept for measurement (bench and tests compare both).
-int attention_hopper_forward_no_pingpong(const AttentionForwardParams& p, void* cuda_stream) {
-    if (attention_hopper_why_not(p)) return cudaErrorInvalidValue;
-    auto stream = static_cast<cudaStream_t>(cuda_stream);
-    if (p.shape.head_dim == 64) return attention_hopper::launch<64, false>(p, stream);
-    return attention_hopper::launch<128, false>(p, stream);
+    return attention_hopper_forward_variant(p, cuda_stream, 0);
 }
 
 // Plain C entry points (for a ctypes harness that does not need torch headers).
-extern "C" int tk_attention_hopper_forward(const AttentionForwardParams* p, void* stream, int pingpong) {
-    return pingpong ? attention_hopper_forward(*p, stream) : attention_hopper_forward_no_pingpong(*p, stream);
+extern "C" int tk_attention_hopper_forward(const AttentionForwardParams* p, void* stream, int variant) {
+    return attention_hopper_forward_variant(*p, stream, variant);
 }
 extern "C" const char* tk_attention_hopper_why_not(const AttentionForwardParams* p) {
     return attention_hopper_why_not(*p);

@@ -53,9 +53,47 @@ def why_not(q, k, v, causal=True, dropout_p=0.0, scale=None):
     return _ext.why_not()
 
 
-def forward(q, k, v, causal=True, scale=None, pingpong=True):
+# The kernel variants (kernels/attention_hopper.cu, attention_hopper_forward_variant); 0 is the
+# default, the fastest measured. Tests run all of them, bench.py times all of them.
+VARIANTS = {0: "default", 1: "2 consumers, ping-pong, plain softmax", 2: "2 consumers, ping-pong, fast softmax",
+            3: "2 consumers, no ping-pong, fast softmax", 4: "1 consumer, 2 CTAs/SM, fast softmax (D=64)"}
+
+
+def forward(q, k, v, causal=True, scale=None, variant=0):
     """(o, lse): o (B, H, T, D) bf16 (a view of (B, T, H, D) memory), lse (B, H, T) fp32."""
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
-    o, lse = _ext.module.forward(q, k, v, bool(causal), float(scale), bool(pingpong))
+    o, lse = _ext.module.forward(q, k, v, bool(causal), float(scale), int(variant))
     return o, lse
+
+
+# ---- the hook into kernels/attention_op.py's backend table ------------------------------------
+# attention_op's Backend wants why_not(q, causal, scale) (called after its common checks: CUDA,
+# bf16, equal (B, H, T, D) shapes, head_dim 64/128, and _kernel_layout's strides) and
+# forward(q, k, v, causal, scale) -> (o, lse). This backend has no backward: attention_op then
+# borrows the portable backward, which reads our lse (same convention).
+
+@torch.compiler.assume_constant_result
+def _build_reason():
+    # Constant under torch.compile: the build (file locks, nvcc) is never traced.
+    return _ext.why_not()
+
+
+def backend_why_not(q, causal, scale):
+    from .attention_op import device_capability
+    if not torch.cuda.is_available():
+        return "no CUDA device is available"
+    major, minor = device_capability(q.device.index or 0)
+    if (major, minor) != (9, 0):
+        return f"needs an sm_90 (Hopper) GPU; this one is sm_{major}{minor}"
+    return _build_reason()
+
+
+def backend_forward(q, k, v, causal, scale):
+    return forward(q, k, v, causal, scale)
+
+
+def register(prefer=True):
+    """Put the Hopper forward into attention_op's backend table (first choice on sm_90)."""
+    from .attention_op import Backend, register_backend
+    register_backend(Backend("hopper", backend_why_not, backend_forward, None), prefer=prefer)

@@ -10,8 +10,7 @@
 
 // From attention_hopper.cu.
 const char* attention_hopper_why_not(const AttentionForwardParams& p);
-int attention_hopper_forward(const AttentionForwardParams& p, void* cuda_stream);
-int attention_hopper_forward_no_pingpong(const AttentionForwardParams& p, void* cuda_stream);
+int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant);
 
 namespace {
 
@@ -34,7 +33,7 @@ void check_input(const at::Tensor& t, const char* name, const at::Tensor& q) {
 // Returns (o, lse): o is (B, H, T, D) bf16, a view of (B, T, H, D) memory so that
 // o.transpose(1, 2).reshape(B, T, H * D) needs no copy; lse is (B, H, T) fp32, natural log.
 std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                bool causal, double scale, bool pingpong) {
+                                bool causal, double scale, int64_t variant) {
     check_input(q, "q", q);
     check_input(k, "k", q);
     check_input(v, "v", q);
@@ -57,7 +56,8 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
                           " (q ", q.sizes(), ", strides q ", q.strides(), " k ", k.strides(), " v ", v.strides(),
                           "). Use --kernels_attention=torch for the PyTorch reference.");
     auto stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
-    int err = pingpong ? attention_hopper_forward(p, stream) : attention_hopper_forward_no_pingpong(p, stream);
+    TORCH_CHECK_VALUE(variant >= 0 && variant <= 4, "variant must be 0 (default) .. 4; got ", variant);
+    int err = attention_hopper_forward_variant(p, stream, int(variant));
     TORCH_CHECK(err == 0, "tk Hopper attention forward failed to launch: ",
                 cudaGetErrorString(static_cast<cudaError_t>(err)));
     return {o, lse};
@@ -66,5 +66,5 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("forward", &forward, "Hopper causal flash attention forward: (o, lse)",
           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal"), py::arg("scale"),
-          py::arg("pingpong") = true);
+          py::arg("variant") = 0);
 }

@@ -52,21 +52,24 @@ def _view(t):
     return AttentionTensor(t.data_ptr(), t.stride(0), t.stride(1), t.stride(2))
 
 
-def forward(q, k, v, causal=True, scale=None, pingpong=True, poison=True):
-    """Same contract as kernels.attention_hopper.forward; outputs start as NaN (poisoned)."""
+def forward(q, k, v, causal=True, scale=None, variant=0, poison=True):
+    """Same contract as kernels.attention_hopper.forward; outputs start as NaN (poisoned), or
+    uninitialised with poison=False (for timing)."""
     B, H, T, D = q.shape
     if scale is None:
         scale = 1.0 / math.sqrt(D)
-    fill = float("nan") if poison else 0.0
-    o = torch.full((B, T, H, D), fill, dtype=q.dtype, device=q.device).transpose(1, 2)
-    lse = torch.full((B, H, T), fill, dtype=torch.float32, device=q.device)
+    o = torch.empty((B, T, H, D), dtype=q.dtype, device=q.device).transpose(1, 2)
+    lse = torch.empty((B, H, T), dtype=torch.float32, device=q.device)
+    if poison:
+        o.fill_(float("nan"))
+        lse.fill_(float("nan"))
     p = AttentionForwardParams(AttentionShape(B, H, T, D, bool(causal), float(scale)),
                                _view(q), _view(k), _view(v), _view(o), lse.data_ptr())
     why = library().tk_attention_hopper_why_not(ctypes.byref(p))
     if why is not None:
         raise ValueError(f"tk Hopper attention cannot take these inputs: {why.decode()}")
     stream = torch.cuda.current_stream(q.device).cuda_stream
-    err = library().tk_attention_hopper_forward(ctypes.byref(p), ctypes.c_void_p(stream), int(pingpong))
+    err = library().tk_attention_hopper_forward(ctypes.byref(p), ctypes.c_void_p(stream), int(variant))
     if err != 0:
         raise RuntimeError(f"tk Hopper attention launch failed: CUDA error {err}")
     return o, lse

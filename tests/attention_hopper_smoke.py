@@ -1,6 +1,6 @@
 """Quick diagnostic run of the Hopper attention forward (GPU): one call per head dim, errors
 printed with WHERE they are (first bad rows / columns), for debugging on a rationed GPU.
-    python tests/attention_hopper_smoke.py [pingpong 0|1]
+    python tests/attention_hopper_smoke.py [variant ...]   (0..4; default: 0)
 Uses TK_ATTENTION_HOPPER_LIB (ctypes) if set, else the torch extension."""
 import math
 import os
@@ -15,13 +15,14 @@ if os.environ.get("TK_ATTENTION_HOPPER_LIB"):
 else:
     from kernels import attention_hopper as impl
 
-pingpong = bool(int(sys.argv[1])) if len(sys.argv) > 1 else True
-for D, T, causal in ((64, 1000, True), (128, 1000, True), (64, 300, False)):
+cases = [(variant, D, T, causal) for variant in (map(int, sys.argv[1:]) if len(sys.argv) > 1 else [0])
+         for D, T, causal in ((64, 1000, True), (128, 1000, True), (64, 300, False))]
+for variant, D, T, causal in cases:
     B, H = 2, 3
     g = torch.Generator(device="cuda").manual_seed(D + T)
     q, k, v = (torch.randn(B, H, T, D, device="cuda", generator=g).bfloat16() for _ in range(3))
     scale = 1 / math.sqrt(D)
-    o, lse = impl.forward(q, k, v, causal, scale, pingpong)
+    o, lse = impl.forward(q, k, v, causal, scale, variant)
     torch.cuda.synchronize()
     s = (q.double() @ k.double().transpose(-1, -2)) * scale
     if causal:
@@ -31,7 +32,7 @@ for D, T, causal in ((64, 1000, True), (128, 1000, True), (64, 300, False)):
     err = ((o.double() - o_ref).norm() / o_ref.norm()).item()
     row_err = (o.double() - o_ref).abs().amax(dim=-1)            # (B, H, T)
     bad = (row_err > 0.05) | torch.isnan(row_err)
-    print(f"pingpong={int(pingpong)} D={D} T={T} causal={causal}: rel err O {err:.3e}, "
+    print(f"variant={variant} D={D} T={T} causal={causal}: rel err O {err:.3e}, "
           f"NaN O {torch.isnan(o).sum().item()}, NaN lse {torch.isnan(lse).sum().item()}, "
           f"max |lse err| {(lse.double() - lse_ref).abs().nan_to_num(1e9).max().item():.3e}, "
           f"bad rows {bad.sum().item()}/{bad.numel()}", flush=True)

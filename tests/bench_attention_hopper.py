@@ -2,8 +2,10 @@
 
     python tests/bench_attention_hopper.py [--json out.json]
 
-Causal forward, bf16, FLOPs = 4·B·H·T²·D / 2. Each figure is the median of 30 CUDA-event-timed
-calls after 5 warm-ups, on fresh random inputs. Uses the torch extension, or the prebuilt
+Causal forward, bf16, FLOPs = 4·B·H·T²·D / 2, fresh random inputs. Two figures per case:
+"eager" = median of 20 CUDA-event-timed calls after 5 warm-ups (includes what the host adds when
+it cannot keep ahead of the GPU), "graph" = the same 10 calls captured in a CUDA graph and
+replayed (median of 5 replays / 10): the GPU time alone. Uses the torch extension, or the prebuilt
 library named by TK_ATTENTION_HOPPER_LIB (see tests/attention_hopper_ctypes.py).
 Not a pytest file: no timing in tests. (bench.py at the top level is B's; once it has a
 registry for op benchmarks this table moves there.)
@@ -35,13 +37,13 @@ def hopper_forward():
                                                       os.path.join(HERE, "attention_hopper_ctypes.py"))
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        return lambda q, k, v, pingpong=True: module.forward(q, k, v, True, None, pingpong, poison=False)
+        return lambda q, k, v, variant=0: module.forward(q, k, v, True, None, variant, poison=False)
     sys.path.insert(0, os.path.dirname(HERE))
     from kernels import attention_hopper
-    return lambda q, k, v, pingpong=True: attention_hopper.forward(q, k, v, True, None, pingpong)
+    return lambda q, k, v, variant=0: attention_hopper.forward(q, k, v, True, None, variant)
 
 
-def median_ms(fn, warmup=5, reps=30):
+def median_ms(fn, warmup=5, reps=20):
     for _ in range(warmup):
         fn()
     times = []
@@ -56,6 +58,16 @@ def median_ms(fn, warmup=5, reps=30):
     return times[len(times) // 2]
 
 
+def graph_ms(fn, calls=10, replays=5):
+    """GPU time per call: `calls` calls captured in one CUDA graph, median replay / calls."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    return median_ms(graph.replay, warmup=1, reps=replays) / calls
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
@@ -68,11 +80,10 @@ def main():
         q, k, v = (torch.randn(B, H, T, D, device="cuda", generator=g).bfloat16() for _ in range(3))
         qkv = torch.randn(B, T, 3, H, D, device="cuda", generator=g).bfloat16()
         qp, kp, vp = (qkv[:, :, i].transpose(1, 2) for i in range(3))
-        cases = {
-            "tk": lambda: tk_fwd(q, k, v),
-            "tk no-pingpong": lambda: tk_fwd(q, k, v, pingpong=False),
-            "tk packed-qkv": lambda: tk_fwd(qp, kp, vp),
-        }
+        cases = {"tk": lambda: tk_fwd(q, k, v)}
+        for variant in map(int, os.environ.get("TK_ATTENTION_HOPPER_VARIANTS", "1 2 3 4").split()):
+            cases[f"tk v{variant}"] = lambda variant=variant: tk_fwd(q, k, v, variant)
+        cases["tk packed-qkv"] = lambda: tk_fwd(qp, kp, vp)
         for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION),
                               ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
             def run(backend=backend):
@@ -83,20 +94,26 @@ def main():
         for name, fn in cases.items():
             try:
                 ms = median_ms(fn)
-                result[name] = {"ms": ms, "tflops": flops / ms / 1e9}
+                result[name] = {"eager_ms": ms, "eager": flops / ms / 1e9}
             except Exception as e:   # a backend that does not take this shape
                 result[name] = {"error": str(e).splitlines()[0][:120]}
-        best_sdpa = max((result[n]["tflops"] for n in ("cudnn", "fa2", "efficient") if "tflops" in result[n]),
-                        default=float("nan"))
-        line = f"B={B:>2} H={H:>2} T={T:>4} D={D:>3} |"
-        for name in cases:
-            r = result[name]
-            line += f" {name} {r['tflops']:6.1f}" if "tflops" in r else f" {name} n/a"
-            line += " |"
-        if "tflops" in result["tk"] and "tflops" in result["cudnn"]:
-            line += f" tk/cudnn {result['tk']['tflops'] / result['cudnn']['tflops']:.2f}x"
-            line += f" tk/best-sdpa {result['tk']['tflops'] / best_sdpa:.2f}x"
-        print(line, flush=True)
+                continue
+            try:
+                gms = graph_ms(fn)
+                result[name].update(graph_ms=gms, graph=flops / gms / 1e9)
+            except Exception as e:   # not capturable
+                result[name]["graph_error"] = str(e).splitlines()[0][:120]
+        for mode in ("eager", "graph"):
+            best_sdpa = max((result[n][mode] for n in ("cudnn", "fa2", "efficient") if mode in result[n]),
+                            default=float("nan"))
+            line = f"{mode:>5} B={B:>2} H={H:>2} T={T:>4} D={D:>3} |"
+            for name in cases:
+                r = result[name]
+                line += f" {name} {r[mode]:6.1f} |" if mode in r else f" {name} n/a |"
+            if mode in result["tk"] and mode in result["cudnn"]:
+                line += f" tk/cudnn {result['tk'][mode] / result['cudnn'][mode]:.2f}x"
+                line += f" tk/best-sdpa {result['tk'][mode] / best_sdpa:.2f}x"
+            print(line, flush=True)
         rows.append(result)
         del q, k, v, qkv, qp, kp, vp
     print(f"(TFLOP/s, causal forward, {torch.cuda.get_device_name()}, torch {torch.__version__})")

@@ -21,7 +21,7 @@ def test_attention_hopper_compiles_for_sm90a(tmp_path):
     log = r.stdout + r.stderr
     assert r.returncode == 0, log[-4000:]
     kernels = re.findall(r"Compiling entry function '(\w*forward_kernel\w*)'", log)
-    assert len(kernels) == 4, f"expected 4 forward kernels (D 64/128 x ping-pong on/off), got {kernels}"
+    assert len(kernels) == 7, f"expected 7 forward kernels (the variants of attention_hopper_forward_variant), got {kernels}"
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     assert spills and all(a == "0" and b == "0" for a, b in spills), f"register spills: {spills}"
     assert "C7508" not in log, "ptxas ignored setmaxnreg (C7508)"
