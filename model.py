@@ -185,7 +185,7 @@ class GPT(nn.Module):
         if targets is None:   # generation needs only the last position's logits
             return self.lm_head(y[:, [-1], :]), None
         logits = self.lm_head(y)
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
