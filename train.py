@@ -244,7 +244,8 @@ def train(config):
     master = rank == 0
     if c.gradient_accumulation_steps % world:
         raise ConfigError(f"gradient_accumulation_steps={c.gradient_accumulation_steps} must be a "
-                          f"multiple of the number of ranks ({world})")
+                          f"multiple of the number of ranks ({world}): it counts micro-steps of the "
+                          f"whole global batch, e.g. --gradient_accumulation_steps={world}")
     accum = c.gradient_accumulation_steps // world
     device_type = "cuda" if dev.startswith("cuda") else "cpu"
     if device_type == "cuda" and not torch.cuda.is_available():

@@ -12,7 +12,7 @@
 #                tokens; our torch path vs a plain nanoGPT-style model, eager and compiled. ~4 min.
 #   synthetic    train.py itself at GPT-2 124M shapes on random tokens (tok/s and MFU). ~1 min.
 #   ddp          torchrun --nproc_per_node=2 on config/shakespeare.py, per-rank batch unchanged,
-#                300 iters; only where there are >= 2 GPUs. ~1 min.
+#                300 iters; only where there are >= 2 GPUs (kind nvidia-h200-x2). ~1 min.
 set -uo pipefail
 OUT=${1:?usage: bash tests/gpu_train_check.sh OUT [shakespeare throughput synthetic ddp]}
 shift
@@ -65,8 +65,12 @@ for part in $PARTS; do
             continue
         fi
         [ -f data/shakespeare_char/train.bin ] || python data/shakespeare_char/prepare.py
+        # NVLink multicast stays off on these shared machines.
+        export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+        # gradient_accumulation_steps is global and split among ranks: 2 here keeps each
+        # rank at batch_size=64 per step (global batch 128).
         run_part ddp torchrun --standalone --nproc_per_node=2 train.py config/shakespeare.py \
-            --kernels=torch --max_iters=300 --out_dir="$OUT/out-ddp"
+            --kernels=torch --max_iters=300 --gradient_accumulation_steps=2 --out_dir="$OUT/out-ddp"
         grep -E "^(device|summary)" "$OUT/ddp.log" | tee -a "$SUMMARY"
         ;;
     *) echo "unknown part $part" | tee -a "$SUMMARY" ;;
