@@ -207,17 +207,17 @@ def test_failed_op_module_import_is_named_in_the_reason(monkeypatch):
 
 
 def test_broken_op_module_prints_a_warning_and_other_ops_still_work(tmp_path):
-    # A copy of the package with a broken attention.py: importing it warns on stderr, names the
-    # file and the error, and layernorm still registers.
+    # A copy of the package with a broken mlp.py: importing it warns on stderr, names the file
+    # and the error, and layernorm still registers.
     import shutil
     pkg = tmp_path / "kernels"
     shutil.copytree(os.path.join(REPO, "kernels"), pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    (pkg / "attention.py").write_text("raise ImportError('planted failure')\n")
+    (pkg / "mlp.py").write_text("raise ImportError('planted failure')\n")
     code = ("import kernels; print(sorted(kernels._tk_impls)); print(kernels._import_errors);"
-            "print(kernels.why_not_tk('attention'))")
+            "print(kernels.why_not_tk('mlp'))")
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert "kernels/attention.py failed to import" in res.stderr and "planted failure" in res.stderr
+    assert "kernels/mlp.py failed to import" in res.stderr and "planted failure" in res.stderr
     assert "'layernorm'" in res.stdout.splitlines()[0]
     assert "planted failure" in res.stdout.splitlines()[-1]
 
