@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/gpu_check.sh: the whole GPU check in one command, for a machine with a CUDA GPU.
 # Builds the kernels, runs the GPU tests, runs compute-sanitizer (memcheck + racecheck) on the
-# kernel tests, and runs bench.py; every step logs to OUTDIR, and a summary is printed last.
+# kernel tests, and runs bench.py; every step logs to OUTDIR (at most 7 files, so the whole
+# folder comes back from a lent GPU machine), and a summary is printed last.
 #
 #   tests/gpu_check.sh OUTDIR [--ops layernorm,attention] [-k PYTEST_EXPR] [--quick]
 #                             [--no-sanitizer] [--no-bench] [--no-tests]
@@ -34,7 +35,7 @@ declare -a SUMMARY
 step() {   # step NAME LOGFILE COMMAND...: run, log, remember the outcome
   local name=$1 log=$2; shift 2
   local t0=$SECONDS
-  echo "== $name: $*" | tee "$OUT/$log"
+  echo "== $name: $*" | tee -a "$OUT/$log"
   "$@" 2>&1 | tee -a "$OUT/$log"
   local rc=${PIPESTATUS[0]}
   SUMMARY+=("$(printf '%-12s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$OUT/$log")")
@@ -50,7 +51,7 @@ fi
 
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv; \
   $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; \
-  git rev-parse HEAD 2>/dev/null; } > "$OUT/env.txt" 2>&1
+  git rev-parse HEAD 2>/dev/null; } > "$OUT/build.log" 2>&1
 
 # 1. Build (each family's cold build time is printed) and the status table.
 step build build.log $PY - "$OPS" <<'EOF'
@@ -65,14 +66,19 @@ for op in ops:
     failed |= reason is not None
 sys.exit(1 if failed else 0)
 EOF
-$PY -m kernels --no-build > "$OUT/status.txt" 2>&1
+$PY -m kernels --no-build >> "$OUT/build.log" 2>&1
 
 # 2. GPU tests (they skip nothing here: a CUDA device is present).
 if [ $TESTS = 1 ]; then
-  step pytest pytest.log $PY -m pytest -q -rs $TEST_FILES ${KEXPR:+-k "$KEXPR"} --junitxml="$OUT/pytest.xml"
+  step pytest pytest.log $PY -m pytest -q -rs $TEST_FILES ${KEXPR:+-k "$KEXPR"}
 fi
 
-# 3. compute-sanitizer on a small subset of the kernel tests (every launch is checked, so keep
+# 3. Benchmarks (JSON with every figure).
+if [ $BENCH = 1 ]; then
+  step bench bench.log $PY bench.py ${OPS:+--ops "$OPS"} $QUICK --json "$OUT/bench.json"
+fi
+
+# 4. compute-sanitizer on a small subset of the kernel tests (every launch is checked, so keep
 #    shapes small): memcheck (out-of-bounds, misaligned) and racecheck (shared-memory hazards).
 if [ $SANITIZE = 1 ]; then
   SAN_FILES=""; SAN_K=""
@@ -87,11 +93,6 @@ if [ $SANITIZE = 1 ]; then
         --target-processes all $PY -m pytest -q -x -p no:cacheprovider $SAN_FILES -k "$SAN_K"
     done
   fi
-fi
-
-# 4. Benchmarks (JSON with every figure).
-if [ $BENCH = 1 ]; then
-  step bench bench.log $PY bench.py ${OPS:+--ops "$OPS"} $QUICK --json "$OUT/bench.json"
 fi
 
 echo; echo "== summary (logs in $OUT)"; printf '%s\n' "${SUMMARY[@]}" | tee "$OUT/summary.txt"
