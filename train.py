@@ -305,6 +305,7 @@ def train(config):
     raw_model = model
     if c.compile:
         model = torch.compile(model)
+    eval_model = model   # compiled if asked, but outside DDP: eval needs no gradient sync
     if ddp:
         model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None)
     peak = peak_flops(dev) if dtype_name != "float32" else None
@@ -317,15 +318,17 @@ def train(config):
 
     @torch.no_grad()
     def estimate_loss():
-        raw_model.eval()
+        # Every rank evaluates the same windows with the same weights, so every rank reaches
+        # the same decisions (save, stop) without talking to the others.
+        eval_model.eval()
         out = {}
         for split in ("train", "val"):
-            losses = torch.zeros(c.eval_iters)
+            losses = torch.zeros(c.eval_iters, device=dev)
             for i, (x, y) in enumerate(batches.eval_batches(split, c.eval_iters)):
                 with autocast:
-                    losses[i] = raw_model(x, y)[1].item()
+                    losses[i] = eval_model(x, y)[1]
             out[split] = losses.mean().item()
-        raw_model.train()
+        eval_model.train()
         return out
 
     def checkpoint_state():
