@@ -95,6 +95,7 @@ def _check_type(key, value, default, where):
 
 
 def defaults_from(namespace):
-    """The settable names of a module namespace: public ints, floats, bools and strings."""
+    """The settable names of a module namespace: public ints, floats, bools and strings
+    (UPPER_CASE names are constants, not settings)."""
     return {k: v for k, v in namespace.items()
-            if not k.startswith("_") and type(v) in (int, float, bool, str)}
+            if not k.startswith("_") and not k.isupper() and type(v) in (int, float, bool, str)}

@@ -100,3 +100,13 @@ def test_cli_unknown_key_and_wrong_type_are_one_line():
     assert_one_line_error(run_script("train.py", "--max_iters=lots"), "--max_iters", "not a valid int")
     assert_one_line_error(run_script("train.py", "--kernels=fast"), "kernels='fast'", "auto | tk | torch")
     assert_one_line_error(run_script("sample.py", "--top_k=many"), "--top_k")
+
+
+def test_defaults_are_settings_only():
+    import sample
+    import train
+    assert "CHECKPOINT_FORMAT" not in train.DEFAULTS and "HERE" not in train.DEFAULTS
+    assert {"kernels", "kernels_attention", "kernels_layernorm", "kernels_mlp", "dropout",
+            "attn_dropout", "init_from", "compile", "dtype", "device"} <= set(train.DEFAULTS)
+    assert {"start", "num_samples", "max_new_tokens", "temperature", "top_k", "seed",
+            "kernels"} <= set(sample.DEFAULTS)
