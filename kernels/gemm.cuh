@@ -25,6 +25,7 @@ struct args {
     bool gelu;            // apply GELU(tanh) after the bias
     int splits;           // split-K factor (step 4): > 1 reduce-adds fp32 partials into a zeroed c
     int num_sms;          // persistent grid size (step 4)
+    int variant;          // step 4 pipeline configuration (0 = default; see gemm_4_warp_specialized.cu)
     cudaStream_t stream;
 };
 

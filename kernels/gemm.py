@@ -26,6 +26,9 @@ _ext = LazyExtension("tk_gemm", ["gemm_bindings.cpp", "gemm_1_warp_mma.cu", "gem
 
 STEPS = (1, 2, 3, 4)
 TILE_M, TILE_N, TILE_K = 128, 256, 64      # step 4's CTA tile (kernels/gemm_4_warp_specialized.cu)
+VARIANTS = {0: "4 stages x K64, free stage s-1 after issuing s", 1: "4 stages x K64, drain and free each stage",
+            2: "8 stages x K32, free stage s-1 after issuing s", 3: "8 stages x K32, drain and free each stage",
+            4: "3 stages x K64, 4 output staging boxes per warp"}
 
 
 def why_not():
@@ -41,6 +44,15 @@ def _row_major(t):
 def _col_major(t):
     """Dense columns: t[i][j] at j*rows + i (the transpose view of a contiguous matrix)."""
     return t.stride(0) == 1 and t.stride(1) == t.size(0)
+
+
+_sms = {}
+
+
+def _num_sms(device):
+    if device not in _sms:
+        _sms[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _sms[device]
 
 
 def _aligned(t):
@@ -85,12 +97,16 @@ def check(a, b):
     return None
 
 
-def matmul(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, splits=None, out=None):
+def matmul(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, splits=None, out=None, variant=0):
     """C = A·B (then + bias, then GELU(tanh)) with GEMM step `step`; see the module docstring.
-    `out`: an optional contiguous M x N tensor of out_dtype to write into (returned)."""
+    `out`: an optional contiguous M x N tensor of out_dtype to write into (returned).
+    `splits`: step 4's split-K factor (None: choose_splits). `variant`: step 4's pipeline
+    configuration (VARIANTS; 0 is the default the bench picked)."""
     problem = check(a, b)
     if problem:
         raise ValueError(f"kernels.gemm.matmul: {problem}")
+    if variant not in VARIANTS:
+        raise ValueError(f"kernels.gemm.matmul: variant must be one of {sorted(VARIANTS)} (got {variant})")
     if step not in STEPS:
         raise ValueError(f"kernels.gemm.matmul: step must be one of {STEPS} (got {step})")
     if out_dtype not in (torch.bfloat16, torch.float32):
@@ -126,7 +142,7 @@ def matmul(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, spl
         b_store = torch.nn.functional.pad(b_store, (0, pad))
 
     if step == 4 and splits is None:
-        splits = choose_splits(M, N, K, torch.cuda.get_device_properties(a.device).multi_processor_count, epilogue)
+        splits = choose_splits(M, N, K, _num_sms(a.device), epilogue)
     splits = splits or 1
     if splits > 1 and epilogue:
         raise ValueError("kernels.gemm.matmul: split-K cannot fuse bias/gelu (they would be applied once per split)")
@@ -138,7 +154,35 @@ def matmul(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, spl
             torch.zeros((M, N), device=a.device, dtype=torch.float32)
     else:
         c = out if out is not None else torch.empty((M, N), device=a.device, dtype=out_dtype)
-    ext.run(step, a_store.contiguous(), b_store.contiguous(), c, a_mn, b_mn, bias, gelu, splits)
+    ext.run(step, a_store.contiguous(), b_store.contiguous(), c, a_mn, b_mn, bias, gelu, splits, variant)
     if c.dtype != out_dtype or (out is not None and c is not out):
         c = out.copy_(c) if out is not None else c.to(out_dtype)
     return c
+
+
+# ---- bench.py registry (engineer B's driver): step 4 vs torch.matmul at the headline shapes ----
+def _register_bench():
+    import sys
+    bench = sys.modules.get("__main__")
+    if not (hasattr(bench, "register") and hasattr(bench, "Case")):
+        bench = sys.modules.get("bench")
+    if not (hasattr(bench, "register") and hasattr(bench, "Case")):
+        return
+
+    @bench.register("gemm")
+    def gemm_cases(quick):
+        """C = A·B, bf16 in/out, fp32 accumulate: y = x·Wᵀ ('fwd', M x K x N) and the weight
+        gradient dyᵀ·x ('dW', K = tokens) of GPT-2's four linear layers at 16k tokens."""
+        shapes = [("fwd", 8192, 8192, 8192)]
+        for k_in, n_out in [(768, 3072), (3072, 768), (768, 2304), (768, 768)]:
+            shapes += [("fwd", 16384, k_in, n_out), ("dW", n_out, 16384, k_in)]
+        for kind, M, K, N in (shapes[:3] if quick else shapes):
+            def make(kind=kind, M=M, K=K, N=N):
+                r = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16)
+                return (r(M, K), r(N, K).t()) if kind == "fwd" else (r(K, M).t(), r(K, N))
+            yield bench.Case("gemm", f"{kind} {M}x{K}x{N}", "TFLOP/s", 2.0 * M * N * K, make,
+                             lambda f, inp: f(*inp), impls={"tk": matmul, "eager": torch.matmul},
+                             compile=False, note="M x K x N; dW: A = dy^T, B = x")
+
+
+_register_bench()

@@ -2,9 +2,10 @@
 
     python -m kernels.gemm_bench            # all shapes, 5 trials, prints a table
     python -m kernels.gemm_bench --quick    # fewer shapes and trials
+    python -m kernels.gemm_bench --variants # step 4's pipeline variants (gemm.VARIANTS) instead of the steps
 
-Each trial times torch.matmul and each step back to back on the same inputs (CUDA events, median
-of `iters` launches after warm-up); the reported ratio is the median over trials of
+Each trial times torch.matmul and each step on the same inputs (CUDA events around `iters`
+back-to-back launches after a warm-up); the reported ratio is the median over trials of
 tk / torch, because absolute figures drift by 10% between runs on the H200 (shared/docs/anchors.md).
 Shapes are written M x K x N; 'fwd' is y = x·Wᵀ, 'dW' the weight gradient dyᵀ·x of the same layer.
 (bench.py at the top level is engineer B's; this is the GEMM part until it has a registry.)
@@ -18,17 +19,18 @@ from . import gemm
 
 
 def time_ms(fn, iters):
+    """Milliseconds per call of `iters` back-to-back calls between two CUDA events. Back to back,
+    the GPU queue stays full as long as Python launches faster than the GPU runs, so this is GPU
+    time, not Python's per-call overhead (a per-call event pair would count that too)."""
     fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
+    start.record()
     for _ in range(iters):
-        start.record()
         fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / iters
 
 
 def cases(quick):
@@ -56,23 +58,26 @@ def main():
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--steps", default="1,2,3,4")
+    ap.add_argument("--variants", action="store_true", help="time step 4's variants instead of the steps")
     args = ap.parse_args()
     steps = [int(s) for s in args.steps.split(",")]
     trials = 2 if args.quick else args.trials
-    print(f"GEMM bench on {torch.cuda.get_device_name()}, {trials} interleaved trials, median of {args.iters} launches each")
+    print(f"GEMM bench on {torch.cuda.get_device_name()}, {trials} interleaved trials of {args.iters} back-to-back launches")
     rows = []
     for name, M, K, N, kind in cases(args.quick):
         a, b = operands(M, K, N, kind)
         flop = 2.0 * M * N * K
         fns = {"torch": lambda: torch.matmul(a, b)}
-        for s in steps:
+        for v in (gemm.VARIANTS if args.variants else ()):
+            fns[f"v{v}"] = (lambda v=v: gemm.matmul(a, b, variant=v))
+        for s in (() if args.variants else steps):
             if s < 4 and kind == "dW" and M * N * K > 2**36:
                 continue   # steps 1-3 copy-transpose for dW and are slow; timed at the fwd shapes
             fns[f"step{s}"] = (lambda s=s: gemm.matmul(a, b, step=s))
         per = {k: [] for k in fns}
         for _ in range(trials):
             for k, fn in fns.items():
-                iters = args.iters if k in ("torch", "step4", "step3") else max(3, args.iters // 4)
+                iters = max(3, args.iters // 4) if k in ("step1", "step2") else args.iters
                 per[k].append(time_ms(fn, iters))
         tflops = {k: flop / (statistics.median(v) * 1e-3) / 1e12 for k, v in per.items()}
         ratio = {k: statistics.median([t / x for t, x in zip(per["torch"], v)]) for k, v in per.items() if k != "torch"}

@@ -12,7 +12,7 @@ namespace {
 // a: [M][K] (or [K][M] storage when a_mn_major), b: [N][K] (or [K][N] when b_mn_major), both
 // contiguous bf16; c: [M][N] contiguous, bf16 or fp32 (zeroed by the caller when splits > 1).
 void run(int64_t step, const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& c, bool a_mn_major,
-         bool b_mn_major, const c10::optional<torch::Tensor>& bias, bool gelu, int64_t splits) {
+         bool b_mn_major, const c10::optional<torch::Tensor>& bias, bool gelu, int64_t splits, int64_t variant) {
     TORCH_CHECK(a.is_cuda() && b.is_cuda() && c.is_cuda(), "gemm: a, b and c must be CUDA tensors");
     TORCH_CHECK(a.scalar_type() == torch::kBFloat16 && b.scalar_type() == torch::kBFloat16, "gemm: a and b must be bfloat16");
     TORCH_CHECK(c.scalar_type() == torch::kBFloat16 || c.scalar_type() == torch::kFloat32, "gemm: c must be bfloat16 or float32");
@@ -36,7 +36,7 @@ void run(int64_t step, const torch::Tensor& a, const torch::Tensor& b, torch::Te
     cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, a.device().index());
     gemm::args g{a.data_ptr(), b.data_ptr(), c.data_ptr(), int(M), int(N), int(K), a_mn_major, b_mn_major,
                  c.scalar_type() == torch::kFloat32, bias_ptr, gelu, int(splits),
-                 num_sms, c10::cuda::getCurrentCUDAStream().stream()};
+                 num_sms, int(variant), c10::cuda::getCurrentCUDAStream().stream()};
     const char* err = nullptr;
     switch (step) {
         case 1: err = gemm::step1_warp_mma(g); break;

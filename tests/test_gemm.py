@@ -70,6 +70,23 @@ def test_split_k(splits):
         assert rel_err(c, a.float() @ b.float().t()) < 1e-3
 
 
+@pytest.mark.parametrize("variant", [1, 2, 3, 4])   # variant 0 is what every other test runs
+def test_step4_variants(variant):
+    for M, K, N in [(77, 48, 272), (1000, 320, 528), (16384, 768, 3072)]:
+        x, W = randn(M, K), randn(N, K)
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        c = gemm.matmul(x, W.t(), variant=variant, out=out)
+        assert rel_err(c, x.float() @ W.float().t()) < 1e-2, (variant, M, K, N)
+    tokens, n_in, n_out = 4096, 768, 2304
+    x, W, dy, bias = randn(tokens, n_in), randn(n_out, n_in), randn(tokens, n_out), randn(n_in)
+    assert rel_err(gemm.matmul(dy, W, variant=variant, out_dtype=torch.float32), dy.float() @ W.float()) < 1e-3
+    assert rel_err(gemm.matmul(dy, W, variant=variant, bias=bias, gelu=True),
+                   torch.nn.functional.gelu(dy.float() @ W.float() + bias.float(), approximate="tanh")) < 1e-2
+    for splits in (1, 3):
+        dW = gemm.matmul(dy.t(), x, variant=variant, splits=splits)
+        assert rel_err(dW, dy.float().t() @ x.float()) < 1e-2, (variant, splits)
+
+
 def test_default_splits_are_used_for_weight_gradient():
     assert gemm.choose_splits(768, 3072, 16384, 132) > 1
     assert gemm.choose_splits(8192, 8192, 8192, 132) == 1

@@ -53,6 +53,14 @@ __device__ inline uint64_t desc(uint32_t base, int first, int k) {
     }
 }
 
+// The same for a shared tile S (tk::st): its swizzle and row count come from the type. `first`
+// is the first row (K-major) or column (MN-major) of the 64 or N rows/columns this wgmma reads.
+template <major M, typename S>
+__device__ inline uint64_t desc(const S& tile, int first, int k) {
+    static_assert(sizeof(typename S::dtype) == 2, "wgmma descriptors here are for bf16 / fp16 tiles");
+    return desc<M, S::rows, S::swizzle_bytes>(smem_addr(&tile), first, k);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The accumulator of one m64nNk16 wgmma: N/2 floats per thread. Thread tid of the warpgroup
 // (w = tid/32, g = lane/4, t = lane%4) holds element i at
