@@ -1,6 +1,7 @@
 // kernels/attention_hopper.cu — causal flash attention, forward pass, for Hopper (sm_90a only):
 // TMA loads of K and V into a shared-memory ring guarded by mbarriers, one producer warpgroup
-// and two consumer warpgroups (setmaxnreg moves registers from the first to the others),
+// and two consumer warpgroups (setmaxnreg moves registers from the first to the others; variant 4
+// below has one consumer and two CTAs per SM),
 // wgmma for S = Q·Kᵀ (both operands in shared memory) and O += P·V (P in registers).
 // Read kernels/attention_portable.cu first: same algorithm, plainer machinery.
 // Read in order: the algorithm and the pipeline picture (this comment), config, softmax_tile,
@@ -52,6 +53,17 @@
 // Barrier phases: tile n lives in slot n % STAGES and its wait parity is (n / STAGES) & 1 for
 // the consumers; the producer waits on "empty" with the opposite parity, so that its first pass
 // over the ring does not block (a fresh mbarrier reports parity 1 as complete).
+//
+// ---- Variants (attention_hopper_forward_variant at the bottom; figures in kernels/NOTES.md) ----
+// The same pipeline in four settings, all tested, kept so the measurements can be repeated:
+//   1 two consumers, ping-pong, plain softmax (exp2f, sequential row max/sum): the first version
+//   2 two consumers, ping-pong, fast softmax (ex2.approx.ftz, tree reductions): default D=128
+//   3 two consumers, no ping-pong, fast softmax: ping-pong is worth 5-10%
+//   4 ONE consumer per CTA and two CTAs per SM, fast softmax (D=64): default D=64. Instead of
+//     ping-pong between two warpgroups of one CTA, two CTAs interleave, and one CTA's start
+//     (Q and the first K in flight) and end (O stores) hide under the other's matrix products.
+// What is not here (yet): a persistent grid, a TMA store epilogue, the backward pass (the
+// portable backward reads this forward's LSE).
 #include <cstdint>
 #include <cmath>
 #include <string>
@@ -91,8 +103,10 @@ struct config {
     static_assert(128 * (producer_regs + consumers * consumer_regs) <= 65536 / ctas_per_sm, "register budget");
 };
 
-// Which variant runs by default (see attention_hopper_forward_variant at the bottom).
-constexpr int DEFAULT_VARIANT_D64 = 2, DEFAULT_VARIANT_D128 = 2;
+// Which variant runs by default (see attention_hopper_forward_variant at the bottom): the fastest
+// on the H200 (kernels/NOTES.md): D = 64, one consumer and two CTAs per SM (239 TFLOP/s at the
+// GPT-2 shape, against 225 for variant 2); D = 128, two consumers with ping-pong.
+constexpr int DEFAULT_VARIANT_D64 = 4, DEFAULT_VARIANT_D128 = 2;
 
 struct kernel_params {
     CUtensorMap q_map, k_map, v_map;                    // 4-D maps {dim, seq, heads, batch}

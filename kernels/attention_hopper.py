@@ -97,3 +97,9 @@ def register(prefer=True):
     """Put the Hopper forward into attention_op's backend table (first choice on sm_90)."""
     from .attention_op import Backend, register_backend
     register_backend(Backend("hopper", backend_why_not, backend_forward, None), prefer=prefer)
+
+
+# Importing this module registers the backend (kernels/attention_op.py or kernels/__init__.py
+# imports it; see kernels/NOTES.md). Elsewhere than sm_90 backend_why_not declines, and the
+# portable kernel runs as before.
+register()

@@ -154,3 +154,37 @@ def test_unsupported_inputs_are_refused():
     q_odd.copy_(q)
     with pytest.raises(ValueError, match="stride"):
         hopper_forward(q_odd, k, v)
+
+
+@pytest.mark.skipif(bool(os.environ.get("TK_ATTENTION_HOPPER_LIB")),
+                    reason="runs through the torch extensions (kernels.attention_op), not the ctypes library")
+@pytest.mark.parametrize("D", [64, 128])
+def test_portable_backward_reads_hopper_lse(D):
+    """The model's path on an H200: forward here, backward borrowed from the portable kernel,
+    which recomputes P from our LSE. Gradients vs float64 autograd on the same bf16 inputs."""
+    from kernels import attention_hopper  # noqa: F401  (registers the 'hopper' backend)
+    from kernels import attention_op as A
+    B, H, T = 2, 3, 300
+    g = torch.Generator(device="cuda").manual_seed(D)
+    qkv = (torch.randn(B, T, 3, H, D, device="cuda", generator=g) * 1.5).bfloat16().requires_grad_()
+    q, k, v = qkv.permute(2, 0, 3, 1, 4)
+    grad_out = torch.randn(B, H, T, D, device="cuda", generator=g).bfloat16()
+    old = A.set_backend("hopper")
+    try:
+        assert A._choose(q, True, 1 / math.sqrt(D), "forward")[0] == "hopper"
+        o = A.attention(q, k, v, causal=True)
+        (dqkv,) = torch.autograd.grad(o, qkv, grad_out)
+    finally:
+        A.set_backend(old)
+    ref = qkv.detach().double().requires_grad_()
+    rq, rk, rv = ref.permute(2, 0, 3, 1, 4)
+    s = (rq @ rk.transpose(-1, -2)) / math.sqrt(D)
+    s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
+    o_ref = torch.softmax(s, -1) @ rv
+    (dqkv_ref,) = torch.autograd.grad(o_ref, ref, grad_out.double())
+    assert ((o.double() - o_ref).norm() / o_ref.norm()).item() < O_TOL
+    for i, name in enumerate("qkv"):
+        got, want = dqkv[:, :, i].double(), dqkv_ref[:, :, i]
+        assert torch.isfinite(got).all()
+        err = ((got - want).norm() / want.norm()).item()
+        assert err < 2e-2, f"d{name} relative error {err:.2e}"
