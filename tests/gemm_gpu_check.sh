@@ -23,7 +23,9 @@ PY
 if ! grep -q "smoke step 4" "$OUT/smoke.log"; then echo "smoke test failed: stopping"; exit 1; fi
 timeout ${PYTEST_TIMEOUT:-200} python3 -m pytest -q --maxfail=6 --tb=short tests/test_gemm.py 2>&1 | tail -40 | tee "$OUT/pytest.log"
 timeout ${BENCH_TIMEOUT:-120} python3 -m kernels.gemm_bench ${BENCH_ARGS} 2>&1 | tee "$OUT/bench.log"
-timeout ${SAN_TIMEOUT:-90} compute-sanitizer --tool memcheck --print-limit 5 python3 - <<'PY' 2>&1 | tail -15 | tee "$OUT/memcheck.log"
+timeout ${BENCH_TIMEOUT:-120} python3 -m kernels.gemm_bench --variants 2>&1 | tee "$OUT/variants.log"
+timeout ${BENCH_TIMEOUT:-120} python3 bench.py --ops gemm --compile-modes '' --reps 20 --warmup 3 --json "$OUT/bench_gemm.json" 2>&1 | tail -30 | tee "$OUT/bench_py.log"
+cat > /tmp/gemm_small.py <<'PY'
 import torch
 from kernels import gemm
 r = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16)
@@ -31,5 +33,8 @@ x, W, dy = r(200, 256), r(272, 256), r(200, 272)
 for step in (1, 2, 3, 4):
     gemm.matmul(x, W.t(), step=step); gemm.matmul(dy, W, step=step)
 gemm.matmul(r(512, 1024).t(), r(512, 256), splits=3)
-torch.cuda.synchronize(); print("memcheck script done")
+gemm.matmul(x, W.t(), bias=r(272), gelu=True)
+torch.cuda.synchronize(); print("sanitizer script done")
 PY
+timeout ${SAN_TIMEOUT:-90} compute-sanitizer --tool memcheck --print-limit 5 python3 /tmp/gemm_small.py 2>&1 | tail -8 | tee "$OUT/memcheck.log"
+timeout ${SAN_TIMEOUT:-90} compute-sanitizer --tool racecheck --print-limit 5 python3 /tmp/gemm_small.py 2>&1 | tail -8 | tee "$OUT/racecheck.log"
