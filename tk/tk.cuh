@@ -9,3 +9,4 @@
 #include "types/types.cuh"
 #include "ops/warp/warp.cuh"
 #include "ops/group/group.cuh"
+#include "ops/group/tma_4d.cuh"
