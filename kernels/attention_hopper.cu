@@ -89,7 +89,8 @@ struct config {
     static constexpr int consumers = CONSUMERS;         // consumer warpgroups
     static constexpr int block_m = 64 * consumers;      // query rows per CTA (64 per consumer)
     static constexpr int block_n = 128;                 // keys per tile
-    static constexpr int stages = D == 64 ? 3 : 2;      // K and V slots each (smem: 112 / 160 KB)
+    static constexpr int stages = D == 64 ? 3 : 2;      // K and V slots each; smem 113 / 161 KB
+                                                        // (two consumers), 105 KB (one, D = 64)
     static constexpr int threads = 128 * (consumers + 1);
     static constexpr int ctas_per_sm = CONSUMERS == 1 ? 2 : 1;
     static constexpr int col_blocks = D / 64;           // 128-byte (64-element) column blocks
