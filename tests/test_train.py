@@ -139,3 +139,20 @@ def test_cli_bad_inputs_are_one_line(tmp_path):
     assert_one_line_error(run_script("train.py", "--dataset=synthetic", "--device=cpu", "--kernels=tk",
                                      "--n_layer=1", "--n_embd=32", "--n_head=2", "--block_size=16",
                                      f"--out_dir={tmp_path}"), "tk")
+
+
+@pytest.mark.parametrize("name,peak", [("NVIDIA H200", 989e12), ("NVIDIA H100 80GB HBM3", 989e12),
+                                       ("NVIDIA H100 PCIe", 756e12), ("NVIDIA A100-SXM4-80GB", 312e12),
+                                       ("Tesla T4", None)])
+def test_mfu_peak_table_gives_no_figure_for_unknown_gpus(monkeypatch, name, peak):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    assert train.peak_flops("cuda:0") == peak
+    assert train.peak_flops("cpu") is None
+
+
+def test_wandb_logs_offline(char_data, tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    train.train(tiny_config(char_data, tmp_path, wandb_log=True, max_iters=2, eval_interval=2))
+    assert any(p.name.startswith("offline-run") for p in (tmp_path / "wandb").iterdir())
