@@ -155,7 +155,7 @@ def mlp(x, w_fc, b_fc, w_proj, b_proj):
 # Listed by name so one that is missing (not written yet) is simply skipped, while one that
 # exists but fails to import is reported loudly instead of silently running torch.
 # A new op module adds its name here (and follows kernels/layernorm.py's pattern).
-OP_MODULES = ("layernorm", "attention", "attention_op", "gemm", "mlp")
+OP_MODULES = ("layernorm", "attention", "attention_op", "gemm", "mlp", "mlp_op")
 _import_errors = {}   # module name -> "ErrorType: message"
 
 for _name in OP_MODULES:

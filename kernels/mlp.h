@@ -1,0 +1,42 @@
+// kernels/mlp.h — the plain C++ face of kernels/mlp.cu (no torch here, so nvcc stays fast):
+// one argument struct and the five GEMM launchers the MLP's forward and backward are made of.
+// Read kernels/mlp.cu's opening comment for what each one computes and why; the torch side that
+// checks inputs and calls these is kernels/mlp_bindings.cpp.
+#pragma once
+#include <cuda_runtime.h>
+
+namespace tk_mlp {
+
+// Every product is C[M][N] = A·B, bf16 in, fp32 accumulate. Row-major storage throughout; which
+// operand is transposed is fixed by the launcher (see each one's comment).
+struct gemm_args {
+    const void* a;              // bf16
+    const void* b;              // bf16
+    void* c;                    // the output (bf16, or fp32 for weight_grad)
+    void* c2;                   // linear_bias_gelu only: the second output h = GELU(c)
+    int M, N, K;
+    const void* bias;           // bf16 [N] added to every row, or nullptr
+    const void* pre;            // linear_dgelu only: bf16 [M][N] pre-activation saved by the forward
+    float* bias_grad_partial;   // linear_dgelu only: fp32 [ceil(M/16)][N], column sums per 16 rows
+    int splits;                 // weight_grad only: split-K factor (c is fp32, zeroed by the caller)
+    int num_sms;                // persistent grid size
+    cudaStream_t stream;
+};
+
+// Each returns nullptr on success, else a message.
+// pre = x·W1ᵀ + b1 (c), h = GELU(pre) (c2). a = x [M][K], b = W1 [N][K].
+const char* linear_bias_gelu(const gemm_args&);
+// y = h·W2ᵀ + b2 (bias may be null). a = h [M][K], b = W2 [N][K].
+const char* linear_bias(const gemm_args&);
+// dpre = (dy·W2) ⊙ GELU'(pre), plus column sums of dpre for db1. a = dy [M][K], b = W2 [K][N].
+const char* linear_dgelu(const gemm_args&);
+// dx = dpre·W1. a = dpre [M][K], b = W1 [K][N].
+const char* linear_grad_input(const gemm_args&);
+// dW += Aᵀ·B over the token axis, split-K, fp32 reduce-add into a zeroed c.
+// a = dy or dpre stored [K=tokens][M], b = h or x stored [K=tokens][N].
+const char* weight_grad(const gemm_args&);
+
+// The split-K factor weight_grad should use for an M x N output with K tokens on num_sms SMs.
+int choose_splits(int M, int N, int K, int num_sms);
+
+}  // namespace tk_mlp

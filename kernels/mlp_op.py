@@ -1,0 +1,180 @@
+"""tk MLP, the Python half: custom ops, autograd, the support check, registration.
+
+(Named mlp_op.py, not mlp.py: a submodule kernels.mlp would replace the function kernels.mlp()
+that model.py calls, because importing a submodule sets it as an attribute of its package; the
+same reason as attention_op.py.)
+
+Read after kernels/__init__.py (the switch) and kernels/layernorm.py (the op-module pattern this
+file follows). The GEMMs and their fused epilogues are kernels/mlp.cu (its opening comment has
+the roofline and what each epilogue does); input checks are in kernels/mlp_bindings.cpp.
+
+    y = GELU_tanh(x·w_fcᵀ + b_fc)·w_projᵀ + b_proj
+
+The ops:
+  tk::mlp_fwd(x, w_fc, b_fc, w_proj, b_proj) -> (y, pre, h)     two GEMMs
+      pre = x·w_fcᵀ + b_fc and h = GELU(pre) come out of ONE GEMM's epilogue; both are kept for
+      the backward (pre for GELU', h for dw_proj), exactly what eager PyTorch keeps.
+  tk::mlp_bwd(dy, x, pre, h, w_fc, w_proj) -> (dx, dw_fc, db_fc, dw_proj, db_proj)   four GEMMs
+      dpre = (dy·w_proj) ⊙ GELU'(pre) in one GEMM's epilogue (which also sums db_fc per 16
+      rows); dx = dpre·w_fc; dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x with split-K.
+Both have `register_fake` (shapes only) and mlp_fwd has `register_autograd`, so torch.compile
+traces through them and DDP sees ordinary autograd.
+
+The kernels compute in bfloat16 (fp32 accumulation). Under torch.autocast(dtype=bfloat16) the
+fp32 activations and parameters are cast on the way in, as autocast does for F.linear, and the
+casts' own backward returns fp32 gradients to fp32 parameters. Nothing builds at import.
+"""
+import sys
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _preflight_checks, register_tk
+from .build import LazyExtension
+
+_ext = LazyExtension("tk_mlp", ["mlp.cu", "mlp_bindings.cpp"], hopper=True)
+
+MULTIPLE = 64          # the embedding and hidden sizes must be multiples of this
+
+
+# ---- 1. the custom ops: thin calls into the extension ----------------------------------------
+
+@torch.library.custom_op("tk::mlp_fwd", mutates_args=())
+def mlp_fwd(x: Tensor, w_fc: Tensor, b_fc: Optional[Tensor], w_proj: Tensor,
+            b_proj: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    """x (M, C) bf16. Returns (y, pre, h): y (M, C), pre = x·w_fcᵀ + b_fc and h = GELU(pre), (M, H)."""
+    y, pre, h = _ext.module.forward(x, w_fc, b_fc, w_proj, b_proj)
+    return y, pre, h
+
+
+@torch.library.custom_op("tk::mlp_bwd", mutates_args=())
+def mlp_bwd(dy: Tensor, x: Tensor, pre: Tensor, h: Tensor, w_fc: Tensor,
+            w_proj: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Returns (dx, dw_fc, db_fc, dw_proj, db_proj), all bf16."""
+    dx, dw_fc, db_fc, dw_proj, db_proj = _ext.module.backward(dy, x, pre, h, w_fc, w_proj)
+    return dx, dw_fc, db_fc, dw_proj, db_proj
+
+
+@mlp_fwd.register_fake
+def _(x, w_fc, b_fc, w_proj, b_proj):
+    M, H = x.shape[0], w_fc.shape[0]
+    return x.new_empty(M, w_proj.shape[0]), x.new_empty(M, H), x.new_empty(M, H)
+
+
+@mlp_bwd.register_fake
+def _(dy, x, pre, h, w_fc, w_proj):
+    return (torch.empty_like(x), torch.empty_like(w_fc), w_fc.new_empty(w_fc.shape[0]),
+            torch.empty_like(w_proj), w_proj.new_empty(w_proj.shape[0]))
+
+
+# ---- 2. autograd: the forward keeps x, pre, h and the weights; backward is one more op -------
+
+def _setup(ctx, inputs, output):
+    x, w_fc, b_fc, w_proj, b_proj = inputs
+    _, pre, h = output
+    ctx.save_for_backward(x, pre, h, w_fc, w_proj)
+    ctx.has_b_fc, ctx.has_b_proj = b_fc is not None, b_proj is not None
+
+
+def _backward(ctx, dy, _dpre, _dh):
+    # pre and h are internal outputs (the public op returns only y), so their gradients are None.
+    x, pre, h, w_fc, w_proj = ctx.saved_tensors
+    dx, dw_fc, db_fc, dw_proj, db_proj = mlp_bwd(dy.contiguous(), x, pre, h, w_fc, w_proj)
+    return (dx, dw_fc, db_fc if ctx.has_b_fc else None, dw_proj, db_proj if ctx.has_b_proj else None)
+
+
+mlp_fwd.register_autograd(_backward, setup_context=_setup)
+
+
+# ---- 3. the public op, with the same signature as reference.mlp ------------------------------
+
+def _bf16(t):
+    return None if t is None else t.to(torch.bfloat16).contiguous()
+
+
+def mlp(x, w_fc, b_fc, w_proj, b_proj):
+    """y = GELU_tanh(x @ w_fc.T + b_fc) @ w_proj.T + b_proj (biases may be None), in bf16."""
+    lead = x.shape[:-1]
+    x2 = _bf16(x.reshape(-1, x.shape[-1]))
+    y, _, _ = mlp_fwd(x2, _bf16(w_fc), _bf16(b_fc), _bf16(w_proj), _bf16(b_proj))
+    return y.reshape(*lead, y.shape[-1])
+
+
+# ---- 4. the support check and registration ---------------------------------------------------
+
+@torch.compiler.assume_constant_result
+def _build_reason():
+    # Under torch.compile this runs once at trace time and its answer is a constant, so the
+    # build (file locks, nvcc) never gets traced.
+    return _ext.why_not()
+
+
+def _autocast_bf16():
+    return torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") == torch.bfloat16
+
+
+def why_not(x, w_fc, b_fc, w_proj, b_proj):
+    """None if the tk kernel can run the MLP on these inputs, else the reason it cannot."""
+    if not x.is_cuda:
+        return f"x is on {x.device.type}; the tk kernel needs CUDA tensors"
+    named = [("x", x), ("w_fc", w_fc), ("b_fc", b_fc), ("w_proj", w_proj), ("b_proj", b_proj)]
+    for name, t in named:
+        if t is not None and t.device != x.device:
+            return f"{name} is on {t.device}, x on {x.device}"
+    if not _autocast_bf16():
+        for name, t in named:
+            if t is not None and t.dtype != torch.bfloat16:
+                return (f"{name} is {t.dtype}; the tk MLP computes in bfloat16: pass bfloat16 tensors "
+                        f"or run under torch.autocast('cuda', dtype=torch.bfloat16)")
+    for name, t in named:
+        if t is not None and not t.is_floating_point():
+            return f"{name} is {t.dtype}; the MLP needs floating-point tensors"
+    if x.dim() < 1 or w_fc.dim() != 2 or w_proj.dim() != 2:
+        return "x must have a last (embedding) dimension and w_fc, w_proj must be 2-D"
+    C, H = x.shape[-1], w_fc.shape[0]
+    if w_fc.shape[1] != C or tuple(w_proj.shape) != (C, H):
+        return f"shapes do not match: x (..., {C}), w_fc {tuple(w_fc.shape)}, w_proj {tuple(w_proj.shape)}"
+    if b_fc is not None and tuple(b_fc.shape) != (H,):
+        return f"b_fc has shape {tuple(b_fc.shape)}, expected ({H},)"
+    if b_proj is not None and tuple(b_proj.shape) != (C,):
+        return f"b_proj has shape {tuple(b_proj.shape)}, expected ({C},)"
+    if C % MULTIPLE or H % MULTIPLE or C == 0 or H == 0:
+        return f"embedding size {C} and hidden size {H} must be positive multiples of {MULTIPLE}"
+    if x.numel() == 0:
+        return "x is empty"
+    if x.numel() // C >= 2**31:
+        return f"x has {x.numel() // C} rows; the kernel takes fewer than 2^31"
+    return _build_reason()
+
+
+def preflight(n_embd, dtype, device, **_):
+    """Start-up check for the configured model; builds the extension now, not mid-step."""
+    if not str(device).startswith("cuda"):
+        return f"device={device}; the tk kernel needs CUDA"
+    if dtype != torch.bfloat16:
+        return f"dtype={dtype}; the tk MLP computes in bfloat16 (use --dtype=bfloat16)"
+    if n_embd % MULTIPLE:
+        return f"n_embd={n_embd} is not a multiple of {MULTIPLE}"
+    return _ext.why_not()
+
+
+register_tk("mlp", mlp, why_not)
+_preflight_checks["mlp"] = preflight
+
+
+# ---- 5. bench.py's MLP rows (kernels/mlp_bench.py), when bench.py is the running script --------
+
+def _register_bench_cases():
+    # bench.py runs as __main__, so `from bench import register` would load a second copy with
+    # its own registry; register into the running script's instead.
+    bench = sys.modules.get("__main__")
+    if bench is None or not (hasattr(bench, "register") and hasattr(bench, "Case") and hasattr(bench, "REGISTRY")):
+        bench = sys.modules.get("bench")
+    if bench is None or not hasattr(bench, "register"):
+        return
+    from . import mlp_bench
+    bench.register("mlp")(lambda quick: mlp_bench.cases(bench.Case, quick))
+
+
+_register_bench_cases()

@@ -1,0 +1,222 @@
+"""GPU tests of the tk MLP (kernels/mlp.cu, kernels/mlp_op.py) against a float64 reference:
+forward and backward (dx, dW1, db1, dW2, db2) at token counts with tails (1, 17, 1000, ...) and
+every model width, with and without bias; poisoned outputs; opcheck; autocast; torch.compile of
+a module using it; the model's loss and gradients; bad inputs. Skipped without a Hopper GPU.
+No timing here (bench.py does that)."""
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+import kernels  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                                reason="needs a Hopper (sm_90) GPU")
+
+# bf16 operands and bf16 intermediates (pre, h, dpre) put the error at 2e-3..6e-3 in relative
+# norm; a wrong tile, a missing bias or a wrong GELU' lands far above 2e-2.
+TOL = 2e-2
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    from kernels import mlp_op
+    reason = mlp_op._ext.why_not()                         # builds once for the module
+    assert reason is None, reason
+    return mlp_op
+
+
+def rel_err(out, ref):
+    out, ref = out.double(), ref.double()
+    assert torch.isfinite(out).all(), "non-finite values (unwritten or NaN) in the output"
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def poison_allocator(*sizes):
+    """Fill freed memory of these sizes (bytes) with NaN so an element the kernel forgets to write
+    shows up as NaN (the caching allocator hands the same blocks to the next allocations)."""
+    junk = [torch.full((n // 2 + 64,), float("nan"), device="cuda", dtype=torch.bfloat16) for n in sizes for _ in range(2)]
+    del junk
+
+
+def make(M, C, seed, bias=True, dtype=torch.bfloat16):
+    """Inputs on GPT-2's scales: pre-activations ~N(0, 1) so GELU's curved part is exercised."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    def rnd(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g, device="cuda") * scale).to(dtype)
+    H = 4 * C
+    x = rnd(M, C)
+    w_fc, w_proj = rnd(H, C, scale=C ** -0.5), rnd(C, H, scale=H ** -0.5)
+    b_fc = rnd(H, scale=0.5) if bias else None
+    b_proj = rnd(C, scale=0.5) if bias else None
+    dy = rnd(M, C)
+    return x, w_fc, b_fc, w_proj, b_proj, dy
+
+
+def reference64(x, w_fc, b_fc, w_proj, b_proj, dy):
+    """Float64 forward and backward: (y, dx, dw_fc, db_fc, dw_proj, db_proj)."""
+    leaves = [t.detach().double().requires_grad_() if t is not None else None for t in (x, w_fc, b_fc, w_proj, b_proj)]
+    xd, w1, b1, w2, b2 = leaves
+    y = F.linear(F.gelu(F.linear(xd, w1, b1), approximate="tanh"), w2, b2)
+    y.backward(dy.double())
+    return (y.detach(),) + tuple(t.grad if t is not None else None for t in leaves)
+
+
+SHAPES = [(1, 768), (17, 384), (1000, 768), (333, 1600), (2048, 1024), (4099, 1280), (16384, 768)]
+
+
+@pytest.mark.parametrize("M,C", SHAPES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_forward_backward_vs_float64(mlp, M, C, bias):
+    x, w_fc, b_fc, w_proj, b_proj, dy = make(M, C, seed=M + C, bias=bias)
+    ref = reference64(x, w_fc, b_fc, w_proj, b_proj, dy)
+    H = 4 * C
+    poison_allocator(2 * M * H, 2 * M * H, 2 * M * C, 4 * H * C)
+    leaves = [t.clone().requires_grad_() if t is not None else None for t in (x, w_fc, b_fc, w_proj, b_proj)]
+    y = mlp.mlp(*leaves)
+    assert y.shape == (M, C) and y.dtype == torch.bfloat16
+    y.backward(dy)
+    names = ["y", "dx", "dw_fc", "db_fc", "dw_proj", "db_proj"]
+    got = [y] + [t.grad if t is not None else None for t in leaves]
+    errs = {}
+    for name, out, r in zip(names, got, ref):
+        if r is None:
+            assert out is None, f"{name}: a gradient for a missing bias"
+            continue
+        assert out.shape == r.shape, f"{name}: shape {tuple(out.shape)} vs {tuple(r.shape)}"
+        errs[name] = rel_err(out, r)
+    print(f"M={M} C={C} bias={bias}: " + " ".join(f"{k} {v:.1e}" for k, v in errs.items()))
+    for name, e in errs.items():
+        assert e < TOL, f"{name}: relative error {e:.2e} (all: {errs})"
+
+
+def test_intermediates_pre_and_h(mlp):
+    """The c_fc epilogue's two outputs: pre = x·W1ᵀ + b1 and h = GELU(pre), checked directly."""
+    x, w_fc, b_fc, w_proj, b_proj, _ = make(1000, 768, seed=7)
+    y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+    pre64 = F.linear(x.double(), w_fc.double(), b_fc.double())
+    assert rel_err(pre, pre64) < 1e-2
+    assert rel_err(h, F.gelu(pre64, approximate="tanh")) < 1e-2
+    # h must be GELU of the stored (bf16) pre up to bf16 rounding and tanh.approx: elementwise
+    assert (h.double() - F.gelu(pre.double(), approximate="tanh")).abs().max().item() < 2e-2
+
+
+def test_backward_is_deterministic(mlp):
+    x, w_fc, b_fc, w_proj, b_proj, dy = make(3000, 768, seed=3)
+    y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+    a = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+    b = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+    for name, u, v in zip(["dx", "dw_fc", "db_fc"], a[:3], b[:3]):
+        assert torch.equal(u, v), f"{name} differs between two identical calls"
+
+
+def test_autocast_fp32_params(mlp):
+    """Under bf16 autocast with fp32 parameters (how train.py runs), the kernel runs and the
+    fp32 parameters get fp32 gradients close to the float64 reference."""
+    kernels.configure("torch", mlp="tk")
+    try:
+        x, w_fc, b_fc, w_proj, b_proj, dy = make(513, 768, seed=11, dtype=torch.float32)
+        ref = reference64(x, w_fc, b_fc, w_proj, b_proj, dy)
+        leaves = [t.clone().requires_grad_() for t in (x, w_fc, b_fc, w_proj, b_proj)]
+        kernels.reset_used()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = kernels.mlp(*leaves)
+        assert kernels.used()["mlp"] == "tk"
+        assert y.dtype == torch.bfloat16
+        y.float().backward(dy)
+        assert rel_err(y, ref[0]) < TOL
+        for t, r in zip(leaves, ref[1:]):
+            assert t.grad.dtype == torch.float32
+            assert rel_err(t.grad, r) < TOL
+    finally:
+        kernels.configure("auto")
+
+
+def test_opcheck(mlp):
+    x, w_fc, b_fc, w_proj, b_proj, dy = make(200, 384, seed=5)
+    args = [t.requires_grad_() for t in (x, w_fc, b_fc, w_proj, b_proj)]
+    torch.library.opcheck(mlp.mlp_fwd, tuple(args))
+    with torch.no_grad():
+        y, pre, h = mlp.mlp_fwd(*args)
+    torch.library.opcheck(mlp.mlp_bwd, (dy, x.detach(), pre, h, w_fc.detach(), w_proj.detach()))
+
+
+def test_torch_compile_module(mlp):
+    class Block(torch.nn.Module):
+        def __init__(self, C):
+            super().__init__()
+            self.c_fc = torch.nn.Linear(C, 4 * C, device="cuda", dtype=torch.bfloat16)
+            self.c_proj = torch.nn.Linear(4 * C, C, device="cuda", dtype=torch.bfloat16)
+
+        def forward(self, x):
+            return x + kernels.mlp(x, self.c_fc.weight, self.c_fc.bias, self.c_proj.weight, self.c_proj.bias)
+
+    kernels.configure("torch", mlp="tk")
+    try:
+        torch.manual_seed(0)
+        block = Block(384)
+        x = torch.randn(4, 77, 384, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        y_eager = block(x)
+        y_eager.float().square().mean().backward()
+        g_eager = [p.grad.clone() for p in block.parameters()] + [x.grad.clone()]
+        for p in list(block.parameters()) + [x]:
+            p.grad = None
+        compiled = torch.compile(block)
+        y_comp = compiled(x)
+        y_comp.float().square().mean().backward()
+        g_comp = [p.grad for p in block.parameters()] + [x.grad]
+        assert rel_err(y_comp, y_eager) < 1e-3
+        for a, b in zip(g_comp, g_eager):
+            assert rel_err(a, b) < 1e-3
+    finally:
+        kernels.configure("auto")
+
+
+def test_model_loss_and_grads_match_torch():
+    """A small GPT: loss and every gradient with the tk MLP vs the torch MLP (the rest torch)."""
+    from model import GPT, GPTConfig
+    cfg = GPTConfig(block_size=64, vocab_size=512, n_layer=2, n_head=6, n_embd=384, dropout=0.0)
+    torch.manual_seed(0)
+    model = GPT(cfg).cuda()
+    idx = torch.randint(0, 512, (3, 61), device="cuda")
+    targets = torch.randint(0, 512, (3, 61), device="cuda")
+    results = {}
+    for choice in ("torch", "tk"):
+        kernels.configure("torch", mlp=choice)
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            _, loss = model(idx, targets)
+        loss.backward()
+        results[choice] = (loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()})
+    kernels.configure("auto")
+    assert abs(results["tk"][0] - results["torch"][0]) < 2e-3 * abs(results["torch"][0])
+    for name, g_ref in results["torch"][1].items():
+        assert rel_err(results["tk"][1][name], g_ref) < 3e-2, name
+
+
+def test_bad_inputs_raise_clear_errors(mlp):
+    x, w_fc, b_fc, w_proj, b_proj, _ = make(64, 384, seed=1)
+    ext = mlp._ext.module
+    with pytest.raises(TypeError, match="x must be bfloat16"):
+        ext.forward(x.float(), w_fc, b_fc, w_proj, b_proj)
+    with pytest.raises(ValueError, match="w_proj must have shape"):
+        ext.forward(x, w_fc, b_fc, w_proj.t().contiguous(), b_proj)
+    with pytest.raises(ValueError, match="b_fc must have shape"):
+        ext.forward(x, w_fc, b_proj, w_proj, b_proj)
+    with pytest.raises(ValueError, match="x must be contiguous"):
+        ext.forward(x.t(), w_fc[:, :64].contiguous(), None, w_proj[:64].contiguous(), None)
+    with pytest.raises(ValueError, match="multiple of 64"):
+        ext.forward(x[:, :96].contiguous(), w_fc[:384, :96].contiguous(), None, w_proj[:96, :384].contiguous(), None)
+    # Through the switch: 'tk' with fp32 tensors outside autocast names the problem and the way out.
+    kernels.configure("torch", mlp="tk")
+    try:
+        with pytest.raises(kernels.KernelUnavailable, match="bfloat16"):
+            kernels.mlp(x.float(), w_fc.float(), b_fc.float(), w_proj.float(), b_proj.float())
+    finally:
+        kernels.configure("auto")
