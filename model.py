@@ -90,9 +90,10 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x, cache=None):
         B, T, C = x.shape
         # (B, T, 3C) -> (B, T, 3, H, D) -> (3, B, H, T, D): q, k, v are strided views of one
-        # buffer, which both the tk kernel and SDPA accept, so no copy is made here.
+        # buffer, which both the tk kernel and SDPA accept, so no copy is made here. (unbind,
+        # not qkv[0..2]: its backward is one stack, not three zero-filled full-size buffers.)
         qkv = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]
+        q, k, v = qkv.unbind(0)
         dropout_p = self.attn_dropout if self.training else 0.0
         if cache is None or cache.length == 0:
             if cache is not None:
