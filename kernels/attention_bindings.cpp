@@ -13,35 +13,44 @@
 
 namespace {
 
+// "(1, 2, 16, 64)": shapes and strides in messages are formatted here, not streamed as
+// IntArrayRef: the shape-mismatch check crashed the process (segfault) on the H200's torch 2.11
+// with the streamed form and `==`; the cause was not pinned down, this form avoids both.
+std::string dims(at::IntArrayRef a) {
+    std::string s = "(";
+    for (size_t i = 0; i < a.size(); ++i) s += (i ? ", " : "") + std::to_string(a[i]);
+    return s + ")";
+}
+
 // q, k, v, o, dO: bf16 (B, H, T, D) on q's device, D contiguous, every row 16-byte aligned
 // (cp.async moves 16 bytes at a time). Views of a (B, T, 3, H, D) qkv tensor pass as they are.
 void check_input(const at::Tensor& t, const char* name, const at::Tensor& q) {
-    TORCH_CHECK_VALUE(t.is_cuda(), "tk attention: ", name, " must be a CUDA tensor (got ", t.device(), ")");
-    TORCH_CHECK_VALUE(t.device() == q.device(), "tk attention: ", name, " is on ", t.device(), " but q is on ", q.device());
+    TORCH_CHECK_VALUE(t.is_cuda(), "tk attention: ", name, " must be a CUDA tensor (got ", t.device().str(), ")");
+    TORCH_CHECK_VALUE(t.device() == q.device(), "tk attention: ", name, " is on ", t.device().str(), " but q is on ", q.device().str());
     TORCH_CHECK_VALUE(t.scalar_type() == at::kBFloat16, "tk attention: ", name, " must be bfloat16 (got ",
                       t.scalar_type(), "); cast it or use --kernels_attention=torch");
-    TORCH_CHECK_VALUE(t.dim() == 4, "tk attention: ", name, " must have shape (batch, heads, seq, head_dim); got ", t.sizes());
-    TORCH_CHECK_VALUE(t.sizes() == q.sizes(), "tk attention: ", name, " has shape ", t.sizes(), " but q has ", q.sizes(),
+    TORCH_CHECK_VALUE(t.dim() == 4, "tk attention: ", name, " must have shape (batch, heads, seq, head_dim); got ", dims(t.sizes()));
+    TORCH_CHECK_VALUE(t.sizes().equals(q.sizes()), "tk attention: ", name, " has shape ", dims(t.sizes()), " but q has ", dims(q.sizes()),
                       " (q, k and v must match: no cross-attention or grouped heads)");
     const int64_t d = t.size(3);
     TORCH_CHECK_VALUE(d == 64 || d == 128, "tk attention: head_dim of ", name, " is ", d, "; the kernel takes 64 or 128");
-    TORCH_CHECK_VALUE(t.size(0) > 0 && t.size(1) > 0 && t.size(2) > 0, "tk attention: ", name, " is empty: ", t.sizes());
+    TORCH_CHECK_VALUE(t.size(0) > 0 && t.size(1) > 0 && t.size(2) > 0, "tk attention: ", name, " is empty: ", dims(t.sizes()));
     TORCH_CHECK_VALUE(t.stride(3) == 1, "tk attention: ", name, " must be contiguous in its last (head_dim) dimension "
-                      "(strides ", t.strides(), "); call .contiguous() on it");
+                      "(strides ", dims(t.strides()), "); call .contiguous() on it");
     const bool aligned = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && t.stride(0) % 8 == 0 &&
                          t.stride(1) % 8 == 0 && t.stride(2) % 8 == 0;
     TORCH_CHECK_VALUE(aligned, "tk attention: every row of ", name, " must start on a 16-byte boundary (strides ",
-                      t.strides(), " must be multiples of 8 elements); call .contiguous() on it");
+                      dims(t.strides()), " must be multiples of 8 elements); call .contiguous() on it");
     // grid = (B * H, T / 64): at most 2^31 - 1 by 65535 blocks.
     TORCH_CHECK_VALUE(t.size(0) * t.size(1) <= INT32_MAX && t.size(2) <= 65535LL * 64,
-                      "tk attention: ", name, " is too large: ", t.sizes());
+                      "tk attention: ", name, " is too large: ", dims(t.sizes()));
 }
 
 void check_lse(const at::Tensor& lse, const at::Tensor& q) {
-    TORCH_CHECK_VALUE(lse.is_cuda() && lse.device() == q.device(), "tk attention: lse must be on ", q.device());
+    TORCH_CHECK_VALUE(lse.is_cuda() && lse.device() == q.device(), "tk attention: lse must be on ", q.device().str());
     TORCH_CHECK_VALUE(lse.scalar_type() == at::kFloat, "tk attention: lse must be float32 (got ", lse.scalar_type(), ")");
     TORCH_CHECK_VALUE(lse.dim() == 3 && lse.size(0) == q.size(0) && lse.size(1) == q.size(1) && lse.size(2) == q.size(2),
-                      "tk attention: lse must have shape (batch, heads, seq) = ", q.sizes().slice(0, 3), "; got ", lse.sizes());
+                      "tk attention: lse must have shape (batch, heads, seq) = ", dims(q.sizes().slice(0, 3)), "; got ", dims(lse.sizes()));
     TORCH_CHECK_VALUE(lse.is_contiguous(), "tk attention: lse must be contiguous");
 }
 

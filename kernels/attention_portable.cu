@@ -137,12 +137,14 @@ __device__ __forceinline__ bf16* head_ptr_mut(const AttentionTensor& t, int b, i
 }
 
 // ============================== forward ================================================
-// Grid: (B * H, query tiles). Block: FWD_WARPS warps, 16 query rows each (BLOCK_M rows).
-// Shared: the Q tile and 2 stages of (K, V) tiles of BLOCK_N rows.
-template <int D, int FWD_WARPS, int BLOCK_N, bool CAUSAL>
+// Grid: (B * H, query tiles). Block: FWD_WARPS warps; each warp owns ROW_TILES x 16 query rows,
+// so a block owns BLOCK_M = 16 * ROW_TILES * FWD_WARPS rows. Shared: the Q tile and 2 stages of
+// (K, V) tiles of BLOCK_N rows. With ROW_TILES = 2 every K/V fragment read from shared memory
+// feeds two mma instead of one, halving shared-memory traffic per flop (at the cost of registers).
+template <int D, int FWD_WARPS, int ROW_TILES, int BLOCK_N, bool CAUSAL>
 __global__ void __launch_bounds__(FWD_WARPS * 32)
 attention_forward_kernel(const AttentionForwardParams p) {
-    constexpr int BLOCK_M = 16 * FWD_WARPS, NT = FWD_WARPS * 32;
+    constexpr int RT = ROW_TILES, WARP_ROWS = 16 * RT, BLOCK_M = WARP_ROWS * FWD_WARPS, NT = FWD_WARPS * 32;
     extern __shared__ __align__(128) unsigned char smem[];
     bf16* q_tile = reinterpret_cast<bf16*>(smem);
     bf16* k_tiles = q_tile + BLOCK_M * D;       // [2][BLOCK_N * D]
@@ -154,7 +156,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
     // have the most work, so they go first, for every head.
     const int m0 = (CAUSAL ? gridDim.y - 1 - blockIdx.y : blockIdx.y) * BLOCK_M;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int warp_row0 = m0 + 16 * warp;  // this warp's first query row
+    const int warp_row0 = m0 + WARP_ROWS * warp;  // this warp's first query row
 
     const bf16* q = head_ptr(p.q, b, h);
     const bf16* k = head_ptr(p.k, b, h);
@@ -168,11 +170,14 @@ attention_forward_kernel(const AttentionForwardParams p) {
     load_tile_async<BLOCK_N, D, NT>(v_tiles, v, p.v.stride_seq, 0, T);
     cp_async_commit();
 
-    const float c = p.shape.scale * LOG2E;   // scores -> log2 units
-    uint32_t q_frag[D / 16][4];              // this warp's 16 x D slice of Q, as A fragments
-    float o[D / 8][4] = {};                  // output accumulator, 16 x D
-    float row_max[2] = {-INFINITY, -INFINITY};  // rows g and g + 8 (raw scores)
-    float row_sum[2] = {0.f, 0.f};           // this lane's part of l (summed over the quad at the end)
+    // Per row tile mt of this warp (rows warp_row0 + 16 mt ..): its Q as A fragments, its output
+    // accumulator, and the softmax state of the two rows this lane holds (g and g + 8).
+    const float c = p.shape.scale * LOG2E;       // scores -> log2 units
+    uint32_t q_frag[RT][D / 16][4];
+    float o[RT][D / 8][4] = {};
+    float row_max[RT][2], row_sum[RT][2];        // raw-score maximum; this lane's part of l
+    for (int mt = 0; mt < RT; ++mt)
+        for (int r = 0; r < 2; ++r) row_max[mt][r] = -INFINITY, row_sum[mt][r] = 0.f;
 
     for (int j = 0; j < n_tiles; ++j) {
         const int n0 = j * BLOCK_N;
@@ -188,62 +193,72 @@ attention_forward_kernel(const AttentionForwardParams p) {
         }
         __syncthreads();
         if (j == 0) {
-            for (int kk = 0; kk < D / 16; ++kk) load_a<D>(q_frag[kk], q_tile, 16 * warp, 16 * kk);
+            for (int mt = 0; mt < RT; ++mt)
+                for (int kk = 0; kk < D / 16; ++kk)
+                    load_a<D>(q_frag[mt][kk], q_tile, WARP_ROWS * warp + 16 * mt, 16 * kk);
         }
         const bf16* k_tile = k_tiles + (j % 2) * BLOCK_N * D;
         const bf16* v_tile = v_tiles + (j % 2) * BLOCK_N * D;
 
         // A warp whose rows all lie before this tile (causal) has nothing to add.
-        if (!CAUSAL || n0 <= warp_row0 + 15) {
-            // S = Q K^T for 16 rows x BLOCK_N keys.
-            float s[BLOCK_N / 8][4] = {};
+        if (!CAUSAL || n0 <= warp_row0 + WARP_ROWS - 1) {
+            // S = Q K^T for this warp's rows x BLOCK_N keys.
+            float s[RT][BLOCK_N / 8][4] = {};
             for (int kk = 0; kk < D / 16; ++kk) {
                 for (int nb = 0; nb < BLOCK_N / 16; ++nb) {
                     uint32_t kb[4];
                     load_b_from_rows<D>(kb, k_tile, 16 * nb, 16 * kk);
-                    mma_bf16_16816(s[2 * nb], q_frag[kk], kb[0], kb[1]);
-                    mma_bf16_16816(s[2 * nb + 1], q_frag[kk], kb[2], kb[3]);
+                    for (int mt = 0; mt < RT; ++mt) {
+                        mma_bf16_16816(s[mt][2 * nb], q_frag[mt][kk], kb[0], kb[1]);
+                        mma_bf16_16816(s[mt][2 * nb + 1], q_frag[mt][kk], kb[2], kb[3]);
+                    }
                 }
             }
-            // Mask keys past T, and (causal) keys after the query.
-            const bool needs_mask = n0 + BLOCK_N > T || (CAUSAL && n0 + BLOCK_N - 1 > warp_row0);
-            if (needs_mask) {
+            for (int mt = 0; mt < RT; ++mt) {
+                const int tile_row0 = warp_row0 + 16 * mt;
+                // Mask keys past T, and (causal) keys after the query.
+                const bool needs_mask = n0 + BLOCK_N > T || (CAUSAL && n0 + BLOCK_N - 1 > tile_row0);
+                if (needs_mask) {
+                    for (int nb = 0; nb < BLOCK_N / 8; ++nb)
+                        for (int i = 0; i < 4; ++i) {
+                            int row = tile_row0 + g + 8 * (i / 2), col = n0 + 8 * nb + 2 * t + i % 2;
+                            if (col >= T || (CAUSAL && col > row)) s[mt][nb][i] = -INFINITY;
+                        }
+                }
+                // Online softmax: new maxima, rescale what we have, exponentiate this tile.
+                float scale_old[2], max_c[2];
+                for (int r = 0; r < 2; ++r) {
+                    float mx = row_max[mt][r];
+                    for (int nb = 0; nb < BLOCK_N / 8; ++nb)
+                        mx = fmaxf(mx, fmaxf(s[mt][nb][2 * r], s[mt][nb][2 * r + 1]));
+                    mx = quad_max(mx);
+                    // A row that has seen only masked keys keeps max -inf; use 0 so that
+                    // exp2(-inf - 0) = 0 rather than exp2(-inf + inf) = NaN.
+                    const float safe = mx == -INFINITY ? 0.f : mx;
+                    scale_old[r] = exp2_approx((row_max[mt][r] - safe) * c);  // 0 on the first tile
+                    max_c[r] = safe * c;
+                    row_max[mt][r] = mx;
+                    row_sum[mt][r] *= scale_old[r];
+                }
                 for (int nb = 0; nb < BLOCK_N / 8; ++nb)
                     for (int i = 0; i < 4; ++i) {
-                        int row = warp_row0 + g + 8 * (i / 2), col = n0 + 8 * nb + 2 * t + i % 2;
-                        if (col >= T || (CAUSAL && col > row)) s[nb][i] = -INFINITY;
+                        s[mt][nb][i] = exp2_approx(s[mt][nb][i] * c - max_c[i / 2]);  // now P (unnormalized)
+                        row_sum[mt][i / 2] += s[mt][nb][i];
                     }
+                for (int db = 0; db < D / 8; ++db)
+                    for (int i = 0; i < 4; ++i) o[mt][db][i] *= scale_old[i / 2];
             }
-            // Online softmax: new maxima, rescale what we have, exponentiate this tile.
-            float scale_old[2], max_c[2];
-            for (int r = 0; r < 2; ++r) {
-                float mx = row_max[r];
-                for (int nb = 0; nb < BLOCK_N / 8; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
-                mx = quad_max(mx);
-                // A row that has seen only masked keys keeps max -inf; use 0 so that
-                // exp2(-inf - 0) = 0 rather than exp2(-inf + inf) = NaN.
-                const float safe = mx == -INFINITY ? 0.f : mx;
-                scale_old[r] = exp2_approx((row_max[r] - safe) * c);  // 0 on the first tile
-                max_c[r] = safe * c;
-                row_max[r] = mx;
-                row_sum[r] *= scale_old[r];
-            }
-            for (int nb = 0; nb < BLOCK_N / 8; ++nb)
-                for (int i = 0; i < 4; ++i) {
-                    s[nb][i] = exp2_approx(s[nb][i] * c - max_c[i / 2]);  // now P (unnormalized)
-                    row_sum[i / 2] += s[nb][i];
-                }
-            for (int db = 0; db < D / 8; ++db)
-                for (int i = 0; i < 4; ++i) o[db][i] *= scale_old[i / 2];
             // O += P V: P straight from registers, V fragments from shared memory.
             for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-                uint32_t pa[4];
-                acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+                uint32_t pa[RT][4];
+                for (int mt = 0; mt < RT; ++mt) acc_to_a(pa[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
                 for (int db = 0; db < D / 16; ++db) {
                     uint32_t vb[4];
                     load_b_from_cols<D>(vb, v_tile, 16 * db, 16 * kk);
-                    mma_bf16_16816(o[2 * db], pa, vb[0], vb[1]);
-                    mma_bf16_16816(o[2 * db + 1], pa, vb[2], vb[3]);
+                    for (int mt = 0; mt < RT; ++mt) {
+                        mma_bf16_16816(o[mt][2 * db], pa[mt], vb[0], vb[1]);
+                        mma_bf16_16816(o[mt][2 * db + 1], pa[mt], vb[2], vb[3]);
+                    }
                 }
             }
         }
@@ -253,18 +268,19 @@ attention_forward_kernel(const AttentionForwardParams p) {
     // O / l, and LSE = m * scale + ln(l). Rows past T are not written.
     bf16* out = head_ptr_mut(p.o, b, h);
     float* lse = p.lse + (int64_t)bh * T;
-    for (int r = 0; r < 2; ++r) {
-        const float l = quad_sum(row_sum[r]);
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        const int row = warp_row0 + g + 8 * r;
-        if (row < T) {
-            for (int db = 0; db < D / 8; ++db) {
-                uint32_t packed = pack_bf16x2(o[db][2 * r] * inv, o[db][2 * r + 1] * inv);
-                *reinterpret_cast<uint32_t*>(out + (int64_t)row * p.o.stride_seq + 8 * db + 2 * t) = packed;
+    for (int mt = 0; mt < RT; ++mt)
+        for (int r = 0; r < 2; ++r) {
+            const float l = quad_sum(row_sum[mt][r]);
+            const float inv = l > 0.f ? 1.f / l : 0.f;
+            const int row = warp_row0 + 16 * mt + g + 8 * r;
+            if (row < T) {
+                for (int db = 0; db < D / 8; ++db) {
+                    uint32_t packed = pack_bf16x2(o[mt][db][2 * r] * inv, o[mt][db][2 * r + 1] * inv);
+                    *reinterpret_cast<uint32_t*>(out + (int64_t)row * p.o.stride_seq + 8 * db + 2 * t) = packed;
+                }
+                if (t == 0) lse[row] = l > 0.f ? row_max[mt][r] * p.shape.scale + logf(l) : -INFINITY;
             }
-            if (t == 0) lse[row] = l > 0.f ? row_max[r] * p.shape.scale + logf(l) : -INFINITY;
         }
-    }
 }
 
 // ============================== backward ================================================
@@ -300,7 +316,7 @@ attention_backward_kernel(const AttentionBackwardParams p) {
     bf16* q_tiles = v_tile + TILE * D;          // [2][TILE * D]
     bf16* do_tiles = q_tiles + 2 * TILE * D;    // [2][TILE * D]
     bf16* ds_tile = do_tiles + 2 * TILE * D;    // [TILE keys][TILE queries]
-    float* lse_tiles = reinterpret_cast<float*>(ds_tile + TILE * TILE);  // [2][TILE], log2 units
+    float* lse_tiles = reinterpret_cast<float*>(ds_tile + TILE * TILE);  // [2][TILE]
     float* rowsum_tiles = lse_tiles + 2 * TILE;                          // [2][TILE]
 
     const int T = p.shape.seq_len;
@@ -322,11 +338,12 @@ attention_backward_kernel(const AttentionBackwardParams p) {
     auto load_query_tile = [&](int stage, int m0) {
         load_tile_async<TILE, D, THREADS>(q_tiles + stage * TILE * D, q, p.q.stride_seq, m0, T);
         load_tile_async<TILE, D, THREADS>(do_tiles + stage * TILE * D, d_o, p.d_o.stride_seq, m0, T);
-        for (int i = threadIdx.x; i < TILE; i += THREADS) {
-            const bool valid = m0 + i < T;
-            lse_tiles[stage * TILE + i] = valid ? lse[m0 + i] * LOG2E : 0.f;
-            rowsum_tiles[stage * TILE + i] = valid ? rowsum[m0 + i] : 0.f;
-        }
+        // LSE and D of these rows, through cp.async as well: plain loads here would stall the
+        // whole block at the next barrier for a global-memory round trip every step.
+        static_assert(THREADS >= 2 * TILE, "one thread per LSE and per D value");
+        const int i = threadIdx.x % TILE, valid = m0 + i < T;
+        if (threadIdx.x < TILE) cp_async_4(lse_tiles + stage * TILE + i, valid ? lse + m0 + i : lse, valid);
+        else if (threadIdx.x < 2 * TILE) cp_async_4(rowsum_tiles + stage * TILE + i, valid ? rowsum + m0 + i : rowsum, valid);
     };
     load_tile_async<TILE, D, THREADS>(k_tile, head_ptr(p.k, b, h), p.k.stride_seq, n0, T);
     load_tile_async<TILE, D, THREADS>(v_tile, head_ptr(p.v, b, h), p.v.stride_seq, n0, T);
@@ -373,7 +390,7 @@ attention_backward_kernel(const AttentionBackwardParams p) {
             for (int i = 0; i < 4; ++i) {
                 const int key = warp_key0 + g + 8 * (i / 2), col = 8 * nb + 2 * t + i % 2, query = m0 + col;
                 const bool masked = query >= T || key >= T || (CAUSAL && key > query);
-                const float prob = masked ? 0.f : exp2_approx(s[nb][i] * c - lse_c[col]);
+                const float prob = masked ? 0.f : exp2_approx(s[nb][i] * c - lse_c[col] * LOG2E);
                 s[nb][i] = prob;
                 dp[nb][i] = prob * (dp[nb][i] - rowsum_c[col]);
             }
@@ -461,10 +478,10 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
 // ============================== launchers ===============================================
 constexpr int backward_smem_bytes(int d) { return (6 * TILE * d + TILE * TILE) * 2 + 4 * TILE * 4; }
 
-template <int D, int FWD_WARPS, int BLOCK_N, bool CAUSAL>
+template <int D, int FWD_WARPS, int ROW_TILES, int BLOCK_N, bool CAUSAL>
 cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream) {
-    const auto kernel = attention_forward_kernel<D, FWD_WARPS, BLOCK_N, CAUSAL>;
-    constexpr int BLOCK_M = 16 * FWD_WARPS;
+    const auto kernel = attention_forward_kernel<D, FWD_WARPS, ROW_TILES, BLOCK_N, CAUSAL>;
+    constexpr int BLOCK_M = 16 * ROW_TILES * FWD_WARPS;
     const int smem = (BLOCK_M + 4 * BLOCK_N) * D * 2;   // Q + 2 stages x (K, V)
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
@@ -473,15 +490,23 @@ cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream)
     return cudaGetLastError();
 }
 
-// Block shapes of the forward pass, (warps, BLOCK_N): 0 = (4, 64), 1 = (8, 64), 2 = (4, 128).
-// A tuning knob for bench.py: the environment variable TK_ATTENTION_FWD_VARIANT picks one.
+// Block shapes of the forward pass, (warps, row tiles per warp, BLOCK_N):
+// 0 = (4, 1, 64), 1 = (8, 1, 64), 2 = (4, 1, 128), 3 = (4, 2, 64) (head_dim 64 only: with 128 the
+// accumulators of two row tiles do not fit in registers). DEFAULT_FWD_VARIANT is the fastest
+// measured on the H200 (kernels/NOTES.md); TK_ATTENTION_FWD_VARIANT overrides it (bench.py).
+template <int D>
+constexpr int DEFAULT_FWD_VARIANT = 0;
+
 template <int D, bool CAUSAL>
 cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream) {
     const char* env = getenv("TK_ATTENTION_FWD_VARIANT");
-    const int variant = env ? atoi(env) : 0;
-    if (variant == 1) return launch_forward<D, 8, 64, CAUSAL>(p, stream);
-    if (variant == 2) return launch_forward<D, 4, 128, CAUSAL>(p, stream);
-    return launch_forward<D, 4, 64, CAUSAL>(p, stream);
+    const int variant = env ? atoi(env) : DEFAULT_FWD_VARIANT<D>;
+    if (variant == 1) return launch_forward<D, 8, 1, 64, CAUSAL>(p, stream);
+    if (variant == 2) return launch_forward<D, 4, 1, 128, CAUSAL>(p, stream);
+    if constexpr (D == 64) {
+        if (variant == 3) return launch_forward<D, 4, 2, 64, CAUSAL>(p, stream);
+    }
+    return launch_forward<D, 4, 1, 64, CAUSAL>(p, stream);
 }
 
 template <int D, bool CAUSAL>

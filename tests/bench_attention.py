@@ -67,12 +67,13 @@ def main():
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
     print("  B   H     T    D  implementation (causal)")
     for B, H, T, D in SHAPES:
-        for variant, label in (("0", "tk-portable"), ("1", "tk-portable 8 warps"), ("2", "tk-portable BLOCK_N 128")):
-            if variant != "0" and (B, H, T, D) != SHAPES[0]:
-                continue   # the block-shape sweep only at the GPT-2 shape
+        for variant, label in (("0", "tk-portable"), ("1", "tk-portable 8 warps"), ("2", "tk-portable BLOCK_N 128"),
+                               ("3", "tk-portable 2 row tiles")):
+            if variant != "0" and (B, H, T, D) != SHAPES[0] and not (variant == "3" and D == 64):
+                continue   # the block-shape sweep at the GPT-2 shape; 2 row tiles at every D = 64 shape
             os.environ["TK_ATTENTION_FWD_VARIANT"] = variant
             bench(label, tk_portable, B, H, T, D)
-        os.environ["TK_ATTENTION_FWD_VARIANT"] = "0"
+        os.environ.pop("TK_ATTENTION_FWD_VARIANT")
         for label, backend in SDPA.items():
             def sdpa(q, k, v, backend=backend):
                 with sdpa_kernel(backend):

@@ -1,6 +1,6 @@
 // tk/sm80_instructions.cuh: the raw warp-level instructions of sm_80+ tensor-core code, one
 // small inline function each: ldmatrix, mma.sync m16n8k16 (bf16 -> fp32), cp.async with
-// zero-fill, bf16x2 packing and ex2. Read it top to bottom; fragment layouts are in
+// zero-fill (16 and 4 bytes), bf16x2 packing and ex2. Read it top to bottom; fragment layouts are in
 // shared/docs/hopper-facts.md section 1 (all of them verified on our H200).
 //
 // These are the instructions themselves, not tiles: kernels that want whole register/shared
@@ -47,6 +47,11 @@ __device__ __forceinline__ void mma_bf16_16816(float d[4], const uint32_t a[4], 
 __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* global_src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
                  :: "r"(smem_u32(smem_dst)), "l"(global_src), "r"(valid ? 16 : 0));
+}
+// The same for 4 bytes (one float), through L1 (.ca: only .ca takes sizes below 16).
+__device__ __forceinline__ void cp_async_4(void* smem_dst, const void* global_src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+                 :: "r"(smem_u32(smem_dst)), "l"(global_src), "r"(valid ? 4 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Wait until at most N of this thread's committed groups are still in flight. Other threads
