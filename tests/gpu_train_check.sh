@@ -21,6 +21,9 @@ cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 SUMMARY="$OUT/summary.txt"
+# Checkpoints (130 MB for the baby GPT, 1.5 GB at GPT-2 size) stay out of OUT.
+CKPT=${CKPT_DIR:-/tmp/gpu_train_check}
+mkdir -p "$CKPT"
 echo "gpu_train_check $(date -u +%FT%TZ) parts: $PARTS" | tee "$SUMMARY"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$SUMMARY"
 python -c "import torch; print('torch', torch.__version__)" | tee -a "$SUMMARY"
@@ -40,10 +43,10 @@ for part in $PARTS; do
         if [ ! -f data/shakespeare_char/train.bin ]; then
             run_part prepare python data/shakespeare_char/prepare.py
         fi
-        run_part shakespeare python train.py config/shakespeare.py --kernels=torch --out_dir="$OUT/out-shakespeare"
+        run_part shakespeare python train.py config/shakespeare.py --kernels=torch --out_dir="$CKPT/out-shakespeare"
         grep -E "^(device|kernels|summary)" "$OUT/shakespeare.log" | tee -a "$SUMMARY"
         grep -E "^step " "$OUT/shakespeare.log" | tail -3 | tee -a "$SUMMARY"
-        python sample.py --out_dir="$OUT/out-shakespeare" --num_samples=1 --max_new_tokens=300 \
+        python sample.py --out_dir="$CKPT/out-shakespeare" --num_samples=1 --max_new_tokens=300 \
             --kernels=torch > "$OUT/sample.log" 2>&1
         echo "[sample] rc=$? (text in sample.log)" | tee -a "$SUMMARY"
         ;;
@@ -55,7 +58,7 @@ for part in $PARTS; do
     synthetic)
         run_part synthetic python train.py config/gpt2.py --dataset=synthetic --kernels=torch \
             --batch_size=32 --gradient_accumulation_steps=1 --max_iters=50 --eval_iters=1 \
-            --eval_interval=1000 --log_interval=10 --compile=False --out_dir="$OUT/out-synthetic"
+            --eval_interval=1000 --log_interval=10 --compile=False --out_dir="$CKPT/out-synthetic"
         grep -E "^(iter 50|summary)" "$OUT/synthetic.log" | tee -a "$SUMMARY"
         ;;
     ddp)
@@ -70,7 +73,7 @@ for part in $PARTS; do
         # gradient_accumulation_steps is global and split among ranks: 2 here keeps each
         # rank at batch_size=64 per step (global batch 128).
         run_part ddp torchrun --standalone --nproc_per_node=2 train.py config/shakespeare.py \
-            --kernels=torch --max_iters=300 --gradient_accumulation_steps=2 --out_dir="$OUT/out-ddp"
+            --kernels=torch --max_iters=300 --gradient_accumulation_steps=2 --out_dir="$CKPT/out-ddp"
         grep -E "^(device|summary)" "$OUT/ddp.log" | tee -a "$SUMMARY"
         ;;
     *) echo "unknown part $part" | tee -a "$SUMMARY" ;;
