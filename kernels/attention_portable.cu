@@ -29,7 +29,8 @@
 // converts it to bf16.
 //
 // ---- How the work maps onto the hardware ----------------------------------------------
-// A block is 4 warps. In the forward pass each warp owns 16 query rows: its Q fragments stay
+// A block is 4 warps (8 in some block shapes, see the launchers). In the forward pass each
+// warp owns 16 query rows (or 2 x 16): its Q fragments stay
 // in registers, S = Q K^T and O = P V are sequences of 16x8x16 mma.sync, and the softmax
 // state (m, l) of a row lives in the 4 lanes that hold that row (a "quad"). P goes from the
 // accumulator registers of S straight into the A operand of P V (the layouts line up). K and
@@ -54,9 +55,7 @@ namespace {
 using namespace tk::sm80;
 using bf16 = __nv_bfloat16;
 
-constexpr int WARPS = 4;                // per block, forward and backward
-constexpr int THREADS = WARPS * 32;
-constexpr int TILE = 64;                // rows of Q, K, V per tile (16 per warp)
+constexpr int TILE = 64;                // query rows per step of the backward
 constexpr float LOG2E = 1.4426950408889634f;
 
 // ---- Shared tiles -------------------------------------------------------------------------
@@ -305,23 +304,25 @@ attention_backward_rowsum_kernel(const AttentionBackwardParams p) {
     if (lane == 0) p.d_rowsum[row] = sum;
 }
 
-// Kernel 2: dK, dV for 64 rows of K/V per block, and this block's share of dQ.
+// Kernel 2: dK, dV for the KEYS = 16 * BWD_WARPS rows of K/V of a block, and this block's
+// share of dQ. Each warp owns 16 keys; the block walks over query tiles of TILE rows.
 // Grid: (B * H, K/V tiles). Shared: K, V tiles; 2 x (Q, dO) tiles with their LSE and D; dS.
-template <int D, bool CAUSAL>
-__global__ void __launch_bounds__(THREADS)
+template <int D, int BWD_WARPS, bool CAUSAL>
+__global__ void __launch_bounds__(BWD_WARPS * 32)
 attention_backward_kernel(const AttentionBackwardParams p) {
+    constexpr int KEYS = 16 * BWD_WARPS, NT = 32 * BWD_WARPS;
     extern __shared__ __align__(128) unsigned char smem[];
     bf16* k_tile = reinterpret_cast<bf16*>(smem);
-    bf16* v_tile = k_tile + TILE * D;
-    bf16* q_tiles = v_tile + TILE * D;          // [2][TILE * D]
+    bf16* v_tile = k_tile + KEYS * D;
+    bf16* q_tiles = v_tile + KEYS * D;          // [2][TILE * D]
     bf16* do_tiles = q_tiles + 2 * TILE * D;    // [2][TILE * D]
-    bf16* ds_tile = do_tiles + 2 * TILE * D;    // [TILE keys][TILE queries]
-    float* lse_tiles = reinterpret_cast<float*>(ds_tile + TILE * TILE);  // [2][TILE]
+    bf16* ds_tile = do_tiles + 2 * TILE * D;    // [KEYS keys][TILE queries]
+    float* lse_tiles = reinterpret_cast<float*>(ds_tile + KEYS * TILE);  // [2][TILE]
     float* rowsum_tiles = lse_tiles + 2 * TILE;                          // [2][TILE]
 
     const int T = p.shape.seq_len;
     const int bh = blockIdx.x, b = bh / p.shape.heads, h = bh % p.shape.heads;
-    const int n0 = blockIdx.y * TILE;  // this block's keys; causal: low n0 = most work, started first
+    const int n0 = blockIdx.y * KEYS;  // this block's keys; causal: low n0 = most work, started first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int warp_key0 = n0 + 16 * warp;
 
@@ -331,22 +332,22 @@ attention_backward_kernel(const AttentionBackwardParams p) {
     const float* rowsum = p.d_rowsum + (int64_t)bh * T;
     float* dq_accum = p.dq_accum + (int64_t)bh * T * D;
 
-    // Causal: queries before n0 never see these keys.
+    // Causal: queries before n0 never see these keys (n0 is a multiple of TILE).
     const int m_first = CAUSAL ? n0 : 0;
     const int n_tiles = (T - m_first + TILE - 1) / TILE;
 
     auto load_query_tile = [&](int stage, int m0) {
-        load_tile_async<TILE, D, THREADS>(q_tiles + stage * TILE * D, q, p.q.stride_seq, m0, T);
-        load_tile_async<TILE, D, THREADS>(do_tiles + stage * TILE * D, d_o, p.d_o.stride_seq, m0, T);
+        load_tile_async<TILE, D, NT>(q_tiles + stage * TILE * D, q, p.q.stride_seq, m0, T);
+        load_tile_async<TILE, D, NT>(do_tiles + stage * TILE * D, d_o, p.d_o.stride_seq, m0, T);
         // LSE and D of these rows, through cp.async as well: plain loads here would stall the
         // whole block at the next barrier for a global-memory round trip every step.
-        static_assert(THREADS >= 2 * TILE, "one thread per LSE and per D value");
+        static_assert(NT >= 2 * TILE, "one thread per LSE and per D value");
         const int i = threadIdx.x % TILE, valid = m0 + i < T;
         if (threadIdx.x < TILE) cp_async_4(lse_tiles + stage * TILE + i, valid ? lse + m0 + i : lse, valid);
         else if (threadIdx.x < 2 * TILE) cp_async_4(rowsum_tiles + stage * TILE + i, valid ? rowsum + m0 + i : rowsum, valid);
     };
-    load_tile_async<TILE, D, THREADS>(k_tile, head_ptr(p.k, b, h), p.k.stride_seq, n0, T);
-    load_tile_async<TILE, D, THREADS>(v_tile, head_ptr(p.v, b, h), p.v.stride_seq, n0, T);
+    load_tile_async<KEYS, D, NT>(k_tile, head_ptr(p.k, b, h), p.k.stride_seq, n0, T);
+    load_tile_async<KEYS, D, NT>(v_tile, head_ptr(p.v, b, h), p.v.stride_seq, n0, T);
     load_query_tile(0, m_first);
     cp_async_commit();
 
@@ -369,76 +370,88 @@ attention_backward_kernel(const AttentionBackwardParams p) {
         const float* lse_c = lse_tiles + stage * TILE;
         const float* rowsum_c = rowsum_tiles + stage * TILE;
 
-        // S^T = K Q^T and dP^T = V dO^T: 16 keys (this warp) x 64 queries.
-        float s[TILE / 8][4] = {}, dp[TILE / 8][4] = {};
-        for (int kk = 0; kk < D / 16; ++kk) {
-            uint32_t ka[4], va[4];
-            load_a<D>(ka, k_tile, 16 * warp, 16 * kk);
-            load_a<D>(va, v_tile, 16 * warp, 16 * kk);
-            for (int nb = 0; nb < TILE / 16; ++nb) {
-                uint32_t qb[4], dob[4];
-                load_b_from_rows<D>(qb, q_tile, 16 * nb, 16 * kk);
-                load_b_from_rows<D>(dob, do_tile, 16 * nb, 16 * kk);
-                mma_bf16_16816(s[2 * nb], ka, qb[0], qb[1]);
-                mma_bf16_16816(s[2 * nb + 1], ka, qb[2], qb[3]);
-                mma_bf16_16816(dp[2 * nb], va, dob[0], dob[1]);
-                mma_bf16_16816(dp[2 * nb + 1], va, dob[2], dob[3]);
+        // A warp whose keys are all past T, or (causal) all after this tile's last query, has
+        // nothing to add: its rows of dS are zeros.
+        const bool active = warp_key0 < T && (!CAUSAL || warp_key0 <= m0 + TILE - 1);
+        if (active) {
+            // S^T = K Q^T and dP^T = V dO^T: 16 keys (this warp) x 64 queries.
+            float s[TILE / 8][4] = {}, dp[TILE / 8][4] = {};
+            for (int kk = 0; kk < D / 16; ++kk) {
+                uint32_t ka[4], va[4];
+                load_a<D>(ka, k_tile, 16 * warp, 16 * kk);
+                load_a<D>(va, v_tile, 16 * warp, 16 * kk);
+                for (int nb = 0; nb < TILE / 16; ++nb) {
+                    uint32_t qb[4], dob[4];
+                    load_b_from_rows<D>(qb, q_tile, 16 * nb, 16 * kk);
+                    load_b_from_rows<D>(dob, do_tile, 16 * nb, 16 * kk);
+                    mma_bf16_16816(s[2 * nb], ka, qb[0], qb[1]);
+                    mma_bf16_16816(s[2 * nb + 1], ka, qb[2], qb[3]);
+                    mma_bf16_16816(dp[2 * nb], va, dob[0], dob[1]);
+                    mma_bf16_16816(dp[2 * nb + 1], va, dob[2], dob[3]);
+                }
             }
-        }
-        // P^T = exp(scale s - LSE) (0 where masked), then dS^T = P^T o (dP^T - D).
-        for (int nb = 0; nb < TILE / 8; ++nb)
-            for (int i = 0; i < 4; ++i) {
-                const int key = warp_key0 + g + 8 * (i / 2), col = 8 * nb + 2 * t + i % 2, query = m0 + col;
-                const bool masked = query >= T || key >= T || (CAUSAL && key > query);
-                const float prob = masked ? 0.f : exp2_approx(s[nb][i] * c - lse_c[col] * LOG2E);
-                s[nb][i] = prob;
-                dp[nb][i] = prob * (dp[nb][i] - rowsum_c[col]);
+            // P^T = exp(scale s - LSE) (0 where masked), then dS^T = P^T o (dP^T - D).
+            for (int nb = 0; nb < TILE / 8; ++nb)
+                for (int i = 0; i < 4; ++i) {
+                    const int key = warp_key0 + g + 8 * (i / 2), col = 8 * nb + 2 * t + i % 2, query = m0 + col;
+                    const bool masked = query >= T || key >= T || (CAUSAL && key > query);
+                    const float prob = masked ? 0.f : exp2_approx(s[nb][i] * c - lse_c[col] * LOG2E);
+                    s[nb][i] = prob;
+                    dp[nb][i] = prob * (dp[nb][i] - rowsum_c[col]);
+                }
+            // dV += P^T dO and dK += dS^T Q (scale applied at the end), A operands from registers.
+            for (int kk = 0; kk < TILE / 16; ++kk) {
+                uint32_t pa[4], dsa[4];
+                acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+                acc_to_a(dsa, dp[2 * kk], dp[2 * kk + 1]);
+                for (int db = 0; db < D / 16; ++db) {
+                    uint32_t dob[4], qb[4];
+                    load_b_from_cols<D>(dob, do_tile, 16 * db, 16 * kk);
+                    load_b_from_cols<D>(qb, q_tile, 16 * db, 16 * kk);
+                    mma_bf16_16816(dv[2 * db], pa, dob[0], dob[1]);
+                    mma_bf16_16816(dv[2 * db + 1], pa, dob[2], dob[3]);
+                    mma_bf16_16816(dk[2 * db], dsa, qb[0], qb[1]);
+                    mma_bf16_16816(dk[2 * db + 1], dsa, qb[2], qb[3]);
+                }
+                // dS^T to shared memory (rows = keys, cols = queries) for the dQ product below.
+                const int key_row = 16 * warp + g;
+                for (int half = 0; half < 2; ++half) {
+                    const int col = 16 * kk + 8 * half + 2 * t;
+                    *reinterpret_cast<uint32_t*>(ds_tile + swizzled<TILE>(key_row, col)) = dsa[2 * half];
+                    *reinterpret_cast<uint32_t*>(ds_tile + swizzled<TILE>(key_row + 8, col)) = dsa[2 * half + 1];
+                }
             }
-        // dV += P^T dO and dK += dS^T Q (scale applied at the end), A operands from registers.
-        for (int kk = 0; kk < TILE / 16; ++kk) {
-            uint32_t pa[4], dsa[4];
-            acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-            acc_to_a(dsa, dp[2 * kk], dp[2 * kk + 1]);
-            for (int db = 0; db < D / 16; ++db) {
-                uint32_t dob[4], qb[4];
-                load_b_from_cols<D>(dob, do_tile, 16 * db, 16 * kk);
-                load_b_from_cols<D>(qb, q_tile, 16 * db, 16 * kk);
-                mma_bf16_16816(dv[2 * db], pa, dob[0], dob[1]);
-                mma_bf16_16816(dv[2 * db + 1], pa, dob[2], dob[3]);
-                mma_bf16_16816(dk[2 * db], dsa, qb[0], qb[1]);
-                mma_bf16_16816(dk[2 * db + 1], dsa, qb[2], qb[3]);
-            }
-            // dS^T to shared memory (rows = keys, cols = queries) for the dQ product below.
-            const int key_row = 16 * warp + g;
-            for (int half = 0; half < 2; ++half) {
-                const int col = 16 * kk + 8 * half + 2 * t;
-                *reinterpret_cast<uint32_t*>(ds_tile + swizzled<TILE>(key_row, col)) = dsa[2 * half];
-                *reinterpret_cast<uint32_t*>(ds_tile + swizzled<TILE>(key_row + 8, col)) = dsa[2 * half + 1];
-            }
+        } else {
+            for (int i = lane; i < 16 * TILE / 2; i += 32)   // 16 rows x TILE bf16, 2 per store
+                reinterpret_cast<uint32_t*>(ds_tile + 16 * warp * TILE)[i] = 0u;
         }
         __syncthreads();  // dS complete; also: every warp is done with this stage's Q, dO
 
-        // dQ (64 queries x D) += dS K; warp w takes columns [w D/4, (w+1) D/4) of dQ.
-        constexpr int DQ_COLS = D / WARPS;
-        float dq[TILE / 16][DQ_COLS / 8][4] = {};
-        for (int kk = 0; kk < TILE / 16; ++kk) {
+        // dQ (TILE queries x D) += dS K over this block's KEYS keys. The warps split dQ into
+        // DQ_ROW_GROUPS x DQ_COL_GROUPS pieces of DQ_ROWS x DQ_COLS.
+        constexpr int DQ_COL_GROUPS = BWD_WARPS < D / 16 ? BWD_WARPS : D / 16;
+        constexpr int DQ_ROW_GROUPS = BWD_WARPS / DQ_COL_GROUPS;
+        constexpr int DQ_COLS = D / DQ_COL_GROUPS, DQ_ROWS = TILE / DQ_ROW_GROUPS;
+        const int dq_col0 = (warp % DQ_COL_GROUPS) * DQ_COLS, dq_row0 = (warp / DQ_COL_GROUPS) * DQ_ROWS;
+        float dq[DQ_ROWS / 16][DQ_COLS / 8][4] = {};
+        for (int kk = 0; kk < KEYS / 16; ++kk) {
             uint32_t kb[DQ_COLS / 16][4];
             for (int db = 0; db < DQ_COLS / 16; ++db)
-                load_b_from_cols<D>(kb[db], k_tile, warp * DQ_COLS + 16 * db, 16 * kk);
-            for (int mt = 0; mt < TILE / 16; ++mt) {
+                load_b_from_cols<D>(kb[db], k_tile, dq_col0 + 16 * db, 16 * kk);
+            for (int mt = 0; mt < DQ_ROWS / 16; ++mt) {
                 uint32_t dsa[4];
-                load_a_transposed<TILE>(dsa, ds_tile, 16 * mt, 16 * kk);
+                load_a_transposed<TILE>(dsa, ds_tile, dq_row0 + 16 * mt, 16 * kk);
                 for (int db = 0; db < DQ_COLS / 16; ++db) {
                     mma_bf16_16816(dq[mt][2 * db], dsa, kb[db][0], kb[db][1]);
                     mma_bf16_16816(dq[mt][2 * db + 1], dsa, kb[db][2], kb[db][3]);
                 }
             }
         }
-        for (int mt = 0; mt < TILE / 16; ++mt)
+        for (int mt = 0; mt < DQ_ROWS / 16; ++mt)
             for (int nb = 0; nb < DQ_COLS / 8; ++nb)
                 for (int i = 0; i < 4; ++i) {
-                    const int query = m0 + 16 * mt + g + 8 * (i / 2);
-                    const int col = warp * DQ_COLS + 8 * nb + 2 * t + i % 2;
+                    const int query = m0 + dq_row0 + 16 * mt + g + 8 * (i / 2);
+                    const int col = dq_col0 + 8 * nb + 2 * t + i % 2;
                     if (query < T) atomicAdd(dq_accum + (int64_t)query * D + col, dq[mt][nb][i]);
                 }
         // The next step's barrier (after its wait) orders these reads of dS before its rewrite.
@@ -476,7 +489,6 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
 }
 
 // ============================== launchers ===============================================
-constexpr int backward_smem_bytes(int d) { return (6 * TILE * d + TILE * TILE) * 2 + 4 * TILE * 4; }
 
 template <int D, int FWD_WARPS, int ROW_TILES, int BLOCK_N, bool CAUSAL>
 cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream) {
@@ -509,6 +521,24 @@ cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream)
     return launch_forward<D, 4, 1, 64, CAUSAL>(p, stream);
 }
 
+template <int D, int BWD_WARPS, bool CAUSAL>
+cudaError_t launch_backward_main(const AttentionBackwardParams& p, cudaStream_t stream) {
+    const auto kernel = attention_backward_kernel<D, BWD_WARPS, CAUSAL>;
+    constexpr int KEYS = 16 * BWD_WARPS;
+    // K, V + 2 stages x (Q, dO) + dS, in bf16; 2 stages x (LSE, D) in fp32.
+    const int smem = (2 * KEYS * D + 4 * TILE * D + KEYS * TILE) * 2 + 4 * TILE * 4;
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+    dim3 grid(p.shape.batch * p.shape.heads, (p.shape.seq_len + KEYS - 1) / KEYS);
+    kernel<<<grid, BWD_WARPS * 32, smem, stream>>>(p);
+    return cudaGetLastError();
+}
+
+// Block shapes of the backward's main kernel: 0 = 4 warps (64 keys), 1 = 8 warps (128 keys:
+// each Q/dO tile and each dQ atomic serves twice the keys). DEFAULT_BWD_VARIANT is the fastest
+// measured on the H200 (kernels/NOTES.md); TK_ATTENTION_BWD_VARIANT overrides it (bench.py).
+constexpr int DEFAULT_BWD_VARIANT = 0;
+
 template <int D, bool CAUSAL>
 cudaError_t launch_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
     const int64_t rows = (int64_t)p.shape.batch * p.shape.heads * p.shape.seq_len;
@@ -517,13 +547,10 @@ cudaError_t launch_backward(const AttentionBackwardParams& p, cudaStream_t strea
     attention_backward_rowsum_kernel<D><<<(rows + 7) / 8, 256, 0, stream>>>(p);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
 
-    const auto kernel = attention_backward_kernel<D, CAUSAL>;
-    const int smem = backward_smem_bytes(D);
-    if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess)
-        return err;
-    dim3 grid(p.shape.batch * p.shape.heads, (p.shape.seq_len + TILE - 1) / TILE);
-    kernel<<<grid, THREADS, smem, stream>>>(p);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    const char* env = getenv("TK_ATTENTION_BWD_VARIANT");
+    const int variant = env ? atoi(env) : DEFAULT_BWD_VARIANT;
+    err = variant == 1 ? launch_backward_main<D, 8, CAUSAL>(p, stream) : launch_backward_main<D, 4, CAUSAL>(p, stream);
+    if (err != cudaSuccess) return err;
 
     const int64_t pairs = rows * (D / 2);
     attention_backward_dq_kernel<D><<<(pairs + 255) / 256, 256, 0, stream>>>(p);

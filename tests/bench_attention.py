@@ -74,6 +74,9 @@ def main():
             os.environ["TK_ATTENTION_FWD_VARIANT"] = variant
             bench(label, tk_portable, B, H, T, D)
         os.environ.pop("TK_ATTENTION_FWD_VARIANT")
+        os.environ["TK_ATTENTION_BWD_VARIANT"] = "1"
+        bench("tk-portable bwd 8 warps", tk_portable, B, H, T, D)
+        os.environ.pop("TK_ATTENTION_BWD_VARIANT")
         for label, backend in SDPA.items():
             def sdpa(q, k, v, backend=backend):
                 with sdpa_kernel(backend):

@@ -25,7 +25,10 @@ wait
   compute-sanitizer --tool memcheck --print-limit 5 /tmp/attention_gpu_main 1 2 130 64 1 3 | tail -3
   echo "== compute-sanitizer racecheck"
   compute-sanitizer --tool racecheck --print-limit 5 /tmp/attention_gpu_main 1 1 130 128 1 4 | tail -3
-  TK_ATTENTION_FWD_VARIANT=1 compute-sanitizer --tool racecheck --print-limit 5 /tmp/attention_gpu_main 1 1 200 64 0 4 | tail -3
+  TK_ATTENTION_FWD_VARIANT=3 TK_ATTENTION_BWD_VARIANT=1 compute-sanitizer --tool racecheck --print-limit 5 \
+    /tmp/attention_gpu_main 1 1 200 64 1 4 | tail -3
+  TK_ATTENTION_FWD_VARIANT=1 TK_ATTENTION_BWD_VARIANT=1 compute-sanitizer --tool memcheck --print-limit 5 \
+    /tmp/attention_gpu_main 1 2 150 128 0 4 | tail -3
 } 2>&1 | tee "$OUT/sanitizer.log"
 
 python -m pytest -q -rfE tests/test_attention.py 2>&1 | tee "$OUT/pytest.log"

@@ -120,6 +120,23 @@ def test_forward_block_shape_variants(monkeypatch, variant, B, H, T, D, causal):
 
 
 @cuda
+@pytest.mark.parametrize("B,H,T,D,causal", [(2, 3, 1000, 64, True), (1, 2, 255, 128, True), (2, 1, 300, 64, False),
+                                            (1, 1, 200, 128, False)])
+def test_backward_block_shape_variant(monkeypatch, B, H, T, D, causal):
+    # TK_ATTENTION_BWD_VARIANT=1: 8 warps, 128 keys per block.
+    monkeypatch.setenv("TK_ATTENTION_BWD_VARIANT", "1")
+    qkv, q, k, v = qkv_views(B, H, T, D, seed=T + 11, requires_grad=True)
+    scale = 1.0 / math.sqrt(D)
+    grad_out = torch.randn(B, H, T, D, device="cuda").to(torch.bfloat16)
+    _, _, (dq_ref, dk_ref, dv_ref) = reference(q, k, v, causal, scale, grad_out)
+    o, _ = A.attention_fwd(q, k, v, causal, scale, BACKEND, BACKEND)
+    poison(B, H, T, D)
+    o.backward(grad_out)
+    dq, dk, dv = qkv.grad.permute(2, 0, 3, 1, 4)
+    assert rel_err(dq_ref, dq) < 2e-2 and rel_err(dk_ref, dk) < 2e-2 and rel_err(dv_ref, dv) < 2e-2
+
+
+@cuda
 def test_explicit_scale_and_contiguous_inputs():
     B, H, T, D = 2, 2, 300, 64
     _, q, k, v = qkv_views(B, H, T, D, sigma=1.0, seed=7)

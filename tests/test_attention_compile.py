@@ -59,12 +59,12 @@ def emulator(tmp_path_factory):
     return str(tmp / "main")
 
 
-@pytest.mark.parametrize("B,H,T,D,causal,variant", [(1, 1, 17, 64, 1, 0), (2, 1, 1, 64, 1, 0), (1, 1, 80, 128, 0, 0),
-                                                   (1, 2, 70, 64, 1, 0), (1, 1, 150, 64, 1, 1), (1, 1, 140, 128, 1, 2),
-                                                   (1, 1, 200, 64, 1, 3), (1, 1, 130, 64, 0, 3)])
-def test_emulated_kernel_matches_float64(emulator, B, H, T, D, causal, variant):
-    # variant: the forward block shape, as TK_ATTENTION_FWD_VARIANT picks it (0 is the default).
-    env = dict(os.environ, TK_ATTENTION_FWD_VARIANT=str(variant))
+@pytest.mark.parametrize("B,H,T,D,causal,variant,bwd_variant", [
+    (1, 1, 17, 64, 1, 0, 0), (2, 1, 1, 64, 1, 0, 0), (1, 1, 80, 128, 0, 0, 0), (1, 2, 70, 64, 1, 0, 0),
+    (1, 1, 150, 64, 1, 1, 1), (1, 1, 140, 128, 1, 2, 1), (1, 1, 200, 64, 1, 3, 1), (1, 1, 130, 64, 0, 3, 1)])
+def test_emulated_kernel_matches_float64(emulator, B, H, T, D, causal, variant, bwd_variant):
+    # The block shapes, as TK_ATTENTION_FWD_VARIANT / TK_ATTENTION_BWD_VARIANT pick them.
+    env = dict(os.environ, TK_ATTENTION_FWD_VARIANT=str(variant), TK_ATTENTION_BWD_VARIANT=str(bwd_variant))
     out = subprocess.run([emulator, str(B), str(H), str(T), str(D), str(causal), "5"], capture_output=True, text=True,
                          timeout=240, env=env)
     assert out.returncode == 0, out.stderr
