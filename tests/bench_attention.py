@@ -16,12 +16,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kernels import attention_op as A  # noqa: E402
 
-SHAPES = [(16, 12, 1024, 64), (64, 6, 256, 64), (4, 16, 4096, 128), (8, 16, 2048, 128)]
+SHAPES = [(16, 12, 1024, 64), (64, 6, 256, 64), (4, 16, 4096, 128)]
 SDPA = {"sdpa-fa2": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
         "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION}
 
 
-def median_ms(fn, warmup=5, reps=25):
+def median_ms(fn, warmup=3, reps=15):
     for _ in range(warmup):
         fn()
     times = []
@@ -78,6 +78,8 @@ def main():
         bench("tk-portable bwd 8 warps", tk_portable, B, H, T, D)
         os.environ.pop("TK_ATTENTION_BWD_VARIANT")
         for label, backend in SDPA.items():
+            if label == "sdpa-efficient" and (B, H, T, D) != SHAPES[0]:
+                continue   # the slowest backend, shown once for reference
             def sdpa(q, k, v, backend=backend):
                 with sdpa_kernel(backend):
                     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
