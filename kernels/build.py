@@ -14,8 +14,12 @@ Decisions, and why:
 - Lazy: nothing is compiled at import. The first tk call (or preflight at start-up) builds,
   and only when CUDA is available. torch caches the result under TORCH_EXTENSIONS_DIR (or its
   default root); a warm load takes about a second.
-- Flags: -O3 -std=c++20 -lineinfo (lineinfo costs nothing at run time and lets
-  compute-sanitizer name source lines). NO --use_fast_math: it silently swaps every division,
+- Flags: .cu files -O3 -std=c++20 -lineinfo (lineinfo costs nothing at run time and lets
+  compute-sanitizer name source lines). The bindings .cpp gets -O3 and torch's own -std: it
+  includes torch headers and hands c10 types (tensors, exceptions) to libtorch, so it must be
+  compiled with the standard libtorch was (forcing C++20 there was the suspect when a bad-input
+  error crashed instead of raising, torch 2.11). The .cu files see no torch types: they may
+  use C++20 freely. NO --use_fast_math: it silently swaps every division,
   sqrt and exp in every file for approximations and flushes denormals; a kernel that wants an
   approximate instruction (rsqrtf, exp2f, ex2.approx) writes it where the reader can see it.
   torch adds -D__CUDA_NO_BFLOAT16_CONVERSIONS__ and friends, which plain nvcc does not; we
@@ -46,7 +50,7 @@ CUDA_FLAGS = [
     "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
     "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__",
 ]
-CXX_FLAGS = ["-O3", "-std=c++20"]
+CXX_FLAGS = ["-O3"]   # the bindings keep torch's own -std: c10 types and exceptions cross into libtorch
 HOPPER_ARCH = "-gencode=arch=compute_90a,code=sm_90a"
 
 

@@ -23,6 +23,8 @@
 //     No atomics anywhere: results are bitwise reproducible run to run.
 //   - 16-byte vector loads and stores (tk::chunk16): 8 bf16 per instruction, consecutive threads
 //     on consecutive 16 bytes, so one warp instruction moves 512 contiguous bytes.
+//   - Parameters (w, b, dw, db) are fp32 or bf16 as the caller has them: converted on load and
+//     store, never by extra passes.
 //   - dw and db are sums over ALL rows. Each thread adds up its own columns over every row its
 //     warp visits (a persistent grid of ~2 blocks per SM), the block adds its row groups' sums
 //     in shared memory and writes one fp32 row of partials, and a second tiny kernel adds the
@@ -78,21 +80,33 @@ template <typename V> __device__ V group_sum(V v, const RowGroup& g, V* scratch 
     return total;
 }
 
-// weight or bias for the E columns of one chunk: E/4 float4 loads. Every row reads the same
-// few KB, so after the first row they come from L1, not DRAM.
-template <int E> __device__ __forceinline__ void load_params(float (&p)[E], const float* src) {
+// weight or bias for the E columns of one chunk, widened to float. Parameters are fp32 or bf16
+// (one runtime flag, the same for every thread: no divergence, no extra template instances).
+// Every row reads the same few KB, so after the first row they come from L1, not DRAM.
+template <int E> __device__ __forceinline__ void load_params(float (&p)[E], const void* src, int col, bool is_bf16) {
+    if (is_bf16) {   // E bf16 = E/2 words; the lower column is the low half of each word
+        const uint32_t* s = reinterpret_cast<const uint32_t*>(static_cast<const bf16*>(src) + col);
 #pragma unroll
-    for (int j = 0; j < E / 4; ++j) {
-        float4 q = __ldg(reinterpret_cast<const float4*>(src) + j);
-        p[4 * j] = q.x; p[4 * j + 1] = q.y; p[4 * j + 2] = q.z; p[4 * j + 3] = q.w;
+        for (int j = 0; j < E / 2; ++j) {
+            const uint32_t word = __ldg(s + j);
+            p[2 * j] = __uint_as_float(word << 16);
+            p[2 * j + 1] = __uint_as_float(word & 0xffff0000u);
+        }
+    } else {
+        const float4* s = reinterpret_cast<const float4*>(static_cast<const float*>(src) + col);
+#pragma unroll
+        for (int j = 0; j < E / 4; ++j) {
+            const float4 q = __ldg(s + j);
+            p[4 * j] = q.x; p[4 * j + 1] = q.y; p[4 * j + 2] = q.z; p[4 * j + 3] = q.w;
+        }
     }
 }
 
 // ---- forward: one read of x and r, one write of h and y ----------------------------------------
 template <typename T, int CHUNKS>
 __global__ void __launch_bounds__(BLOCK_THREADS)
-forward_kernel(const T* __restrict__ x, const T* __restrict__ r, const float* __restrict__ w,
-               const float* __restrict__ b, T* __restrict__ y, T* __restrict__ h,
+forward_kernel(const T* __restrict__ x, const T* __restrict__ r, const void* __restrict__ w,
+               const void* __restrict__ b, bool params_bf16, T* __restrict__ y, T* __restrict__ h,
                float* __restrict__ mean_out, float* __restrict__ rstd_out,
                int64_t rows, int cols, int G, float eps) {
     constexpr int E = chunk16<T>::elems;
@@ -146,8 +160,8 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ r, const float* __
             const int col = g.col(i, E);
             if (h != nullptr) tk::store<T>(h + base + col, v[i]);
             float wv[E], bv[E] = {};
-            load_params<E>(wv, w + col);
-            if (b != nullptr) load_params<E>(bv, b + col);
+            load_params<E>(wv, w, col, params_bf16);
+            if (b != nullptr) load_params<E>(bv, b, col, params_bf16);
 #pragma unroll
             for (int e = 0; e < E; ++e) v[i][e] = (v[i][e] - mean) * rstd * wv[e] + bv[e];
             tk::store<T>(y + base + col, v[i]);
@@ -167,7 +181,7 @@ template <typename T, int CHUNKS>
 __global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 2 : 1)
 backward_kernel(const T* __restrict__ dy, const T* __restrict__ dh, const T* __restrict__ h,
                 const float* __restrict__ mean, const float* __restrict__ rstd,
-                const float* __restrict__ w, T* __restrict__ dh_out, float* __restrict__ partial,
+                const void* __restrict__ w, bool params_bf16, T* __restrict__ dh_out, float* __restrict__ partial,
                 int64_t rows, int cols, int G) {
     constexpr int E = chunk16<T>::elems;
     __shared__ float2 scratch[BLOCK_WARPS];
@@ -208,7 +222,7 @@ backward_kernel(const T* __restrict__ dy, const T* __restrict__ dh, const T* __r
         for (int i = 0; i < CHUNKS; ++i) {
             if (!g.has(i)) continue;
             float wv[E];
-            load_params<E>(wv, w + g.col(i, E));
+            load_params<E>(wv, w, g.col(i, E), params_bf16);
 #pragma unroll
             for (int e = 0; e < E; ++e) {
                 const float xhat = (hc[i][e] - mu) * rs;
@@ -230,7 +244,7 @@ backward_kernel(const T* __restrict__ dy, const T* __restrict__ dh, const T* __r
         for (int i = 0; i < CHUNKS; ++i) {
             if (!g.has(i)) continue;
             float wv[E], out[E];
-            load_params<E>(wv, w + g.col(i, E));
+            load_params<E>(wv, w, g.col(i, E), params_bf16);
 #pragma unroll
             for (int e = 0; e < E; ++e) {
                 const float xhat = (hc[i][e] - mu) * rs;
@@ -263,24 +277,35 @@ backward_kernel(const T* __restrict__ dy, const T* __restrict__ dh, const T* __r
 }
 
 // ---- dw[c], db[c] = sum of the blocks' partial rows ---------------------------------------------
-// A block takes 32 columns; its 8 warps each add every 8th partial row (coalesced 128-byte rows),
-// then warp 0 adds the 8 results from shared memory.
-__global__ void __launch_bounds__(BLOCK_THREADS)
-column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, float* __restrict__ dw,
-                  float* __restrict__ db) {
-    __shared__ float sums[BLOCK_WARPS][32];
+// A block takes 32 columns (one coalesced 128-byte segment per partial row) with 32 warps; warp k
+// adds partial rows k, k + 32, ... with four independent accumulators, so a thread has several
+// loads in flight instead of waiting out DRAM latency once per row. Warp 0 then adds the 32
+// warp sums from shared memory, in a fixed order, and writes fp32 or bf16.
+constexpr int COLSUM_WARPS = 32;
+
+__global__ void __launch_bounds__(COLSUM_WARPS * 32)
+column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void* __restrict__ dw,
+                  void* __restrict__ db, bool params_bf16) {
+    __shared__ float sums[COLSUM_WARPS][33];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int c = blockIdx.x * 32 + lane;   // 0 .. 2*cols-1: dw columns, then db columns
-    float acc = 0.0f;
-    if (c < 2 * cols)
-        for (int p = warp; p < blocks; p += BLOCK_WARPS) acc += partial[int64_t(p) * 2 * cols + c];
-    sums[warp][lane] = acc;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (c < 2 * cols) {
+        int p = warp;
+        for (; p + 3 * COLSUM_WARPS < blocks; p += 4 * COLSUM_WARPS)
+#pragma unroll
+            for (int k = 0; k < 4; ++k) acc[k] += partial[int64_t(p + k * COLSUM_WARPS) * 2 * cols + c];
+        for (; p < blocks; p += COLSUM_WARPS) acc[0] += partial[int64_t(p) * 2 * cols + c];
+    }
+    sums[warp][lane] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     __syncthreads();
     if (warp != 0 || c >= 2 * cols) return;
     float total = 0.0f;
-    for (int k = 0; k < BLOCK_WARPS; ++k) total += sums[k][lane];
-    if (c < cols) dw[c] = total;
-    else db[c - cols] = total;
+    for (int k = 0; k < COLSUM_WARPS; ++k) total += sums[k][lane];
+    void* out = c < cols ? dw : db;
+    const int col = c < cols ? c : c - cols;
+    if (params_bf16) static_cast<bf16*>(out)[col] = tk::convert<bf16>(total);
+    else static_cast<float*>(out)[col] = total;
 }
 
 // ---- launchers: pick G and CHUNKS, size the persistent grid, launch -------------------------
@@ -316,7 +341,7 @@ template <auto kernel> int grid_for(int64_t rows, int G) {
 
 template <typename T, int CHUNKS> cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
     forward_kernel<T, CHUNKS><<<grid_for<forward_kernel<T, CHUNKS>>(a.rows, G), BLOCK_THREADS, 0, stream>>>(
-        static_cast<const T*>(a.x), static_cast<const T*>(a.residual), a.weight, a.bias, static_cast<T*>(a.y),
+        static_cast<const T*>(a.x), static_cast<const T*>(a.residual), a.weight, a.bias, a.params_bf16, static_cast<T*>(a.y),
         static_cast<T*>(a.h), a.mean, a.rstd, a.rows, a.cols, G, a.eps);
     return cudaGetLastError();
 }
@@ -329,10 +354,11 @@ template <typename T, int CHUNKS> cudaError_t launch_backward(const BackwardArgs
     const int blocks = backward_grid<T, CHUNKS>(a, G);
     backward_kernel<T, CHUNKS><<<blocks, BLOCK_THREADS, 0, stream>>>(
         static_cast<const T*>(a.dy), static_cast<const T*>(a.dh), static_cast<const T*>(a.h), a.mean, a.rstd,
-        a.weight, static_cast<T*>(a.dh_out), a.partial, a.rows, a.cols, G);
+        a.weight, a.params_bf16, static_cast<T*>(a.dh_out), a.partial, a.rows, a.cols, G);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
-    column_sum_kernel<<<(2 * a.cols + 31) / 32, BLOCK_THREADS, 0, stream>>>(a.partial, blocks, a.cols, a.dweight, a.dbias);
+    column_sum_kernel<<<(2 * a.cols + 31) / 32, COLSUM_WARPS * 32, 0, stream>>>(a.partial, blocks, a.cols, a.dweight,
+                                                                                a.dbias, a.params_bf16);
     return cudaGetLastError();
 }
 

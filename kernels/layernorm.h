@@ -6,15 +6,16 @@
 
 namespace tk_layernorm {
 
-enum class DType { f32, bf16 };   // activations; weight, bias, statistics and dweight are fp32
+enum class DType { f32, bf16 };   // activations (x, r, h, y, dy, dh); statistics are always fp32
 
 constexpr int MAX_COLS = 4096;    // hidden sizes: multiples of 64 up to this
 
 struct ForwardArgs {
     const void* x;          // [rows, cols]
     const void* residual;   // [rows, cols] or nullptr (then h is not written: h = x)
-    const float* weight;    // [cols]
-    const float* bias;      // [cols] or nullptr
+    const void* weight;     // [cols], fp32 or bf16 (params_bf16)
+    const void* bias;       // [cols] or nullptr, same dtype as weight
+    bool params_bf16;
     void* y;                // [rows, cols]  y = LN(x + residual)
     void* h;                // [rows, cols]  h = x + residual (nullptr iff residual is)
     float* mean;            // [rows]
@@ -31,11 +32,12 @@ struct BackwardArgs {
     const void* h;          // [rows, cols]  the saved LayerNorm input
     const float* mean;      // [rows]
     const float* rstd;      // [rows]
-    const float* weight;    // [cols]
+    const void* weight;     // [cols], fp32 or bf16 (params_bf16)
+    bool params_bf16;
     void* dh_out;           // [rows, cols]  dh + LN's input gradient (= grad of x and residual)
     float* partial;         // [partial_blocks, 2, cols] scratch: per-block dweight, dbias sums
-    float* dweight;         // [cols]
-    float* dbias;           // [cols]
+    void* dweight;          // [cols], weight's dtype
+    void* dbias;            // [cols], weight's dtype
     int64_t rows;
     int cols;
     DType dtype;

@@ -160,6 +160,8 @@ def why_not(x, residual, weight, bias, eps=1e-5):
             continue
         if p.device != x.device or p.shape != (cols,) or p.dtype not in DTYPES:
             return f"{name} must be a ({cols},) bfloat16/float32 tensor on {x.device}, got {tuple(p.shape)} {p.dtype} on {p.device}"
+    if bias is not None and bias.dtype != weight.dtype:
+        return f"bias is {bias.dtype} but weight is {weight.dtype}"
     if x.numel() == 0:
         return "x is empty"
     return _build_reason()

@@ -40,16 +40,18 @@ void check_activation(const Tensor& t, const char* name, const Tensor& like, con
     }
 }
 
-// weight or bias: a (cols,) tensor on x's device, bfloat16 or float32. The kernel reads fp32; a
-// bf16 parameter is widened here (cols elements, nothing next to the activations).
-Tensor param_as_fp32(const Tensor& p, const char* name, const Tensor& x) {
+// weight or bias: a (cols,) tensor on x's device, bfloat16 or float32 (the kernel reads either;
+// bias must match weight). Returned contiguous (a no-op for parameters, which always are).
+Tensor check_param(const Tensor& p, const char* name, const Tensor& x, const Tensor& weight) {
     TORCH_CHECK_VALUE(p.defined(), "tk_layernorm: ", name, " is missing");
     TORCH_CHECK_VALUE(p.device() == x.device(), "tk_layernorm: ", name, " is on ", p.device(), " but x is on ", x.device());
     TORCH_CHECK_TYPE(p.scalar_type() == at::kBFloat16 || p.scalar_type() == at::kFloat,
                      "tk_layernorm: ", name, " must be bfloat16 or float32, got ", p.scalar_type());
+    TORCH_CHECK_TYPE(!weight.defined() || p.scalar_type() == weight.scalar_type(), "tk_layernorm: ", name, " is ",
+                     p.scalar_type(), " but weight is ", weight.scalar_type(), " (cast one of them)");
     TORCH_CHECK_VALUE(p.dim() == 1 && p.size(0) == x.size(-1), "tk_layernorm: ", name, " must have shape (",
                       x.size(-1), ",), got ", p.sizes());
-    return p.to(at::kFloat).contiguous();
+    return p.contiguous();
 }
 
 void check_stats(const Tensor& t, const char* name, const Tensor& h) {
@@ -71,8 +73,8 @@ std::vector<Tensor> forward(const Tensor& x, const c10::optional<Tensor>& residu
     if (residual) check_activation(*residual, "residual", x, "x");
     TORCH_CHECK_VALUE(eps >= 0.0 && std::isfinite(eps), "tk_layernorm: eps must be finite and >= 0, got ", eps);
     c10::cuda::CUDAGuard guard(x.device());
-    const Tensor w = param_as_fp32(weight, "weight", x);
-    const Tensor b = bias ? param_as_fp32(*bias, "bias", x) : Tensor();
+    const Tensor w = check_param(weight, "weight", x, Tensor());
+    const Tensor b = bias ? check_param(*bias, "bias", x, w) : Tensor();
 
     Tensor y = at::empty_like(x);
     Tensor h = residual ? at::empty_like(x) : Tensor();
@@ -84,8 +86,9 @@ std::vector<Tensor> forward(const Tensor& x, const c10::optional<Tensor>& residu
     tk_layernorm::ForwardArgs a{};
     a.x = x.data_ptr();
     a.residual = residual ? residual->data_ptr() : nullptr;
-    a.weight = w.data_ptr<float>();
-    a.bias = b.defined() ? b.data_ptr<float>() : nullptr;
+    a.weight = w.data_ptr();
+    a.bias = b.defined() ? b.data_ptr() : nullptr;
+    a.params_bf16 = w.scalar_type() == at::kBFloat16;
     a.y = y.data_ptr();
     a.h = h.defined() ? h.data_ptr() : nullptr;
     a.mean = mean.data_ptr<float>();
@@ -107,15 +110,16 @@ std::vector<Tensor> backward(const Tensor& dy, const c10::optional<Tensor>& dh, 
     check_stats(mean, "mean", h);
     check_stats(rstd, "rstd", h);
     c10::cuda::CUDAGuard guard(h.device());
-    const Tensor w = param_as_fp32(weight, "weight", h);
+    const Tensor w = check_param(weight, "weight", h, Tensor());
 
     tk_layernorm::BackwardArgs a{};
     a.cols = int(h.size(-1));
     a.rows = h.numel() / a.cols;
     a.dtype = dtype_of(h);
     Tensor dh_out = at::empty_like(h);
-    Tensor dw = at::zeros({a.cols}, h.options().dtype(at::kFloat));   // zeros: right when rows == 0
-    Tensor db = at::zeros({a.cols}, h.options().dtype(at::kFloat));
+    // Every column is written by the column-sum kernel; with no rows there is no launch, so zeros.
+    Tensor dw = a.rows ? at::empty_like(w) : at::zeros_like(w);
+    Tensor db = a.rows ? at::empty_like(w) : at::zeros_like(w);
     const int blocks = tk_layernorm::backward_partial_blocks(a.rows, a.cols, a.dtype);
     Tensor partial = at::empty({std::max(blocks, 1), 2, a.cols}, h.options().dtype(at::kFloat));
 
@@ -124,13 +128,14 @@ std::vector<Tensor> backward(const Tensor& dy, const c10::optional<Tensor>& dh, 
     a.h = h.data_ptr();
     a.mean = mean.data_ptr<float>();
     a.rstd = rstd.data_ptr<float>();
-    a.weight = w.data_ptr<float>();
+    a.weight = w.data_ptr();
+    a.params_bf16 = w.scalar_type() == at::kBFloat16;
     a.dh_out = dh_out.data_ptr();
     a.partial = partial.data_ptr<float>();
-    a.dweight = dw.data_ptr<float>();
-    a.dbias = db.data_ptr<float>();
+    a.dweight = dw.data_ptr();
+    a.dbias = db.data_ptr();
     check_launch(tk_layernorm::backward(a, c10::cuda::getCurrentCUDAStream().stream()), "backward");
-    return {dh_out, dw.to(weight.scalar_type()), db.to(weight.scalar_type())};
+    return {dh_out, dw, db};
 }
 
 }  // namespace

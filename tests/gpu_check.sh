@@ -11,7 +11,9 @@
 #               Tests are tests/test_<op>*.py plus tests/test_dispatch.py; all of tests/ without it.
 #   -k          passed to pytest for the test step
 #   --quick     bench headline shapes only, and a smaller sanitizer subset
-# Environment: TORCH_EXTENSIONS_DIR (default /tmp/ext), PYTHON (default python3).
+# Environment: TORCH_EXTENSIONS_DIR (default /tmp/ext), PYTHON (default python3),
+#   BENCH_ARGS (extra bench.py arguments, e.g. "--compile-modes default"),
+#   SANITIZER_TOOLS (default "memcheck racecheck").
 set -u -o pipefail
 OUT=${1:?usage: tests/gpu_check.sh OUTDIR [--ops a,b] [-k EXPR] [--quick] [--no-sanitizer] [--no-bench] [--no-tests]}
 shift
@@ -75,7 +77,7 @@ fi
 
 # 3. Benchmarks (JSON with every figure).
 if [ $BENCH = 1 ]; then
-  step bench bench.log $PY bench.py ${OPS:+--ops "$OPS"} $QUICK --json "$OUT/bench.json"
+  step bench bench.log $PY bench.py ${OPS:+--ops "$OPS"} $QUICK ${BENCH_ARGS:-} --json "$OUT/bench.json"
 fi
 
 # 4. compute-sanitizer on a small subset of the kernel tests (every launch is checked, so keep
@@ -88,7 +90,7 @@ if [ $SANITIZE = 1 ]; then
     else SAN_K="bias_and_residual and (7-384 or 5-1600 or 333-4096)"; fi
   fi
   if [ -n "$SAN_FILES" ]; then
-    for tool in memcheck racecheck; do
+    for tool in ${SANITIZER_TOOLS:-memcheck racecheck}; do
       step "$tool" "sanitizer_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 9 \
         --target-processes all $PY -m pytest -q -x -p no:cacheprovider $SAN_FILES -k "$SAN_K"
     done

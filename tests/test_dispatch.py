@@ -214,7 +214,7 @@ def test_broken_op_module_prints_a_warning_and_other_ops_still_work(tmp_path):
     shutil.copytree(os.path.join(REPO, "kernels"), pkg, ignore=shutil.ignore_patterns("__pycache__"))
     (pkg / "mlp.py").write_text("raise ImportError('planted failure')\n")
     code = ("import kernels; print(sorted(kernels._tk_impls)); print(kernels._import_errors);"
-            "print(kernels.why_not_tk('mlp'))")
+            "print(kernels._missing_reason('mlp'))")
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "kernels/mlp.py failed to import" in res.stderr and "planted failure" in res.stderr
