@@ -17,6 +17,8 @@ Steps (kernels/gemm_<n>_*.cu; what each changes and buys is in its header and ke
 Steps 1-3 take only the x·Wᵀ layout: other products are given to them as transposed copies.
 Step 4 adds the fused epilogue (bias, GELU) and split-K for products with few output tiles.
 """
+import functools
+
 import torch
 
 from .build import LazyExtension
@@ -59,6 +61,7 @@ def _aligned(t):
     return t.data_ptr() % 16 == 0
 
 
+@functools.lru_cache(maxsize=256)
 def choose_splits(M, N, K, num_sms, epilogue=False):
     """Split-K factor for step 4. Few output tiles (the weight gradient: 768 x 3072 is 72 tiles
     for 132 SMs) leave SMs idle, so the K range is cut into `splits` pieces whose fp32 partials

@@ -4,6 +4,7 @@
 OUT=${1:-/tmp/gemm_out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/ext}
 cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}   # the sanitizer script below runs from /tmp
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 t0=$(date +%s)
 timeout 180 python3 -c "from kernels import gemm; r = gemm.why_not(); print('build:', r); assert r is None" 2>&1 | tail -30 | tee "$OUT/build.log"
