@@ -22,6 +22,7 @@ torch.compile traces through them and DDP sees ordinary autograd. Nothing builds
 """
 import math
 import os
+import sys
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -262,3 +263,14 @@ def preflight(batch_size, block_size, n_embd, n_head, dtype, device, attn_dropou
 
 register_tk("attention", attention, why_not)
 _preflight_checks["attention"] = preflight
+
+
+# ---- 5. the Hopper forward (kernels/attention_hopper.py, engineer E2) --------------------------
+# Importing it registers Backend("hopper", forward only) first in BACKENDS; it declines anywhere
+# but sm_90, and its lse feeds the portable backward. If it cannot be imported, the portable
+# kernel still runs everything, and this says why once.
+try:
+    from . import attention_hopper  # noqa: E402,F401
+except Exception as _e:   # report, keep the portable backend working
+    print(f"kernels: attention_hopper failed to import, attention uses the portable kernel only "
+          f"({type(_e).__name__}: {_e})", file=sys.stderr)

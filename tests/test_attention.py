@@ -26,6 +26,7 @@ def _switch():
     old = kernels.choice()
     yield
     kernels.configure(old["attention"], old["attention"], old["layernorm"], old["mlp"])
+    A.set_backend("auto")
 
 
 def qkv_views(B, H, T, D, sigma=2.5, seed=0, requires_grad=False):
@@ -188,6 +189,7 @@ def test_torch_compile_of_a_module_using_it():
             return kernels.attention(q, k, v, causal=True).transpose(1, 2).reshape(B, T, C)
 
     kernels.configure("tk")
+    A.set_backend(BACKEND)
     torch.manual_seed(0)
     m = Attn().cuda().to(torch.bfloat16)
     x = torch.randn(2, 77, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -198,16 +200,19 @@ def test_torch_compile_of_a_module_using_it():
     compiled = torch.compile(m, backend="aot_eager", fullgraph=True)
     y = compiled(x)
     y.float().square().sum().backward()
+    A.set_backend("auto")
     assert rel_err(y_eager.double(), y) < 1e-6
     assert rel_err(g_eager.double(), x.grad) < 1e-6
 
 
 @cuda
-def test_model_loss_and_grads_tk_vs_torch():
+@pytest.mark.parametrize("backend", ["portable", "auto"])   # auto: the Hopper forward on sm_90
+def test_model_loss_and_grads_tk_vs_torch(backend):
     import model as M
     cfg = M.GPTConfig(block_size=128, vocab_size=256, n_layer=2, n_head=2, n_embd=128, dropout=0.0, bias=True)
     idx = torch.randint(0, 256, (4, 100), device="cuda")
     results = {}
+    A.set_backend(backend)
     for choice in ("torch", "tk"):
         kernels.configure("torch", attention=choice)
         kernels.reset_used()
@@ -218,6 +223,7 @@ def test_model_loss_and_grads_tk_vs_torch():
         loss.backward()
         assert kernels.used()["attention"] == choice
         results[choice] = (loss.item(), {n: p.grad.double() for n, p in net.named_parameters() if p.grad is not None})
+    A.set_backend("auto")
     (loss_t, grads_t), (loss_k, grads_k) = results["torch"], results["tk"]
     assert abs(loss_t - loss_k) < 1e-2 * abs(loss_t)
     for name, g in grads_t.items():
@@ -300,7 +306,7 @@ def test_backend_table_order_and_pinning():
         q = torch.empty(1, 1, 1, 64, device="cuda" if torch.cuda.is_available() else "cpu")
         name, reason = A._choose(q, True, 0.125, "forward")
         if torch.cuda.is_available():
-            assert name == "portable"        # "fast" declined, the next one runs
+            assert name in ("hopper", "portable")   # "fast" declined, the next one runs
         else:
             assert name is None and "fast: not on this GPU" in reason and "portable: no CUDA" in reason
         with pytest.raises(ValueError, match="unknown attention backend"):
