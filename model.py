@@ -103,6 +103,8 @@ class CausalSelfAttention(nn.Module):
             # One new query against all cached keys: every key is in the past, so no mask. The
             # tk kernels are written for training shapes (T_q == T_k); this matrix-vector step
             # goes to the reference op directly.
+            if T != 1:
+                raise ValueError(f"a cached step takes one token at a time, got {T}")
             k_all, v_all = cache.append(self.layer, k, v)
             y = reference.attention(q, k_all, v_all, causal=False)
         y = y.transpose(1, 2).reshape(B, T, C)
