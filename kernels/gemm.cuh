@@ -34,6 +34,7 @@ const char* step1_warp_mma(const args&);
 const char* step2_cp_async(const args&);
 const char* step3_wgmma_tma(const args&);
 const char* step4_warp_specialized(const args&);
+const char* step5_pingpong(const args&);             // experimental: not yet run on the H200
 
 #ifdef __CUDACC__
 }  // namespace gemm

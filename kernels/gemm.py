@@ -16,6 +16,8 @@ Steps (kernels/gemm_<n>_*.cu; what each changes and buys is in its header and ke
   2 shared tiles + cp.async pipeline     4 warp-specialized, persistent, TMA-store epilogue
 Steps 1-3 take only the x·Wᵀ layout: other products are given to them as transposed copies.
 Step 4 adds the fused epilogue (bias, GELU) and split-K for products with few output tiles.
+Step 5 (kernels/gemm_5_pingpong.cu) is EXPERIMENTAL: it compiles and has tests, but has not run
+on the H200 yet; its tests run only with TK_GEMM_STEP5=1.
 """
 import functools
 
@@ -24,9 +26,10 @@ import torch
 from .build import LazyExtension
 
 _ext = LazyExtension("tk_gemm", ["gemm_bindings.cpp", "gemm_1_warp_mma.cu", "gemm_2_cp_async.cu",
-                                  "gemm_3_wgmma_tma.cu", "gemm_4_warp_specialized.cu"], hopper=True)
+                                  "gemm_3_wgmma_tma.cu", "gemm_4_warp_specialized.cu", "gemm_5_pingpong.cu"],
+                     hopper=True)
 
-STEPS = (1, 2, 3, 4)
+STEPS = (1, 2, 3, 4, 5)
 TILE_M, TILE_N, TILE_K = 128, 256, 64      # step 4's CTA tile (kernels/gemm_4_warp_specialized.cu)
 VARIANTS = {0: "4 stages x K64, free stage s-1 after issuing s", 1: "4 stages x K64, drain and free each stage",
             2: "8 stages x K32, free stage s-1 after issuing s", 3: "8 stages x K32, drain and free each stage",
@@ -62,12 +65,12 @@ def _aligned(t):
 
 
 @functools.lru_cache(maxsize=256)
-def choose_splits(M, N, K, num_sms, epilogue=False):
+def choose_splits(M, N, K, num_sms, epilogue=False, tile_n=TILE_N):
     """Split-K factor for step 4. Few output tiles (the weight gradient: 768 x 3072 is 72 tiles
     for 132 SMs) leave SMs idle, so the K range is cut into `splits` pieces whose fp32 partials
     are reduce-added by TMA. Model: time ~ waves x (k-tiles per unit + the epilogue, worth about
     3 k-tiles when it reduce-adds fp32); pick the cheapest."""
-    tiles = -(-M // TILE_M) * -(-N // TILE_N)
+    tiles = -(-M // TILE_M) * -(-N // tile_n)
     k_tiles = -(-K // TILE_K)
     if epilogue or tiles >= 2 * num_sms or k_tiles < 16:
         return 1
@@ -115,8 +118,8 @@ def matmul(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, spl
     if out_dtype not in (torch.bfloat16, torch.float32):
         raise ValueError(f"kernels.gemm.matmul: out_dtype must be torch.bfloat16 or torch.float32 (got {out_dtype})")
     epilogue = bias is not None or gelu
-    if epilogue and step != 4:
-        raise ValueError("kernels.gemm.matmul: bias and gelu are fused only in step 4")
+    if epilogue and step < 4:
+        raise ValueError("kernels.gemm.matmul: bias and gelu are fused only in steps 4 and 5")
     if bias is not None and (bias.dtype != torch.bfloat16 or bias.dim() != 1 or bias.numel() != b.shape[1]):
         raise ValueError(f"kernels.gemm.matmul: bias must be a bfloat16 vector of length N={b.shape[1]}")
     M, K, N = a.shape[0], a.shape[1], b.shape[1]
@@ -124,17 +127,17 @@ def matmul(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, spl
 
     # How each operand sits in memory. A: [M][K] (K-major) or [K][M] (M-major, a = t.t());
     # B: [N][K] (K-major, b = W.t()) or [K][N] (N-major). Anything else becomes a copy.
-    if step == 4 and M % 16 == 0 and _col_major(a) and not _row_major(a):
+    if step >= 4 and M % 16 == 0 and _col_major(a) and not _row_major(a):
         a_store, a_mn = a.t(), True
     else:
         a_store, a_mn = a.contiguous(), False
     if _col_major(b) and not _row_major(b):   # b = W.t(): W [N][K] contiguous
         b_store, b_mn = b.t(), False
-    elif step == 4:
+    elif step >= 4:
         b_store, b_mn = b.contiguous(), True
     else:
         b_store, b_mn = b.t().contiguous(), False
-    if step == 4 and a_mn and not b_mn:         # the one pairing step 4 does not instantiate
+    if step >= 4 and a_mn and not b_mn:         # the one pairing step 4 does not instantiate
         b_store, b_mn = b.contiguous(), True
     # TMA wants 16-byte aligned bases (a view into the middle of a tensor may not be)
     a_store = a_store if _aligned(a_store) else a_store.clone()
@@ -144,8 +147,8 @@ def matmul(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, spl
         a_store = torch.nn.functional.pad(a_store, (0, pad))
         b_store = torch.nn.functional.pad(b_store, (0, pad))
 
-    if step == 4 and splits is None:
-        splits = choose_splits(M, N, K, _num_sms(a.device), epilogue)
+    if step >= 4 and splits is None:
+        splits = choose_splits(M, N, K, _num_sms(a.device), epilogue, TILE_N if step == 4 else 128)
     splits = splits or 1
     if splits > 1 and epilogue:
         raise ValueError("kernels.gemm.matmul: split-K cannot fuse bias/gelu (they would be applied once per split)")

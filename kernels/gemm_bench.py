@@ -57,7 +57,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--steps", default="1,2,3,4")
+    ap.add_argument("--steps", default="1,2,3,4", help="e.g. 4,5 to time the experimental step 5")
     ap.add_argument("--variants", action="store_true", help="time step 4's variants instead of the steps")
     args = ap.parse_args()
     steps = [int(s) for s in args.steps.split(",")]

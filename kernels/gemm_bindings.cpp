@@ -43,7 +43,8 @@ void run(int64_t step, const torch::Tensor& a, const torch::Tensor& b, torch::Te
         case 2: err = gemm::step2_cp_async(g); break;
         case 3: err = gemm::step3_wgmma_tma(g); break;
         case 4: err = gemm::step4_warp_specialized(g); break;
-        default: TORCH_CHECK(false, "gemm: step must be 1, 2, 3 or 4");
+        case 5: err = gemm::step5_pingpong(g); break;
+        default: TORCH_CHECK(false, "gemm: step must be 1..5");
     }
     TORCH_CHECK(err == nullptr, err ? err : "");
 }

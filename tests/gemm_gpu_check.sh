@@ -24,6 +24,16 @@ PY
 if ! grep -q "smoke step 4" "$OUT/smoke.log"; then echo "smoke test failed: stopping"; exit 1; fi
 timeout ${PYTEST_TIMEOUT:-200} python3 -m pytest -q --maxfail=6 --tb=short tests/test_gemm.py 2>&1 | tail -40 | tee "$OUT/pytest.log"
 timeout ${BENCH_TIMEOUT:-120} python3 -m kernels.gemm_bench ${BENCH_ARGS} 2>&1 | tee "$OUT/bench.log"
+# step 5 (experimental): smoke test with a short timeout (a protocol bug would hang), then its tests and timing
+timeout 30 python3 -c "
+import torch; from kernels import gemm
+x = torch.randn(1000, 768, device='cuda', dtype=torch.bfloat16); W = torch.randn(3072, 768, device='cuda', dtype=torch.bfloat16)
+c = gemm.matmul(x, W.t(), step=5, out_dtype=torch.float32); torch.cuda.synchronize()
+ref = x.float() @ W.float().t(); print('smoke step 5 rel err', ((c - ref).norm() / ref.norm()).item())" 2>&1 | tee "$OUT/smoke5.log"
+if grep -q "smoke step 5" "$OUT/smoke5.log"; then
+  TK_GEMM_STEP5=1 timeout 90 python3 -m pytest -q --maxfail=4 --tb=short -k step5 tests/test_gemm.py 2>&1 | tail -20 | tee "$OUT/pytest5.log"
+  timeout ${BENCH_TIMEOUT:-120} python3 -m kernels.gemm_bench --steps 4,5 2>&1 | tee "$OUT/bench5.log"
+fi
 timeout ${BENCH_TIMEOUT:-120} python3 -m kernels.gemm_bench --variants 2>&1 | tee "$OUT/variants.log"
 timeout ${BENCH_TIMEOUT:-120} python3 bench.py --ops gemm --compile-modes '' --reps 20 --warmup 3 --json "$OUT/bench_gemm.json" 2>&1 | tail -30 | tee "$OUT/bench_py.log"
 cat > /tmp/gemm_small.py <<'PY'

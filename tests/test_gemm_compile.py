@@ -21,6 +21,7 @@ JOBS = [
     ("kernels/gemm_2_cp_async.cu", SM90A), ("kernels/gemm_2_cp_async.cu", SM80),
     ("kernels/gemm_3_wgmma_tma.cu", SM90A),
     ("kernels/gemm_4_warp_specialized.cu", SM90A),
+    ("kernels/gemm_5_pingpong.cu", SM90A),
 ]
 
 
