@@ -23,7 +23,7 @@ void check_matrix(const Tensor& t, const char* name, int64_t rows, int64_t cols,
     TORCH_CHECK_VALUE(t.dim() == 2, "tk_mlp: ", name, " must be a 2-D matrix, got shape ", t.sizes(),
                       " (flatten the batch and time dimensions first)");
     TORCH_CHECK_VALUE((rows < 0 || t.size(0) == rows) && (cols < 0 || t.size(1) == cols), "tk_mlp: ", name,
-                      " must have shape (", rows < 0 ? std::string("any") : std::to_string(rows), ", ", cols, "), got ", t.sizes());
+                      " must have shape (", rows, ", ", cols, ") (-1: any size), got ", t.sizes());
     TORCH_CHECK_VALUE(t.is_contiguous(), "tk_mlp: ", name, " must be contiguous (call .contiguous())");
     TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "tk_mlp: ", name,
                       " must start 16-byte aligned (pass a fresh tensor, not a view at an odd offset)");

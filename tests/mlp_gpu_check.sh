@@ -31,10 +31,13 @@ for M, C, bias in [(1000, 768, True), (17, 384, False), (16384, 768, True)]:
     print(f"smoke M={M} C={C} bias={bias}: " + " ".join(f"{k} {v:.2e}" for k, v in errs.items()))
 PY
 if [ -z "$SKIP_BENCH" ]; then
-  timeout ${BENCH_TIMEOUT:-100} python3 bench.py --ops mlp ${BENCH_ARGS:---quick --compile-modes default --reps 30} --json "$OUT/bench.json" 2>&1 | grep -v "^\s*$" | tail -25 | tee "$OUT/bench.log"
+  timeout ${BENCH_TIMEOUT:-100} python3 bench.py --ops mlp ${BENCH_ARGS:---quick --compile-modes default --reps 30} --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
+  grep -v "^\s*$" "$OUT/bench.log" | tail -25
 fi
 if [ -z "$SKIP_PYTEST" ]; then
-  timeout ${PYTEST_TIMEOUT:-120} python3 -m pytest -q -s --maxfail=8 --tb=short tests/test_mlp.py 2>&1 | tail -45 | tee "$OUT/pytest.log"
+  # the full log goes to the file (a crash's first lines matter more than its thread dump)
+  timeout ${PYTEST_TIMEOUT:-120} python3 -m pytest -v -s --maxfail=8 --tb=short tests/test_mlp.py > "$OUT/pytest.log" 2>&1
+  grep -E "PASSED|FAILED|ERROR|Fatal|terminate|passed|failed|rel|smoke|M=" "$OUT/pytest.log" | head -60
 fi
 if [ -n "$SANITIZE" ]; then
   timeout ${SAN_TIMEOUT:-90} compute-sanitizer --tool memcheck --print-limit 5 python3 -c "

@@ -204,23 +204,55 @@ def test_model_loss_and_grads_match_torch():
         assert rel_err(results["tk"][1][name], g_ref) < 3e-2, name
 
 
-def test_bad_inputs_raise_clear_errors(mlp):
-    x, w_fc, b_fc, w_proj, b_proj, _ = make(64, 384, seed=1)
-    ext = mlp._ext.module
-    with pytest.raises(TypeError, match="x must be bfloat16"):
-        ext.forward(x.float(), w_fc, b_fc, w_proj, b_proj)
-    with pytest.raises(ValueError, match="w_proj must have shape"):
-        ext.forward(x, w_fc, b_fc, w_proj.t().contiguous(), b_proj)
-    with pytest.raises(ValueError, match="b_fc must have shape"):
-        ext.forward(x, w_fc, b_proj, w_proj, b_proj)
-    with pytest.raises(ValueError, match="x must be contiguous"):
-        ext.forward(x.t(), w_fc[:, :64].contiguous(), None, w_proj[:64].contiguous(), None)
-    with pytest.raises(ValueError, match="multiple of 64"):
-        ext.forward(x[:, :96].contiguous(), w_fc[:384, :96].contiguous(), None, w_proj[:96, :384].contiguous(), None)
-    # Through the switch: 'tk' with fp32 tensors outside autocast names the problem and the way out.
-    kernels.configure("torch", mlp="tk")
+BAD_INPUTS = r"""
+import torch
+import kernels
+from kernels import mlp_op
+ext = mlp_op._ext.module
+g = torch.Generator(device="cuda").manual_seed(1)
+r = lambda *s: torch.randn(*s, device="cuda", generator=g).to(torch.bfloat16)
+x, w_fc, b_fc, w_proj, b_proj, dy = r(64, 384), r(1536, 384), r(1536), r(384, 1536), r(384), r(64, 384)
+y, pre, h = ext.forward(x, w_fc, b_fc, w_proj, b_proj)
+misaligned = torch.empty(64 * 384 + 4, device="cuda", dtype=torch.bfloat16)[4:].view(64, 384)   # 8 bytes in
+cases = [
+    ("forward", (x.float(), w_fc, b_fc, w_proj, b_proj), TypeError, "x must be bfloat16"),
+    ("forward", (x.cpu(), w_fc, b_fc, w_proj, b_proj), ValueError, "x must be a CUDA tensor"),
+    ("forward", (x, w_fc, b_fc, w_proj.t().contiguous(), b_proj), ValueError, "w_proj must have shape (384, 1536)"),
+    ("forward", (x, w_fc, b_proj, w_proj, b_proj), ValueError, "b_fc must have shape (1536,)"),
+    ("forward", (x, w_fc, b_fc, w_proj, b_proj.float()), TypeError, "b_proj must be bfloat16"),
+    ("forward", (x.t(), w_fc[:, :64].contiguous(), None, w_proj[:64].contiguous(), None), ValueError, "x must be contiguous"),
+    ("forward", (x[:, :96].contiguous(), w_fc[:384, :96].contiguous(), None, w_proj[:96, :384].contiguous(), None), ValueError, "multiple of 64"),
+    ("forward", (x.view(8, 8, 384), w_fc, b_fc, w_proj, b_proj), ValueError, "x must be a 2-D matrix"),
+    ("forward", (misaligned, w_fc, b_fc, w_proj, b_proj), ValueError, "16-byte aligned"),
+    ("backward", (dy[:5], x, pre, h, w_fc, w_proj), ValueError, "dy must have shape (64, 384)"),
+    ("backward", (dy, x, pre.float(), h, w_fc, w_proj), TypeError, "pre must be bfloat16"),
+    ("backward", (dy, x, pre, h[:, :768].contiguous(), w_fc, w_proj), ValueError, "h must have shape (64, 1536)"),
+]
+for i, (fn, args, exc, fragment) in enumerate(cases):
+    print(f"case {i}: {fn} expecting {exc.__name__} '{fragment}'", flush=True)
     try:
-        with pytest.raises(kernels.KernelUnavailable, match="bfloat16"):
-            kernels.mlp(x.float(), w_fc.float(), b_fc.float(), w_proj.float(), b_proj.float())
-    finally:
-        kernels.configure("auto")
+        getattr(ext, fn)(*args)
+    except exc as e:
+        assert fragment in str(e), (fragment, str(e))
+    else:
+        raise AssertionError(f"case {i}: no error raised")
+# Through the switch: 'tk' with fp32 tensors outside autocast names the problem and the way out.
+kernels.configure("torch", mlp="tk")
+try:
+    kernels.mlp(x.float(), w_fc.float(), b_fc.float(), w_proj.float(), b_proj.float())
+except kernels.KernelUnavailable as e:
+    assert "bfloat16" in str(e) and "kernels_mlp=torch" in str(e), str(e)
+else:
+    raise AssertionError("kernels_mlp=tk took fp32 tensors outside autocast")
+print("all bad inputs refused", flush=True)
+"""
+
+
+def test_bad_inputs_raise_clear_errors(mlp):
+    # In a child process: if a check ever crashed the process instead of raising, the log
+    # names the case and the rest of the session still runs.
+    import subprocess
+    res = subprocess.run([sys.executable, "-X", "faulthandler", "-c", BAD_INPUTS], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "all bad inputs refused" in res.stdout, (
+        f"exit {res.returncode}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
