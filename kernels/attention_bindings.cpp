@@ -13,9 +13,10 @@
 
 namespace {
 
-// "(1, 2, 16, 64)": shapes and strides in messages are formatted here, not streamed as
-// IntArrayRef: the shape-mismatch check crashed the process (segfault) on the H200's torch 2.11
-// with the streamed form and `==`; the cause was not pinned down, this form avoids both.
+// Messages are built from strings only: shapes go through dims() ("(1, 2, 16, 64)") and numbers
+// through std::to_string. On the H200 (torch 2.11) two checks whose messages streamed integers
+// (an IntArrayRef, then an int64) crashed the process while raising, and the checks that streamed
+// only strings and dtypes did not. The cause was not pinned down; this form avoids the pattern.
 std::string dims(at::IntArrayRef a) {
     std::string s = "(";
     for (size_t i = 0; i < a.size(); ++i) s += (i ? ", " : "") + std::to_string(a[i]);
@@ -33,7 +34,7 @@ void check_input(const at::Tensor& t, const char* name, const at::Tensor& q) {
     TORCH_CHECK_VALUE(t.sizes().equals(q.sizes()), "tk attention: ", name, " has shape ", dims(t.sizes()), " but q has ", dims(q.sizes()),
                       " (q, k and v must match: no cross-attention or grouped heads)");
     const int64_t d = t.size(3);
-    TORCH_CHECK_VALUE(d == 64 || d == 128, "tk attention: head_dim of ", name, " is ", d, "; the kernel takes 64 or 128");
+    TORCH_CHECK_VALUE(d == 64 || d == 128, "tk attention: head_dim of ", name, " is ", std::to_string(d), "; the kernel takes 64 or 128");
     TORCH_CHECK_VALUE(t.size(0) > 0 && t.size(1) > 0 && t.size(2) > 0, "tk attention: ", name, " is empty: ", dims(t.sizes()));
     TORCH_CHECK_VALUE(t.stride(3) == 1, "tk attention: ", name, " must be contiguous in its last (head_dim) dimension "
                       "(strides ", dims(t.strides()), "); call .contiguous() on it");
@@ -55,7 +56,7 @@ void check_lse(const at::Tensor& lse, const at::Tensor& q) {
 }
 
 void check_scale(double scale) {
-    TORCH_CHECK_VALUE(std::isfinite(scale) && scale > 0, "tk attention: scale must be a finite positive number; got ", scale);
+    TORCH_CHECK_VALUE(std::isfinite(scale) && scale > 0, "tk attention: scale must be a finite positive number; got ", std::to_string(scale));
 }
 
 AttentionTensor view_of(const at::Tensor& t) {

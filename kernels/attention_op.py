@@ -138,6 +138,7 @@ def _empty_bthd(q):
 def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, fwd_backend: str,
                   bwd_backend: str) -> tuple[Tensor, Tensor]:
     """softmax(scale q k^T [causal mask]) v. Returns (o, lse); bwd_backend is kept for the backward."""
+    q, k, v = (_kernel_layout(t) for t in (q, k, v))
     o, lse = BACKENDS[fwd_backend].forward(q, k, v, causal, scale)
     return o, lse
 
@@ -152,6 +153,7 @@ def _(q, k, v, causal, scale, fwd_backend, bwd_backend):
 def attention_bwd(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, causal: bool,
                   scale: float, backend: str) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) from the forward's o and lse (P is recomputed, never stored)."""
+    grad_out, q, k, v, o = (_kernel_layout(t) for t in (grad_out, q, k, v, o))
     dq, dk, dv = BACKENDS[backend].backward(grad_out, q, k, v, o, lse, causal, scale)
     return dq, dk, dv
 
@@ -164,6 +166,7 @@ def _(grad_out, q, k, v, o, lse, causal, scale, backend):
 def _setup_context(ctx, inputs, output):
     q, k, v, causal, scale, _, bwd_backend = inputs
     o, lse = output
+    ctx.mark_non_differentiable(lse)
     ctx.save_for_backward(q, k, v, o, lse)
     ctx.causal, ctx.scale, ctx.bwd_backend = causal, scale, bwd_backend
 
@@ -174,7 +177,7 @@ def _backward(ctx, grad_out, _grad_lse):
     if ctx.bwd_backend == "":
         raise RuntimeError("tk attention: no backend can run the backward pass for these inputs "
                            "(see kernels.attention.why_not); use --kernels_attention=torch")
-    dq, dk, dv = attention_bwd(_kernel_layout(grad_out), q, k, v, o, lse, ctx.causal, ctx.scale, ctx.bwd_backend)
+    dq, dk, dv = attention_bwd(grad_out, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.bwd_backend)
     return dq, dk, dv, None, None, None, None
 
 
@@ -184,11 +187,10 @@ attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 # ---- 3. the public op, with the same signature as reference.attention --------------------------
 
 def _kernel_layout(t):
-    """t itself if the kernels can read it in place (last dim contiguous, 16-byte rows), else a
-    contiguous copy. Views of the c_attn output (B, T, 3, H, D) need no copy."""
-    # (storage_offset, not data_ptr: it also exists under torch.compile's fake tensors; torch's
-    # allocations are 512-byte aligned, and the bindings check the real pointer anyway.)
-    ok = t.stride(-1) == 1 and t.storage_offset() % 8 == 0 and all(s % 8 == 0 for s in t.stride()[:-1])
+    """t itself if the kernels can read it in place (last dim contiguous, 16-byte aligned rows),
+    else a contiguous copy. Views of the c_attn output (B, T, 3, H, D) need no copy. Called inside
+    the custom ops, on real tensors (torch.compile never traces it)."""
+    ok = t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1])
     return t if ok else t.contiguous()
 
 
@@ -202,8 +204,7 @@ def attention(q, k, v, causal=True, dropout_p=0.0, scale=None):
     if fwd_backend is None:
         raise RuntimeError(f"tk attention cannot run here: {reason}")
     bwd_backend, _ = _choose(q, causal, scale, "backward")
-    o, _ = attention_fwd(_kernel_layout(q), _kernel_layout(k), _kernel_layout(v), bool(causal), scale,
-                         fwd_backend, bwd_backend or "")
+    o, _ = attention_fwd(q, k, v, bool(causal), scale, fwd_backend, bwd_backend or "")
     return o
 
 

@@ -74,8 +74,8 @@ def main():
             os.environ["TK_ATTENTION_FWD_VARIANT"] = variant
             bench(label, tk_portable, B, H, T, D)
         os.environ.pop("TK_ATTENTION_FWD_VARIANT")
-        os.environ["TK_ATTENTION_BWD_VARIANT"] = "1"
-        bench("tk-portable bwd 8 warps", tk_portable, B, H, T, D)
+        os.environ["TK_ATTENTION_BWD_VARIANT"] = "0"
+        bench("tk-portable bwd 4 warps", tk_portable, B, H, T, D)
         os.environ.pop("TK_ATTENTION_BWD_VARIANT")
         for label, backend in SDPA.items():
             if label == "sdpa-efficient" and (B, H, T, D) != SHAPES[0]:
