@@ -12,6 +12,14 @@ namespace {
 
 using at::Tensor;
 
+// "[16, 768]". Written out by hand: on the H200 (torch 2.11) streaming t.sizes() into a
+// TORCH_CHECK message crashed the process instead of raising; dtypes and devices stream fine.
+std::string shape_of(const Tensor& t) {
+    std::string s = "[";
+    for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
+    return s + "]";
+}
+
 tk_layernorm::DType dtype_of(const Tensor& t) {
     return t.scalar_type() == at::kBFloat16 ? tk_layernorm::DType::bf16 : tk_layernorm::DType::f32;
 }
@@ -30,7 +38,7 @@ void check_activation(const Tensor& t, const char* name, const Tensor& like, con
         TORCH_CHECK_VALUE(t.device() == like.device(), "tk_layernorm: ", name, " is on ", t.device(), " but ", like_name, " is on ", like.device());
         TORCH_CHECK_TYPE(t.scalar_type() == like.scalar_type(), "tk_layernorm: ", name, " is ", t.scalar_type(),
                          " but ", like_name, " is ", like.scalar_type(), " (cast one of them)");
-        TORCH_CHECK_VALUE(t.sizes() == like.sizes(), "tk_layernorm: ", name, " has shape ", t.sizes(), " but ", like_name, " has ", like.sizes());
+        TORCH_CHECK_VALUE(t.sizes() == like.sizes(), "tk_layernorm: ", name, " has shape ", shape_of(t), " but ", like_name, " has ", shape_of(like));
     } else {
         TORCH_CHECK_VALUE(t.dim() >= 1, "tk_layernorm: ", name, " must have at least one dimension");
         const int64_t cols = t.size(-1);
@@ -50,7 +58,7 @@ Tensor check_param(const Tensor& p, const char* name, const Tensor& x, const Ten
     TORCH_CHECK_TYPE(!weight.defined() || p.scalar_type() == weight.scalar_type(), "tk_layernorm: ", name, " is ",
                      p.scalar_type(), " but weight is ", weight.scalar_type(), " (cast one of them)");
     TORCH_CHECK_VALUE(p.dim() == 1 && p.size(0) == x.size(-1), "tk_layernorm: ", name, " must have shape (",
-                      x.size(-1), ",), got ", p.sizes());
+                      x.size(-1), ",), got ", shape_of(p));
     return p.contiguous();
 }
 
@@ -59,7 +67,7 @@ void check_stats(const Tensor& t, const char* name, const Tensor& h) {
                       " must be a CUDA tensor on h's device");
     TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat, "tk_layernorm: ", name, " must be float32, got ", t.scalar_type());
     TORCH_CHECK_VALUE(t.is_contiguous() && t.numel() * h.size(-1) == h.numel(), "tk_layernorm: ", name,
-                      " must be contiguous with one value per row of h (", h.numel() / h.size(-1), "), got ", t.sizes());
+                      " must be contiguous with one value per row of h (", h.numel() / h.size(-1), "), got ", shape_of(t));
 }
 
 void check_launch(cudaError_t err, const char* what) {
