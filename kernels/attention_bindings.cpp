@@ -8,15 +8,19 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include "attention_params.h"
 
 namespace {
 
-// Messages are built from strings only: shapes go through dims() ("(1, 2, 16, 64)") and numbers
-// through std::to_string. On the H200 (torch 2.11) two checks whose messages streamed integers
-// (an IntArrayRef, then an int64) crashed the process while raising, and the checks that streamed
-// only strings and dtypes did not. The cause was not pinned down; this form avoids the pattern.
+// The checks return the problem as a string ("" when the inputs are fine) instead of throwing:
+// attention_op.py asks first (check_forward / check_backward) and raises ValueError in Python.
+// On the H200 (torch 2.11) raising c10::ValueError from these checks crashed the process
+// (segfault) in two runs, at different checks; the cause was not pinned down. forward() and
+// backward() still refuse bad inputs with TORCH_CHECK for callers that skip the question.
+// Messages are built from std::string and std::to_string only.
 std::string dims(at::IntArrayRef a) {
     std::string s = "(";
     for (size_t i = 0; i < a.size(); ++i) s += (i ? ", " : "") + std::to_string(a[i]);
@@ -25,39 +29,69 @@ std::string dims(at::IntArrayRef a) {
 
 // q, k, v, o, dO: bf16 (B, H, T, D) on q's device, D contiguous, every row 16-byte aligned
 // (cp.async moves 16 bytes at a time). Views of a (B, T, 3, H, D) qkv tensor pass as they are.
-void check_input(const at::Tensor& t, const char* name, const at::Tensor& q) {
-    TORCH_CHECK_VALUE(t.is_cuda(), "tk attention: ", name, " must be a CUDA tensor (got ", t.device().str(), ")");
-    TORCH_CHECK_VALUE(t.device() == q.device(), "tk attention: ", name, " is on ", t.device().str(), " but q is on ", q.device().str());
-    TORCH_CHECK_VALUE(t.scalar_type() == at::kBFloat16, "tk attention: ", name, " must be bfloat16 (got ",
-                      t.scalar_type(), "); cast it or use --kernels_attention=torch");
-    TORCH_CHECK_VALUE(t.dim() == 4, "tk attention: ", name, " must have shape (batch, heads, seq, head_dim); got ", dims(t.sizes()));
-    TORCH_CHECK_VALUE(t.sizes().equals(q.sizes()), "tk attention: ", name, " has shape ", dims(t.sizes()), " but q has ", dims(q.sizes()),
-                      " (q, k and v must match: no cross-attention or grouped heads)");
+std::string input_problem(const at::Tensor& t, const std::string& name, const at::Tensor& q) {
+    const std::string what = "tk attention: " + name;
+    if (!t.is_cuda()) return what + " must be a CUDA tensor (got " + t.device().str() + ")";
+    if (t.device() != q.device()) return what + " is on " + t.device().str() + " but q is on " + q.device().str();
+    if (t.scalar_type() != at::kBFloat16)
+        return what + " must be bfloat16 (got " + c10::toString(t.scalar_type()) + "); cast it or use --kernels_attention=torch";
+    if (t.dim() != 4) return what + " must have shape (batch, heads, seq, head_dim); got " + dims(t.sizes());
+    if (!t.sizes().equals(q.sizes()))
+        return what + " has shape " + dims(t.sizes()) + " but q has " + dims(q.sizes()) +
+               " (q, k and v must match: no cross-attention or grouped heads)";
     const int64_t d = t.size(3);
-    TORCH_CHECK_VALUE(d == 64 || d == 128, "tk attention: head_dim of ", name, " is ", std::to_string(d), "; the kernel takes 64 or 128");
-    TORCH_CHECK_VALUE(t.size(0) > 0 && t.size(1) > 0 && t.size(2) > 0, "tk attention: ", name, " is empty: ", dims(t.sizes()));
-    TORCH_CHECK_VALUE(t.stride(3) == 1, "tk attention: ", name, " must be contiguous in its last (head_dim) dimension "
-                      "(strides ", dims(t.strides()), "); call .contiguous() on it");
+    if (d != 64 && d != 128) return "tk attention: head_dim of " + name + " is " + std::to_string(d) + "; the kernel takes 64 or 128";
+    if (t.size(0) == 0 || t.size(1) == 0 || t.size(2) == 0) return what + " is empty: " + dims(t.sizes());
+    if (t.stride(3) != 1)
+        return what + " must be contiguous in its last (head_dim) dimension (strides " + dims(t.strides()) +
+               "); call .contiguous() on it";
     const bool aligned = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && t.stride(0) % 8 == 0 &&
                          t.stride(1) % 8 == 0 && t.stride(2) % 8 == 0;
-    TORCH_CHECK_VALUE(aligned, "tk attention: every row of ", name, " must start on a 16-byte boundary (strides ",
-                      dims(t.strides()), " must be multiples of 8 elements); call .contiguous() on it");
+    if (!aligned)
+        return "tk attention: every row of " + name + " must start on a 16-byte boundary (strides " + dims(t.strides()) +
+               " must be multiples of 8 elements); call .contiguous() on it";
     // grid = (B * H, T / 64): at most 2^31 - 1 by 65535 blocks.
-    TORCH_CHECK_VALUE(t.size(0) * t.size(1) <= INT32_MAX && t.size(2) <= 65535LL * 64,
-                      "tk attention: ", name, " is too large: ", dims(t.sizes()));
+    if (t.size(0) * t.size(1) > INT32_MAX || t.size(2) > 65535LL * 64) return what + " is too large: " + dims(t.sizes());
+    return "";
 }
 
-void check_lse(const at::Tensor& lse, const at::Tensor& q) {
-    TORCH_CHECK_VALUE(lse.is_cuda() && lse.device() == q.device(), "tk attention: lse must be on ", q.device().str());
-    TORCH_CHECK_VALUE(lse.scalar_type() == at::kFloat, "tk attention: lse must be float32 (got ", lse.scalar_type(), ")");
-    TORCH_CHECK_VALUE(lse.dim() == 3 && lse.size(0) == q.size(0) && lse.size(1) == q.size(1) && lse.size(2) == q.size(2),
-                      "tk attention: lse must have shape (batch, heads, seq) = ", dims(q.sizes().slice(0, 3)), "; got ", dims(lse.sizes()));
-    TORCH_CHECK_VALUE(lse.is_contiguous(), "tk attention: lse must be contiguous");
+std::string scale_problem(double scale) {
+    if (std::isfinite(scale) && scale > 0) return "";
+    return "tk attention: scale must be a finite positive number; got " + std::to_string(scale);
 }
 
-void check_scale(double scale) {
-    TORCH_CHECK_VALUE(std::isfinite(scale) && scale > 0, "tk attention: scale must be a finite positive number; got ", std::to_string(scale));
+std::string lse_problem(const at::Tensor& lse, const at::Tensor& q) {
+    if (!lse.is_cuda() || lse.device() != q.device()) return "tk attention: lse must be on " + q.device().str();
+    if (lse.scalar_type() != at::kFloat)
+        return std::string("tk attention: lse must be float32 (got ") + c10::toString(lse.scalar_type()) + ")";
+    if (lse.dim() != 3 || lse.size(0) != q.size(0) || lse.size(1) != q.size(1) || lse.size(2) != q.size(2))
+        return "tk attention: lse must have shape (batch, heads, seq) = " + dims(q.sizes().slice(0, 3)) + "; got " +
+               dims(lse.sizes());
+    if (!lse.is_contiguous()) return "tk attention: lse must be contiguous";
+    return "";
 }
+
+}  // namespace
+
+// "" if forward(q, k, v, causal, scale) can run, else what is wrong (attention_op.py raises it).
+std::string check_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
+    const std::pair<const at::Tensor*, const char*> inputs[] = {{&q, "q"}, {&k, "k"}, {&v, "v"}};
+    for (const auto& [t, name] : inputs)
+        if (std::string problem = input_problem(*t, name, q); !problem.empty()) return problem;
+    return scale_problem(scale);
+}
+
+// The same for backward(grad_out, q, k, v, o, lse, causal, scale).
+std::string check_backward(const at::Tensor& d_o, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const at::Tensor& o, const at::Tensor& lse, double scale) {
+    const std::pair<const at::Tensor*, const char*> inputs[] = {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {&d_o, "grad_out"}};
+    for (const auto& [t, name] : inputs)
+        if (std::string problem = input_problem(*t, name, q); !problem.empty()) return problem;
+    if (std::string problem = lse_problem(lse, q); !problem.empty()) return problem;
+    return scale_problem(scale);
+}
+
+namespace {
 
 AttentionTensor view_of(const at::Tensor& t) {
     return AttentionTensor{t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)};
@@ -82,10 +116,8 @@ void check_launch(int err, const char* what) {
 // Returns (o, lse): o (B, H, T, D) bf16, lse (B, H, T) fp32 in natural log.
 std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
                                 double scale) {
-    check_input(q, "q", q);
-    check_input(k, "k", q);
-    check_input(v, "v", q);
-    check_scale(scale);
+    const std::string problem = check_forward(q, k, v, scale);
+    TORCH_CHECK_VALUE(problem.empty(), problem);
     const c10::cuda::CUDAGuard guard(q.device());
     at::Tensor o = empty_bthd(q);
     at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
@@ -98,13 +130,8 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
 // Returns (dq, dk, dv), each (B, H, T, D) bf16 laid out as (B, T, H, D).
 std::vector<at::Tensor> backward(const at::Tensor& d_o, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  const at::Tensor& o, const at::Tensor& lse, bool causal, double scale) {
-    check_input(q, "q", q);
-    check_input(k, "k", q);
-    check_input(v, "v", q);
-    check_input(o, "o", q);
-    check_input(d_o, "grad_out", q);
-    check_lse(lse, q);
-    check_scale(scale);
+    const std::string problem = check_backward(d_o, q, k, v, o, lse, scale);
+    TORCH_CHECK_VALUE(problem.empty(), problem);
     const c10::cuda::CUDAGuard guard(q.device());
     at::Tensor dq = empty_bthd(q), dk = empty_bthd(q), dv = empty_bthd(q);
     at::Tensor d_rowsum = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
@@ -118,6 +145,10 @@ std::vector<at::Tensor> backward(const at::Tensor& d_o, const at::Tensor& q, con
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "tk portable flash attention (mma.sync): forward and backward";
+    m.def("check_forward", &check_forward, "(q, k, v, scale) -> '' or what is wrong", py::arg("q"), py::arg("k"),
+          py::arg("v"), py::arg("scale"));
+    m.def("check_backward", &check_backward, "(grad_out, q, k, v, o, lse, scale) -> '' or what is wrong",
+          py::arg("grad_out"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"), py::arg("lse"), py::arg("scale"));
     m.def("forward", &forward, "(q, k, v, causal, scale) -> [o, lse]", py::arg("q"), py::arg("k"), py::arg("v"),
           py::arg("causal"), py::arg("scale"));
     m.def("backward", &backward, "(grad_out, q, k, v, o, lse, causal, scale) -> [dq, dk, dv]", py::arg("grad_out"),

@@ -113,12 +113,20 @@ def _portable_why_not(q, causal, scale):
     return _portable_build_reason()
 
 
+# The bindings say what is wrong with the inputs as a string and we raise here, in Python (see
+# the note in attention_bindings.cpp on why the C++ side does not throw for this).
 def _portable_forward(q, k, v, causal, scale):
+    problem = _portable.module.check_forward(q, k, v, scale)
+    if problem:
+        raise ValueError(problem)
     o, lse = _portable.module.forward(q, k, v, causal, scale)
     return o, lse
 
 
 def _portable_backward(grad_out, q, k, v, o, lse, causal, scale):
+    problem = _portable.module.check_backward(grad_out, q, k, v, o, lse, scale)
+    if problem:
+        raise ValueError(problem)
     dq, dk, dv = _portable.module.backward(grad_out, q, k, v, o, lse, causal, scale)
     return dq, dk, dv
 

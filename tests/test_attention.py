@@ -230,9 +230,11 @@ def test_model_loss_and_grads_tk_vs_torch(backend):
         assert rel_err(g, grads_k[name]) < 3e-2, name
 
 
-# The bindings' own checks, run in a child process: on the H200 two earlier versions of these
-# checks crashed the process while raising (see kernels/attention_bindings.cpp), and a crash
-# must fail this test, not end the test run.
+# Bad inputs straight into the backend (past the switch's why_not), run in a child process: on
+# the H200 two earlier versions of the bindings crashed the process while raising from C++ (see
+# kernels/attention_bindings.cpp), and a crash must fail a test, not end the test run.
+# CALL = "A._portable_forward" checks through the bindings' check_forward (raised in Python);
+# CALL = "ext.forward" raises from C++ (TORCH_CHECK_VALUE), the path that crashed before.
 BAD_INPUTS = r"""
 import sys, torch
 sys.path.insert(0, REPO)
@@ -240,16 +242,18 @@ from kernels import attention_op as A
 qkv = torch.randn(1, 32, 3, 2, 64, device="cuda").to(torch.bfloat16)
 q, k, v = qkv.permute(2, 0, 3, 1, 4)
 ext = A._portable.module
+fwd = eval(CALL)
+bwd = A._portable_backward if CALL.startswith("A.") else ext.backward
 lse_half = torch.zeros(1, 2, 32, device="cuda", dtype=torch.half)
 cases = [
-    ("k must be bfloat16", lambda: ext.forward(q, k.half(), v, True, 0.125)),
-    ("v has shape (1, 2, 16, 64) but q has (1, 2, 32, 64)", lambda: ext.forward(q, k, v[:, :, :16], True, 0.125)),
-    ("q must be a CUDA tensor", lambda: ext.forward(q.cpu(), k, v, True, 0.125)),
-    ("head_dim of q is 32", lambda: ext.forward(q[..., :32], k[..., :32], v[..., :32], True, 0.125)),
-    ("k must be contiguous in its last", lambda: ext.forward(q, k.transpose(-1, -2).contiguous().transpose(-1, -2), v, True, 0.125)),
-    ("16-byte boundary", lambda: ext.forward(q, k, v.as_strided(v.shape, (v.stride(0), v.stride(1), v.stride(2) - 4, 1)), True, 0.125)),
-    ("scale must be a finite positive number", lambda: ext.forward(q, k, v, True, float("nan"))),
-    ("lse must be float32", lambda: ext.backward(q, q, k, v, q, lse_half, True, 0.125)),
+    ("k must be bfloat16", lambda: fwd(q, k.half(), v, True, 0.125)),
+    ("v has shape (1, 2, 16, 64) but q has (1, 2, 32, 64)", lambda: fwd(q, k, v[:, :, :16], True, 0.125)),
+    ("q must be a CUDA tensor", lambda: fwd(q.cpu(), k, v, True, 0.125)),
+    ("head_dim of q is 32", lambda: fwd(q[..., :32], k[..., :32], v[..., :32], True, 0.125)),
+    ("k must be contiguous in its last", lambda: fwd(q, k.transpose(-1, -2).contiguous().transpose(-1, -2), v, True, 0.125)),
+    ("16-byte boundary", lambda: fwd(q, k, v.as_strided(v.shape, (v.stride(0), v.stride(1), v.stride(2) - 4, 1)), True, 0.125)),
+    ("scale must be a finite positive number", lambda: fwd(q, k, v, True, float("nan"))),
+    ("lse must be float32", lambda: bwd(q, q, k, v, q, lse_half, True, 0.125)),
 ]
 for expected, call in cases:
     try:
@@ -262,15 +266,19 @@ for expected, call in cases:
 
 
 @cuda
-def test_bad_inputs_give_clear_errors():
+@pytest.mark.parametrize("call", ["A._portable_forward", "ext.forward"])
+def test_bad_inputs_give_clear_errors(call):
     import subprocess
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, "-c", f"REPO = {repo!r}\n" + BAD_INPUTS], capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run([sys.executable, "-c", f"REPO = {repo!r}\nCALL = {call!r}\n" + BAD_INPUTS],
+                         capture_output=True, text=True, timeout=300)
     lines = [line for line in out.stdout.splitlines() if line.startswith(("ok:", "NO ERROR", "WRONG"))]
     assert out.returncode == 0, f"child process died (rc {out.returncode}) after:\n{out.stdout}\n{out.stderr[-2000:]}"
     assert len(lines) == 8 and all(line.startswith("ok:") for line in lines), out.stdout
-    # And through the switch: the Python-side reasons.
+
+
+@cuda
+def test_bad_inputs_through_the_switch():
     _, q, k, v = qkv_views(1, 2, 32, 64, seed=2)
     kernels.configure("tk")
     with pytest.raises(kernels.KernelUnavailable, match="float32"):
