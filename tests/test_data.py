@@ -77,3 +77,13 @@ def test_openwebtext_tokenize_and_write_multiprocess(tmp_path):
         ids = np.fromfile(tmp_path / f"{split}.bin", dtype=np.uint16).tolist()
         expected = [t for doc in split_docs for t in encoding.encode_ordinary(doc) + [encoding.eot_token]]
         assert ids == expected, split
+
+
+def test_openwebtext_uses_a_local_copy(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    docs = [f"document {i}: " + make_text(200, seed=i) for i in range(40)]
+    datasets.Dataset.from_dict({"text": docs}).save_to_disk(str(tmp_path / "local"))
+    splits = load_prepare("openwebtext").load_splits(1, local_copy=str(tmp_path / "local"))
+    assert set(splits) == {"train", "val"}
+    assert len(splits["val"]) == 1 and len(splits["train"]) == 39   # 0.05% held out, at least one
+    assert sorted(list(splits["train"]["text"]) + list(splits["val"]["text"])) == sorted(docs)

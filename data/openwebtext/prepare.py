@@ -18,20 +18,20 @@ HUB_NAME = "Skylion007/openwebtext"
 LOCAL_COPY = os.path.join(HERE, "local")
 
 
-def load_splits(num_proc):
+def load_splits(num_proc, local_copy=LOCAL_COPY):
     """The train/val DatasetDict: from the local copy if there is one, else from the hub."""
     try:
         import datasets
     except ImportError:
         raise RuntimeError("this script needs the `datasets` package: pip install datasets") from None
-    if os.path.isdir(LOCAL_COPY):
-        dataset = datasets.load_from_disk(LOCAL_COPY)
+    if os.path.isdir(local_copy):
+        dataset = datasets.load_from_disk(local_copy)
     else:
         try:
             dataset = datasets.load_dataset(HUB_NAME, num_proc=num_proc)
         except Exception as e:
             raise RuntimeError(f"could not download {HUB_NAME} ({type(e).__name__}: {str(e)[:200]}); "
-                               f"save a copy with datasets' save_to_disk at {LOCAL_COPY} and run again") from None
+                               f"save a copy with datasets' save_to_disk at {local_copy} and run again") from None
     if isinstance(dataset, datasets.DatasetDict):
         dataset = dataset["train"]
     splits = dataset.train_test_split(test_size=0.0005, seed=2357, shuffle=True)
@@ -68,7 +68,11 @@ def tokenize_and_write(splits, out_dir, encoding, num_proc, shards=1024):
 def main():
     num_proc = int(sys.argv[1]) if len(sys.argv) > 1 else max(1, (os.cpu_count() or 2) // 2)
     import tiktoken
-    encoding = tiktoken.get_encoding("gpt2")
+    try:   # first, so that a missing encoding fails before a 54 GB download
+        encoding = tiktoken.get_encoding("gpt2")
+    except Exception as e:
+        raise RuntimeError(f"tiktoken could not load the GPT-2 encoding ({type(e).__name__}); "
+                           f"it downloads its files once, so run this once with network access") from None
     tokenize_and_write(load_splits(num_proc), HERE, encoding, num_proc)
 
 
