@@ -1,10 +1,11 @@
 """The Hopper (sm_90a) attention forward: its extension handle, support check and Python call.
 
 The kernel is kernels/attention_hopper.cu (TMA + mbarrier ring, producer/consumer warpgroups,
-wgmma); its input checks are in kernels/attention_hopper_bindings.cpp. kernels/attention.py (E1,
-the op module with autograd and the portable kernels) is meant to call `forward` here on sm_90
-for the forward pass; its backward consumes our LSE (natural log, (B, H, T) fp32, the same
-convention as the portable kernel). See kernels/NOTES.md, attention / Hopper forward.
+wgmma); its input checks are check_inputs below (kernels/checks.py says why in Python), repeated
+in kernels/attention_hopper_bindings.cpp and attention_hopper_why_not (attention_hopper.cu).
+kernels/attention.py (E1, the op module with autograd and the portable kernels) is meant to call
+`forward` here on sm_90 for the forward pass; its backward consumes our LSE (natural log,
+(B, H, T) fp32, the same convention as the portable kernel). See kernels/NOTES.md, attention / Hopper forward.
 
 Nothing here builds at import; `why_not` builds the extension only after every cheap check
 passed on CUDA tensors of a Hopper GPU.
@@ -14,6 +15,7 @@ import math
 import torch
 
 from .build import LazyExtension
+from .checks import FLOAT32_OVERFLOW, FLOAT32_UNDERFLOW, fail, require_number, require_tensor, shape_str
 
 _ext = LazyExtension("tk_attention_hopper", ["attention_hopper.cu", "attention_hopper_bindings.cpp"],
                      hopper=True)
@@ -44,8 +46,10 @@ def why_not(q, k, v, causal=True, dropout_p=0.0, scale=None):
         return f"head_dim {q.shape[-1]} is not supported (64 or 128)"
     if q.shape[2] < 1 or q.shape[0] * q.shape[1] < 1:
         return "empty input"
-    if scale is not None and not (scale > 0 and math.isfinite(scale)):
-        return f"scale must be a positive finite number; got {scale}"
+    if q.shape[0] * q.shape[1] > 2**31 - 1 or q.shape[2] > 65535 * 64:
+        return f"q is too large: {tuple(q.shape)}"
+    if scale is not None and not (FLOAT32_UNDERFLOW < scale < FLOAT32_OVERFLOW):
+        return f"scale must be a positive finite number (as the float32 the kernel takes); got {scale}"
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not _strides_ok(t):
             return (f"{name} has strides {t.stride()} (need a contiguous last dimension and other strides "
@@ -59,10 +63,44 @@ VARIANTS = {0: "default", 1: "2 consumers, ping-pong, plain softmax", 2: "2 cons
             3: "2 consumers, no ping-pong, fast softmax", 4: "1 consumer, 2 CTAs/SM, fast softmax (D=64)"}
 
 
+OP = "tk Hopper attention"
+
+
+def check_inputs(q, k, v, scale, variant=0, cuda=True):
+    """Raise TypeError/ValueError naming the argument unless forward() takes these: the checks of
+    attention_hopper_bindings.cpp and attention_hopper_why_not, in Python."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        require_tensor(OP, name, t, dtypes=(torch.bfloat16,), cuda=cuda, same_device_as=("q", q),
+                       hint="; cast it or use --kernels_attention=torch")
+        if t.dim() != 4:
+            fail(OP, f"{name} must have shape (batch, heads, seq, head_dim); got {shape_str(t.shape)}")
+        if t.shape != q.shape:
+            fail(OP, f"{name} has shape {shape_str(t.shape)} but q has {shape_str(q.shape)}")
+        if t.stride(3) != 1:
+            fail(OP, f"{name} must be contiguous in its last (head_dim) dimension (strides {tuple(t.stride())}); "
+                     f"call .contiguous() on it or take it from a (B, T, 3, H, D) qkv tensor")
+    B, H, T, D = q.shape
+    if D not in HEAD_DIMS:
+        fail(OP, f"head_dim is {D}; the kernel takes 64 or 128")
+    if B < 1 or H < 1 or T < 1:
+        fail(OP, f"q is empty: {shape_str(q.shape)}")
+    if B * H > 2**31 - 1 or T > 65535 * 64:
+        fail(OP, f"q is too large: {shape_str(q.shape)} (batch*heads < 2^31, seq <= {65535 * 64})")
+    require_number(OP, "scale", scale, positive=True, float32=True)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not _strides_ok(t):
+            fail(OP, f"{name} has strides {tuple(t.stride())} at offset {t.data_ptr() % 16} bytes from a 16-byte "
+                     f"boundary: TMA needs a 16-byte aligned start and batch/head/seq strides that are positive "
+                     f"multiples of 8 elements; call .contiguous() on it")
+    if variant not in VARIANTS:
+        fail(OP, f"variant must be one of {sorted(VARIANTS)} (0 is the default); got {variant}")
+
+
 def forward(q, k, v, causal=True, scale=None, variant=0):
     """(o, lse): o (B, H, T, D) bf16 (a view of (B, T, H, D) memory), lse (B, H, T) fp32."""
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
+    check_inputs(q, k, v, scale, variant)
     o, lse = _ext.module.forward(q, k, v, bool(causal), float(scale), int(variant))
     return o, lse
 

@@ -6,7 +6,8 @@ attribute of its package. kernels/__init__.py imports this module with the other
 
 Read after kernels/__init__.py (the switch) and kernels/layernorm.py (the op-module pattern this
 file follows). The portable kernel is kernels/attention_portable.cu (read it first: its opening
-comment explains the algorithm); its input checks are in kernels/attention_bindings.cpp.
+comment explains the algorithm); its input checks are check_forward_inputs/check_backward_inputs
+below (kernels/checks.py says why in Python), repeated in kernels/attention_bindings.cpp.
 
 Backends. More than one kernel computes the same thing: the portable one (mma.sync, sm_80+)
 and a Hopper one (wgmma + TMA, sm_90a, kernels/attention_hopper.cu). All take and return the
@@ -31,10 +32,58 @@ from torch import Tensor
 
 from . import _preflight_checks, register_tk
 from .build import LazyExtension
+from .checks import FLOAT32_OVERFLOW, FLOAT32_UNDERFLOW, fail, require_number, require_tensor, shape_str
 
 HEAD_DIMS = (64, 128)
 
 _portable = LazyExtension("tk_attention", ["attention_portable.cu", "attention_bindings.cpp"])
+
+OP = "tk attention"
+MAX_SEQ = 65535 * 64      # grid.y = T / 64 blocks of at most 65535
+INT32_MAX = 2**31 - 1
+
+
+# ---- 0. input checks: those of attention_bindings.cpp, in Python (see kernels/checks.py) -------
+
+def _check_input(name, t, q, cuda):
+    """q, k, v, o, grad_out: bf16 (B, H, T, D) with q's shape on q's device, D in HEAD_DIMS, last
+    dim contiguous, every row 16-byte aligned (cp.async moves 16 bytes at a time)."""
+    require_tensor(OP, name, t, dtypes=(torch.bfloat16,), cuda=cuda, same_device_as=("q", q),
+                   hint="; cast it or use --kernels_attention=torch")
+    if t.dim() != 4:
+        fail(OP, f"{name} must have shape (batch, heads, seq, head_dim); got {shape_str(t.shape)}")
+    if t.shape != q.shape:
+        fail(OP, f"{name} has shape {shape_str(t.shape)} but q has {shape_str(q.shape)} "
+                 f"(q, k and v must match: no cross-attention or grouped heads)")
+    B, H, T, D = t.shape
+    if D not in HEAD_DIMS:
+        fail(OP, f"head_dim of {name} is {D}; the kernel takes {' or '.join(map(str, HEAD_DIMS))}")
+    if B == 0 or H == 0 or T == 0:
+        fail(OP, f"{name} is empty: {shape_str(t.shape)}")
+    if t.stride(3) != 1:
+        fail(OP, f"{name} must be contiguous in its last (head_dim) dimension (strides {tuple(t.stride())}); "
+                 f"call .contiguous() on it")
+    if t.data_ptr() % 16 or any(s % 8 for s in t.stride()[:3]):
+        fail(OP, f"every row of {name} must start on a 16-byte boundary (strides {tuple(t.stride())} must be "
+                 f"multiples of 8 elements); call .contiguous() on it")
+    if B * H > INT32_MAX or T > MAX_SEQ:
+        fail(OP, f"{name} is too large: {shape_str(t.shape)} (batch*heads < 2^31, seq <= {MAX_SEQ})")
+
+
+def check_forward_inputs(q, k, v, scale, cuda=True):
+    """Raise TypeError/ValueError naming the argument unless the portable forward takes these."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_input(name, t, q, cuda)
+    require_number(OP, "scale", scale, positive=True, float32=True)
+
+
+def check_backward_inputs(grad_out, q, k, v, o, lse, scale, cuda=True):
+    """Raise TypeError/ValueError naming the argument unless the portable backward takes these."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("grad_out", grad_out)):
+        _check_input(name, t, q, cuda)
+    require_tensor(OP, "lse", lse, dtypes=(torch.float32,), shape=tuple(q.shape[:3]), contiguous=True,
+                   cuda=cuda, same_device_as=("q", q))
+    require_number(OP, "scale", scale, positive=True, float32=True)
 
 
 # ---- 1. backends -----------------------------------------------------------------------------
@@ -113,9 +162,10 @@ def _portable_why_not(q, causal, scale):
     return _portable_build_reason()
 
 
-# The bindings say what is wrong with the inputs as a string and we raise here, in Python (see
-# the note in attention_bindings.cpp on why the C++ side does not throw for this).
+# The inputs are checked here, in Python; the bindings' own checks (check_forward/backward return
+# the problem as a string, see attention_bindings.cpp) stay as a second line and never throw.
 def _portable_forward(q, k, v, causal, scale):
+    check_forward_inputs(q, k, v, scale)
     problem = _portable.module.check_forward(q, k, v, scale)
     if problem:
         raise ValueError(problem)
@@ -124,6 +174,7 @@ def _portable_forward(q, k, v, causal, scale):
 
 
 def _portable_backward(grad_out, q, k, v, o, lse, causal, scale):
+    check_backward_inputs(grad_out, q, k, v, o, lse, scale)
     problem = _portable.module.check_backward(grad_out, q, k, v, o, lse, scale)
     if problem:
         raise ValueError(problem)
@@ -240,16 +291,23 @@ def why_not(q, k, v, causal=True, dropout_p=0.0, scale=None):
         return f"head_dim {D} is not supported (the tk kernel takes {' or '.join(map(str, HEAD_DIMS))})"
     if B * H * T == 0:
         return "the inputs are empty"
-    if T > 65535 * 64:
-        return f"sequence length {T} is longer than the kernel's grid allows ({65535 * 64})"
-    if scale is not None and not (math.isfinite(scale) and scale > 0):
-        return f"scale={scale} is not a finite positive number"
+    if T > MAX_SEQ:
+        return f"sequence length {T} is longer than the kernel's grid allows ({MAX_SEQ})"
+    if B * H > INT32_MAX:
+        return f"batch * heads = {B * H} is more than the kernel's grid allows (2^31 - 1)"
+    if scale is not None and not _float32_positive(scale):
+        return f"scale={scale} is not a finite positive number (as the float32 the kernels take)"
     s = 1.0 / math.sqrt(D) if scale is None else float(scale)
     for direction in ("forward", "backward") if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)) else ("forward",):
         name, reason = _choose(q, causal, s, direction)
         if name is None:
             return f"no backend for the {direction} pass ({reason})"
     return None
+
+
+def _float32_positive(scale):
+    # as require_number(..., positive=True, float32=True), in plain comparisons (torch.compile traces why_not)
+    return isinstance(scale, (int, float)) and FLOAT32_UNDERFLOW < scale < FLOAT32_OVERFLOW
 
 
 def preflight(batch_size, block_size, n_embd, n_head, dtype, device, attn_dropout=0.0, **_):

@@ -24,6 +24,7 @@ import functools
 import torch
 
 from .build import LazyExtension
+from .checks import fail, require_tensor, shape_str
 
 _ext = LazyExtension("tk_gemm", ["gemm_bindings.cpp", "gemm_1_warp_mma.cu", "gemm_2_cp_async.cu",
                                   "gemm_3_wgmma_tma.cu", "gemm_4_warp_specialized.cu", "gemm_5_pingpong.cu"],
@@ -83,23 +84,58 @@ def choose_splits(M, N, K, num_sms, epilogue=False, tile_n=TILE_N):
     return best
 
 
-def check(a, b):
-    """None if matmul can take these operands, else what is wrong and what to do."""
-    if not (torch.is_tensor(a) and torch.is_tensor(b)):
-        return "a and b must be tensors"
-    if a.dim() != 2 or b.dim() != 2:
-        return f"a and b must be 2-D matrices (got {a.dim()}-D and {b.dim()}-D); flatten leading dims first"
-    if a.dtype != torch.bfloat16 or b.dtype != torch.bfloat16:
-        return f"a and b must be bfloat16 (got {a.dtype} and {b.dtype})"
-    if not (a.is_cuda and b.is_cuda) or a.device != b.device:
-        return "a and b must be on the same CUDA device"
+OP = "kernels.gemm.matmul"
+BF16 = (torch.bfloat16,)
+
+
+def check_inputs(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, splits=None, out=None,
+                 variant=0, cuda=True):
+    """Raise TypeError/ValueError naming the argument unless matmul takes these arguments: the
+    conditions of gemm_bindings.cpp, checked in Python (kernels/checks.py says why), and
+    matmul's own. cuda=False skips the device checks (CPU tests)."""
+    for name, t in (("a", a), ("b", b)):
+        require_tensor(OP, name, t, cuda=False)
+        if t.dim() != 2:
+            fail(OP, f"{name} must be a 2-D matrix (got {t.dim()}-D); flatten leading dims first")
+        require_tensor(OP, name, t, dtypes=BF16, cuda=cuda, same_device_as=None if name == "a" else ("a", a))
     if a.shape[1] != b.shape[0]:
-        return f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}"
+        fail(OP, f"inner dimensions differ: a is {shape_str(a.shape)}, b is {shape_str(b.shape)}")
     M, K, N = a.shape[0], a.shape[1], b.shape[1]
     if N % 16 or K % 16:
-        return f"N and K must be multiples of 16 (got M={M}, K={K}, N={N}); pad the weight to a multiple of 16"
-    if M == 0:
-        return "M must be at least 1"
+        fail(OP, f"N and K must be multiples of 16 (got M={M}, K={K}, N={N}); pad the weight to a multiple of 16")
+    if not 1 <= M < 2**31 or N >= 2**31 or K >= 2**31:
+        fail(OP, f"M must be at least 1 and M, N, K below 2^31 (got M={M}, K={K}, N={N})")
+    if variant not in VARIANTS:
+        fail(OP, f"variant must be one of {sorted(VARIANTS)} (got {variant})")
+    if step not in STEPS:
+        fail(OP, f"step must be one of {STEPS} (got {step})")
+    if out_dtype not in (torch.bfloat16, torch.float32):
+        fail(OP, f"out_dtype must be torch.bfloat16 or torch.float32 (got {out_dtype})")
+    if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
+        fail(OP, f"splits must be None (choose) or an integer >= 1 (got {splits!r})")
+    epilogue = bias is not None or gelu
+    if epilogue and step < 4:
+        fail(OP, "bias and gelu are fused only in steps 4 and 5")
+    if epilogue and splits is not None and splits > 1:
+        fail(OP, "split-K cannot fuse bias/gelu (they would be applied once per split); pass splits=1 or None")
+    if bias is not None:
+        require_tensor(OP, "bias", bias, dtypes=BF16, cuda=cuda, same_device_as=("a", a))
+        if bias.dim() != 1 or bias.numel() != N or not bias.is_contiguous():
+            fail(OP, f"bias must be a contiguous bfloat16 vector of length N={N} (got shape {shape_str(bias.shape)}, "
+                     f"strides {tuple(bias.stride())})")
+    if out is not None:
+        ok = isinstance(out, torch.Tensor) and out.shape == (M, N) and out.dtype == out_dtype and out.is_contiguous()
+        ok = ok and (not cuda or out.device == a.device) and out.data_ptr() % 16 == 0
+        if not ok:
+            fail(OP, f"out must be a contiguous, 16-byte aligned {out_dtype} tensor of shape ({M}, {N}) on {a.device}")
+
+
+def check(a, b):
+    """None if matmul can take these operands, else what is wrong and what to do."""
+    try:
+        check_inputs(a, b)
+    except (TypeError, ValueError) as e:
+        return str(e)
     return None
 
 
@@ -108,20 +144,8 @@ def matmul(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, spl
     `out`: an optional contiguous M x N tensor of out_dtype to write into (returned).
     `splits`: step 4's split-K factor (None: choose_splits). `variant`: step 4's pipeline
     configuration (VARIANTS; 0 is the default the bench picked)."""
-    problem = check(a, b)
-    if problem:
-        raise ValueError(f"kernels.gemm.matmul: {problem}")
-    if variant not in VARIANTS:
-        raise ValueError(f"kernels.gemm.matmul: variant must be one of {sorted(VARIANTS)} (got {variant})")
-    if step not in STEPS:
-        raise ValueError(f"kernels.gemm.matmul: step must be one of {STEPS} (got {step})")
-    if out_dtype not in (torch.bfloat16, torch.float32):
-        raise ValueError(f"kernels.gemm.matmul: out_dtype must be torch.bfloat16 or torch.float32 (got {out_dtype})")
+    check_inputs(a, b, out_dtype=out_dtype, bias=bias, gelu=gelu, step=step, splits=splits, out=out, variant=variant)
     epilogue = bias is not None or gelu
-    if epilogue and step < 4:
-        raise ValueError("kernels.gemm.matmul: bias and gelu are fused only in steps 4 and 5")
-    if bias is not None and (bias.dtype != torch.bfloat16 or bias.dim() != 1 or bias.numel() != b.shape[1]):
-        raise ValueError(f"kernels.gemm.matmul: bias must be a bfloat16 vector of length N={b.shape[1]}")
     M, K, N = a.shape[0], a.shape[1], b.shape[1]
     ext = _ext.module
 
@@ -150,11 +174,8 @@ def matmul(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, spl
     if step >= 4 and splits is None:
         splits = choose_splits(M, N, K, _num_sms(a.device), epilogue, TILE_N if step == 4 else 128)
     splits = splits or 1
-    if splits > 1 and epilogue:
+    if splits > 1 and epilogue:   # choose_splits returns 1 with an epilogue; kept as a guard
         raise ValueError("kernels.gemm.matmul: split-K cannot fuse bias/gelu (they would be applied once per split)")
-    if out is not None and (out.shape != (M, N) or out.dtype != out_dtype or not out.is_contiguous()
-                            or out.device != a.device):
-        raise ValueError(f"kernels.gemm.matmul: out must be a contiguous {out_dtype} tensor of shape ({M}, {N}) on {a.device}")
     if splits > 1:                              # fp32 partials are reduce-added into zeros
         c = out.zero_() if out is not None and out_dtype == torch.float32 else \
             torch.zeros((M, N), device=a.device, dtype=torch.float32)

@@ -1,7 +1,8 @@
 """tk LayerNorm, the Python half: custom ops, autograd, the support check, registration.
 
 Read after kernels/__init__.py (the switch); the kernel itself is kernels/layernorm.cu and its
-input checks are in kernels/layernorm_bindings.cpp.
+input checks are in check_forward/check_backward below (kernels/checks.py says why in Python),
+repeated in kernels/layernorm_bindings.cpp.
 
 This file is also THE PATTERN for an op module (attention.py, mlp.py copy it):
   1. `_ext = LazyExtension(name, sources)`: the C++/CUDA half, built on first use (build.py).
@@ -15,6 +16,7 @@ This file is also THE PATTERN for an op module (attention.py, mlp.py copy it):
   4. `register_tk(op, impl, why_not)` and `_preflight_checks[op]` (the start-up check).
 Nothing here builds at import.
 """
+import math
 from typing import Optional
 
 import torch
@@ -22,11 +24,75 @@ from torch import Tensor
 
 from . import _preflight_checks, register_tk
 from .build import LazyExtension
+from .checks import fail, realign16, require_number, require_same_dtype, require_tensor, shape_str
 
 _ext = LazyExtension("tk_layernorm", ["layernorm.cu", "layernorm_bindings.cpp"])
 
 DTYPES = (torch.bfloat16, torch.float32)   # activations and parameters; statistics are fp32
 MAX_COLS = 4096                            # hidden sizes: multiples of 64 up to this
+OP = "tk_layernorm"
+
+
+# ---- 0. input checks: those of layernorm_bindings.cpp, in Python (see kernels/checks.py) -------
+
+def _check_activation(name, t, cuda, like=None):
+    """bf16/fp32, contiguous, 16-byte aligned (the kernel moves 16-byte vectors). like = (name,
+    tensor): same device, dtype and shape as it; else a supported hidden size."""
+    require_tensor(OP, name, t, dtypes=DTYPES, contiguous=True, aligned=True, cuda=cuda, same_device_as=like)
+    if like is not None:
+        require_same_dtype(OP, name, t, *like)
+        if t.shape != like[1].shape:
+            fail(OP, f"{name} has shape {shape_str(t.shape)} but {like[0]} has {shape_str(like[1].shape)}")
+        return
+    if t.dim() < 1:
+        fail(OP, f"{name} must have at least one dimension (the hidden size), got a 0-d tensor")
+    cols = t.shape[-1]
+    if cols % 64 or not 64 <= cols <= MAX_COLS:
+        fail(OP, f"{name}'s last dimension (the hidden size) must be a multiple of 64 between 64 and "
+                 f"{MAX_COLS}, got {cols}; use --kernels_layernorm=torch for other sizes")
+
+
+def _check_param(name, p, x_name, x, cuda, weight=None):
+    """weight or bias: (hidden,) bf16/fp32 on x's device; bias has weight's dtype. Any strides
+    (the bindings make it contiguous)."""
+    require_tensor(OP, name, p, dtypes=DTYPES, cuda=cuda, same_device_as=(x_name, x))
+    if weight is not None:
+        require_same_dtype(OP, name, p, "weight", weight)
+    cols = x.shape[-1]
+    if p.dim() != 1 or p.shape[0] != cols:
+        fail(OP, f"{name} has shape {shape_str(p.shape)}, but {x_name}'s last dimension is {cols}; "
+                 f"it must have shape ({cols},)")
+
+
+def _check_stats(name, t, h, cuda):
+    """mean or rstd from the forward: fp32, contiguous, one value per row of h."""
+    require_tensor(OP, name, t, dtypes=(torch.float32,), contiguous=True, cuda=cuda, same_device_as=("h", h))
+    rows = h.numel() // h.shape[-1]
+    if t.numel() != rows:
+        fail(OP, f"{name} must have one value per row of h ({rows}), got shape {shape_str(t.shape)}; "
+                 f"pass the mean/rstd the forward returned for this h")
+
+
+def check_forward(x, residual, weight, bias, eps, cuda=True):
+    """Raise TypeError/ValueError naming the argument unless forward() takes these inputs."""
+    _check_activation("x", x, cuda)
+    if residual is not None:
+        _check_activation("residual", residual, cuda, like=("x", x))
+    require_number(OP, "eps", eps, minimum=0)
+    _check_param("weight", weight, "x", x, cuda)
+    if bias is not None:
+        _check_param("bias", bias, "x", x, cuda, weight=weight)
+
+
+def check_backward(dy, dh, h, mean, rstd, weight, cuda=True):
+    """Raise TypeError/ValueError naming the argument unless backward() takes these inputs."""
+    _check_activation("h", h, cuda)
+    _check_activation("dy", dy, cuda, like=("h", h))
+    if dh is not None:
+        _check_activation("dh", dh, cuda, like=("h", h))
+    _check_stats("mean", mean, h, cuda)
+    _check_stats("rstd", rstd, h, cuda)
+    _check_param("weight", weight, "h", h, cuda)
 
 
 # ---- 1. the custom ops: thin calls into the extension ----------------------------------------
@@ -35,6 +101,8 @@ MAX_COLS = 4096                            # hidden sizes: multiples of 64 up to
 def add_layernorm_fwd(x: Tensor, residual: Tensor, weight: Tensor, bias: Optional[Tensor],
                       eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """h = x + residual, y = LN(h). Returns (y, h, mean, rstd); mean/rstd are fp32, per row."""
+    x, residual = realign16(x), realign16(residual)   # a view at an odd offset: copy (why_not takes it)
+    check_forward(x, residual, weight, bias, eps)
     y, h, mean, rstd = _ext.module.forward(x, residual, weight, bias, eps)
     return y, h, mean, rstd
 
@@ -42,6 +110,8 @@ def add_layernorm_fwd(x: Tensor, residual: Tensor, weight: Tensor, bias: Optiona
 @torch.library.custom_op("tk::layernorm_fwd", mutates_args=())
 def layernorm_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float) -> tuple[Tensor, Tensor, Tensor]:
     """y = LN(x), no residual: the kernel skips reading r and writing h. Returns (y, mean, rstd)."""
+    x = realign16(x)
+    check_forward(x, None, weight, bias, eps)
     y, _, mean, rstd = _ext.module.forward(x, None, weight, bias, eps)
     return y, mean, rstd
 
@@ -50,6 +120,9 @@ def layernorm_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float)
 def layernorm_bwd(dy: Tensor, dh: Optional[Tensor], h: Tensor, mean: Tensor, rstd: Tensor,
                   weight: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Returns (dh_out, dweight, dbias): dh_out = dh + LN's input gradient (dh may be None)."""
+    dy, h = realign16(dy), realign16(h)
+    dh = None if dh is None else realign16(dh)
+    check_backward(dy, dh, h, mean, rstd, weight)
     dx, dw, db = _ext.module.backward(dy, dh, h, mean, rstd, weight)
     return dx, dw, db
 
@@ -141,6 +214,8 @@ def why_not(x, residual, weight, bias, eps=1e-5):
     """None if the tk kernel can run add_layernorm on these inputs, else the reason it cannot."""
     if not x.is_cuda:
         return f"x is on {x.device.type}; the tk kernel needs CUDA tensors"
+    if x.dim() < 1:
+        return "x is a 0-d tensor; LayerNorm needs a hidden dimension"
     cols = x.shape[-1]
     if x.dtype not in DTYPES:
         return f"x is {x.dtype}; the tk kernel takes bfloat16 or float32"
@@ -162,6 +237,8 @@ def why_not(x, residual, weight, bias, eps=1e-5):
             return f"{name} must be a ({cols},) bfloat16/float32 tensor on {x.device}, got {tuple(p.shape)} {p.dtype} on {p.device}"
     if bias is not None and bias.dtype != weight.dtype:
         return f"bias is {bias.dtype} but weight is {weight.dtype}"
+    if not (isinstance(eps, (int, float)) and 0 <= eps < math.inf):   # as check_forward: NaN fails too
+        return f"eps={eps} is not a finite number >= 0"
     if x.numel() == 0:
         return "x is empty"
     return _build_reason()

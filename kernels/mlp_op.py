@@ -6,7 +6,8 @@ same reason as attention_op.py.)
 
 Read after kernels/__init__.py (the switch) and kernels/layernorm.py (the op-module pattern this
 file follows). The GEMMs and their fused epilogues are kernels/mlp.cu (its opening comment has
-the roofline and what each epilogue does); input checks are in kernels/mlp_bindings.cpp.
+the roofline and what each epilogue does); input checks are check_forward/check_backward below
+(kernels/checks.py says why in Python), repeated in kernels/mlp_bindings.cpp.
 
     y = GELU_tanh(x·w_fcᵀ + b_fc)·w_projᵀ + b_proj
 
@@ -32,10 +33,64 @@ from torch import Tensor
 
 from . import _preflight_checks, register_tk
 from .build import LazyExtension
+from .checks import fail, realign16, require_tensor, shape_str
 
 _ext = LazyExtension("tk_mlp", ["mlp.cu", "mlp_bindings.cpp"], hopper=True)
 
 MULTIPLE = 64          # the embedding and hidden sizes must be multiples of this
+OP = "tk_mlp"
+BF16 = (torch.bfloat16,)
+_CAST = " (run under torch.autocast('cuda', dtype=torch.bfloat16) or cast it)"
+
+
+# ---- 0. input checks: those of mlp_bindings.cpp, in Python (see kernels/checks.py) -----------
+
+def _check_matrix(name, t, rows, cols, x, cuda):
+    """A bf16 2-D matrix of shape (rows, cols) (None: any size) on x's device, contiguous and
+    16-byte aligned (TMA reads it). x=None: t is x itself."""
+    like = None if x is None else ("x", x)
+    require_tensor(OP, name, t, dtypes=BF16, cuda=cuda, same_device_as=like, hint=_CAST)
+    if t.dim() != 2:
+        fail(OP, f"{name} must be a 2-D matrix, got shape {shape_str(t.shape)}; flatten the batch and "
+                 f"time dimensions first")
+    require_tensor(OP, name, t, shape=(rows, cols), contiguous=True, aligned=True, cuda=False)
+
+
+def _check_bias(name, b, n, x, cuda):
+    if b is not None:
+        require_tensor(OP, name, b, dtypes=BF16, shape=(n,), contiguous=True, cuda=cuda,
+                       same_device_as=("x", x), hint=_CAST)
+
+
+def _check_sizes(x, w_fc, w_proj, cuda):
+    """x (M, C), w_fc (H, C), w_proj (C, H); returns (M, C, H)."""
+    _check_matrix("x", x, None, None, None, cuda)
+    M, C = x.shape
+    _check_matrix("w_fc", w_fc, None, C, x, cuda)
+    H = w_fc.shape[0]
+    if not 1 <= M < 2**31:
+        fail(OP, f"x must have between 1 and 2^31-1 rows (tokens), got {M}")
+    if C % MULTIPLE or C < MULTIPLE:
+        fail(OP, f"the embedding size (x's last dimension) must be a positive multiple of {MULTIPLE}, got {C}")
+    if H % MULTIPLE or H < MULTIPLE:
+        fail(OP, f"the hidden size (w_fc's first dimension) must be a positive multiple of {MULTIPLE}, got {H}")
+    _check_matrix("w_proj", w_proj, C, H, x, cuda)
+    return M, C, H
+
+
+def check_forward(x, w_fc, b_fc, w_proj, b_proj, cuda=True):
+    """Raise TypeError/ValueError naming the argument unless forward() takes these inputs."""
+    _, C, H = _check_sizes(x, w_fc, w_proj, cuda)
+    _check_bias("b_fc", b_fc, H, x, cuda)
+    _check_bias("b_proj", b_proj, C, x, cuda)
+
+
+def check_backward(dy, x, pre, h, w_fc, w_proj, cuda=True):
+    """Raise TypeError/ValueError naming the argument unless backward() takes these inputs."""
+    M, C, H = _check_sizes(x, w_fc, w_proj, cuda)
+    _check_matrix("dy", dy, M, C, x, cuda)
+    _check_matrix("pre", pre, M, H, x, cuda)
+    _check_matrix("h", h, M, H, x, cuda)
 
 
 # ---- 1. the custom ops: thin calls into the extension ----------------------------------------
@@ -44,6 +99,8 @@ MULTIPLE = 64          # the embedding and hidden sizes must be multiples of thi
 def mlp_fwd(x: Tensor, w_fc: Tensor, b_fc: Optional[Tensor], w_proj: Tensor,
             b_proj: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
     """x (M, C) bf16. Returns (y, pre, h): y (M, C), pre = x·w_fcᵀ + b_fc and h = GELU(pre), (M, H)."""
+    x, w_fc, w_proj = realign16(x), realign16(w_fc), realign16(w_proj)   # odd-offset views: copy
+    check_forward(x, w_fc, b_fc, w_proj, b_proj)
     y, pre, h = _ext.module.forward(x, w_fc, b_fc, w_proj, b_proj)
     return y, pre, h
 
@@ -52,6 +109,8 @@ def mlp_fwd(x: Tensor, w_fc: Tensor, b_fc: Optional[Tensor], w_proj: Tensor,
 def mlp_bwd(dy: Tensor, x: Tensor, pre: Tensor, h: Tensor, w_fc: Tensor,
             w_proj: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Returns (dx, dw_fc, db_fc, dw_proj, db_proj), all bf16."""
+    dy, x, pre, h, w_fc, w_proj = (realign16(t) for t in (dy, x, pre, h, w_fc, w_proj))
+    check_backward(dy, x, pre, h, w_fc, w_proj)
     dx, dw_fc, db_fc, dw_proj, db_proj = _ext.module.backward(dy, x, pre, h, w_fc, w_proj)
     return dx, dw_fc, db_fc, dw_proj, db_proj
 
