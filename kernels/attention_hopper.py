@@ -98,8 +98,8 @@ def check_inputs(q, k, v, scale, variant=0, cuda=True):
 
 def forward(q, k, v, causal=True, scale=None, variant=0):
     """(o, lse): o (B, H, T, D) bf16 (a view of (B, T, H, D) memory), lse (B, H, T) fp32."""
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
+    if scale is None and isinstance(q, torch.Tensor) and q.dim() > 0 and q.shape[-1] > 0:
+        scale = 1.0 / math.sqrt(q.shape[-1])   # (otherwise check_inputs names what is wrong with q)
     check_inputs(q, k, v, scale, variant)
     o, lse = _ext.module.forward(q, k, v, bool(causal), float(scale), int(variant))
     return o, lse

@@ -374,3 +374,4 @@ def test_hopper_bad_inputs(what, call, error, match):
 def test_hopper_needs_cuda_and_refuses_before_the_extension():
     q, k, v = qkv()
     expect(lambda: attention_hopper.forward(q, k, v), ValueError, "tk Hopper attention: q must be a CUDA tensor")
+    expect(lambda: attention_hopper.forward([q], k, v), TypeError, "tk Hopper attention: q must be a tensor")
