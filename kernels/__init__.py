@@ -154,8 +154,10 @@ def mlp(x, w_fc, b_fc, w_proj, b_proj):
 # ---- the op modules: each registers its tk kernel when imported -------------------------------
 # Listed by name so one that is missing (not written yet) is simply skipped, while one that
 # exists but fails to import is reported loudly instead of silently running torch.
-# A new op module adds its name here (and follows kernels/layernorm.py's pattern).
-OP_MODULES = ("layernorm", "attention", "attention_op", "gemm", "mlp", "mlp_op")
+# A new op module adds its name here (and follows kernels/layernorm.py's pattern). It must not
+# be named after a function above (a submodule `kernels.attention` would replace the function
+# `kernels.attention` that model.py calls): hence attention_op and mlp_op.
+OP_MODULES = ("layernorm", "attention_op", "gemm", "mlp_op")
 _import_errors = {}   # module name -> "ErrorType: message"
 
 for _name in OP_MODULES:
