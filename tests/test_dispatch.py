@@ -199,25 +199,25 @@ def test_layernorm_preflight_refuses_unsupported_width():
 # ---- import failures of op modules are reported, not swallowed ------------------------------
 
 def test_failed_op_module_import_is_named_in_the_reason(monkeypatch):
-    monkeypatch.setitem(kernels._import_errors, "mlp", "SyntaxError: invalid syntax (mlp.py, line 3)")
+    monkeypatch.setitem(kernels._import_errors, "mlp_op", "SyntaxError: invalid syntax (mlp_op.py, line 3)")
     monkeypatch.delitem(kernels._tk_impls, "mlp", raising=False)
     reason = kernels.why_not_tk("mlp")
-    assert "kernels/mlp.py failed to import (SyntaxError" in reason
-    assert "mlp.py" not in kernels._missing_reason("attention")   # only the op's own module
+    assert "kernels/mlp_op.py failed to import (SyntaxError" in reason
+    assert "mlp_op.py" not in kernels._missing_reason("attention")   # only the op's own module
 
 
 def test_broken_op_module_prints_a_warning_and_other_ops_still_work(tmp_path):
-    # A copy of the package with a broken mlp.py: importing it warns on stderr, names the file
+    # A copy of the package with a broken mlp_op.py: importing it warns on stderr, names the file
     # and the error, and layernorm still registers.
     import shutil
     pkg = tmp_path / "kernels"
     shutil.copytree(os.path.join(REPO, "kernels"), pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    (pkg / "mlp.py").write_text("raise ImportError('planted failure')\n")
+    (pkg / "mlp_op.py").write_text("raise ImportError('planted failure')\n")
     code = ("import kernels; print(sorted(kernels._tk_impls)); print(kernels._import_errors);"
             "print(kernels._missing_reason('mlp'))")
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert "kernels/mlp.py failed to import" in res.stderr and "planted failure" in res.stderr
+    assert "kernels/mlp_op.py failed to import" in res.stderr and "planted failure" in res.stderr
     assert "'layernorm'" in res.stdout.splitlines()[0]
     assert "planted failure" in res.stdout.splitlines()[-1]
 
