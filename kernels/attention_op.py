@@ -19,7 +19,9 @@ environment variable TK_ATTENTION_BACKEND=<name> pins one (tests and bench.py us
 
 The ops: `tk::attention_fwd(q, k, v, causal, scale, fwd_backend, bwd_backend) -> (o, lse)`
 with `register_fake` and `register_autograd` (its backward is the op `tk::attention_bwd`), so
-torch.compile traces through them and DDP sees ordinary autograd. Nothing builds at import.
+torch.compile traces through them and DDP sees ordinary autograd. Outside torch.compile the
+public op calls _AttentionEager instead, a plain autograd.Function around the same backend calls
+(less CPU per call). Nothing builds at import.
 """
 import math
 import os
@@ -147,10 +149,17 @@ def _portable_build_reason():
     return _portable.why_not()
 
 
+_capabilities = {}   # device index -> (major, minor)
+
+
 @torch.compiler.assume_constant_result
 def device_capability(index):
-    """(major, minor) of CUDA device `index`; a constant under torch.compile."""
-    return torch.cuda.get_device_capability(index)
+    """(major, minor) of CUDA device `index`; a constant under torch.compile. Remembered: every
+    attention call asks up to four times (why_not and the op each choose a forward and a backward
+    backend), and torch.cuda.get_device_capability queries the device properties each time."""
+    if index not in _capabilities:
+        _capabilities[index] = torch.cuda.get_device_capability(index)
+    return _capabilities[index]
 
 
 def _portable_why_not(q, causal, scale):
@@ -185,7 +194,23 @@ def _portable_backward(grad_out, q, k, v, o, lse, causal, scale):
 register_backend(Backend("portable", _portable_why_not, _portable_forward, _portable_backward))
 
 
-# ---- 2. the custom ops -------------------------------------------------------------------------
+# ---- 2. the backend calls, used by the custom ops and the eager fast path -------------------
+
+def _run_forward(q, k, v, causal, scale, fwd_backend):
+    """(o, lse) from backend `fwd_backend`, after copying inputs the kernels cannot read in place."""
+    q, k, v = (_kernel_layout(t) for t in (q, k, v))
+    o, lse = BACKENDS[fwd_backend].forward(q, k, v, causal, scale)
+    return o, lse
+
+
+def _run_backward(grad_out, q, k, v, o, lse, causal, scale, backend):
+    """(dq, dk, dv) from backend `backend` (P is recomputed from lse, never stored)."""
+    grad_out, q, k, v, o = (_kernel_layout(t) for t in (grad_out, q, k, v, o))
+    dq, dk, dv = BACKENDS[backend].backward(grad_out, q, k, v, o, lse, causal, scale)
+    return dq, dk, dv
+
+
+# ---- 3. the custom ops: what torch.compile sees -----------------------------------------------
 
 def _empty_bthd(q):
     """(B, H, T, D) laid out as (B, T, H, D), exactly as the bindings allocate o, dq, dk, dv."""
@@ -197,8 +222,7 @@ def _empty_bthd(q):
 def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, fwd_backend: str,
                   bwd_backend: str) -> tuple[Tensor, Tensor]:
     """softmax(scale q k^T [causal mask]) v. Returns (o, lse); bwd_backend is kept for the backward."""
-    q, k, v = (_kernel_layout(t) for t in (q, k, v))
-    o, lse = BACKENDS[fwd_backend].forward(q, k, v, causal, scale)
+    o, lse = _run_forward(q, k, v, causal, scale, fwd_backend)
     return o, lse
 
 
@@ -212,8 +236,7 @@ def _(q, k, v, causal, scale, fwd_backend, bwd_backend):
 def attention_bwd(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, causal: bool,
                   scale: float, backend: str) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) from the forward's o and lse (P is recomputed, never stored)."""
-    grad_out, q, k, v, o = (_kernel_layout(t) for t in (grad_out, q, k, v, o))
-    dq, dk, dv = BACKENDS[backend].backward(grad_out, q, k, v, o, lse, causal, scale)
+    dq, dk, dv = _run_backward(grad_out, q, k, v, o, lse, causal, scale, backend)
     return dq, dk, dv
 
 
@@ -221,6 +244,10 @@ def attention_bwd(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, 
 def _(grad_out, q, k, v, o, lse, causal, scale, backend):
     return _empty_bthd(q), _empty_bthd(q), _empty_bthd(q)
 
+
+# ---- 4. autograd: one setup_context and backward body for both paths --------------------------
+# On the custom op the backward calls the custom op attention_bwd; on the eager fast path
+# (_AttentionEager, as in kernels/layernorm.py) it calls _run_backward directly.
 
 def _setup_context(ctx, inputs, output):
     q, k, v, causal, scale, _, bwd_backend = inputs
@@ -230,25 +257,41 @@ def _setup_context(ctx, inputs, output):
     ctx.causal, ctx.scale, ctx.bwd_backend = causal, scale, bwd_backend
 
 
-def _backward(ctx, grad_out, _grad_lse):
-    # lse is an internal by-product: its gradient is ignored (it is never used in a loss).
-    q, k, v, o, lse = ctx.saved_tensors
-    if ctx.bwd_backend == "":
-        raise RuntimeError("tk attention: no backend can run the backward pass for these inputs "
-                           "(see kernels.attention.why_not); use --kernels_attention=torch")
-    dq, dk, dv = attention_bwd(grad_out, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.bwd_backend)
-    return dq, dk, dv, None, None, None, None
+def _make_backward(attention_backward):
+    def backward(ctx, grad_out, _grad_lse):
+        # lse is an internal by-product: its gradient is ignored (zeros on the custom op, None on
+        # the fast path). o is the only differentiable output, so grad_out is never None.
+        q, k, v, o, lse = ctx.saved_tensors
+        if ctx.bwd_backend == "":
+            raise RuntimeError("tk attention: no backend can run the backward pass for these inputs "
+                               "(see kernels.attention.why_not); use --kernels_attention=torch")
+        dq, dk, dv = attention_backward(grad_out, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.bwd_backend)
+        return dq, dk, dv, None, None, None, None
+    return backward
 
 
-attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+attention_fwd.register_autograd(_make_backward(attention_bwd), setup_context=_setup_context)
 
 
-# ---- 3. the public op, with the same signature as reference.attention --------------------------
+class _AttentionEager(torch.autograd.Function):
+    """attention_fwd without torch.library: the same backend calls, saved tensors and backward.
+    Old style and no materialized zero gradient for lse, as kernels/layernorm.py explains."""
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, fwd_backend, bwd_backend):
+        ctx.set_materialize_grads(False)
+        output = _run_forward(q, k, v, causal, scale, fwd_backend)   # (o, lse)
+        _setup_context(ctx, (q, k, v, causal, scale, fwd_backend, bwd_backend), output)
+        return output
+
+    backward = staticmethod(_make_backward(_run_backward))
+
+
+# ---- 5. the public op, with the same signature as reference.attention --------------------------
 
 def _kernel_layout(t):
     """t itself if the kernels can read it in place (last dim contiguous, 16-byte aligned rows),
-    else a contiguous copy. Views of the c_attn output (B, T, 3, H, D) need no copy. Called inside
-    the custom ops, on real tensors (torch.compile never traces it)."""
+    else a contiguous copy. Views of the c_attn output (B, T, 3, H, D) need no copy. Called by
+    _run_forward/_run_backward, on real tensors (torch.compile never traces it)."""
     ok = t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1])
     return t if ok else t.contiguous()
 
@@ -263,11 +306,14 @@ def attention(q, k, v, causal=True, dropout_p=0.0, scale=None):
     if fwd_backend is None:
         raise RuntimeError(f"tk attention cannot run here: {reason}")
     bwd_backend, _ = _choose(q, causal, scale, "backward")
-    o, _ = attention_fwd(q, k, v, bool(causal), scale, fwd_backend, bwd_backend or "")
+    # Outside torch.compile: the eager fast path, not the custom op (the torch.library dispatch
+    # costs hundreds of µs of CPU per fwd+bwd; kernels/layernorm.py, section 4).
+    op = attention_fwd if torch.compiler.is_compiling() else _AttentionEager.apply
+    o, _ = op(q, k, v, bool(causal), scale, fwd_backend, bwd_backend or "")
     return o
 
 
-# ---- 4. the support check and registration ----------------------------------------------------
+# ---- 6. the support check and registration ----------------------------------------------------
 
 def why_not(q, k, v, causal=True, dropout_p=0.0, scale=None):
     """None if a tk attention kernel can run on these inputs, else the reason it cannot."""
@@ -332,7 +378,7 @@ register_tk("attention", attention, why_not)
 _preflight_checks["attention"] = preflight
 
 
-# ---- 5. the Hopper forward (kernels/attention_hopper.py, engineer E2) --------------------------
+# ---- 7. the Hopper forward (kernels/attention_hopper.py, engineer E2) --------------------------
 # Importing it registers Backend("hopper", forward only) first in BACKENDS; it declines anywhere
 # but sm_90, and its lse feeds the portable backward. If it cannot be imported, the portable
 # kernel still runs everything, and this says why once.

@@ -6,10 +6,13 @@ repeated in kernels/layernorm_bindings.cpp.
 
 This file is also THE PATTERN for an op module (attention.py, mlp.py copy it):
   1. `_ext = LazyExtension(name, sources)`: the C++/CUDA half, built on first use (build.py).
-  2. `torch.library.custom_op`s that call the extension. Each gets `register_fake` (output
-     shapes and dtypes only, so torch.compile can trace without running the kernel); the
-     forward ops get `register_autograd`, whose backward calls the backward custom op, so the
-     whole step stays visible to torch.compile and DDP.
+  2. `torch.library.custom_op`s that call the extension (through one plain function per
+     call, which also runs the input checks). Each gets `register_fake` (output shapes and
+     dtypes only, so torch.compile can trace without running the kernel); the forward ops get
+     `register_autograd`, whose backward calls the backward custom op, so the whole step stays
+     visible to torch.compile and DDP. Outside torch.compile the public op takes an eager fast
+     path instead: a plain autograd.Function around the same plain functions, with the same
+     setup_context and backward (the custom-op path costs too much CPU per call; section 4).
   3. `why_not(...)` with the public op's arguments: None if the kernel takes these inputs,
      else a short reason ("x is on cpu", "hidden size 100 is not a multiple of 64"). Cheap,
      and it builds the extension only after every other check passed on a CUDA tensor.
@@ -95,24 +98,39 @@ def check_backward(dy, dh, h, mean, rstd, weight, cuda=True):
     _check_param("weight", weight, "h", h, cuda)
 
 
-# ---- 1. the custom ops: thin calls into the extension ----------------------------------------
+# ---- 1. the extension calls (after the input checks), used by the custom ops and the fast path
 
-@torch.library.custom_op("tk::add_layernorm_fwd", mutates_args=())
-def add_layernorm_fwd(x: Tensor, residual: Tensor, weight: Tensor, bias: Optional[Tensor],
-                      eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """h = x + residual, y = LN(h). Returns (y, h, mean, rstd); mean/rstd are fp32, per row."""
+def _ext_forward(x, residual, weight, bias, eps):
+    """h = x + residual, y = LN(h). Returns (y, h, mean, rstd); h is None when residual is None."""
     x, residual = realign16(x), realign16(residual)   # a view at an odd offset: copy (why_not takes it)
     check_forward(x, residual, weight, bias, eps)
     y, h, mean, rstd = _ext.module.forward(x, residual, weight, bias, eps)
     return y, h, mean, rstd
 
 
+def _ext_backward(dy, dh, h, mean, rstd, weight):
+    """Returns (dh_out, dweight, dbias): dh_out = dh + LN's input gradient (dh may be None)."""
+    dy, h = realign16(dy), realign16(h)
+    dh = None if dh is None else realign16(dh)
+    check_backward(dy, dh, h, mean, rstd, weight)
+    dx, dw, db = _ext.module.backward(dy, dh, h, mean, rstd, weight)
+    return dx, dw, db
+
+
+# ---- 2. the custom ops: what torch.compile sees ----------------------------------------------
+
+@torch.library.custom_op("tk::add_layernorm_fwd", mutates_args=())
+def add_layernorm_fwd(x: Tensor, residual: Tensor, weight: Tensor, bias: Optional[Tensor],
+                      eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """h = x + residual, y = LN(h). Returns (y, h, mean, rstd); mean/rstd are fp32, per row."""
+    y, h, mean, rstd = _ext_forward(x, residual, weight, bias, eps)
+    return y, h, mean, rstd
+
+
 @torch.library.custom_op("tk::layernorm_fwd", mutates_args=())
 def layernorm_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float) -> tuple[Tensor, Tensor, Tensor]:
     """y = LN(x), no residual: the kernel skips reading r and writing h. Returns (y, mean, rstd)."""
-    x = realign16(x)
-    check_forward(x, None, weight, bias, eps)
-    y, _, mean, rstd = _ext.module.forward(x, None, weight, bias, eps)
+    y, _, mean, rstd = _ext_forward(x, None, weight, bias, eps)
     return y, mean, rstd
 
 
@@ -120,10 +138,7 @@ def layernorm_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float)
 def layernorm_bwd(dy: Tensor, dh: Optional[Tensor], h: Tensor, mean: Tensor, rstd: Tensor,
                   weight: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Returns (dh_out, dweight, dbias): dh_out = dh + LN's input gradient (dh may be None)."""
-    dy, h = realign16(dy), realign16(h)
-    dh = None if dh is None else realign16(dh)
-    check_backward(dy, dh, h, mean, rstd, weight)
-    dx, dw, db = _ext.module.backward(dy, dh, h, mean, rstd, weight)
+    dx, dw, db = _ext_backward(dy, dh, h, mean, rstd, weight)
     return dx, dw, db
 
 
@@ -144,7 +159,10 @@ def _(dy, dh, h, mean, rstd, weight):
     return torch.empty_like(h), torch.empty_like(weight), torch.empty_like(weight)
 
 
-# ---- 2. autograd: save h (not x and r) and the fp32 statistics; backward is one more op ------
+# ---- 3. autograd: save h (not x and r) and the fp32 statistics; backward is one more call ----
+# One setup_context and one backward body serve both paths: registered on the custom ops, the
+# backward calls the custom op layernorm_bwd (so torch.compile sees it); on the eager fast path
+# (section 4) it calls _ext_backward directly.
 
 def _setup_add(ctx, inputs, output):
     _, _, weight, bias, _ = inputs
@@ -153,13 +171,15 @@ def _setup_add(ctx, inputs, output):
     ctx.has_bias = bias is not None
 
 
-def _backward_add(ctx, dy, dh, _dmean, _drstd):
-    h, mean, rstd, weight = ctx.saved_tensors
-    dy = torch.zeros_like(h) if dy is None else dy.contiguous()   # None: y did not reach the loss
-    dh = None if dh is None else dh.contiguous()
-    dx, dw, db = layernorm_bwd(dy, dh, h, mean, rstd, weight)
-    # h = x + residual, so both get the same gradient (as torch.add's backward does).
-    return dx, dx, dw, (db if ctx.has_bias else None), None
+def _make_backward_add(ln_backward):
+    def backward(ctx, dy, dh, _dmean, _drstd):
+        h, mean, rstd, weight = ctx.saved_tensors
+        dy = torch.zeros_like(h) if dy is None else dy.contiguous()   # None: y did not reach the loss
+        dh = None if dh is None else dh.contiguous()
+        dx, dw, db = ln_backward(dy, dh, h, mean, rstd, weight)
+        # h = x + residual, so both get the same gradient (as torch.add's backward does).
+        return dx, dx, dw, (db if ctx.has_bias else None), None
+    return backward
 
 
 def _setup_plain(ctx, inputs, output):
@@ -169,31 +189,69 @@ def _setup_plain(ctx, inputs, output):
     ctx.has_bias = bias is not None
 
 
-def _backward_plain(ctx, dy, _dmean, _drstd):
-    x, mean, rstd, weight = ctx.saved_tensors
-    dy = torch.zeros_like(x) if dy is None else dy.contiguous()
-    dx, dw, db = layernorm_bwd(dy, None, x, mean, rstd, weight)
-    return dx, dw, (db if ctx.has_bias else None), None
+def _make_backward_plain(ln_backward):
+    def backward(ctx, dy, _dmean, _drstd):
+        x, mean, rstd, weight = ctx.saved_tensors
+        dy = torch.zeros_like(x) if dy is None else dy.contiguous()
+        dx, dw, db = ln_backward(dy, None, x, mean, rstd, weight)
+        return dx, dw, (db if ctx.has_bias else None), None
+    return backward
 
 
-add_layernorm_fwd.register_autograd(_backward_add, setup_context=_setup_add)
-layernorm_fwd.register_autograd(_backward_plain, setup_context=_setup_plain)
+add_layernorm_fwd.register_autograd(_make_backward_add(layernorm_bwd), setup_context=_setup_add)
+layernorm_fwd.register_autograd(_make_backward_plain(layernorm_bwd), setup_context=_setup_plain)
 
 
-# ---- 3. the public op, with the same signature as reference.add_layernorm ---------------------
+# The fast path's autograd.Functions. Old style on purpose (ctx is forward's first argument and
+# forward does the setup): with a separate setup_context staticmethod, Function.apply binds the
+# arguments through inspect.signature on every call (~20 µs of CPU, torch 2.13). They also skip
+# materializing zeros for the gradients of outputs that reached no loss (mean and rstd always;
+# custom ops allocate and fill them): the backward takes None for those.
+class _AddLayerNormEager(torch.autograd.Function):
+    """add_layernorm_fwd without torch.library: the same call, saved tensors and backward."""
+    @staticmethod
+    def forward(ctx, x, residual, weight, bias, eps):
+        ctx.set_materialize_grads(False)
+        output = _ext_forward(x, residual, weight, bias, eps)   # (y, h, mean, rstd)
+        _setup_add(ctx, (x, residual, weight, bias, eps), output)
+        return output
+
+    backward = staticmethod(_make_backward_add(_ext_backward))
+
+
+class _LayerNormEager(torch.autograd.Function):
+    """layernorm_fwd without torch.library: the same call, saved tensors and backward."""
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        ctx.set_materialize_grads(False)
+        y, _, mean, rstd = _ext_forward(x, None, weight, bias, eps)
+        _setup_plain(ctx, (x, weight, bias, eps), (y, mean, rstd))
+        return y, mean, rstd
+
+    backward = staticmethod(_make_backward_plain(_ext_backward))
+
+
+# ---- 4. the public op, with the same signature as reference.add_layernorm ---------------------
+# Eager fast path: outside torch.compile the public op calls the autograd.Functions above, not
+# the custom ops. Through torch.library (Python dispatch of the custom op, its generated autograd
+# wrapper, then the backward custom op) fwd+bwd cost ~380 µs of CPU per call at 16384x768 on the
+# H200 host, more than eager PyTorch's whole call (242 µs; kernels/NOTES.md, LayerNorm run 2).
+# Under torch.compile the custom ops stay: the graph, fake tensors and opcheck are unchanged.
 
 def add_layernorm(x, residual, weight, bias, eps=1e-5):
     """h = x + residual (residual may be None); y = LayerNorm(h). Returns (y, h)."""
+    eager = not torch.compiler.is_compiling()
     if residual is None:
-        y, _, _ = layernorm_fwd(x.contiguous(), weight.contiguous(), _contiguous(bias), float(eps))
+        op = _LayerNormEager.apply if eager else layernorm_fwd
+        y, _, _ = op(x.contiguous(), weight.contiguous(), _contiguous(bias), float(eps))
         return y, x
     if residual.dtype != x.dtype:
         # Under autocast a bf16 branch output meets the fp32 residual stream; x + residual would
         # promote, so we do the same (one cast of the smaller tensor) to keep h's dtype identical.
         dtype = torch.promote_types(x.dtype, residual.dtype)
         x, residual = x.to(dtype), residual.to(dtype)
-    y, h, _, _ = add_layernorm_fwd(x.contiguous(), residual.contiguous(), weight.contiguous(),
-                                   _contiguous(bias), float(eps))
+    op = _AddLayerNormEager.apply if eager else add_layernorm_fwd
+    y, h, _, _ = op(x.contiguous(), residual.contiguous(), weight.contiguous(), _contiguous(bias), float(eps))
     return y, h
 
 
@@ -201,7 +259,7 @@ def _contiguous(t):
     return None if t is None else t.contiguous()
 
 
-# ---- 4. the support check and registration ---------------------------------------------------
+# ---- 5. the support check and registration ---------------------------------------------------
 
 @torch.compiler.assume_constant_result
 def _build_reason():

@@ -19,7 +19,8 @@ The ops:
       dpre = (dy·w_proj) ⊙ GELU'(pre) in one GEMM's epilogue (which also sums db_fc per 16
       rows); dx = dpre·w_fc; dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x with split-K.
 Both have `register_fake` (shapes only) and mlp_fwd has `register_autograd`, so torch.compile
-traces through them and DDP sees ordinary autograd.
+traces through them and DDP sees ordinary autograd. Outside torch.compile the public op calls
+_MLPEager instead, a plain autograd.Function around the same extension calls (less CPU per call).
 
 The kernels compute in bfloat16 (fp32 accumulation). Under torch.autocast(dtype=bfloat16) the
 fp32 activations and parameters are cast on the way in, as autocast does for F.linear, and the
@@ -93,11 +94,9 @@ def check_backward(dy, x, pre, h, w_fc, w_proj, cuda=True):
     _check_matrix("h", h, M, H, x, cuda)
 
 
-# ---- 1. the custom ops: thin calls into the extension ----------------------------------------
+# ---- 1. the extension calls (after the input checks), used by the custom ops and the fast path
 
-@torch.library.custom_op("tk::mlp_fwd", mutates_args=())
-def mlp_fwd(x: Tensor, w_fc: Tensor, b_fc: Optional[Tensor], w_proj: Tensor,
-            b_proj: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+def _ext_forward(x, w_fc, b_fc, w_proj, b_proj):
     """x (M, C) bf16. Returns (y, pre, h): y (M, C), pre = x·w_fcᵀ + b_fc and h = GELU(pre), (M, H)."""
     x, w_fc, w_proj = realign16(x), realign16(w_fc), realign16(w_proj)   # odd-offset views: copy
     check_forward(x, w_fc, b_fc, w_proj, b_proj)
@@ -105,13 +104,29 @@ def mlp_fwd(x: Tensor, w_fc: Tensor, b_fc: Optional[Tensor], w_proj: Tensor,
     return y, pre, h
 
 
-@torch.library.custom_op("tk::mlp_bwd", mutates_args=())
-def mlp_bwd(dy: Tensor, x: Tensor, pre: Tensor, h: Tensor, w_fc: Tensor,
-            w_proj: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _ext_backward(dy, x, pre, h, w_fc, w_proj):
     """Returns (dx, dw_fc, db_fc, dw_proj, db_proj), all bf16."""
     dy, x, pre, h, w_fc, w_proj = (realign16(t) for t in (dy, x, pre, h, w_fc, w_proj))
     check_backward(dy, x, pre, h, w_fc, w_proj)
     dx, dw_fc, db_fc, dw_proj, db_proj = _ext.module.backward(dy, x, pre, h, w_fc, w_proj)
+    return dx, dw_fc, db_fc, dw_proj, db_proj
+
+
+# ---- 2. the custom ops: what torch.compile sees ----------------------------------------------
+
+@torch.library.custom_op("tk::mlp_fwd", mutates_args=())
+def mlp_fwd(x: Tensor, w_fc: Tensor, b_fc: Optional[Tensor], w_proj: Tensor,
+            b_proj: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    """x (M, C) bf16. Returns (y, pre, h): y (M, C), pre = x·w_fcᵀ + b_fc and h = GELU(pre), (M, H)."""
+    y, pre, h = _ext_forward(x, w_fc, b_fc, w_proj, b_proj)
+    return y, pre, h
+
+
+@torch.library.custom_op("tk::mlp_bwd", mutates_args=())
+def mlp_bwd(dy: Tensor, x: Tensor, pre: Tensor, h: Tensor, w_fc: Tensor,
+            w_proj: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Returns (dx, dw_fc, db_fc, dw_proj, db_proj), all bf16."""
+    dx, dw_fc, db_fc, dw_proj, db_proj = _ext_backward(dy, x, pre, h, w_fc, w_proj)
     return dx, dw_fc, db_fc, dw_proj, db_proj
 
 
@@ -127,7 +142,9 @@ def _(dy, x, pre, h, w_fc, w_proj):
             torch.empty_like(w_proj), w_proj.new_empty(w_proj.shape[0]))
 
 
-# ---- 2. autograd: the forward keeps x, pre, h and the weights; backward is one more op -------
+# ---- 3. autograd: the forward keeps x, pre, h and the weights; backward is one more call -----
+# One setup_context and one backward body serve both paths (as in kernels/layernorm.py): on the
+# custom op the backward calls the custom op mlp_bwd; on the eager fast path, _ext_backward.
 
 def _setup(ctx, inputs, output):
     x, w_fc, b_fc, w_proj, b_proj = inputs
@@ -136,17 +153,36 @@ def _setup(ctx, inputs, output):
     ctx.has_b_fc, ctx.has_b_proj = b_fc is not None, b_proj is not None
 
 
-def _backward(ctx, dy, _dpre, _dh):
-    # pre and h are internal outputs (the public op returns only y), so their gradients are None.
-    x, pre, h, w_fc, w_proj = ctx.saved_tensors
-    dx, dw_fc, db_fc, dw_proj, db_proj = mlp_bwd(dy.contiguous(), x, pre, h, w_fc, w_proj)
-    return (dx, dw_fc, db_fc if ctx.has_b_fc else None, dw_proj, db_proj if ctx.has_b_proj else None)
+def _make_backward(mlp_backward):
+    def backward(ctx, dy, _dpre, _dh):
+        # pre and h are internal outputs (the public op returns only y): their gradients are unused
+        # (zeros on the custom op, None on the fast path), and dy is never None.
+        x, pre, h, w_fc, w_proj = ctx.saved_tensors
+        dx, dw_fc, db_fc, dw_proj, db_proj = mlp_backward(dy.contiguous(), x, pre, h, w_fc, w_proj)
+        return (dx, dw_fc, db_fc if ctx.has_b_fc else None, dw_proj, db_proj if ctx.has_b_proj else None)
+    return backward
 
 
-mlp_fwd.register_autograd(_backward, setup_context=_setup)
+mlp_fwd.register_autograd(_make_backward(mlp_bwd), setup_context=_setup)
 
 
-# ---- 3. the public op, with the same signature as reference.mlp ------------------------------
+class _MLPEager(torch.autograd.Function):
+    """mlp_fwd without torch.library: the same call, saved tensors and backward. Old style and no
+    materialized zero gradients, as kernels/layernorm.py explains: here that saves two (M, H)
+    zero tensors per backward, for pre and h, which the custom-op path allocates and fills."""
+    @staticmethod
+    def forward(ctx, x, w_fc, b_fc, w_proj, b_proj):
+        ctx.set_materialize_grads(False)
+        output = _ext_forward(x, w_fc, b_fc, w_proj, b_proj)   # (y, pre, h)
+        _setup(ctx, (x, w_fc, b_fc, w_proj, b_proj), output)
+        return output
+
+    backward = staticmethod(_make_backward(_ext_backward))
+
+
+# ---- 4. the public op, with the same signature as reference.mlp ------------------------------
+# Outside torch.compile it takes the eager fast path (_MLPEager), not the custom op: the
+# torch.library dispatch costs hundreds of µs of CPU per fwd+bwd (kernels/layernorm.py, section 4).
 
 def _bf16(t):
     return None if t is None else t.to(torch.bfloat16).contiguous()
@@ -156,11 +192,12 @@ def mlp(x, w_fc, b_fc, w_proj, b_proj):
     """y = GELU_tanh(x @ w_fc.T + b_fc) @ w_proj.T + b_proj (biases may be None), in bf16."""
     lead = x.shape[:-1]
     x2 = _bf16(x.reshape(-1, x.shape[-1]))
-    y, _, _ = mlp_fwd(x2, _bf16(w_fc), _bf16(b_fc), _bf16(w_proj), _bf16(b_proj))
+    op = mlp_fwd if torch.compiler.is_compiling() else _MLPEager.apply
+    y, _, _ = op(x2, _bf16(w_fc), _bf16(b_fc), _bf16(w_proj), _bf16(b_proj))
     return y.reshape(*lead, y.shape[-1])
 
 
-# ---- 4. the support check and registration ---------------------------------------------------
+# ---- 5. the support check and registration ---------------------------------------------------
 
 @torch.compiler.assume_constant_result
 def _build_reason():
@@ -222,7 +259,7 @@ register_tk("mlp", mlp, why_not)
 _preflight_checks["mlp"] = preflight
 
 
-# ---- 5. bench.py's MLP rows (kernels/mlp_bench.py), when bench.py is the running script --------
+# ---- 6. bench.py's MLP rows (kernels/mlp_bench.py), when bench.py is the running script --------
 
 def _register_bench_cases():
     # bench.py runs as __main__, so `from bench import register` would load a second copy with
