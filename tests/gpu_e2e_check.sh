@@ -5,12 +5,13 @@
 #   bash tests/gpu_e2e_check.sh OUT
 #
 #   GPU 0: train.py config/shakespeare.py --kernels=torch          -> OUT/shakespeare_torch.log
-#          (meanwhile every tk extension builds, in parallel)      -> OUT/build.log
+#          (meanwhile every tk extension builds, in parallel)      -> OUT/summary.txt
 #   GPU 1: the kernels' GPU tests, 4 pytest workers                -> OUT/pytest.log
 #   GPU 0: train.py config/shakespeare.py --kernels=auto (tk), back to back with the torch run
 #                                                                  -> OUT/shakespeare_tk.log
 #   GPU 1: GPT-2 124M shapes on random tokens: our model on torch and on tk, and the plain
 #          nanoGPT-style baseline (eager)                          -> OUT/gpt2.log
+#   GPU 0: bench.py --ops layernorm,mlp --quick (no torch.compile rows)  -> OUT/bench.log
 #   GPU 0+1: torchrun DDP, GPT-2 124M, 32x1024 tokens per GPU      -> OUT/ddp.log
 # Both shakespeare runs use eval_iters=50 (the config says 200) to fit the lease.
 # Needs data/shakespeare_char/input.txt (git-ignored) or .gpu_carry/input.txt.
@@ -39,7 +40,7 @@ BUILDS=()
 for mod in layernorm attention_op attention_hopper mlp_op gemm; do
     (CUDA_VISIBLE_DEVICES=1 timeout 150 python -c "import kernels.$mod as m; from kernels.build import
 LazyExtension as L; [e.module for e in vars(m).values() if isinstance(e, L)]" 2>&1 |
-        sed "s/^/$mod: /") >> "$OUT/build.log" &
+        sed "s/^/build $mod: /") >> "$S" &
     BUILDS+=($!)
 done
 wait "${BUILDS[@]}"
@@ -62,20 +63,27 @@ TK_RUN=$!
 wait $TESTS
 note "pytest: $(tail -2 "$OUT/pytest.log" | tr '\n' ' ')"
 
-# GPT-2 124M shapes, one GPU: our model on torch and on tk, then the plain baseline.
+# GPU 1: GPT-2 124M shapes: our model on torch and on tk, then the plain baseline (eager).
 G2="config/gpt2.py --dataset=synthetic --batch_size=32 --gradient_accumulation_steps=1 --max_iters=30
-    --eval_interval=100000 --eval_iters=1 --log_interval=5 --compile=False --out_dir=/tmp/o_gpt2"
-for k in torch auto; do
+    --eval_interval=100000 --eval_iters=1 --log_interval=5 --compile=False --always_save_checkpoint=False"
+(for k in torch auto; do
     echo "=== kernels=$k" >> "$OUT/gpt2.log"
-    CUDA_VISIBLE_DEVICES=1 timeout 60 python train.py $G2 --kernels=$k >> "$OUT/gpt2.log" 2>&1
-done
-CUDA_VISIBLE_DEVICES=1 timeout 40 python tests/plain_gpt_baseline.py --batch_size=32 --micro_batch=32 \
-    --block_size=1024 --dtype=bfloat16 --steps=10 --warmup=3 --modes=eager >> "$OUT/gpt2.log" 2>&1
-note "gpt2: $(grep -E '^summary|tok/s' "$OUT/gpt2.log" | tr '\n' ' ')"
+    CUDA_VISIBLE_DEVICES=1 timeout 60 python train.py $G2 --kernels=$k --out_dir=/tmp/o_gpt2_$k >> "$OUT/gpt2.log" 2>&1
+ done
+ CUDA_VISIBLE_DEVICES=1 timeout 40 python tests/plain_gpt_baseline.py --batch_size=32 --micro_batch=32 \
+    --block_size=1024 --dtype=bfloat16 --steps=10 --warmup=3 --modes=eager >> "$OUT/gpt2.log" 2>&1) &
+GPT2=$!
 wait $TK_RUN
 note "tk run: $(grep -E '^summary|^rc=' "$OUT/shakespeare_tk.log" | tr '\n' ' ')"
 
+# GPU 0: the op bench, headline shapes, tk vs eager (no torch.compile rows, to save time).
+CUDA_VISIBLE_DEVICES=0 timeout 60 python bench.py --ops layernorm,mlp --quick --compile-modes "" \
+    --json /tmp/bench.json > "$OUT/bench.log" 2>&1
+note "bench rc=$?"
+wait $GPT2
+note "gpt2: $(grep -E '^summary|tok/s' "$OUT/gpt2.log" | tr '\n' ' ')"
+
 # DDP: two GPUs, 32x1024 tokens per GPU per step, gradients all-reduced every step.
 timeout 60 torchrun --standalone --nproc_per_node=2 train.py $G2 --gradient_accumulation_steps=2 \
-    --kernels=auto > "$OUT/ddp.log" 2>&1
+    --kernels=auto --out_dir=/tmp/o_ddp > "$OUT/ddp.log" 2>&1
 note "ddp rc=$?: $(grep -E '^summary' "$OUT/ddp.log")"
