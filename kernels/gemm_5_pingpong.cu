@@ -12,14 +12,14 @@
 // 4.2 MFLOP), i.e. a third more L2 traffic per flop.
 // What it bought: not measured yet (tests/gemm_gpu_check.sh runs it with TK_GEMM_STEP5=1).
 //
-// Read in order (only the differences from step 4 are commented): tiles, producer, consumer
+// Read in order (only the differences from step 4 are commented): tiles, producer (step 4's own,
+// from kernels/gemm_4_warp_specialized.cuh, as are the tile types and the work order), consumer
 // (which tiles are mine, the stage counter over the tiles that are not, the turn barriers),
 // epilogue, launcher.
 #include <algorithm>
 #include <string>
 #include "gemm.cuh"
-#include "tk/types/types.cuh"
-#include "tk/ops/group/group.cuh"
+#include "gemm_4_warp_specialized.cuh"   // step 4's tile types, problem shape and work order
 
 namespace {
 using namespace tk;
@@ -27,10 +27,9 @@ using wgmma::major;
 
 constexpr int BM = 128, BN = 128, BK = 64, STAGES = 6;   // one consumer's tile
 constexpr int CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
-constexpr int GROUP_M = 16;
 
-template <major M, int MN> using operand_tile = std::conditional_t<M == major::K, st<bf16, MN, BK>, st<bf16, BK, MN>>;
-template <typename OutT> using out_tile = st<OutT, 16, 128 / sizeof(OutT)>;
+template <major M, int MN> using operand_tile = gemm4::operand_tile<M, MN, BK>;
+using gemm4::out_tile;
 
 template <major MA, major MB, typename OutT>
 struct layout {
@@ -49,24 +48,13 @@ struct layout {
     };
     struct params {
         a_gl A; b_gl B; c_gl C;
-        int M, N, K;
-        int tiles_m, tiles_n, k_tiles, splits, units;
+        gemm4::shape sh;
         gemm::epilogue epi;
     };
 };
 
-struct work { int tm, tn, k_begin, k_end; };
-template <typename P>
-__device__ inline work unit_work(const P& p, int unit) {   // as step 4 (split-major, grouped rows)
-    int tiles = p.tiles_m * p.tiles_n;
-    int tile = unit % tiles, split = unit / tiles;
-    int per_group = GROUP_M * p.tiles_n;
-    int first_m = (tile / per_group) * GROUP_M;
-    int group_rows = min(p.tiles_m - first_m, GROUP_M);
-    int in_group = tile % per_group;
-    return {first_m + in_group % group_rows, in_group / group_rows,
-            split * p.k_tiles / p.splits, (split + 1) * p.k_tiles / p.splits};
-}
+using gemm4::work;
+using gemm4::unit_work;                  // as step 4 (split-major, grouped rows), as the producer walks them
 
 template <major MA, major MB, typename OutT>
 __global__ void __launch_bounds__(THREADS, 1) gemm_pingpong_kernel(const __grid_constant__ typename layout<MA, MB, OutT>::params p) {
@@ -88,21 +76,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_pingpong_kernel(const __grid_
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         warpgroup_decrease_registers<40>();
-        if (threadIdx.x == 0) {                      // the same producer as step 4, 128x128 tiles
-            int it = 0;
-            for (int unit = blockIdx.x; unit < p.units; unit += gridDim.x) {
-                work w = unit_work(p, unit);
-                for (int kt = w.k_begin; kt < w.k_end; ++kt, ++it) {
-                    int stage = it % STAGES;
-                    mbar::wait(s.empty[stage], ((it / STAGES) & 1) ^ 1);
-                    mbar::arrive_expect_bytes(s.full[stage], tma::bytes<typename L::a_tile> + tma::bytes<typename L::b_tile>);
-                    if constexpr (MA == major::K) tma::load_async(s.a[stage], p.A, w.tm, kt, s.full[stage]);
-                    else                          tma::load_async(s.a[stage], p.A, kt, w.tm, s.full[stage]);
-                    if constexpr (MB == major::K) tma::load_async(s.b[stage], p.B, w.tn, kt, s.full[stage]);
-                    else                          tma::load_async(s.b[stage], p.B, kt, w.tn, s.full[stage]);
-                }
-            }
-        }
+        if (threadIdx.x == 0) gemm4::produce<STAGES, MA, MB>(s, p.A, p.B, p.sh);   // step 4's producer, 128x128 tiles
     } else {
         warpgroup_increase_registers<232>();
         const int c = wg - 1;
@@ -111,8 +85,8 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_pingpong_kernel(const __grid_
         int it = 0;                                  // ring position, counted over ALL tiles
         int mine = 0;                                // tiles of this CTA seen so far
         int turns = 0;                               // tiles this consumer has multiplied
-        for (int unit = blockIdx.x; unit < p.units; unit += gridDim.x, ++mine) {
-            work w = unit_work(p, unit);
+        for (int unit = blockIdx.x; unit < p.sh.units; unit += gridDim.x, ++mine) {
+            work w = unit_work(p.sh, unit);
             if (mine % CONSUMERS != c) {             // the other consumer's tile: skip its stages
                 it += w.k_end - w.k_begin;
                 continue;
@@ -168,7 +142,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_pingpong_kernel(const __grid_
                             int row = g + 8 * r, col = 8 * j + 2 * t;
                             int gcol = w.tn * BN + ch * CC + col;
                             float v0 = acc[h].d[i], v1 = acc[h].d[i + 1];
-                            if (!p.epi.identity() && gcol < p.N) { v0 = p.epi.apply(v0, gcol); v1 = p.epi.apply(v1, gcol + 1); }
+                            if (!p.epi.identity() && gcol < p.sh.N) { v0 = p.epi.apply(v0, gcol); v1 = p.epi.apply(v1, gcol + 1); }
                             if constexpr (sizeof(OutT) == 2)
                                 *reinterpret_cast<bf16_2*>(buf.ptr(row, col)) = __floats2bfloat162_rn(v0, v1);
                             else
@@ -179,8 +153,8 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_pingpong_kernel(const __grid_
                     __syncwarp();
                     if (lane == 0) {
                         int box_col = (w.tn * BN) / CC + ch;
-                        if (box_col * CC < p.N) {
-                            if (p.splits > 1) tma::store_add_async(p.C, buf, box_row, box_col);
+                        if (box_col * CC < p.sh.N) {
+                            if (p.sh.splits > 1) tma::store_add_async(p.C, buf, box_row, box_col);
                             else              tma::store_async(p.C, buf, box_row, box_col);
                         }
                         tma::store_commit_group();
@@ -211,11 +185,11 @@ const char* launch(const gemm::args& g) {
         P p{typename L::a_gl(a, 1, MA == major::K ? g.M : g.K, MA == major::K ? g.K : g.M),
             typename L::b_gl(b, 1, MB == major::K ? g.N : g.K, MB == major::K ? g.K : g.N),
             typename L::c_gl(static_cast<OutT*>(g.c), 1, g.M, g.N),
-            g.M, g.N, g.K, (g.M + BM - 1) / BM, (g.N + BN - 1) / BN, (g.K + BK - 1) / BK, g.splits, 0,
+            {g.M, g.N, g.K, (g.M + BM - 1) / BM, (g.N + BN - 1) / BN, (g.K + BK - 1) / BK, g.splits, 0},
             {static_cast<const bf16*>(g.bias), g.gelu}};
-        if (p.splits < 1 || p.splits > p.k_tiles) return "gemm step 5: splits must be in 1..ceil(K/64)";
-        p.units = p.tiles_m * p.tiles_n * p.splits;
-        int grid = std::min(p.units, std::max(g.num_sms, 1));
+        if (p.sh.splits < 1 || p.sh.splits > p.sh.k_tiles) return "gemm step 5: splits must be in 1..ceil(K/64)";
+        p.sh.units = p.sh.tiles_m * p.sh.tiles_n * p.sh.splits;
+        int grid = std::min(p.sh.units, std::max(g.num_sms, 1));
         kernel<<<grid, THREADS, smem_bytes, g.stream>>>(p);
     } catch (const std::exception& e) {
         static thread_local std::string msg;

@@ -1,0 +1,269 @@
+// kernels/gemm_4_warp_specialized.cuh — GEMM step 4's kernel template, shared by the step-4
+// lesson (kernels/gemm_4_warp_specialized.cu: read its opening comment first, it says what the
+// step changes) and the MLP (kernels/mlp.cu), which differ only in their epilogues.
+//
+// The kernel: one producer warpgroup issues TMA loads into a ring of shared stages, two consumer
+// warpgroups run wgmma on 128x256 tiles of a persistent grid, and each consumer warp moves its
+// 16 rows out box by box (16 rows x 128 bytes) through its own swizzled staging tiles and TMA.
+// What happens to the values on the way out is an EPILOGUE POLICY, a template parameter: a
+// struct holding its own kernel arguments (output views, bias, ...) with these members:
+//
+//   using out_t;                    element type of the stored boxes (bf16 or float)
+//   static constexpr int OUTPUTS;   boxes stored per accumulator box (2: pre and h in the MLP)
+//   struct tile_state;              registers it carries from a tile's start to its epilogue
+//   begin_tile(st, pos, shape)      before the tile's main loop (e.g. start loading an extra input)
+//   box(st, acc, ch, pos, shape)    accumulator box ch (this warp's 16 rows x box_cols columns):
+//                                   in-place transforms of acc, side outputs (e.g. column sums)
+//   value(o, v0, v1, col, shape)    -> the two values (columns col, col+1) staged for output o
+//   store(o, buf, box_row, box_col, shape)   lane 0: send output o's staged box (TMA store/add)
+//
+// Read in order: configuration, tile shapes, shared memory, work decomposition, the kernel
+// (producer, consumer main loop, epilogue loop), launcher.
+#pragma once
+#include <algorithm>
+#include <string>
+#include <type_traits>
+#include "tk/types/types.cuh"
+#include "tk/ops/group/group.cuh"
+
+namespace gemm4 {
+using namespace tk;
+using wgmma::major;
+
+// A configuration: pipeline depth, K per stage, and when a consumer frees a stage.
+//   DRAIN = false: after issuing stage s, wait for stage s-1's wgmmas (one group in flight) and free s-1.
+//   DRAIN = true:  wait for stage s itself and free it at once (the other consumer keeps the
+//                  tensor cores busy meanwhile); the producer gets each stage back one step sooner.
+// NBUF: output staging boxes per consumer warp (more = fewer waits for TMA stores to read them).
+template <int STAGES_, int BK_, bool DRAIN_, int NBUF_ = 2> struct config {
+    static constexpr int STAGES = STAGES_, BK = BK_, NBUF = NBUF_;
+    static constexpr bool DRAIN = DRAIN_;
+};
+
+constexpr int BM = 128, BN = 256;            // CTA tile; each consumer owns 64 x 256
+constexpr int CONSUMERS = 2;
+constexpr int THREADS = 128 * (1 + CONSUMERS);
+constexpr int GROUP_M = 16;                  // tile rows walked together (L2 reuse)
+
+// Shared tiles as TMA writes them: K-major tiles are rows x K, MN-major tiles are K x cols.
+template <major M, int MN, int BK> using operand_tile = std::conditional_t<M == major::K, st<bf16, MN, BK>, st<bf16, BK, MN>>;
+// Each consumer warp stages 16 rows x 128 bytes of output at a time: one TMA box.
+template <typename OutT> using out_tile = st<OutT, 16, 128 / sizeof(OutT)>;
+template <typename OutT> using out_gl = gl<OutT, runtime, runtime, out_tile<OutT>>;
+template <typename OutT> constexpr int box_cols = out_tile<OutT>::cols;   // 64 bf16 / 32 fp32
+
+// The problem's sizes and work split, as the kernel and the epilogue policies see them.
+struct shape {
+    int M, N, K;
+    int tiles_m, tiles_n, k_tiles, splits, units;
+};
+
+// Where this thread's accumulator values land in C: acc.d[i] is row slab_row + g + 8·((i>>1)&1),
+// column tile_col + 8·(i>>2) + 2t + (i&1).
+struct tile_pos {
+    int slab_row;                // first row of this warp's 16-row slab
+    int tile_col;                // first column of the tile
+    int g, t;                    // lane / 4, lane % 4
+};
+
+template <typename Cfg, major MA, major MB, typename Epi>
+struct layout {
+    using a_tile = operand_tile<MA, BM, Cfg::BK>;
+    using b_tile = operand_tile<MB, BN, Cfg::BK>;
+    using c_tile = out_tile<typename Epi::out_t>;
+    using a_gl = gl<bf16, runtime, runtime, a_tile>;
+    using b_gl = gl<bf16, runtime, runtime, b_tile>;
+    struct smem {
+        a_tile a[Cfg::STAGES];
+        b_tile b[Cfg::STAGES];
+        c_tile c[CONSUMERS][4][Cfg::NBUF];   // [consumer][warp][staging buffer]
+        mbarrier full[Cfg::STAGES], empty[Cfg::STAGES];
+    };
+    struct params {
+        a_gl A; b_gl B;
+        shape sh;
+        Epi epi;
+    };
+};
+
+// ---- work decomposition: unit -> (tile row, tile column, k range) ----
+// Units are numbered split-major: all tiles of split 0, then all of split 1, ... so the CTAs
+// running at one time read the same K range of A and B, which then stays in L2.
+struct work { int tm, tn, k_begin, k_end; };
+__device__ inline work unit_work(const shape& p, int unit) {
+    int tiles = p.tiles_m * p.tiles_n;
+    int tile = unit % tiles, split = unit / tiles;
+    int per_group = GROUP_M * p.tiles_n;
+    int first_m = (tile / per_group) * GROUP_M;
+    int group_rows = min(p.tiles_m - first_m, GROUP_M);
+    int in_group = tile % per_group;
+    return {first_m + in_group % group_rows, in_group / group_rows,
+            split * p.k_tiles / p.splits, (split + 1) * p.k_tiles / p.splits};
+}
+
+// The producer: one thread walks the same units as the consumers and loads each k-tile of A and
+// B into the next ring stage once the consumers have freed it (step 5 reuses it for its tiles).
+template <int STAGES, major MA, major MB, typename Smem, typename AGl, typename BGl>
+__device__ inline void produce(Smem& s, const AGl& A, const BGl& B, const shape& sh) {
+    using a_tile = std::remove_reference_t<decltype(s.a[0])>;
+    using b_tile = std::remove_reference_t<decltype(s.b[0])>;
+    int it = 0;
+    for (int unit = blockIdx.x; unit < sh.units; unit += gridDim.x) {
+        work w = unit_work(sh, unit);
+        for (int kt = w.k_begin; kt < w.k_end; ++kt, ++it) {
+            int stage = it % STAGES;
+            mbar::wait(s.empty[stage], ((it / STAGES) & 1) ^ 1);   // fresh barrier: passes
+            mbar::arrive_expect_bytes(s.full[stage], tma::bytes<a_tile> + tma::bytes<b_tile>);
+            if constexpr (MA == major::K) tma::load_async(s.a[stage], A, w.tm, kt, s.full[stage]);
+            else                          tma::load_async(s.a[stage], A, kt, w.tm, s.full[stage]);
+            if constexpr (MB == major::K) tma::load_async(s.b[stage], B, w.tn, kt, s.full[stage]);
+            else                          tma::load_async(s.b[stage], B, kt, w.tn, s.full[stage]);
+        }
+    }
+}
+
+template <typename Cfg, major MA, major MB, typename Epi>
+__global__ void __launch_bounds__(THREADS, 1)
+gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params p) {
+    using L = layout<Cfg, MA, MB, Epi>;
+    constexpr int STAGES = Cfg::STAGES;
+    extern __shared__ char smem_raw[];
+    shared_allocator alloc(smem_raw);
+    auto& s = alloc.template allocate<typename L::smem>();
+
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < STAGES; ++i) {
+            mbar::init(s.full[i], 1);                // the producer's arrive_expect_bytes
+            mbar::init(s.empty[i], CONSUMERS * 4);   // one arrive per consumer warp
+        }
+        mbar::fence_init();
+    }
+    __syncthreads();
+
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+        // ================= producer: one thread issues every TMA load =================
+        warpgroup_decrease_registers<40>();
+        if (threadIdx.x == 0) produce<STAGES, MA, MB>(s, p.A, p.B, p.sh);
+    } else {
+        // ================= consumers: wgmma on the ring, then the epilogue =================
+        warpgroup_increase_registers<232>();
+        const int c = wg - 1;                        // which 64-row half of the CTA tile
+        const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+        wgmma::accumulator<BN> acc;
+        int it = 0;
+        for (int unit = blockIdx.x; unit < p.sh.units; unit += gridDim.x) {
+            work w = unit_work(p.sh, unit);
+            const tile_pos pos{w.tm * BM + 64 * c + 16 * warp, w.tn * BN, lane / 4, lane % 4};
+            typename Epi::tile_state ts;
+            p.epi.begin_tile(ts, pos, p.sh);
+
+            for (int kt = w.k_begin; kt < w.k_end; ++kt, ++it) {
+                int stage = it % STAGES;
+                mbar::wait(s.full[stage], (it / STAGES) & 1);
+                wgmma::fence();
+#pragma unroll
+                for (int k = 0; k < Cfg::BK / 16; ++k)
+                    wgmma::mma_ss<MA, MB>(acc, wgmma::desc<MA>(s.a[stage], 64 * c, k),
+                                          wgmma::desc<MB>(s.b[stage], 0, k), kt > w.k_begin || k > 0);
+                wgmma::commit_group();
+                if constexpr (Cfg::DRAIN) {
+                    wgmma::wait_group<0>();
+                    if (lane == 0) mbar::arrive(s.empty[stage]);
+                } else if (kt > w.k_begin) {         // the previous stage's wgmmas are done: free it
+                    wgmma::wait_group<1>();
+                    if (lane == 0) mbar::arrive(s.empty[(it - 1) % STAGES]);
+                }
+            }
+            if constexpr (!Cfg::DRAIN) {
+                wgmma::wait_group<0>();
+                if (lane == 0) mbar::arrive(s.empty[(it - 1) % STAGES]);
+            }
+            wgmma::fence_operand(acc);
+
+            // ---- epilogue: each warp moves its 16 x 256 slice out in boxes of 16 x 128 bytes.
+            // Per accumulator box: the policy's in-place work, then each of its outputs goes
+            // registers -> swizzled staging box -> TMA; the warp's staging buffers rotate so one
+            // store drains while the next box fills (no warpgroup barrier anywhere).
+            using c_tile = typename L::c_tile;
+            constexpr int CC = c_tile::cols;                 // columns per box: 64 bf16 / 32 fp32
+            constexpr int OUTPUTS = Epi::OUTPUTS;
+            static_assert((BN / CC * OUTPUTS) % Cfg::NBUF == 0, "buffer ring must restart in step with the tile");
+            const int box_row = pos.slab_row / 16;
+#pragma unroll
+            for (int ch = 0; ch < BN / CC; ++ch) {
+                p.epi.box(ts, acc, ch, pos, p.sh);
+#pragma unroll
+                for (int o = 0; o < OUTPUTS; ++o) {
+                    c_tile& buf = s.c[c][warp][(ch * OUTPUTS + o) % Cfg::NBUF];
+                    if (lane == 0) tma::store_wait_read<Cfg::NBUF - 1>();   // the store NBUF boxes ago has read buf
+                    __syncwarp();
+#pragma unroll
+                    for (int j = 0; j < CC / 8; ++j) {       // 8-column blocks of this box
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {        // rows g and g + 8
+                            int i = 4 * (ch * CC / 8 + j) + 2 * h;
+                            int row = pos.g + 8 * h, col = 8 * j + 2 * pos.t;
+                            float2 v = p.epi.value(o, acc.d[i], acc.d[i + 1], pos.tile_col + ch * CC + col, p.sh);
+                            // buf.ptr applies the tile's 128B swizzle: the warp's 32 stores hit 32 banks
+                            if constexpr (sizeof(typename Epi::out_t) == 2)
+                                *reinterpret_cast<bf16_2*>(buf.ptr(row, col)) = __floats2bfloat162_rn(v.x, v.y);
+                            else
+                                *reinterpret_cast<float2*>(buf.ptr(row, col)) = v;
+                        }
+                    }
+                    fence_proxy_async();                     // generic writes -> TMA reads
+                    __syncwarp();
+                    if (lane == 0) {
+                        p.epi.store(o, buf, box_row, pos.tile_col / CC + ch, p.sh);
+                        tma::store_commit_group();
+                    }
+                }
+            }
+        }
+        if (lane == 0) tma::store_wait<0>();
+    }
+}
+
+// ---- launcher: `who` prefixes error messages; make_epi() builds the policy (its gl
+// constructors may throw, so it runs inside the try). Returns nullptr or a message.
+template <typename Cfg, major MA, major MB, typename Epi, typename MakeEpi>
+const char* launch(const char* who, const void* a_ptr, const void* b_ptr, int M, int N, int K, int splits,
+                   int num_sms, cudaStream_t stream, MakeEpi&& make_epi) {
+    using L = layout<Cfg, MA, MB, Epi>;
+    using P = typename L::params;
+    auto kernel = gemm_ws_kernel<Cfg, MA, MB, Epi>;
+    constexpr int smem_bytes = sizeof(typename L::smem) + 1024;   // + alignment slack
+    static_assert(smem_bytes <= 232448, "step 4: shared memory over the 227 KB a block may use");
+    static thread_local std::string msg;
+    static bool configured = false;
+    if (!configured) {
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes) != cudaSuccess) {
+            msg = std::string(who) + ": could not reserve shared memory (needs a Hopper GPU)";
+            return msg.c_str();
+        }
+        configured = true;
+    }
+    try {
+        auto* a = static_cast<bf16*>(const_cast<void*>(a_ptr));
+        auto* b = static_cast<bf16*>(const_cast<void*>(b_ptr));
+        P p{typename L::a_gl(a, 1, MA == major::K ? M : K, MA == major::K ? K : M),
+            typename L::b_gl(b, 1, MB == major::K ? N : K, MB == major::K ? K : N),
+            {M, N, K, (M + BM - 1) / BM, (N + BN - 1) / BN, (K + Cfg::BK - 1) / Cfg::BK, splits, 0},
+            make_epi()};
+        if (p.sh.splits < 1 || p.sh.splits > p.sh.k_tiles) {
+            msg = std::string(who) + ": splits must be in 1..ceil(K/" + std::to_string(Cfg::BK) + ")";
+            return msg.c_str();
+        }
+        p.sh.units = p.sh.tiles_m * p.sh.tiles_n * p.sh.splits;
+        int grid = std::min(p.sh.units, std::max(num_sms, 1));
+        kernel<<<grid, THREADS, smem_bytes, stream>>>(p);
+    } catch (const std::exception& e) {
+        msg = e.what();
+        return msg.c_str();
+    }
+    cudaError_t err = cudaGetLastError();
+    return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+}  // namespace gemm4
