@@ -6,30 +6,26 @@ Uses input.txt here if present, else downloads it.
 
     python data/shakespeare/prepare.py
 """
+import importlib.util
 import os
 import sys
-import urllib.request
 
 import numpy as np
 
-URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def fetch(input_path, url):
-    """The text at input_path, downloading it from url first if the file is not there."""
-    if not os.path.exists(input_path):
-        print(f"downloading {url}")
-        try:
-            with urllib.request.urlopen(url, timeout=30) as response:
-                text = response.read().decode("utf-8")
-        except (OSError, ValueError) as e:
-            raise RuntimeError(f"could not download {url} ({e}); put the Tiny Shakespeare text "
-                               f"at {input_path} and run again") from None
-        with open(input_path, "w", encoding="utf-8") as f:
-            f.write(text)
-    with open(input_path, encoding="utf-8") as f:
-        return f.read()
+def _char_prepare():
+    """The character-level script, whose download (or local copy) of the same text we reuse."""
+    path = os.path.join(os.path.dirname(HERE), "shakespeare_char", "prepare.py")
+    spec = importlib.util.spec_from_file_location("shakespeare_char_prepare", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_char = _char_prepare()
+URL, fetch = _char.URL, _char.fetch
 
 
 def prepare(out_dir=HERE, input_path=None, url=URL, encoding=None):
