@@ -1,11 +1,36 @@
-"""Op-level benchmarks: tk kernel vs torch eager vs torch.compile, in ONE run (absolute GPU
-figures drift 10% between runs, so only ratios measured together mean anything).
+"""Benchmarks: tk kernels vs torch eager vs torch.compile, each comparison in ONE run (absolute
+GPU figures drift 10% between runs, so only ratios measured together mean anything).
 
-    python bench.py                                   every registered op, all shapes
+    python bench.py                                   op level: every registered op, all shapes
     python bench.py --ops layernorm --quick           one op, its headline shapes only
     python bench.py --ops layernorm --json out/bench.json --compile-modes default
+    python bench.py --e2e --json out/e2e.json         training tokens/s and MFU (below)
+    python bench.py --profile --models gpt2 --kernels tk   per-kernel profile of a training step
+    python bench.py --plot out/bench.json             redraw the PNGs of an existing JSON
 
-Method: CUDA-event timing of each call after warm-up, median of --reps calls; the inputs rotate
+Every mode writes its figures, with the GPU, versions and commit, to --json, and PNGs next to
+it (kernels/bench_plot.py): <stem>_ops.png (the op table), <stem>_e2e.png (tokens/s bars).
+
+--e2e (kernels/e2e_bench.py): whole optimizer steps of model.py's GPT (forward under autocast,
+backward, grad clipping, AdamW from model.configure_optimizers, zero_grad) on random tokens,
+timed with CUDA events per step after --warmup steps (compilation excluded), median of --reps
+steps; tokens/s = B*T / median; MFU from model.flops_per_token() and train.py's peak table.
+  --models gpt2,shakespeare-char    gpt2: 12/12/768, vocab 50304, B=32, T=1024;
+                                    shakespeare-char: 6/6/384, vocab 65, B=64, T=256; tiny (CPU test)
+  --variants torch,torch+compile,tk,tk+compile   '+compile' runs once per --compile-modes entry
+                                    (reduce-overhead there = CUDA graphs); torch.compile's figure in
+                                    the ratios is its best mode's
+  --e2e-timeout 300                 seconds per variant (each runs in its own process)
+  --device cuda|cpu, --dtype auto|bfloat16|float32   (--device cpu: host timers, for the CI test)
+The defaults make 12 variant processes and 8 compiles (4 of them max-autotune, minutes each
+for GPT-2): on a short lease pass --compile-modes default, and build the tk extensions first
+(the first tk variant otherwise builds them inside its warm-up).
+--profile: torch.profiler over --profile-steps steps after --warmup steps, for each of --models
+with --kernels (tk|torch|auto) and --profile-compile (a compile mode; '' = eager). Written to
+<json stem>_profile_<model>_<kernels>.txt: the GPU kernels by total time per step (top
+--profile-rows), then torch's key_averages() table sorted by self CUDA time.
+
+Op-level method: CUDA-event timing of each call after warm-up, median of --reps calls; the inputs rotate
 through enough sets to exceed twice the L2 cache (so the figures are DRAM, not L2); every set is
 fresh random data (never zeros). torch.compile's figure is the better of the modes in
 --compile-modes (default and max-autotune-no-cudagraphs), each compiled for the exact shape.
@@ -15,8 +40,7 @@ Adding an op: write a function that yields `Case`s and decorate it with `@regist
 here or in a kernels/<module>.py listed in kernels.OP_MODULES (`bench.register` is importable
 there: `from bench import Case, register` inside a function, so kernels/ never needs bench.py).
 A Case says what one call does (`step`) with which forward function (`impls`), and how much
-work it counts. There is no end-to-end (training tokens/s) mode here yet: train.py prints
-tokens/s and MFU itself (`--kernels=tk` vs `--kernels=torch`).
+work it counts.
 """
 import argparse
 import json
@@ -189,14 +213,19 @@ def layernorm_cases(quick):
 # ---- driver --------------------------------------------------------------------------------
 
 def environment():
-    p = torch.cuda.get_device_properties(0)
     def sh(cmd):
         try:
             return subprocess.run(cmd, capture_output=True, text=True, timeout=20, cwd=REPO).stdout.strip()
         except Exception:
             return ""
-    return {"gpu": p.name, "sms": p.multi_processor_count, "l2_bytes": getattr(p, "L2_cache_size", 0),
-            "driver": sh(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]) or "unknown",
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        gpu = {"gpu": p.name, "sms": p.multi_processor_count, "l2_bytes": getattr(p, "L2_cache_size", 0),
+               "driver": sh(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]) or "unknown"}
+    else:   # --e2e/--profile on the CPU
+        gpu = {"gpu": f"none (CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
+               "sms": 0, "l2_bytes": 0, "driver": "none"}
+    return {**gpu,
             "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
             "git_commit": sh(["git", "rev-parse", "HEAD"]) or os.environ.get("GIT_COMMIT", "unknown"),
             "git_dirty": bool(sh(["git", "status", "--porcelain", "--untracked-files=no"])),
@@ -233,19 +262,105 @@ def print_table(rows, table="ms"):
             print(f"{'':<10} ! {k}: {v}")
 
 
+def write_json(path, env, args, **tables):
+    """The JSON every mode writes (environment, arguments, its rows), and its PNGs beside it."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"environment": env, "args": vars(args), **tables}, f, indent=1)
+    print(f"wrote {path}")
+    plot(path)
+
+
+def plot(path):
+    try:
+        from kernels import bench_plot
+        for png in bench_plot.plot_json(path):
+            print(f"wrote {png}")
+    except ImportError as e:   # the figures are still in the JSON
+        print(f"no PNG written ({e}): pip install matplotlib, then python bench.py --plot {path}",
+              file=sys.stderr)
+
+
+def env_line(env):
+    return (f"{env['gpu']} ({env['sms']} SMs), driver {env['driver']}, torch {env['torch']}, CUDA {env['cuda']}, "
+            f"commit {env['git_commit'][:12]}{' (dirty)' if env['git_dirty'] else ''}, {env['date_utc']} UTC")
+
+
+def main_e2e(args, env):
+    from kernels import e2e_bench
+    try:
+        specs = list(e2e_bench.variant_specs(args.models, args.variants, args.compile_modes, args.device,
+                                             args.dtype, args.warmup, args.reps))
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"--e2e: {len(specs)} variants, each in its own process, {args.warmup} warm-up + {args.reps} timed "
+          f"steps on {args.device}")
+    rows = e2e_bench.run_e2e(args.models, args.variants, args.compile_modes, args.device, args.dtype,
+                             args.warmup, args.reps, args.e2e_timeout)
+    print("\n" + e2e_bench.format_table(rows))
+    if args.json:
+        write_json(args.json, env, args, e2e=rows)
+    return 0
+
+
+def main_profile(args, env):
+    from kernels import e2e_bench
+    stem = os.path.splitext(args.json or "bench.json")[0]
+    for model in args.models:
+        if model not in e2e_bench.MODELS:
+            print(f"error: unknown model {model!r} in --models; choose from {', '.join(e2e_bench.MODELS)}",
+                  file=sys.stderr)
+            return 2
+        spec = {"model": model, "kernels": args.kernels, "compile": args.profile_compile or None,
+                "device": args.device, "dtype": args.dtype, "warmup": args.warmup}
+        path = f"{stem}_profile_{model}_{args.kernels}{'_compile' if args.profile_compile else ''}.txt"
+        text = e2e_bench.profile(spec, args.profile_steps, args.profile_rows, path, env_line(env))
+        print(text)
+        print(f"wrote {path}")
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", default="", help="comma-separated ops (default: all registered)")
     ap.add_argument("--quick", action="store_true", help="headline shapes only")
-    ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=50, help="timed calls (--e2e: timed training steps)")
+    ap.add_argument("--warmup", type=int, default=10, help="untimed calls/steps first")
     ap.add_argument("--compile-modes", default="default,max-autotune-no-cudagraphs",
                     help="torch.compile modes to try ('' to skip torch.compile)")
     ap.add_argument("--json", default="bench.json", help="where to write every figure")
+    ap.add_argument("--plot", metavar="JSON", help="only redraw the PNGs of an existing JSON")
+    e2e = ap.add_argument_group("end to end (--e2e, --profile)")
+    e2e.add_argument("--e2e", action="store_true", help="training tokens/s and MFU instead of the op bench")
+    e2e.add_argument("--profile", action="store_true", help="per-kernel profile of training steps")
+    e2e.add_argument("--models", default="", help="gpt2,shakespeare-char (default; --profile: gpt2), or tiny")
+    e2e.add_argument("--variants", default="torch,torch+compile,tk,tk+compile", help="--e2e's variants")
+    e2e.add_argument("--e2e-timeout", type=int, default=300, help="seconds per --e2e variant")
+    e2e.add_argument("--kernels", default="tk", choices=["tk", "torch", "auto"], help="--profile's kernels")
+    e2e.add_argument("--profile-compile", default="", help="--profile under this torch.compile mode")
+    e2e.add_argument("--profile-steps", type=int, default=3)
+    e2e.add_argument("--profile-rows", type=int, default=30)
+    e2e.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    e2e.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"])
     args = ap.parse_args(argv)
     args.compile_modes = [m for m in args.compile_modes.split(",") if m]
+    args.variants = [v for v in args.variants.split(",") if v]
+    args.models = [m for m in args.models.split(",") if m] or (["gpt2"] if args.profile else ["gpt2", "shakespeare-char"])
+    if args.plot:
+        plot(args.plot)
+        return 0
+    if args.e2e or args.profile:
+        if args.device.startswith("cuda") and not torch.cuda.is_available():
+            print("error: --device cuda but CUDA is not available here; use --device cpu", file=sys.stderr)
+            return 1
+        env = environment()
+        if args.e2e:
+            print(env_line(env))
+            return main_e2e(args, env)
+        return main_profile(args, env)   # its text starts with the environment line
     if not torch.cuda.is_available():
-        print("bench.py needs a CUDA GPU", file=sys.stderr)
+        print("bench.py needs a CUDA GPU (only --e2e and --profile run with --device cpu)", file=sys.stderr)
         return 1
     from torch import _dynamo
     _dynamo.config.cache_size_limit = 64   # one compile per shape and mode: stay under the limit
@@ -256,8 +371,7 @@ def main(argv=None):
         print(f"unknown op(s) {unknown}; registered: {sorted(REGISTRY)}", file=sys.stderr)
         return 2
     env = environment()
-    print(f"{env['gpu']} ({env['sms']} SMs), driver {env['driver']}, torch {env['torch']}, CUDA {env['cuda']}, "
-          f"commit {env['git_commit'][:12]}{' (dirty)' if env['git_dirty'] else ''}")
+    print(env_line(env))
     rows = []
     for op in ops:
         for case in REGISTRY[op](args.quick):
@@ -272,10 +386,7 @@ def main(argv=None):
     print("(throughput in the unit column; tk/eager = eager time / tk time; compile = better of "
           "the modes run, see the JSON)")
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump({"environment": env, "args": vars(args), "results": rows}, f, indent=1)
-        print(f"wrote {args.json}")
+        write_json(args.json, env, args, results=rows)
     return 0
 
 

@@ -1,0 +1,314 @@
+"""bench.py's end-to-end modes: training tokens/s and MFU of whole optimizer steps (--e2e), and a
+per-kernel profile of one training step (--profile). bench.py holds the flags; this file does
+the work. Read `training_step` first (what one timed step is), then `time_steps` (how it is
+timed), then `run_e2e` (which variants, each in its own process) and `profile`.
+
+One timed step is what train.py does per iteration with gradient accumulation 1: forward under
+autocast, backward, gradient clipping (train.py's default grad_clip), AdamW step (the
+optimizer model.configure_optimizers builds: fused on CUDA), zero_grad. Inputs are random
+tokens already on the device, so no data loading is timed. Warm-up steps (which include
+torch.compile's compilation, any JIT build of the tk extensions and the optimizer's state
+allocation) run first and are reported separately (warmup_s), never in the figures.
+
+Each variant runs in a fresh Python process (`python -m kernels.e2e_bench --child SPEC`):
+- a tk kernel that faults (illegal address) poisons the CUDA context of its process; the
+  other variants' figures must survive it;
+- the kernel switch, dynamo's caches and compiled graphs are process-wide state, and GPT-2 at
+  B=32 leaves tens of GB in the caching allocator: every variant starts from the same clean
+  state instead of inheriting the previous one's;
+- a compile that hangs is cut off by a per-variant timeout and recorded as a failure.
+The cost is a second or two of imports per variant (the tk extensions load from the build
+cache; inductor's on-disk cache is shared).
+"""
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import nullcontext
+
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The models timed. gpt2: config/gpt2.py's shapes at the issue's B=32, T=1024, gradient
+# accumulation 1; shakespeare-char: config/shakespeare.py's (its vocabulary is 65 characters).
+# Dropout is 0 for timing (the tk attention has no dropout; the other dropouts are cheap
+# elementwise ops either way), biases off as both configs have them. tiny: the CPU test's model.
+MODELS = {
+    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50304, batch_size=32, block_size=1024),
+    "shakespeare-char": dict(n_layer=6, n_head=6, n_embd=384, vocab_size=65, batch_size=64, block_size=256),
+    "tiny": dict(n_layer=2, n_head=2, n_embd=64, vocab_size=65, batch_size=4, block_size=32),
+}
+VARIANTS = ("torch", "torch+compile", "tk", "tk+compile")   # '+compile' = once per compile mode
+RESULT_MARK = "E2E_RESULT "   # the child's last stdout line: this mark, then the row as JSON
+
+
+# ---- one training step -----------------------------------------------------------------------
+
+def resolve_dtype(name, device_type):
+    """train.py's rule for dtype='auto': bf16 on a GPU, float32 on the CPU."""
+    if name == "auto":
+        return torch.bfloat16 if device_type == "cuda" else torch.float32
+    if name not in ("bfloat16", "float32"):
+        raise ValueError(f"dtype={name!r}: the e2e bench takes auto, bfloat16 or float32 "
+                         f"(float16 would need train.py's GradScaler)")
+    return getattr(torch, name)
+
+
+def training_step(spec):
+    """The model, its optimizer and one training step for a variant spec. Returns (step, info):
+    step(i) runs one optimizer step on the i-th random batch and returns the (detached) loss."""
+    import kernels as switch
+    import train
+    from model import GPT, GPTConfig
+
+    shape = MODELS[spec["model"]]
+    dev = spec["device"]
+    device_type = "cuda" if dev.startswith("cuda") else "cpu"
+    dtype = resolve_dtype(spec["dtype"], device_type)
+    B, T, V = shape["batch_size"], shape["block_size"], shape["vocab_size"]
+    torch.backends.cuda.matmul.allow_tf32 = True   # as train.py
+    torch.backends.cudnn.allow_tf32 = True
+    switch.configure(spec["kernels"])
+    switch.reset_used()
+    torch.manual_seed(1337)
+    model = GPT(GPTConfig(block_size=T, vocab_size=V, n_layer=shape["n_layer"], n_head=shape["n_head"],
+                          n_embd=shape["n_embd"], dropout=0.0, attn_dropout=0.0, bias=False)).to(dev)
+    # kernels=tk raises KernelUnavailable here, naming the op, if a kernel cannot run these shapes
+    plan = switch.preflight(B, T, shape["n_embd"], shape["n_head"], dtype, dev, attn_dropout=0.0, bias=False)
+    d = train.DEFAULTS
+    optimizer = model.configure_optimizers(d["weight_decay"], d["learning_rate"], (d["beta1"], d["beta2"]),
+                                           device_type)
+    mode = spec.get("compile")
+    forward = torch.compile(model, mode=None if mode == "default" else mode) if mode else model
+    autocast = nullcontext() if dtype == torch.float32 else torch.autocast(device_type, dtype=dtype)
+    generator = torch.Generator(device=dev).manual_seed(0)
+    batches = []
+    for _ in range(4):   # a few different batches, rotated, all made before timing starts
+        xy = torch.randint(V, (B, T + 1), device=dev, generator=generator)
+        batches.append((xy[:, :-1].contiguous(), xy[:, 1:].contiguous()))
+
+    def step(i):
+        x, y = batches[i % len(batches)]
+        with autocast:
+            _, loss = forward(x, y)
+        loss.backward()
+        if d["grad_clip"]:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), d["grad_clip"])
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    peak = train.peak_flops(dev) if dtype != torch.float32 else None   # train.py's table
+    info = {"batch_size": B, "block_size": T, "tokens_per_step": B * T, "params": model.num_params(),
+            "flops_per_token": model.flops_per_token(), "dtype": str(dtype).replace("torch.", ""),
+            "peak_flops": peak, "plan": plan}
+    return step, info
+
+
+def time_steps(step, warmup, steps, device_type):
+    """Warm up, then time `steps` steps one by one: CUDA events around each step on a GPU (the
+    GPU's span for the step, including any wait for Python to launch it), the host clock on the
+    CPU (where every op is synchronous). Also the host wall time of all timed steps together, as
+    a cross-check of the median."""
+    cuda = device_type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    t0 = time.perf_counter()
+    for i in range(warmup):
+        step(i)
+    sync()
+    warmup_s = time.perf_counter() - t0
+    ms, loss = [], None
+    if cuda:
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(steps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(steps)]
+    t0 = time.perf_counter()
+    for i in range(steps):
+        if cuda:
+            starts[i].record()
+            loss = step(warmup + i)
+            ends[i].record()
+        else:
+            t = time.perf_counter()
+            loss = step(warmup + i)
+            ms.append((time.perf_counter() - t) * 1e3)
+    sync()
+    wall_ms = (time.perf_counter() - t0) * 1e3 / steps
+    if cuda:
+        ms = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    return {"ms": statistics.median(ms), "ms_steps": [round(t, 4) for t in ms],
+            "ms_wall_mean": wall_ms, "warmup_s": round(warmup_s, 2), "loss": loss.item()}
+
+
+def measure(spec):
+    """One variant, measured in this process: the row bench.py records."""
+    import kernels as switch
+    row = dict(spec)
+    try:
+        step, info = training_step(spec)
+        row.update(info)
+        row.update(time_steps(step, spec["warmup"], spec["steps"], "cuda" if spec["device"].startswith("cuda") else "cpu"))
+        if not math.isfinite(row["loss"]):
+            raise FloatingPointError(f"training loss is {row['loss']}")
+        row["tokens_per_s"] = info["tokens_per_step"] / (row["ms"] * 1e-3)
+        row["mfu"] = (info["flops_per_token"] * row["tokens_per_s"] / info["peak_flops"]
+                      if info["peak_flops"] else None)
+        row["used"] = switch.used()
+    except Exception as e:   # recorded: one failing variant must not hide the others
+        first_line = (str(e).strip().splitlines() or [""])[0]
+        row["error"] = f"{type(e).__name__}: {first_line[:300]}"
+    return row
+
+
+# ---- the run: every variant of every model, each in its own process ---------------------------
+
+def variant_specs(models, variants, compile_modes, device, dtype, warmup, steps):
+    for m in models:
+        if m not in MODELS:
+            raise ValueError(f"unknown model {m!r} in --models; choose from {', '.join(MODELS)}")
+    for v in variants:
+        if v not in VARIANTS:
+            raise ValueError(f"unknown variant {v!r} in --variants; choose from {', '.join(VARIANTS)}")
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"--reps={steps} --warmup={warmup}: time at least one step (--reps >= 1)")
+    if any(v.endswith("+compile") for v in variants) and not compile_modes:
+        raise ValueError("a '+compile' variant needs at least one --compile-modes entry")
+    for m in models:
+        for v in variants:
+            kernels, compiled = v.split("+")[0], v.endswith("+compile")
+            for mode in (compile_modes if compiled else [None]):
+                yield {"model": m, "variant": f"{v}:{mode}" if mode else v, "kernels": kernels,
+                       "compile": mode, "device": device, "dtype": dtype, "warmup": warmup, "steps": steps}
+
+
+def run_child(spec, timeout):
+    """Measure one variant in a fresh `python -m kernels.e2e_bench --child SPEC` process."""
+    cmd = [sys.executable, "-m", "kernels.e2e_bench", "--child", json.dumps(spec)]
+    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    t0 = time.time()
+    try:
+        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {**spec, "error": f"timed out after {timeout} s (warm-up/compile included); raise --e2e-timeout"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_MARK)]
+    if not lines:   # the process died before reporting (a crash in C++, out of memory, ...)
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        return {**spec, "error": f"process exited with code {done.returncode} without a result: "
+                                 + " | ".join(tail)[-500:]}
+    row = json.loads(lines[-1][len(RESULT_MARK):])
+    row["process_s"] = round(time.time() - t0, 1)
+    return row
+
+
+def add_ratios(rows):
+    """Per model: each row's speed over torch eager's and over torch.compile's best mode's."""
+    for m in dict.fromkeys(r["model"] for r in rows):
+        ok = [r for r in rows if r["model"] == m and "error" not in r]
+        eager = [r["ms"] for r in ok if r["variant"] == "torch"]
+        compiled = [r["ms"] for r in ok if r["kernels"] == "torch" and r["compile"]]
+        for r in ok:
+            r["vs_torch"] = eager[0] / r["ms"] if eager else None
+            r["vs_torch_compile"] = min(compiled) / r["ms"] if compiled else None
+
+
+def run_e2e(models, variants, compile_modes, device, dtype, warmup, steps, timeout):
+    rows = []
+    for spec in variant_specs(models, variants, compile_modes, device, dtype, warmup, steps):
+        row = run_child(spec, timeout)
+        rows.append(row)
+        if "error" in row:
+            print(f"  {row['model']} {row['variant']}: FAILED {row['error']}", flush=True)
+        else:
+            print(f"  {row['model']} {row['variant']}: {row['ms']:.2f} ms/step, {row['tokens_per_s']:,.0f} tok/s "
+                  f"(warm-up {row['warmup_s']} s; ops on {row['used']})", flush=True)
+    add_ratios(rows)
+    return rows
+
+
+def format_table(rows):
+    def num(v, fmt):   # '1.23 x', or '-' where there is nothing to compare with
+        return format(v, fmt.split()[0]) + "x" if v is not None else "-"
+    lines = [f"{'model':<17}{'variant':<40}{'ms/step':>10}{'tok/s':>13}{'MFU':>7}{'x torch':>9}{'x compile':>11}"]
+    for r in rows:
+        name = f"{r['model']:<17}{r['variant']:<40}"
+        if "error" in r:
+            lines.append(f"{name}FAILED: {r['error'][:200]}")
+            continue
+        mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") is not None else "-"
+        lines.append(f"{name}{r['ms']:10.2f}{r['tokens_per_s']:13,.0f}{mfu:>7}"
+                     f"{num(r.get('vs_torch'), '.2f x'):>9}{num(r.get('vs_torch_compile'), '.2f x'):>11}")
+    lines.append("(ms/step: median over whole optimizer steps, CUDA events around each on a GPU, the host "
+                 "clock on the CPU; x torch / x compile: speed over torch eager / over torch.compile's "
+                 "best mode, same run)")
+    return "\n".join(lines)
+
+
+# ---- profile ---------------------------------------------------------------------------------
+
+def kernel_table(kernels, steps, rows):
+    """Per-kernel totals from (name, microseconds) pairs, one pair per kernel launch: the top
+    `rows` by time, as text, with each kernel's time per step, launches per step and share."""
+    total, count = {}, {}
+    for name, us in kernels:
+        total[name] = total.get(name, 0.0) + us
+        count[name] = count.get(name, 0) + 1
+    gpu_us = sum(total.values())
+    lines = [f"GPU kernels: {gpu_us / steps / 1e3:.3f} ms per step in {sum(count.values()) / steps:.0f} launches "
+             f"per step, {len(total)} distinct kernels; top {rows}:",
+             f"{'ms/step':>9} {'share':>6} {'launches/step':>13}  kernel"]
+    for name in sorted(total, key=total.get, reverse=True)[:rows]:
+        lines.append(f"{total[name] / steps / 1e3:9.3f} {100 * total[name] / gpu_us:5.1f}% "
+                     f"{count[name] / steps:13.1f}  {name[:150]}")
+    return "\n".join(lines)
+
+
+def profile(spec, steps, rows, path, env_line=""):
+    """torch.profiler over `steps` training steps after warm-up. Writes to `path`: the GPU
+    kernels by total time (kernel_table; a GPU run only), then torch's key_averages() table
+    sorted by self CUDA time (self CPU time on the CPU), top `rows` rows. Returns the text."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile as torch_profile, record_function
+    cuda = spec["device"].startswith("cuda")
+    step, info = training_step(spec)
+    for i in range(spec["warmup"]):
+        step(i)
+    if cuda:
+        torch.cuda.synchronize()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with torch_profile(activities=activities) as prof:
+        for i in range(steps):
+            with record_function("training_step"):
+                step(spec["warmup"] + i)
+        if cuda:
+            torch.cuda.synchronize()
+    # Kernels are the events on the device; an op's "self CUDA time" in key_averages repeats its
+    # kernels' time, so the per-kernel totals come from the device events alone.
+    launches = [(e.name, e.device_time_total) for e in prof.events() if e.device_type == DeviceType.CUDA]
+    sort_by = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    text = (f"bench.py --profile: {spec['model']} (B={info['batch_size']}, T={info['block_size']}, "
+            f"{info['dtype']}), kernels={spec['kernels']} (plan {info['plan']}), "
+            f"compile={spec.get('compile') or 'off'}, {steps} steps profiled after {spec['warmup']} warm-up\n"
+            f"{env_line}\n\n"
+            + (kernel_table(launches, steps, rows) if launches else "GPU kernels: none (a CPU run)")
+            + f"\n\ntorch.profiler key_averages(), sorted by {sort_by}, top {rows} rows:\n"
+            + prof.key_averages().table(sort_by=sort_by, row_limit=rows) + "\n")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    return text
+
+
+def main(argv):
+    if len(argv) == 2 and argv[0] == "--child":
+        row = measure(json.loads(argv[1]))
+        print(RESULT_MARK + json.dumps(row), flush=True)
+        return 0
+    print("usage: this module is run by bench.py (python bench.py --e2e | --profile)", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,111 @@
+"""bench.py --e2e / --profile / --plot on the CPU (CI has no GPU): the tiny model, a few steps,
+no torch.compile. The whole path runs as a user runs it (variant processes, table, JSON, PNG);
+the H200 figures themselves are not tested here (no timing in pytest)."""
+import json
+import math
+
+import pytest
+
+from conftest import run_script
+from kernels import e2e_bench
+
+
+def png_ok(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    return data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
+
+
+def test_e2e_on_cpu_table_json_png(tmp_path):
+    out = tmp_path / "e2e.json"
+    result = run_script("bench.py", "--e2e", "--device", "cpu", "--models", "tiny", "--variants", "torch,tk",
+                        "--reps", "3", "--warmup", "1", "--json", str(out), timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    env = data["environment"]
+    for key in ("gpu", "torch", "python", "git_commit", "date_utc"):
+        assert env[key], key
+    rows = {r["variant"]: r for r in data["e2e"]}
+    assert list(rows) == ["torch", "tk"]
+
+    torch_row = rows["torch"]
+    assert "error" not in torch_row, torch_row
+    assert torch_row["model"] == "tiny" and torch_row["tokens_per_step"] == 4 * 32
+    assert len(torch_row["ms_steps"]) == 3 and all(t > 0 for t in torch_row["ms_steps"])
+    assert math.isfinite(torch_row["tokens_per_s"]) and torch_row["tokens_per_s"] > 0
+    assert torch_row["tokens_per_s"] == pytest.approx(128 / (torch_row["ms"] * 1e-3))
+    assert torch_row["flops_per_token"] > 6 * torch_row["params"] > 0
+    assert torch_row["mfu"] is None                      # no peak figure for a CPU
+    assert torch_row["used"] == {"attention": "torch", "layernorm": "torch", "mlp": "torch"}
+    assert math.isfinite(torch_row["loss"]) and torch_row["vs_torch"] == 1.0
+
+    # kernels=tk cannot run on the CPU: recorded as that variant's failure, saying why
+    assert "KernelUnavailable" in rows["tk"]["error"] and "CUDA" in rows["tk"]["error"]
+    assert "tokens_per_s" not in rows["tk"]
+
+    table = result.stdout[result.stdout.index("model "):]
+    line = next(l for l in table.splitlines() if l.startswith("tiny") and " torch " in l)
+    assert f"{torch_row['tokens_per_s']:,.0f}" in line
+    assert any(l.startswith("tiny") and "FAILED: KernelUnavailable" in l for l in table.splitlines())
+    assert png_ok(tmp_path / "e2e_e2e.png")
+
+
+def test_profile_on_cpu_writes_sorted_table(tmp_path):
+    result = run_script("bench.py", "--profile", "--device", "cpu", "--models", "tiny", "--kernels", "torch",
+                        "--warmup", "1", "--profile-steps", "2", "--profile-rows", "12",
+                        "--json", str(tmp_path / "b.json"), timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    text = (tmp_path / "b_profile_tiny_torch.txt").read_text()
+    assert "kernels=torch" in text and "2 steps profiled after 1 warm-up" in text
+    assert "sorted by self_cpu_time_total" in text
+    assert "aten::mm" in text                 # the linears' matmuls are among the top ops
+    table = text[text.index("Self CPU %"):]
+    assert len([l for l in table.splitlines() if l.strip() and not l.startswith("-")]) >= 12
+
+
+def test_kernel_table_totals_per_step():
+    launches = [("gemm_a", 100.0), ("gemm_a", 140.0), ("layernorm", 30.0), ("adam", 50.0)] * 2
+    text = e2e_bench.kernel_table(launches, steps=2, rows=2)
+    lines = text.splitlines()
+    assert lines[0].startswith("GPU kernels: 0.320 ms per step in 4 launches per step, 3 distinct")
+    assert lines[2].split() == ["0.240", "75.0%", "2.0", "gemm_a"]
+    assert lines[3].split() == ["0.050", "15.6%", "1.0", "adam"]
+    assert len(lines) == 4                    # only the top 2
+
+
+def test_ratios_use_eager_and_best_compile_mode():
+    rows = [{"model": "m", "variant": "torch", "kernels": "torch", "compile": None, "ms": 10.0},
+            {"model": "m", "variant": "torch+compile:default", "kernels": "torch", "compile": "default", "ms": 8.0},
+            {"model": "m", "variant": "torch+compile:max", "kernels": "torch", "compile": "max", "ms": 6.0},
+            {"model": "m", "variant": "tk", "kernels": "tk", "compile": None, "ms": 5.0},
+            {"model": "m", "variant": "tk+compile:default", "kernels": "tk", "compile": "default", "error": "x"}]
+    e2e_bench.add_ratios(rows)
+    tk = rows[3]
+    assert tk["vs_torch"] == pytest.approx(2.0) and tk["vs_torch_compile"] == pytest.approx(1.2)
+    assert rows[2]["vs_torch_compile"] == pytest.approx(1.0)
+    assert "vs_torch" not in rows[4]
+
+
+def test_variant_that_times_out_is_recorded():
+    spec = next(e2e_bench.variant_specs(["tiny"], ["torch"], [], "cpu", "auto", 1, 3))
+    row = e2e_bench.run_child(spec, timeout=0.01)
+    assert row["variant"] == "torch" and "timed out" in row["error"]
+
+
+@pytest.mark.parametrize("flag, value, message", [("--models", "gpt3", "unknown model 'gpt3'"),
+                                                  ("--variants", "tk+graphs", "unknown variant 'tk+graphs'")])
+def test_bad_names_are_one_clear_error(tmp_path, flag, value, message):
+    result = run_script("bench.py", "--e2e", "--device", "cpu", flag, value, "--json", str(tmp_path / "x.json"))
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_plot_redraws_op_table(tmp_path):
+    """--plot on an op-bench JSON (rows shaped as bench.run_case writes them) draws the table."""
+    row = {"op": "layernorm", "case": "fwd+bwd 16384x768 bf16", "unit": "TB/s", "work": 2e8, "note": "",
+           "ms": {"tk": 0.079, "eager": 0.185}, "ms_no_graph": {"tk": 0.29, "eager": 0.24},
+           "throughput": {"tk": 2.55, "eager": 1.09}, "throughput_no_graph": {"tk": 0.7, "eager": 0.8}}
+    path = tmp_path / "ops.json"
+    path.write_text(json.dumps({"environment": {"gpu": "test"}, "args": {}, "results": [row]}))
+    result = run_script("bench.py", "--plot", str(path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert png_ok(tmp_path / "ops_ops.png") and not (tmp_path / "ops_e2e.png").exists()
