@@ -2,7 +2,8 @@
 // layouts, so that tests/test_tk_compile.py (nvcc for sm_90a and sm_80, no GPU needed) fails the
 // moment any of them stops compiling. Nothing here is run. Read top to bottom: types, then
 // memory ops, maps, reductions/broadcasts, conversions, masks, mma, then the kernels that
-// instantiate it all. Hopper-only headers (wgmma, TMA, ...) come in through tk/tk.cuh.
+// instantiate it all. The warpgroup half (gl, mbarriers, TMA, wgmma, setmaxnreg) is
+// instantiated in tests/tk/compile_group.cu.
 #include "tk/tk.cuh"
 
 using namespace tk;
