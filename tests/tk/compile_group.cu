@@ -156,8 +156,9 @@ __global__ void __launch_bounds__(128, 1) k_wgmma(float* out, int k_steps) {
     wgmma::fence_operand(acc);
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) out[acc.row(i) * N + acc.col(i)] = acc.d[i];
-    // Descriptors of an fp16 tile (the S overload takes any 2-byte type) and make_desc directly.
-    __shared__ st_hf<64, 64> h;
+    // Descriptors of a bf16 tile from the tile overload (it refuses other dtypes: the
+    // instructions are bf16) and make_desc directly.
+    __shared__ st_bf<64, 64> h;
     out[N * 64] = float(wgmma::desc<major::K>(h, 0, 1) ^ wgmma::desc<major::MN>(h, 16, 1) ^
                         wgmma::make_desc(smem_addr(&h), 16, 1024, 128));
 }

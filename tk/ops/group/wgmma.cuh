@@ -5,6 +5,7 @@
 // Facts used (all checked bit-exact on our H200): shared/docs/hopper-facts.md §4 and §5.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 #include "sync.cuh"
 
 namespace tk::wgmma {
@@ -57,7 +58,8 @@ __device__ inline uint64_t desc(uint32_t base, int first, int k) {
 // is the first row (K-major) or column (MN-major) of the 64 or N rows/columns this wgmma reads.
 template <major M, typename S>
 __device__ inline uint64_t desc(const S& tile, int first, int k) {
-    static_assert(sizeof(typename S::dtype) == 2, "wgmma descriptors here are for bf16 / fp16 tiles");
+    static_assert(std::is_same_v<typename S::dtype, bf16>,
+                  "the wgmma wrappers below issue bf16 instructions: a tile of another type would be read as bf16");
     return desc<M, S::rows, S::swizzle_bytes>(smem_addr(&tile), first, k);
 }
 
@@ -110,7 +112,10 @@ __device__ inline void wait_group() {
 // on the first k-step instead of zeroing registers), 1 accumulates. trans = 1 means MN-major.
 // (Generated operand lists: one accumulator register per "+f".)
 // ---------------------------------------------------------------------------------------------
-template <int N, int trans_a, int trans_b> struct wgmma_op;
+template <int N, int trans_a, int trans_b> struct wgmma_op {
+    static_assert(N == 32 || N == 64 || N == 128 || N == 256,
+                  "tk wraps wgmma m64nNk16 for N = 32, 64, 128 and 256: use one of those (or add its operand list below)");
+};
 
 template <int trans_a, int trans_b>
 struct wgmma_op<32, trans_a, trans_b> {
