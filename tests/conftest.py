@@ -1,11 +1,13 @@
-"""Shared pieces for the CPU tests of the training repository: the repo on sys.path, a small
-text corpus made here (the tests need no download), and a tiny model config."""
+"""Shared pieces for the tests: the repo on sys.path, a small
+text corpus made here (the tests need no download), a tiny model config, and the relative
+error the kernel tests compare with."""
 import os
 import random
 import subprocess
 import sys
 
 import pytest
+import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
@@ -72,3 +74,11 @@ def assert_one_line_error(result, *fragments):
     assert "Traceback" not in result.stderr
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
+
+
+def rel_err(out, ref):
+    """Relative norm error of a kernel's output against a (float64) reference. Fails on any
+    non-finite output: outputs are poisoned with NaN first, so an unwritten element shows here."""
+    out, ref = out.double(), ref.double()
+    assert torch.isfinite(out).all(), "non-finite values (unwritten or NaN) in the output"
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()

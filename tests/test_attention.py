@@ -16,6 +16,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import kernels  # noqa: E402
 from kernels import attention_op as A  # noqa: E402
+from conftest import rel_err  # noqa: E402
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 BACKEND = os.environ.get("TK_ATTENTION_TEST_BACKEND", "portable")
@@ -53,12 +54,6 @@ def reference(q, k, v, causal, scale, grad_out=None):
     return o.detach(), lse.detach(), grads
 
 
-def rel_err(ref, got):
-    got = got.double()
-    assert torch.isfinite(got).all(), "non-finite values in the kernel's output"
-    return ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
 def poison(B, H, T, D):
     """Fill the caching allocator's free blocks of the sizes the kernel allocates with NaN, so
     the outputs (taken with at::empty inside the bindings) start out as NaN, not as zeros."""
@@ -89,18 +84,18 @@ def test_forward_backward_vs_float64(B, H, T, D, causal):
         poison(B, H, T, D)
         o, lse = A.attention_fwd(q, k, v, causal, scale, BACKEND, BACKEND)
         assert o.shape == (B, H, T, D) and o.dtype == torch.bfloat16 and lse.shape == (B, H, T)
-        assert rel_err(o_ref, o) < 1e-2
-        assert rel_err(lse_ref, lse) < 1e-4
+        assert rel_err(o, o_ref) < 1e-2
+        assert rel_err(lse, lse_ref) < 1e-4
 
         poison(B, H, T, D)
         o.backward(grad_out)
         dq, dk, dv = qkv.grad.permute(2, 0, 3, 1, 4)
-        assert rel_err(dv_ref, dv) < 2e-2
+        assert rel_err(dv, dv_ref) < 2e-2
         if T == 1:   # one key: softmax is 1 and dq = dk = 0 exactly; only their size can be checked
             assert dq.abs().max() < 1e-2 and dk.abs().max() < 1e-2
         else:
-            assert rel_err(dq_ref, dq) < 2e-2
-            assert rel_err(dk_ref, dk) < 2e-2
+            assert rel_err(dq, dq_ref) < 2e-2
+            assert rel_err(dk, dk_ref) < 2e-2
     finally:
         A.set_backend("auto")
 
@@ -116,8 +111,8 @@ def test_forward_block_shape_variants(monkeypatch, variant, B, H, T, D, causal):
     o_ref, lse_ref, _ = reference(q, k, v, causal, scale)
     poison(B, H, T, D)
     o, lse = A.attention_fwd(q, k, v, causal, scale, BACKEND, BACKEND)
-    assert rel_err(o_ref, o) < 1e-2
-    assert rel_err(lse_ref, lse) < 1e-4
+    assert rel_err(o, o_ref) < 1e-2
+    assert rel_err(lse, lse_ref) < 1e-4
 
 
 @cuda
@@ -134,7 +129,7 @@ def test_backward_block_shape_variant(monkeypatch, B, H, T, D, causal):
     poison(B, H, T, D)
     o.backward(grad_out)
     dq, dk, dv = qkv.grad.permute(2, 0, 3, 1, 4)
-    assert rel_err(dq_ref, dq) < 2e-2 and rel_err(dk_ref, dk) < 2e-2 and rel_err(dv_ref, dv) < 2e-2
+    assert rel_err(dq, dq_ref) < 2e-2 and rel_err(dk, dk_ref) < 2e-2 and rel_err(dv, dv_ref) < 2e-2
 
 
 @cuda
@@ -144,7 +139,7 @@ def test_explicit_scale_and_contiguous_inputs():
     q, k, v = (t.contiguous() for t in (q, k, v))   # plain (B, H, T, D) strides too
     o = A.attention(q, k, v, causal=True, scale=0.3)
     o_ref, _, _ = reference(q, k, v, True, 0.3)
-    assert rel_err(o_ref, o) < 1e-2
+    assert rel_err(o, o_ref) < 1e-2
 
 
 @cuda
@@ -156,7 +151,7 @@ def test_unaligned_strides_are_copied_not_refused():
     assert qt.stride(-1) != 1
     o = A.attention(qt, k, v)
     o_ref, _, _ = reference(q, k, v, True, 1 / 8)
-    assert rel_err(o_ref, o) < 1e-2
+    assert rel_err(o, o_ref) < 1e-2
 
 
 @cuda
@@ -201,8 +196,8 @@ def test_torch_compile_of_a_module_using_it():
     y = compiled(x)
     y.float().square().sum().backward()
     A.set_backend("auto")
-    assert rel_err(y_eager.double(), y) < 1e-6
-    assert rel_err(g_eager.double(), x.grad) < 1e-6
+    assert rel_err(y, y_eager.double()) < 1e-6
+    assert rel_err(x.grad, g_eager.double()) < 1e-6
 
 
 @cuda
@@ -227,7 +222,7 @@ def test_model_loss_and_grads_tk_vs_torch(backend):
     (loss_t, grads_t), (loss_k, grads_k) = results["torch"], results["tk"]
     assert abs(loss_t - loss_k) < 1e-2 * abs(loss_t)
     for name, g in grads_t.items():
-        assert rel_err(g, grads_k[name]) < 3e-2, name
+        assert rel_err(grads_k[name], g) < 3e-2, name
 
 
 # Bad inputs straight into the backend (past the switch's why_not), run in a child process: on

@@ -7,17 +7,12 @@ in kernels/gemm_bench.py, not here.
 """
 import pytest
 import torch
+from conftest import rel_err
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 if torch.cuda.is_available():
     from kernels import gemm
-
-
-def rel_err(c, ref):
-    c = c.float()
-    assert not torch.isnan(c).any(), "NaN in the output (unwritten or poisoned element)"
-    return ((c - ref).norm() / ref.norm()).item()
 
 
 def randn(*shape):

@@ -14,6 +14,7 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 import kernels  # noqa: E402
+from conftest import rel_err  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -28,12 +29,6 @@ def ln():
     reason = layernorm._ext.why_not()                         # builds once for the module
     assert reason is None, reason
     return layernorm
-
-
-def rel_err(out, ref):
-    out, ref = out.double(), ref.double()
-    assert torch.isfinite(out).all(), "non-finite values (unwritten or NaN) in the output"
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
 def poison_allocator(*tensors_like):

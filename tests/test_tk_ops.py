@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
+from conftest import rel_err
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCES = [os.path.join(ROOT, "tests", "tk", f"tk_test_{n}.cu") for n in ("memory", "mma", "ops")]
@@ -96,12 +97,6 @@ def call(fn, *args):
     rc = fn(*args)
     assert rc != -1, "this combination is not instantiated in the test library"
     assert rc == 0, f"CUDA error {rc}"
-
-
-def rel_err(out, ref):
-    out, ref = out.double(), ref.double()
-    assert not torch.isnan(out).any(), "NaN in the output (unwritten element or bad math)"
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
 def poison(shape, dtype):
