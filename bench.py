@@ -19,7 +19,8 @@ steps; tokens/s = B*T / median; MFU from model.flops_per_token() and train.py's 
                                     shakespeare-char: 6/6/384, vocab 65, B=64, T=256; tiny (CPU test)
   --variants torch,torch+compile,tk,tk+compile   '+compile' runs once per --compile-modes entry
                                     (reduce-overhead there = CUDA graphs); torch.compile's figure in
-                                    the ratios is its best mode's
+                                    the ratios is its best mode's; also torch+graphs and tk+graphs
+                                    (forward+backward replayed from a CUDA graph, train.py's cuda_graphs)
   --e2e-timeout 300                 seconds per variant (each runs in its own process)
   --device cuda|cpu, --dtype auto|bfloat16|float32   (--device cpu: host timers, for the CI test)
 The defaults make 12 variant processes and 8 compiles (4 of them max-autotune, minutes each
@@ -208,6 +209,16 @@ def layernorm_cases(quick):
                        impls={"tk": tk, "eager": eager}, compile=not (quick and name == "fwd"),
                        note=f"{passes} passes of rows x cols")
     kernels.configure("auto")
+
+
+# ---- attention: causal flash attention, tk vs SDPA's backends (kernels/attention_bench.py) ----
+
+@register("attention")
+def attention_cases(quick):
+    """tk (as model.py dispatches it, Hopper forward, portable) vs SDPA forced to FA2, cuDNN and
+    memory-efficient; causal bf16 forward and forward+backward at issue 5's shapes."""
+    from kernels import attention_bench
+    return attention_bench.cases(Case, quick)
 
 
 # ---- driver --------------------------------------------------------------------------------

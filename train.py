@@ -71,6 +71,7 @@ min_lr = 6e-5
 device = "auto"                  # 'auto' (cuda if present, else cpu), 'cpu', 'cuda', 'cuda:1'
 dtype = "auto"                   # 'auto', 'bfloat16', 'float16' (with GradScaler), 'float32'
 compile = False                  # torch.compile the model
+cuda_graphs = False              # replay each micro-step and eval batch from a CUDA graph (1 GPU)
 seed = 1337
 # kernels: 'auto' (tk where it can run, else torch), 'tk', 'torch'; per op '' follows kernels
 kernels = "auto"
@@ -85,6 +86,47 @@ GPT2_VOCAB = 50304   # 50257 rounded up to a multiple of 64, for faster matmuls
 
 # Dense bf16 tensor-core peak per GPU, for MFU. An unknown GPU gets no MFU, not a wrong one.
 PEAK_BF16_FLOPS = [("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("A100", 312e12)]
+
+
+class Graphed:
+    """A function of fixed-shape CUDA tensors, captured once in a CUDA graph, then replayed.
+
+    A small model's step is hundreds of small kernels, and launching them one by one from
+    Python can take longer than running them: a graph launches the whole recorded sequence
+    with one call. Each call copies its inputs into the buffers the graph was captured with
+    and returns the graph's own output tensors, which the next replay overwrites. The first
+    `warmup` calls run eagerly on a side stream, as PyTorch asks before a capture, so that
+    lazy set-up (cuBLAS workspaces, extension loads, .grad allocation) is not recorded.
+    What is recorded is frozen: shapes, the kernels the switch picked, train/eval mode, and
+    the addresses of every tensor the function touches (parameters and their .grad)."""
+
+    def __init__(self, fn, name, warmup=2):
+        self.fn, self.name, self.warmup = fn, name, warmup
+        self.graph, self.inputs, self.outputs = None, None, None
+
+    def __call__(self, *inputs):
+        if self.graph is None and self.warmup > 0:
+            self.warmup -= 1
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                outputs = self.fn(*inputs)
+            torch.cuda.current_stream().wait_stream(side)
+            return outputs
+        if self.graph is None:
+            self.inputs = [x.clone() for x in inputs]
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(graph):
+                    self.outputs = self.fn(*self.inputs)
+            except RuntimeError as e:
+                raise TrainingStopped(f"CUDA graph capture of the {self.name} failed: "
+                                      f"{str(e).splitlines()[0]}; run with --cuda_graphs=False") from e
+            self.graph = graph
+        for static, x in zip(self.inputs, inputs):
+            static.copy_(x, non_blocking=True)
+        self.graph.replay()
+        return self.outputs
 
 
 class DataError(RuntimeError):
@@ -257,8 +299,16 @@ def train(config):
         raise ConfigError(f"dtype={c.dtype!r}: use auto, bfloat16, float16 or float32")
     if dtype_name == "float16" and device_type == "cpu":
         raise ConfigError("dtype=float16 needs a GPU; on the CPU use bfloat16 or float32")
+    if c.cuda_graphs and device_type != "cuda":
+        raise ConfigError("cuda_graphs=True needs a GPU (device is cpu); leave it off on the CPU")
+    if c.cuda_graphs and (ddp or c.compile):
+        raise ConfigError(f"cuda_graphs=True runs in one process without torch.compile; it is not "
+                          f"supported with {'torchrun/DDP' if ddp else 'compile=True'}: turn one of them off")
     ptdtype = getattr(torch, dtype_name)
-    autocast = nullcontext() if dtype_name == "float32" else torch.autocast(device_type, dtype=ptdtype)
+    # autocast's cache of bf16 weight copies would be captured into the graph stale; a graph
+    # replays the casts instead
+    autocast = (nullcontext() if dtype_name == "float32"
+                else torch.autocast(device_type, dtype=ptdtype, cache_enabled=not c.cuda_graphs))
     torch.manual_seed(c.seed + rank)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
@@ -316,6 +366,20 @@ def train(config):
         print("kernels: " + ", ".join(f"{op}={how}" for op, how in plan.items()))
     run = start_wandb(c, config) if c.wandb_log and master else None
 
+    def eval_loss(x, y):
+        with autocast:
+            return eval_model(x, y)[1]
+
+    def micro_step(x, y):   # forward and backward of one micro-batch; gradients add into .grad
+        with autocast:
+            _, loss = model(x, y)
+            loss = loss / accum
+        scaler.scale(loss).backward()
+        return loss.detach()
+
+    if c.cuda_graphs:   # two graphs: the training micro-step (train mode) and an eval batch
+        eval_loss, micro_step = Graphed(eval_loss, "eval forward"), Graphed(micro_step, "training step")
+
     @torch.no_grad()
     def estimate_loss():
         # Every rank evaluates the same windows with the same weights, so every rank reaches
@@ -325,8 +389,7 @@ def train(config):
         for split in ("train", "val"):
             losses = torch.zeros(c.eval_iters, device=dev)
             for i, (x, y) in enumerate(batches.eval_batches(split, c.eval_iters)):
-                with autocast:
-                    losses[i] = eval_model(x, y)[1]
+                losses[i] = eval_loss(x, y)
             out[split] = losses.mean().item()
         eval_model.train()
         return out
@@ -369,20 +432,17 @@ def train(config):
 
         # one optimizer step: `accum` micro-steps, gradients synced across ranks on the last
         loss_sum = torch.zeros((), device=dev)
-        for micro_step, (x, y) in enumerate(batches.train_step(c.gradient_accumulation_steps, rank * accum, accum)):
+        for i, (x, y) in enumerate(batches.train_step(c.gradient_accumulation_steps, rank * accum, accum)):
             if ddp:
-                model.require_backward_grad_sync = micro_step == accum - 1
-            with autocast:
-                _, loss = model(x, y)
-                loss = loss / accum
-            loss_sum += loss.detach()
-            scaler.scale(loss).backward()
+                model.require_backward_grad_sync = i == accum - 1
+            loss_sum += micro_step(x, y)
         if c.grad_clip:
             scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(model.parameters(), c.grad_clip)
         scaler.step(optimizer)
         scaler.update()
-        optimizer.zero_grad(set_to_none=True)
+        # A graph adds into the .grad tensors it was captured with: zero them in place, keep them.
+        optimizer.zero_grad(set_to_none=not c.cuda_graphs)
         iter_num += 1
         iters_since += 1
 

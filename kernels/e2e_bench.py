@@ -42,7 +42,9 @@ MODELS = {
     "shakespeare-char": dict(n_layer=6, n_head=6, n_embd=384, vocab_size=65, batch_size=64, block_size=256),
     "tiny": dict(n_layer=2, n_head=2, n_embd=64, vocab_size=65, batch_size=4, block_size=32),
 }
-VARIANTS = ("torch", "torch+compile", "tk", "tk+compile")   # '+compile' = once per compile mode
+# '+compile' runs once per compile mode; '+graphs' replays forward+backward from a CUDA graph
+# (train.py's cuda_graphs=True; clipping and the optimizer step stay eager, as there)
+VARIANTS = ("torch", "torch+compile", "torch+graphs", "tk", "tk+compile", "tk+graphs")
 RESULT_MARK = "E2E_RESULT "   # the child's last stdout line: this mark, then the row as JSON
 
 
@@ -84,23 +86,33 @@ def training_step(spec):
                                            device_type)
     mode = spec.get("compile")
     forward = torch.compile(model, mode=None if mode == "default" else mode) if mode else model
-    autocast = nullcontext() if dtype == torch.float32 else torch.autocast(device_type, dtype=dtype)
+    graphs = bool(spec.get("graphs"))
+    if graphs and device_type != "cuda":
+        raise ValueError("a '+graphs' variant needs a GPU")
+    autocast = (nullcontext() if dtype == torch.float32
+                else torch.autocast(device_type, dtype=dtype, cache_enabled=not graphs))
     generator = torch.Generator(device=dev).manual_seed(0)
     batches = []
     for _ in range(4):   # a few different batches, rotated, all made before timing starts
         xy = torch.randint(V, (B, T + 1), device=dev, generator=generator)
         batches.append((xy[:, :-1].contiguous(), xy[:, 1:].contiguous()))
 
-    def step(i):
-        x, y = batches[i % len(batches)]
+    def forward_backward(x, y):
         with autocast:
             _, loss = forward(x, y)
         loss.backward()
+        return loss.detach()
+
+    if graphs:
+        forward_backward = train.Graphed(forward_backward, "training step")
+
+    def step(i):
+        loss = forward_backward(*batches[i % len(batches)])
         if d["grad_clip"]:
             torch.nn.utils.clip_grad_norm_(model.parameters(), d["grad_clip"])
         optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
+        optimizer.zero_grad(set_to_none=not graphs)   # a graph keeps adding into its .grad tensors
+        return loss
 
     peak = train.peak_flops(dev) if dtype != torch.float32 else None   # train.py's table
     info = {"batch_size": B, "block_size": T, "tokens_per_step": B * T, "params": model.num_params(),
@@ -181,7 +193,7 @@ def variant_specs(models, variants, compile_modes, device, dtype, warmup, steps)
             kernels, compiled = v.split("+")[0], v.endswith("+compile")
             for mode in (compile_modes if compiled else [None]):
                 yield {"model": m, "variant": f"{v}:{mode}" if mode else v, "kernels": kernels,
-                       "compile": mode, "device": device, "dtype": dtype, "warmup": warmup, "steps": steps}
+                       "compile": mode, "graphs": v.endswith("+graphs"), "device": device, "dtype": dtype, "warmup": warmup, "steps": steps}
 
 
 def run_child(spec, timeout):

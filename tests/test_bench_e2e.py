@@ -93,7 +93,7 @@ def test_variant_that_times_out_is_recorded():
 
 
 @pytest.mark.parametrize("flag, value, message", [("--models", "gpt3", "unknown model 'gpt3'"),
-                                                  ("--variants", "tk+graphs", "unknown variant 'tk+graphs'")])
+                                                  ("--variants", "tk+cudagraph", "unknown variant 'tk+cudagraph'")])
 def test_bad_names_are_one_clear_error(tmp_path, flag, value, message):
     result = run_script("bench.py", "--e2e", "--device", "cpu", flag, value, "--json", str(tmp_path / "x.json"))
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr

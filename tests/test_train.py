@@ -168,3 +168,49 @@ def test_compile_flag_trains_and_saves_plain_weights(tmp_path):
     assert train_losses(compiled) == pytest.approx(train_losses(eager), rel=1e-4)
     ckpt = torch.load(tmp_path / "compiled" / "ckpt.pt", weights_only=False)
     assert not any(k.startswith("_orig_mod") for k in ckpt["model"])
+
+
+def test_cuda_graphs_needs_a_gpu_and_one_plain_process(char_data, tmp_path):
+    with pytest.raises(train.ConfigError, match="cuda_graphs=True needs a GPU"):
+        train.train(tiny_config(char_data, tmp_path, device="cpu", cuda_graphs=True, max_iters=1))
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@needs_cuda
+def test_cuda_graphs_refuse_compile(char_data, tmp_path):
+    with pytest.raises(train.ConfigError, match="not supported with compile=True"):
+        train.train(tiny_config(char_data, tmp_path, device="cuda", cuda_graphs=True, compile=True,
+                                max_iters=1))
+
+
+@needs_cuda
+@pytest.mark.parametrize("kernels", ["torch", "auto"])
+@pytest.mark.parametrize("accum", [1, 2])
+def test_cuda_graphs_train_like_eager(char_data, tmp_path, kernels, accum):
+    # Replaying a captured step must compute what the eager step computes: same losses at every
+    # iteration (dropout 0, so no random numbers), same evals. Iterations 1-2 run eagerly (the
+    # warm-up), capture happens in iteration 3 (or 2 with accumulation), the rest are replays.
+    common = dict(device="cuda", dtype="bfloat16", kernels=kernels, max_iters=12, eval_interval=6,
+                  eval_iters=4, lr_decay_iters=12, batch_size=4, gradient_accumulation_steps=accum,
+                  n_embd=128, n_head=2, block_size=64)
+    eager = train.train(tiny_config(char_data, tmp_path / "eager", **common))
+    graphed = train.train(tiny_config(char_data, tmp_path / "graphs", cuda_graphs=True, **common))
+    a, b = train_losses(eager), train_losses(graphed)
+    assert len(a) == len(b) == 12 and all(math.isfinite(x) for x in b)
+    assert b == pytest.approx(a, rel=2e-3), (a, b)
+    evals = lambda r: [loss for _, kind, loss in r["history"] if kind == "val"]
+    assert evals(graphed) == pytest.approx(evals(eager), rel=2e-3)
+
+
+@needs_cuda
+def test_graphed_replays_draw_fresh_dropout_masks_and_copy_inputs():
+    # Each replay must draw new random numbers (the graph advances the generator's offset) and
+    # read the inputs of this call, not those it was captured with.
+    drop = train.Graphed(lambda x: torch.nn.functional.dropout(x, 0.5) * 1.0, "test", warmup=1)
+    x = torch.ones(4096, device="cuda")
+    masks = [drop(x).clone() for _ in range(4)]   # eager warm-up, capture + replay, 2 replays
+    assert all(not torch.equal(masks[i], masks[j]) for i in range(4) for j in range(i))
+    assert all(0.4 < (m > 0).float().mean().item() < 0.6 for m in masks)
+    assert torch.equal(drop(torch.zeros(4096, device="cuda")), torch.zeros(4096, device="cuda"))
