@@ -1,0 +1,336 @@
+"""bench.py's attention rows: causal flash attention, tk against PyTorch SDPA's backends, in one run.
+
+    python bench.py --ops attention --compile-modes "" --json out/attention.json [--quick]
+    python -m kernels.attention_bench out/attention.json [--png out/attention_tflops.png]
+        the same rows again as TFLOP/s, each with its ratio to sdpa-cudnn and to the best SDPA
+        backend of the same row (bench.py's own table has only the tk / eager / compile columns)
+
+Registered in bench.py (`@register("attention")`). One Case per shape and direction (fwd, or
+fwd+bwd), holding every implementation below that can run it:
+
+  tk              kernels.attention() with kernels_attention=tk: what model.py trains with (on
+                  sm_90 the Hopper forward + the portable backward; elsewhere the portable kernel)
+  tk-hopper       the Hopper forward alone (attention_op pinned to 'hopper'); fwd rows only, as it
+                  has no backward of its own
+  tk-portable     the portable kernel for both passes (attention_op pinned to 'portable')
+  eager           kernels/reference.py's attention: SDPA with torch's own backend choice, what
+                  --kernels=torch trains with
+  sdpa-flash, sdpa-cudnn, sdpa-efficient
+                  SDPA with one backend forced (torch.nn.attention.sdpa_kernel): FA2, cuDNN,
+                  memory-efficient
+
+Each implementation first runs once on the row's real inputs, outside the timing. One that
+refuses (an SDPA backend that does not take the shape, tk-hopper anywhere but sm_90, tk without
+CUDA) is left out of that row; the reason is printed and kept in the row's note. A failure later,
+inside the timing, is bench.py's to record (the row's "errors").
+
+Inputs are what model.py hands the op: q, k, v are the strided (B, H, T, D) views of one
+(B, T, 3, H, D) bf16 tensor (c_attn's output), and the output gradient is (B, T, H, D) memory
+seen as (B, H, T, D), as the backward of y.transpose(1, 2).reshape(B, T, C) makes it. fwd+bwd
+takes the gradients of the q, k, v views, not of the qkv buffer: the stack that unbind's backward
+adds in training is not attention work, and would be the same for every implementation.
+
+Work (issue 5): causal forward 4·B·H·T²·D / 2 flops; forward+backward 3.5x that.
+Timing is bench.py's own (run_case): CUDA-graph replay (the headline: GPU time of the kernels)
+and per-call CUDA events (includes what Python adds), median of --reps after --warmup, inputs
+rotating through fresh random sets bigger than twice the L2 cache. No torch.compile rows
+(compile=False): compiling a call to SDPA or to our custom op runs the same kernels.
+
+Shapes: gpt2 (16, 12, 1024, 64) GPT-2 124M; shakespeare-char (64, 6, 256, 64); t4096-d128
+(4, 16, 4096, 128) -- the issue's three -- and t2048-d64, t2048-d128 (8, 16, 2048, D).
+--quick: only the four rows issue 5's "done when" names (gpt2 fwd and fwd+bwd, shakespeare-char
+fwd+bwd, t4096-d128 fwd+bwd).
+Environment, to narrow a run (a bad name is refused with the list of good ones):
+  TK_BENCH_ATTENTION_SHAPES=gpt2,t4096-d128     these shapes only
+  TK_BENCH_ATTENTION_IMPLS=tk,sdpa-cudnn         these implementations only
+"""
+import argparse
+import functools
+import json
+import math
+import os
+import sys
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+SHAPES = {  # name -> (B, H, T, D)
+    "gpt2": (16, 12, 1024, 64),               # GPT-2 124M: 12 heads of 64, T = 1024
+    "shakespeare-char": (64, 6, 256, 64),     # config/shakespeare.py's model and batch
+    "t4096-d128": (4, 16, 4096, 128),         # long sequences, big heads
+    "t2048-d64": (8, 16, 2048, 64),
+    "t2048-d128": (8, 16, 2048, 128),
+}
+DIRECTIONS = ("fwd", "fwd+bwd")
+QUICK_ROWS = (("gpt2", "fwd"), ("gpt2", "fwd+bwd"), ("shakespeare-char", "fwd+bwd"), ("t4096-d128", "fwd+bwd"))
+SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-cudnn": "CUDNN_ATTENTION",
+                 "sdpa-efficient": "EFFICIENT_ATTENTION"}   # name -> torch.nn.attention.SDPBackend member
+IMPLS = ("tk", "tk-hopper", "tk-portable", "eager") + tuple(SDPA_BACKENDS)
+FORWARD_ONLY = ("tk-hopper",)
+CUDNN = "sdpa-cudnn"
+
+
+# ---- what is measured: shapes, work, inputs, the two steps -----------------------------------
+
+def flops(B, H, T, D, direction):
+    """Counted work of one call: causal forward 4·B·H·T²·D / 2 (half the scores are masked),
+    forward+backward 3.5x that (the backward is 2.5 forwards' worth of matrix products)."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {', '.join(DIRECTIONS)}; got {direction!r}")
+    forward = 4 * B * H * T * T * D / 2
+    return forward * (3.5 if direction == "fwd+bwd" else 1.0)
+
+
+def selected(variable, choices):
+    """The names listed in environment variable `variable` (comma-separated), all of `choices`
+    if it is unset or empty; ValueError naming the variable and the good names for a bad one."""
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return list(choices)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in choices]
+    if bad:
+        raise ValueError(f"{variable}: unknown name(s) {', '.join(map(repr, bad))}; "
+                         f"choose from {', '.join(choices)} (comma-separated), or unset it for all")
+    return names
+
+
+def plan(quick):
+    """[(shape name, (B, H, T, D), direction)] of the rows to run, in order."""
+    rows = [(name, SHAPES[name], d) for name in selected("TK_BENCH_ATTENTION_SHAPES", SHAPES) for d in DIRECTIONS]
+    return [r for r in rows if (r[0], r[2]) in QUICK_ROWS] if quick else rows
+
+
+def make_inputs(B, H, T, D, device="cuda"):
+    """(q, k, v, dy), fresh random: q, k, v the (B, H, T, D) views of one (B, T, 3, H, D) tensor
+    (model.py's c_attn output, which needs grad); dy (B, T, H, D) memory seen as (B, H, T, D)."""
+    qkv = torch.randn(B, T, 3, H, D, device=device, dtype=torch.bfloat16, requires_grad=True)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+    dy = torch.randn(B, T, H, D, device=device, dtype=torch.bfloat16).transpose(1, 2)
+    return q, k, v, dy
+
+
+def forward_step(attend, inputs):
+    q, k, v, _ = inputs
+    with torch.no_grad():
+        attend(q, k, v)
+
+
+def forward_backward_step(attend, inputs):
+    q, k, v, dy = inputs
+    o = attend(q, k, v)
+    torch.autograd.grad(o, (q, k, v), dy)   # gradients returned, never accumulated
+
+
+STEPS = {"fwd": forward_step, "fwd+bwd": forward_backward_step}
+
+
+# ---- the implementations ---------------------------------------------------------------------
+
+def implementations():
+    """name -> attend(q, k, v) (causal, scale 1/sqrt(D)) for every name in IMPLS."""
+    import kernels
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from kernels import attention_op, reference
+
+    def pinned(backend):
+        # Pinning is global in attention_op; restore it at once so no other row sees it. The
+        # backward backend is fixed at forward time, so the autograd.grad after this still runs
+        # the pinned one (or, for the forward-only 'hopper', the backward attention_op borrows).
+        def attend(q, k, v):
+            old = attention_op.set_backend(backend)
+            try:
+                return attention_op.attention(q, k, v, causal=True)
+            finally:
+                attention_op.set_backend(old)
+        return attend
+
+    def forced(backend):
+        def attend(q, k, v):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return attend
+
+    table = {
+        "tk": lambda q, k, v: kernels.attention(q, k, v, causal=True),   # cases() sets kernels_attention=tk
+        "tk-hopper": pinned("hopper"),
+        "tk-portable": pinned("portable"),
+        "eager": lambda q, k, v: reference.attention(q, k, v, causal=True),
+    }
+    for name, member in SDPA_BACKENDS.items():
+        table[name] = forced(getattr(SDPBackend, member))
+    return table
+
+
+def why_not_run(step, attend, inputs):
+    """None if step(attend, inputs) runs, else why not: the error's first line, then the first
+    line of each warning raised meanwhile, joined by ' | ' (SDPA gives its reasons for refusing a backend as
+    warnings and only then raises 'No available kernel')."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            step(attend, inputs)
+            if inputs[0].is_cuda:
+                torch.cuda.synchronize()   # an asynchronous failure shows here, not in the timing
+            return None
+        except Exception as e:
+            lines = [f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"]
+            lines += [(str(w.message).strip().splitlines() or [""])[0] for w in caught]
+            return " | ".join(dict.fromkeys(line for line in lines if line))[:400]
+
+
+def tk_choice(q):
+    """'hopper fwd + portable bwd' (attention_op's choice for q), or '' if it has none."""
+    try:
+        from kernels import attention_op
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        fwd, _ = attention_op._choose(q, True, scale, "forward")
+        bwd, _ = attention_op._choose(q, True, scale, "backward")
+        return f"{fwd} fwd + {bwd} bwd" if fwd and bwd else ""
+    except Exception:   # only a label for the note
+        return ""
+
+
+# ---- bench.py's registry entry -----------------------------------------------------------------
+
+def cases(Case, quick, device="cuda"):
+    """bench.py's Cases for attention (bench.py passes its Case class: kernels/ never imports bench)."""
+    import kernels
+    rows = plan(quick)
+    wanted = selected("TK_BENCH_ATTENTION_IMPLS", IMPLS)
+    table = implementations()
+    saved = kernels.choice()
+    kernels.configure("auto", attention="tk", layernorm=saved["layernorm"], mlp=saved["mlp"])
+    try:
+        for shape_name, (B, H, T, D), direction in rows:
+            make = functools.partial(make_inputs, B, H, T, D, device)
+            step = STEPS[direction]
+            case_name = f"{direction} {B}x{H}x{T}x{D}"
+            probe = make()
+            impls, skipped = {}, {}
+            for name in wanted:
+                if direction != "fwd" and name in FORWARD_ONLY:
+                    continue   # no backward of its own: its fwd+bwd is the 'tk' row on sm_90
+                reason = why_not_run(step, table[name], probe)
+                if reason is None:
+                    impls[name] = table[name]
+                else:
+                    skipped[name] = reason
+                    print(f"  attention {case_name}: {name} skipped: {reason}", flush=True)
+            note = f"{shape_name}; causal, bf16, q/k/v views of (B,T,3,H,D)"
+            if "tk" in impls:
+                note += f"; tk = {tk_choice(probe[0]) or '?'}"
+            note += "".join(f"; skipped {name}: {reason}" for name, reason in skipped.items())
+            del probe
+            yield Case("attention", case_name, "TFLOP/s", flops(B, H, T, D, direction), make, step,
+                       impls=impls, compile=False, note=note)
+    finally:
+        kernels.configure("auto", **saved)
+
+
+# ---- the ratios, from bench.py's JSON ----------------------------------------------------------
+
+def ratios(row, table="ms"):
+    """{impl: (TFLOP/s, x sdpa-cudnn or None, x best SDPA or None)} and the best SDPA backend's name
+    for one bench.py row; table 'ms' (CUDA-graph replay) or 'ms_no_graph' (per-call events)."""
+    rate = {name: row["work"] * 1e-12 / (ms * 1e-3) for name, ms in row.get(table, {}).items()
+            if ms and math.isfinite(ms)}
+    sdpa = {name: rate[name] for name in SDPA_BACKENDS if name in rate}
+    best = max(sdpa, key=sdpa.get) if sdpa else None
+    out = {}
+    for name in sorted(rate, key=lambda n: IMPLS.index(n) if n in IMPLS else len(IMPLS)):
+        out[name] = (rate[name], rate[name] / rate[CUDNN] if CUDNN in rate else None,
+                     rate[name] / rate[best] if best else None)
+    return out, best
+
+
+def format_report(rows):
+    """The attention rows of bench.py's JSON as text: per row and timing, each implementation's
+    TFLOP/s and its ratios to sdpa-cudnn and to the best SDPA backend."""
+    rows = [r for r in rows if r.get("op") == "attention"]
+    if not rows:
+        return "no attention rows in this JSON (run: python bench.py --ops attention)"
+    out = []
+    for table, title in (("ms", "CUDA-graph replay (GPU time of the kernels; the headline)"),
+                         ("ms_no_graph", "launched from Python (events around each call)")):
+        out.append(f"attention, {title}: TFLOP/s, x sdpa-cudnn, x best SDPA backend of the row")
+        for row in rows:
+            by_impl, best = ratios(row, table)
+            out.append(f"{row['case']:<22} {row.get('note', '').split(';')[0]:<17} best SDPA: {best or '-'}")
+            for name, (rate, vs_cudnn, vs_best) in by_impl.items():
+                out.append(f"    {name:<15} {row[table][name]:9.4f} ms {rate:8.1f} TFLOP/s"
+                           + (f" {vs_cudnn:6.2f}x cudnn" if vs_cudnn is not None else f" {'-':>6}  cudnn")
+                           + (f" {vs_best:6.2f}x best" if vs_best is not None else f" {'-':>6}  best"))
+            if table == "ms":
+                head, *skipped = row.get("note", "").split("; skipped ")   # as cases() writes the note
+                out += [f"    ({part})" for part in head.split("; ") if part.startswith("tk = ")]
+                out += [f"    (skipped {part})" for part in skipped]
+                for key, error in row.get("errors", {}).items():
+                    out.append(f"    ! {key}: {error}")
+        out.append("")
+    return "\n".join(out)
+
+
+def plot(rows, path, title=""):
+    """Horizontal TFLOP/s bars (CUDA-graph replay), one panel per row, labelled with x cuDNN."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = [r for r in rows if r.get("op") == "attention"]
+    cols = 2
+    panels = max(len(rows), 1)
+    fig, axes = plt.subplots((panels + cols - 1) // cols, cols, figsize=(12, 2.6 * ((panels + cols - 1) // cols)),
+                             squeeze=False)
+    for ax in axes.flat[len(rows):]:
+        ax.axis("off")
+    for ax, row in zip(axes.flat, rows):
+        by_impl, _ = ratios(row)
+        names = list(by_impl)[::-1]
+        rates = [by_impl[n][0] for n in names]
+        colors = ["tab:orange" if n.startswith("tk") else "tab:blue" for n in names]
+        ax.barh(range(len(names)), rates, color=colors)
+        for i, n in enumerate(names):
+            rate, vs_cudnn, _ = by_impl[n]
+            ax.text(rate, i, f" {rate:.0f}" + (f" ({vs_cudnn:.2f}x cuDNN)" if vs_cudnn is not None else ""),
+                    va="center", fontsize=7)
+        ax.set_yticks(range(len(names)))
+        ax.set_yticklabels(names, fontsize=7)
+        ax.set_xlim(0, max(rates, default=1.0) * 1.45)
+        ax.set_title(f"{row['case']} ({row.get('note', '').split(';')[0]}), TFLOP/s", fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+    fig.suptitle("causal attention, bf16, CUDA-graph medians\n" + title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Attention rows of bench.py JSON files, with ratios to cuDNN "
+                                             "and to the best SDPA backend.")
+    ap.add_argument("json", nargs="+", help="bench.py --ops attention --json output(s); rows are concatenated")
+    ap.add_argument("--png", help="also draw TFLOP/s bars here")
+    args = ap.parse_args(argv)
+    rows, title = [], ""
+    for path in args.json:
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError) as e:
+            print(f"error: cannot read {path}: {e}", file=sys.stderr)
+            return 1
+        rows += data.get("results", [])
+        env = data.get("environment", {})
+        title = title or (f"{env.get('gpu', '?')}, torch {env.get('torch', '?')}, "
+                          f"commit {str(env.get('git_commit', '?'))[:10]}, {env.get('date_utc', '')} UTC")
+    print(title)
+    print(format_report(rows))
+    if args.png:
+        print(f"wrote {plot(rows, args.png, title)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

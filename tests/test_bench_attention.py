@@ -1,0 +1,221 @@
+"""bench.py's attention rows (kernels/attention_bench.py) on the CPU: the registry entry, the shapes
+and counted flops, the inputs as model.py makes them, implementations that cannot run here left
+out with their reason, bad names refused, and the ratio report. The H200 figures themselves are
+not tested here (no timing in pytest): tests/gpu_attention_bench.sh runs them."""
+import json
+import math
+
+import pytest
+import torch
+
+import bench
+import kernels
+from conftest import rel_err, run_script
+from kernels import attention_bench as ab
+
+
+def png_ok(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    return data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
+
+
+def test_registry_lists_attention():
+    assert "attention" in bench.REGISTRY
+    assert bench.REGISTRY["attention"] is bench.attention_cases
+
+
+def test_bad_op_name_is_refused_with_attention_listed(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)   # reach the op-name check on the CPU
+    assert bench.main(["--ops", "attn", "--json", ""]) == 2
+    err = capsys.readouterr().err
+    assert "unknown op(s) ['attn']" in err and "'attention'" in err
+
+
+def test_issue_shapes_and_flops():
+    assert ab.SHAPES["gpt2"] == (16, 12, 1024, 64)
+    assert ab.SHAPES["shakespeare-char"] == (64, 6, 256, 64)
+    assert ab.SHAPES["t4096-d128"] == (4, 16, 4096, 128)
+    # 4·B·H·T²·D / 2 for a causal forward, worked out by hand; forward+backward is 3.5x
+    assert ab.flops(16, 12, 1024, 64, "fwd") == 25_769_803_776
+    assert ab.flops(64, 6, 256, 64, "fwd") == 3_221_225_472
+    assert ab.flops(4, 16, 4096, 128, "fwd") == 274_877_906_944
+    assert ab.flops(16, 12, 1024, 64, "fwd+bwd") == 3.5 * 25_769_803_776
+    # issue 5's cuDNN forward figure at the GPT-2 shape, 195 TFLOP/s, is 0.132 ms per call
+    assert ab.flops(*ab.SHAPES["gpt2"], "fwd") / 195e12 * 1e3 == pytest.approx(0.1322, abs=1e-4)
+    with pytest.raises(ValueError, match="direction must be one of fwd, fwd[+]bwd; got 'bwd'"):
+        ab.flops(1, 1, 1, 64, "bwd")
+
+
+def test_plan_full_and_quick():
+    full = ab.plan(quick=False)
+    assert [(name, d) for name, _, d in full] == [(s, d) for s in ab.SHAPES for d in ("fwd", "fwd+bwd")]
+    quick = ab.plan(quick=True)
+    # exactly the rows issue 5's "done when" names
+    assert [(name, d) for name, _, d in quick] == [("gpt2", "fwd"), ("gpt2", "fwd+bwd"),
+                                                    ("shakespeare-char", "fwd+bwd"), ("t4096-d128", "fwd+bwd")]
+
+
+def test_environment_narrows_the_run(monkeypatch):
+    monkeypatch.setenv("TK_BENCH_ATTENTION_SHAPES", "t4096-d128, gpt2")
+    assert [(n, d) for n, _, d in ab.plan(quick=False)] == [("t4096-d128", "fwd"), ("t4096-d128", "fwd+bwd"),
+                                                             ("gpt2", "fwd"), ("gpt2", "fwd+bwd")]
+    monkeypatch.setenv("TK_BENCH_ATTENTION_IMPLS", "tk,sdpa-cudnn")
+    assert ab.selected("TK_BENCH_ATTENTION_IMPLS", ab.IMPLS) == ["tk", "sdpa-cudnn"]
+
+
+@pytest.mark.parametrize("variable, value, bad", [("TK_BENCH_ATTENTION_SHAPES", "gpt2,gpt3", "'gpt3'"),
+                                                  ("TK_BENCH_ATTENTION_IMPLS", "tk,sdpa-fa3", "'sdpa-fa3'")])
+def test_bad_names_are_refused(monkeypatch, variable, value, bad):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValueError) as e:
+        next(ab.cases(bench.Case, quick=False, device="cpu"))
+    message = str(e.value)
+    assert message.startswith(f"{variable}: unknown name(s) {bad};") and "choose from" in message
+    assert ("sdpa-cudnn" if "IMPLS" in variable else "shakespeare-char") in message   # lists the good names
+    assert kernels.choice()["attention"] == "auto"
+
+
+def test_inputs_are_views_of_one_qkv_buffer():
+    B, H, T, D = 2, 3, 17, 64
+    q, k, v, dy = ab.make_inputs(B, H, T, D, device="cpu")
+    for t in (q, k, v, dy):
+        assert t.shape == (B, H, T, D) and t.dtype == torch.bfloat16
+        assert torch.isfinite(t).all() and 0.5 < t.float().std() < 2.0   # random, never zeros
+    # c_attn's (B, T, 3, H, D) output seen as (B, H, T, D): no copies, one storage
+    assert q.stride() == k.stride() == v.stride() == (T * 3 * H * D, D, 3 * H * D, 1)
+    assert k.data_ptr() - q.data_ptr() == v.data_ptr() - k.data_ptr() == H * D * 2
+    assert q.untyped_storage().data_ptr() == v.untyped_storage().data_ptr()
+    assert q.requires_grad and q.grad_fn is not None            # views of a tensor that needs grad
+    assert dy.stride() == (T * H * D, D, H * D, 1)              # (B, T, H, D) memory, as the model's y
+
+
+def causal_reference(q, k, v):
+    q, k, v = (t.double() for t in (q, k, v))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    T = q.shape[2]
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+def test_cases_on_cpu_keep_what_runs_and_skip_the_rest_with_reasons(monkeypatch, capsys):
+    monkeypatch.setattr(ab, "SHAPES", {"odd": (1, 3, 33, 64), "d128": (2, 2, 17, 128)})
+    before = kernels.choice()
+    gen = ab.cases(bench.Case, quick=False, device="cpu")
+    cases = []
+    for case in gen:
+        assert kernels.choice()["attention"] == "tk"    # 'tk' measures the model's path with the switch on tk
+        cases.append(case)
+    assert kernels.choice() == before                  # and the switch is put back afterwards
+    assert [c.name for c in cases] == ["fwd 1x3x33x64", "fwd+bwd 1x3x33x64", "fwd 2x2x17x128", "fwd+bwd 2x2x17x128"]
+    for case in cases:
+        B, H, T, D = map(int, case.name.split()[1].split("x"))
+        direction = case.name.split()[0]
+        assert case.op == "attention" and case.unit == "TFLOP/s" and case.compile is False
+        assert case.work == 4 * B * H * T * T * D / 2 * (3.5 if direction == "fwd+bwd" else 1)
+        # on the CPU: SDPA's flash backend and the reference run; tk (all three) and the CUDA-only
+        # SDPA backends are left out, each with its reason in the note
+        assert list(case.impls) == ["eager", "sdpa-flash"]
+        note = case.note
+        assert note.startswith(("odd;", "d128;"))
+        assert "skipped tk: KernelUnavailable" in note and "CUDA" in note
+        assert "skipped tk-portable: RuntimeError: tk attention cannot run here: portable: no CUDA device" in note
+        assert "skipped sdpa-cudnn: RuntimeError: No viable backend" in note
+        assert "skipped sdpa-efficient: RuntimeError" in note
+        assert ("skipped tk-hopper: RuntimeError" in note) == (direction == "fwd")   # forward-only
+        # the implementations left in compute causal attention on the inputs as made
+        q, k, v, dy = case.make_inputs()
+        expected = causal_reference(q, k, v)
+        for name, attend in case.impls.items():
+            assert rel_err(attend(q, k, v), expected) < 1e-2, name
+        assert rel_err(expected, causal_reference(q, k, v)) == 0
+        full = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double())
+        assert rel_err(full, expected) > 0.1          # so the check above can tell causal from not
+        for attend in case.impls.values():
+            case.step(attend, (q, k, v, dy))
+        assert q._base.grad is None                     # gradients returned, never accumulated
+    printed = capsys.readouterr().out
+    assert "  attention fwd 1x3x33x64: sdpa-cudnn skipped: RuntimeError: No viable backend" in printed
+
+
+def test_why_not_run_reports_error_and_warnings():
+    import warnings
+
+    def refuses(q, k, v):
+        warnings.warn("Flash attention requires q, k, v to be on CUDA\nsecond line not kept")
+        warnings.warn("Flash attention requires q, k, v to be on CUDA")   # repeated: once
+        raise RuntimeError("No available kernel. Aborting execution.\nmore")
+
+    inputs = ab.make_inputs(1, 1, 5, 64, device="cpu")
+    reason = ab.why_not_run(ab.forward_step, refuses, inputs)
+    assert reason == ("RuntimeError: No available kernel. Aborting execution. | "
+                      "Flash attention requires q, k, v to be on CUDA")
+    assert ab.why_not_run(ab.forward_backward_step, lambda q, k, v: q * 2 + k + v, inputs) is None
+
+
+def fake_row(case, ms, ms_no_graph=None, note="gpt2; causal, bf16", errors=None, work=2.576e10):
+    row = {"op": "attention", "case": case, "unit": "TFLOP/s", "work": work, "note": note,
+           "ms": ms, "ms_no_graph": ms_no_graph or dict(ms)}
+    if errors:
+        row["errors"] = errors
+    return row
+
+
+def test_ratios_to_cudnn_and_best_sdpa():
+    row = fake_row("fwd 16x12x1024x64", {"tk": 0.10, "sdpa-flash": 0.20, "sdpa-cudnn": 0.125,
+                                         "sdpa-efficient": 0.40, "eager": 0.11})
+    by_impl, best = ab.ratios(row)
+    assert best == "sdpa-cudnn"                          # 'eager' is not a forced backend
+    rate, vs_cudnn, vs_best = by_impl["tk"]
+    assert rate == pytest.approx(257.6) and vs_cudnn == pytest.approx(1.25) and vs_best == pytest.approx(1.25)
+    assert by_impl["sdpa-flash"][1] == pytest.approx(0.625)
+    assert list(by_impl) == ["tk", "eager", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient"]
+    # cuDNN refused this shape: no ratio to it, the best of the others instead
+    row = fake_row("fwd+bwd 4x16x4096x128", {"tk-portable": 2.0, "sdpa-flash": 1.0, "sdpa-efficient": 4.0})
+    by_impl, best = ab.ratios(row)
+    assert best == "sdpa-flash" and by_impl["tk-portable"][1] is None
+    assert by_impl["tk-portable"][2] == pytest.approx(0.5)
+    assert ab.ratios(fake_row("fwd 1x1x1x64", {"tk": 1.0}))[0]["tk"][1:] == (None, None)
+
+
+def test_report_and_png_from_bench_json(tmp_path):
+    note = ("gpt2; causal, bf16, q/k/v views of (B,T,3,H,D); tk = hopper fwd + portable bwd"
+            "; skipped sdpa-efficient: RuntimeError: No available kernel. | head_dim; too big")
+    rows = [fake_row("fwd 16x12x1024x64", {"tk": 0.10, "tk-hopper": 0.1, "sdpa-cudnn": 0.125}, note=note),
+            fake_row("fwd+bwd 16x12x1024x64", {"tk": 0.5, "sdpa-flash": 0.4}, {"tk": 0.6, "sdpa-flash": 0.5},
+                     errors={"sdpa-cudnn (ms)": "RuntimeError: capture failed"}),
+            {"op": "layernorm", "case": "fwd 16384x768 bf16", "unit": "TB/s", "work": 1e8, "note": "",
+             "ms": {"tk": 0.05}, "ms_no_graph": {"tk": 0.06}}]
+    path = tmp_path / "attention.json"
+    path.write_text(json.dumps({"environment": {"gpu": "test GPU", "torch": "x"}, "args": {}, "results": rows}))
+    png = tmp_path / "bars.png"
+    result = run_script("-m", "kernels.attention_bench", str(path), "--png", str(png), timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert out.startswith("test GPU, torch x")
+    graph = out[out.index("CUDA-graph replay"):out.index("launched from Python")]
+    assert "fwd 16x12x1024x64      gpt2              best SDPA: sdpa-cudnn" in graph
+    tk_line = next(line for line in graph.splitlines() if line.strip().startswith("tk "))
+    assert tk_line.split() == ["tk", "0.1000", "ms", "257.6", "TFLOP/s", "1.25x", "cudnn", "1.25x", "best"]
+    assert "(tk = hopper fwd + portable bwd)" in graph
+    assert "(skipped sdpa-efficient: RuntimeError: No available kernel. | head_dim; too big)" in graph
+    assert "! sdpa-cudnn (ms): RuntimeError: capture failed" in graph
+    assert "layernorm" not in out and "16384x768" not in out
+    no_graph = out[out.index("launched from Python"):]
+    line = next(l for l in no_graph.splitlines() if l.strip().startswith("tk ") and "0.6000" in l)
+    assert line.split()[3:] == ["42.9", "TFLOP/s", "-", "cudnn", "0.83x", "best"]   # 2.576e10 / 0.6 ms; 0.5 / 0.6
+    assert png_ok(png)
+
+
+def test_report_refuses_a_missing_file(tmp_path):
+    result = run_script("-m", "kernels.attention_bench", str(tmp_path / "none.json"), timeout=120)
+    assert result.returncode == 1 and "error: cannot read" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_gpu_script_parses():
+    import os
+    import subprocess
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_attention_bench.sh")
+    assert subprocess.run(["bash", "-n", script], capture_output=True).returncode == 0
+    text = open(script).read()
+    assert "bench.py --ops attention" in text and 'TORCH_EXTENSIONS_DIR' in text and "set -u" in text
