@@ -139,3 +139,33 @@ def test_bad_arguments_are_one_clear_line(tmp_path, capsys, flags, fragment):
 
 def test_gpu_script_parses():
     subprocess.run(["bash", "-n", os.path.join(REPO, "tests", "gpu_loss_curves.sh")], check=True)
+
+
+def test_gpu_slots_follow_cuda_visible_devices(monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert loss_curves.gpu_slots(2, wanted=True) == ["0", "1"]
+    assert loss_curves.gpu_slots(2, wanted=False) is None
+    assert loss_curves.gpu_slots(3, wanted=True) is None            # too few GPUs: one after another
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,3")
+    assert loss_curves.gpu_slots(2, wanted=True) == ["5", "3"]      # the i-th visible GPU, as named
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert loss_curves.gpu_slots(2, wanted=True) is None
+
+
+def test_concurrent_runs_on_the_cpu(tmp_path, monkeypatch, capsys):
+    """The --gpu-per-path branch (both runs at once, one CUDA_VISIBLE_DEVICES each), on the CPU:
+    a run that finishes first waits for the other; a failing run does not stop the other."""
+    text = tmp_path / "input.txt"
+    text.write_text(make_text())
+    monkeypatch.setattr(loss_curves, "gpu_slots", lambda n, wanted: ["", ""] if wanted else None)
+    rc = loss_curves.main(["--out", str(tmp_path / "o"), "--text", str(text), "--iters", "12",
+                           "--paths", "tk,torch", "--gpu-per-path", *TINY_FLAGS])
+    report = json.loads((tmp_path / "o" / "loss_curves.json").read_text())
+    assert rc == 1 and report["concurrent_gpus"] == ["", ""]
+    tk, torch_run = report["runs"]
+    assert tk["status"] == "exit code 1" and torch_run["status"] == "ok" and len(torch_run["losses"]) == 12
+    assert report["comparisons"][0]["max_abs_rel_diff"] is None   # nothing to compare against
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("FAIL")
