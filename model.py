@@ -6,7 +6,8 @@ ops go only through the `kernels` package, which runs either our tk CUDA kernels
 PyTorch reference twins (see kernels/__init__.py):
 
     kernels.add_layernorm(x, residual, w, b)  ->  (LayerNorm(x + residual), x + residual)
-    kernels.attention(q, k, v, causal, dropout_p)
+    kernels.attention_qkv(qkv, causal, dropout_p)   (qkv: the c_attn output as (B, T, 3, H, D);
+                                                    kernels.attention(q, k, v) when sampling)
     kernels.mlp(x, w_fc, b_fc, w_proj, b_proj)     (c_fc -> GELU(tanh) -> c_proj)
 
 The residual add is fused into the next layernorm, so the residual stream is carried as a pair
@@ -89,25 +90,28 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x, cache=None):
         B, T, C = x.shape
-        # (B, T, 3C) -> (B, T, 3, H, D) -> (3, B, H, T, D): q, k, v are strided views of one
-        # buffer, which both the tk kernel and SDPA accept, so no copy is made here. (unbind,
-        # not qkv[0..2]: its backward is one stack, not three zero-filled full-size buffers.)
-        qkv = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv.unbind(0)
+        qkv = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head)
         dropout_p = self.attn_dropout if self.training else 0.0
-        if cache is None or cache.length == 0:
-            if cache is not None:
-                cache.append(self.layer, k, v)
-            y = kernels.attention(q, k, v, causal=True, dropout_p=dropout_p)
+        if cache is None:
+            # Training and evaluation: the packed op reads q, k, v in place from the c_attn
+            # output, and the tk kernel writes their gradient back as one (B, T, 3, H, D) tensor.
+            y = kernels.attention_qkv(qkv, causal=True, dropout_p=dropout_p)   # (B, T, H, D)
         else:
-            # One new query against all cached keys: every key is in the past, so no mask. The
-            # tk kernels are written for training shapes (T_q == T_k); this matrix-vector step
-            # goes to the reference op directly.
-            if T != 1:
-                raise ValueError(f"a cached step takes one token at a time, got {T}")
-            k_all, v_all = cache.append(self.layer, k, v)
-            y = reference.attention(q, k_all, v_all, causal=False)
-        y = y.transpose(1, 2).reshape(B, T, C)
+            # (B, T, 3, H, D) -> (3, B, H, T, D): q, k, v as strided views, no copy.
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+            if cache.length == 0:
+                cache.append(self.layer, k, v)
+                y = kernels.attention(q, k, v, causal=True, dropout_p=dropout_p)
+            else:
+                # One new query against all cached keys: every key is in the past, so no mask.
+                # The tk kernels are written for training shapes (T_q == T_k); this
+                # matrix-vector step goes to the reference op directly.
+                if T != 1:
+                    raise ValueError(f"a cached step takes one token at a time, got {T}")
+                k_all, v_all = cache.append(self.layer, k, v)
+                y = reference.attention(q, k_all, v_all, causal=False)
+            y = y.transpose(1, 2)
+        y = y.reshape(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
 

@@ -1,6 +1,7 @@
 """The seam between the model and the kernels: one switch, three ops.
 
-model.py calls only `add_layernorm`, `attention` and `mlp` from here. Each call goes to the
+model.py calls only `add_layernorm`, `attention` (or `attention_qkv`, the same op on the packed
+c_attn output) and `mlp` from here. Each call goes to the
 hand-written tk kernel or to its PyTorch reference twin (kernels/reference.py), as the switch
 says:
 
@@ -42,9 +43,11 @@ _used = {op: set() for op in OPS}      # op -> {'tk', 'torch'} actually run
 _logged = set()                        # (op, reason) already reported by 'auto'
 
 
-def register_tk(op, impl, why_not):
+def register_tk(op, impl, why_not, entry=None):
+    """`entry` names a second public function of the same op (attention_qkv for attention): it
+    follows the op's switch setting and shows in used() under the op's name."""
     assert op in OPS, op
-    _tk_impls[op] = (impl, why_not)
+    _tk_impls[entry or op] = (impl, why_not)
 
 
 def configure(kernels="auto", attention="", layernorm="", mlp=""):
@@ -120,13 +123,14 @@ def preflight(batch_size, block_size, n_embd, n_head, dtype, device, attn_dropou
 _preflight_checks = {}   # op -> fn(**shapes) -> None | reason; registered by each tk op module
 
 
-def _dispatch(op, ref, *args, **kwargs):
+def _dispatch(op, ref, *args, entry=None, **kwargs):
     mode = _choice[op]
     if mode != "torch":
-        reason = why_not_tk(op, *args, **kwargs)
+        key = entry or op
+        reason = _tk_impls[key][1](*args, **kwargs) if key in _tk_impls else _missing_reason(op)
         if reason is None:
             _used[op].add("tk")
-            return _tk_impls[op][0](*args, **kwargs)
+            return _tk_impls[key][0](*args, **kwargs)
         if mode == "tk":
             raise KernelUnavailable(
                 f"kernels_{op}=tk, but the tk kernel cannot run here: {reason}. "
@@ -144,6 +148,13 @@ def add_layernorm(x, residual, weight, bias, eps=1e-5):
 def attention(q, k, v, causal=True, dropout_p=0.0, scale=None):
     """Causal self-attention on (B, H, T, D) q, k, v."""
     return _dispatch("attention", reference.attention, q, k, v, causal=causal, dropout_p=dropout_p, scale=scale)
+
+
+def attention_qkv(qkv, causal=True, dropout_p=0.0, scale=None):
+    """The same on the packed c_attn output qkv (B, T, 3, H, D); returns (B, T, H, D). The tk
+    kernel reads q, k, v in place and returns the gradient of qkv as one tensor (no stacking)."""
+    return _dispatch("attention", reference.attention_qkv, qkv, causal=causal, dropout_p=dropout_p, scale=scale,
+                     entry="attention_qkv")
 
 
 def mlp(x, w_fc, b_fc, w_proj, b_proj):

@@ -91,6 +91,15 @@ std::string check_backward(const at::Tensor& d_o, const at::Tensor& q, const at:
     return scale_problem(scale);
 }
 
+// The same for backward_into's outputs dq, dk, dv: bf16 (B, H, T, D) views like the inputs
+// (typically three slices of one (B, T, 3, H, D) gradient buffer).
+std::string check_outputs(const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv, const at::Tensor& q) {
+    const std::pair<const at::Tensor*, const char*> outputs[] = {{&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}};
+    for (const auto& [t, name] : outputs)
+        if (std::string problem = input_problem(*t, name, q); !problem.empty()) return problem;
+    return "";
+}
+
 namespace {
 
 AttentionTensor view_of(const at::Tensor& t) {
@@ -127,19 +136,31 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
     return {o, lse};
 }
 
-// Returns (dq, dk, dv), each (B, H, T, D) bf16 laid out as (B, T, H, D).
-std::vector<at::Tensor> backward(const at::Tensor& d_o, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 const at::Tensor& o, const at::Tensor& lse, bool causal, double scale) {
-    const std::string problem = check_backward(d_o, q, k, v, o, lse, scale);
+// Writes dq, dk, dv (bf16 (B, H, T, D), any strides the checks accept): the model passes three
+// slices of one (B, T, 3, H, D) buffer, the gradient of the c_attn output, so nothing has to
+// stack them afterwards.
+void backward_into(const at::Tensor& d_o, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                   const at::Tensor& o, const at::Tensor& lse, bool causal, double scale,
+                   const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv) {
+    std::string problem = check_backward(d_o, q, k, v, o, lse, scale);
+    if (problem.empty()) problem = check_outputs(dq, dk, dv, q);
     TORCH_CHECK_VALUE(problem.empty(), problem);
     const c10::cuda::CUDAGuard guard(q.device());
-    at::Tensor dq = empty_bthd(q), dk = empty_bthd(q), dv = empty_bthd(q);
     at::Tensor d_rowsum = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
     at::Tensor dq_accum = at::empty({q.size(0), q.size(1), q.size(2), q.size(3)}, q.options().dtype(at::kFloat));
     AttentionBackwardParams p{shape_of(q, causal, scale), view_of(q), view_of(k), view_of(v), view_of(o), view_of(d_o),
                               view_of(dq), view_of(dk), view_of(dv), lse.data_ptr<float>(),
                               d_rowsum.data_ptr<float>(), dq_accum.data_ptr<float>()};
     check_launch(attention_portable_backward(p, c10::cuda::getCurrentCUDAStream(q.get_device()).stream()), "backward");
+}
+
+// Returns (dq, dk, dv), each (B, H, T, D) bf16 laid out as (B, T, H, D).
+std::vector<at::Tensor> backward(const at::Tensor& d_o, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const at::Tensor& o, const at::Tensor& lse, bool causal, double scale) {
+    const std::string problem = check_backward(d_o, q, k, v, o, lse, scale);   // before q's sizes are used
+    TORCH_CHECK_VALUE(problem.empty(), problem);
+    at::Tensor dq = empty_bthd(q), dk = empty_bthd(q), dv = empty_bthd(q);
+    backward_into(d_o, q, k, v, o, lse, causal, scale, dq, dk, dv);
     return {dq, dk, dv};
 }
 
@@ -151,6 +172,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("grad_out"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"), py::arg("lse"), py::arg("scale"));
     m.def("forward", &forward, "(q, k, v, causal, scale) -> [o, lse]", py::arg("q"), py::arg("k"), py::arg("v"),
           py::arg("causal"), py::arg("scale"));
+    m.def("check_outputs", &check_outputs, "(dq, dk, dv, q) -> '' or what is wrong", py::arg("dq"), py::arg("dk"),
+          py::arg("dv"), py::arg("q"));
+    m.def("backward_into", &backward_into, "(grad_out, q, k, v, o, lse, causal, scale, dq, dk, dv): writes dq, dk, dv",
+          py::arg("grad_out"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"), py::arg("lse"), py::arg("causal"),
+          py::arg("scale"), py::arg("dq"), py::arg("dk"), py::arg("dv"));
     m.def("backward", &backward, "(grad_out, q, k, v, o, lse, causal, scale) -> [dq, dk, dv]", py::arg("grad_out"),
           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"), py::arg("lse"), py::arg("causal"), py::arg("scale"));
 }

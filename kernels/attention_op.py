@@ -98,7 +98,9 @@ class Backend:
     # what is its own (GPU architecture, its build, its extra limits).
     why_not: Callable
     forward: Optional[Callable] = None    # (q, k, v, causal, scale) -> (o, lse)
-    backward: Optional[Callable] = None   # (grad_out, q, k, v, o, lse, causal, scale) -> (dq, dk, dv)
+    # (grad_out, q, k, v, o, lse, causal, scale, out=None) -> (dq, dk, dv); with out=(dq, dk, dv)
+    # (views, e.g. of one packed gradient buffer) it writes those and returns them
+    backward: Optional[Callable] = None
 
 
 BACKENDS = {}          # name -> Backend, most preferred first
@@ -182,13 +184,21 @@ def _portable_forward(q, k, v, causal, scale):
     return o, lse
 
 
-def _portable_backward(grad_out, q, k, v, o, lse, causal, scale):
+def _portable_backward(grad_out, q, k, v, o, lse, causal, scale, out=None):
     check_backward_inputs(grad_out, q, k, v, o, lse, scale)
     problem = _portable.module.check_backward(grad_out, q, k, v, o, lse, scale)
     if problem:
         raise ValueError(problem)
-    dq, dk, dv = _portable.module.backward(grad_out, q, k, v, o, lse, causal, scale)
-    return dq, dk, dv
+    if out is None:
+        dq, dk, dv = _portable.module.backward(grad_out, q, k, v, o, lse, causal, scale)
+        return dq, dk, dv
+    for name, t in zip(("dq", "dk", "dv"), out):
+        _check_input(name, t, q, cuda=q.is_cuda)
+    problem = _portable.module.check_outputs(*out, q)
+    if problem:
+        raise ValueError(problem)
+    _portable.module.backward_into(grad_out, q, k, v, o, lse, causal, scale, *out)
+    return out
 
 
 register_backend(Backend("portable", _portable_why_not, _portable_forward, _portable_backward))
@@ -208,6 +218,26 @@ def _run_backward(grad_out, q, k, v, o, lse, causal, scale, backend):
     grad_out, q, k, v, o = (_kernel_layout(t) for t in (grad_out, q, k, v, o))
     dq, dk, dv = BACKENDS[backend].backward(grad_out, q, k, v, o, lse, causal, scale)
     return dq, dk, dv
+
+
+def split_qkv(qkv):
+    """(B, T, 3, H, D) -> q, k, v as (B, H, T, D) views (no copy)."""
+    return qkv.permute(2, 0, 3, 1, 4).unbind(0)
+
+
+def _run_forward_qkv(qkv, causal, scale, fwd_backend):
+    return _run_forward(*split_qkv(qkv), causal, scale, fwd_backend)
+
+
+def _run_backward_qkv(grad_out, qkv, o, lse, causal, scale, backend):
+    """d(qkv) as one (B, T, 3, H, D) tensor: the kernel writes dq, dk, dv straight into its three
+    slices, so the gradient reaches c_attn without the stack + copy that three separate
+    gradients of qkv.unbind() would cost (two full passes over 3·B·T·C elements per layer)."""
+    dqkv = torch.empty(qkv.shape, dtype=qkv.dtype, device=qkv.device)
+    grad_out, o = _kernel_layout(grad_out), _kernel_layout(o)
+    q, k, v = (_kernel_layout(t) for t in split_qkv(qkv))
+    BACKENDS[backend].backward(grad_out, q, k, v, o, lse, causal, scale, out=split_qkv(dqkv))
+    return dqkv
 
 
 # ---- 3. the custom ops: what torch.compile sees -----------------------------------------------
@@ -245,6 +275,32 @@ def _(grad_out, q, k, v, o, lse, causal, scale, backend):
     return _empty_bthd(q), _empty_bthd(q), _empty_bthd(q)
 
 
+@torch.library.custom_op("tk::attention_qkv_fwd", mutates_args=())
+def attention_qkv_fwd(qkv: Tensor, causal: bool, scale: float, fwd_backend: str,
+                      bwd_backend: str) -> tuple[Tensor, Tensor]:
+    """attention_fwd on the packed (B, T, 3, H, D) c_attn output. Returns (o, lse)."""
+    o, lse = _run_forward_qkv(qkv, causal, scale, fwd_backend)
+    return o, lse
+
+
+@attention_qkv_fwd.register_fake
+def _(qkv, causal, scale, fwd_backend, bwd_backend):
+    B, T, _, H, D = qkv.shape
+    return qkv.new_empty(B, T, H, D).transpose(1, 2), qkv.new_empty(B, H, T, dtype=torch.float32)
+
+
+@torch.library.custom_op("tk::attention_qkv_bwd", mutates_args=())
+def attention_qkv_bwd(grad_out: Tensor, qkv: Tensor, o: Tensor, lse: Tensor, causal: bool, scale: float,
+                      backend: str) -> Tensor:
+    """d(qkv), one (B, T, 3, H, D) tensor."""
+    return _run_backward_qkv(grad_out, qkv, o, lse, causal, scale, backend)
+
+
+@attention_qkv_bwd.register_fake
+def _(grad_out, qkv, o, lse, causal, scale, backend):
+    return qkv.new_empty(qkv.shape)
+
+
 # ---- 4. autograd: one setup_context and backward body for both paths --------------------------
 # On the custom op the backward calls the custom op attention_bwd; on the eager fast path
 # (_AttentionEager, as in kernels/layernorm.py) it calls _run_backward directly.
@@ -273,6 +329,28 @@ def _make_backward(attention_backward):
 attention_fwd.register_autograd(_make_backward(attention_bwd), setup_context=_setup_context)
 
 
+# The packed op saves qkv itself (the same memory as the q, k, v views) and returns one gradient.
+def _setup_context_qkv(ctx, inputs, output):
+    qkv, causal, scale, _, bwd_backend = inputs
+    o, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(qkv, o, lse)
+    ctx.causal, ctx.scale, ctx.bwd_backend = causal, scale, bwd_backend
+
+
+def _make_backward_qkv(attention_backward):
+    def backward(ctx, grad_out, _grad_lse):
+        qkv, o, lse = ctx.saved_tensors
+        if ctx.bwd_backend == "":
+            raise RuntimeError("tk attention: no backend can run the backward pass for these inputs "
+                               "(see kernels.attention.why_not); use --kernels_attention=torch")
+        return attention_backward(grad_out, qkv, o, lse, ctx.causal, ctx.scale, ctx.bwd_backend), None, None, None, None
+    return backward
+
+
+attention_qkv_fwd.register_autograd(_make_backward_qkv(attention_qkv_bwd), setup_context=_setup_context_qkv)
+
+
 class _AttentionEager(torch.autograd.Function):
     """attention_fwd without torch.library: the same backend calls, saved tensors and backward.
     Old style and no materialized zero gradient for lse, as kernels/layernorm.py explains."""
@@ -284,6 +362,18 @@ class _AttentionEager(torch.autograd.Function):
         return output
 
     backward = staticmethod(_make_backward(_run_backward))
+
+
+class _AttentionQKVEager(torch.autograd.Function):
+    """attention_qkv_fwd without torch.library (as _AttentionEager)."""
+    @staticmethod
+    def forward(ctx, qkv, causal, scale, fwd_backend, bwd_backend):
+        ctx.set_materialize_grads(False)
+        output = _run_forward_qkv(qkv, causal, scale, fwd_backend)   # (o, lse)
+        _setup_context_qkv(ctx, (qkv, causal, scale, fwd_backend, bwd_backend), output)
+        return output
+
+    backward = staticmethod(_make_backward_qkv(_run_backward_qkv))
 
 
 # ---- 5. the public op, with the same signature as reference.attention --------------------------
@@ -311,6 +401,24 @@ def attention(q, k, v, causal=True, dropout_p=0.0, scale=None):
     op = attention_fwd if torch.compiler.is_compiling() else _AttentionEager.apply
     o, _ = op(q, k, v, bool(causal), scale, fwd_backend, bwd_backend or "")
     return o
+
+
+def attention_qkv(qkv, causal=True, dropout_p=0.0, scale=None):
+    """Attention on the packed c_attn output qkv (B, T, 3, H, D) bf16; returns y (B, T, H, D),
+    contiguous (so y.reshape(B, T, C) is free). Same kernels as attention(); the difference is
+    the backward, which returns d(qkv) as one tensor (see _run_backward_qkv)."""
+    if dropout_p:
+        raise ValueError(f"tk attention has no dropout on the attention probabilities (dropout_p={dropout_p}); "
+                         "set attn_dropout=0 or use --kernels_attention=torch")
+    q = qkv.select(2, 0).transpose(1, 2)   # a view, for the backend choice
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    fwd_backend, reason = _choose(q, causal, scale, "forward")
+    if fwd_backend is None:
+        raise RuntimeError(f"tk attention cannot run here: {reason}")
+    bwd_backend, _ = _choose(q, causal, scale, "backward")
+    op = attention_qkv_fwd if torch.compiler.is_compiling() else _AttentionQKVEager.apply
+    o, _ = op(qkv, bool(causal), scale, fwd_backend, bwd_backend or "")
+    return o.transpose(1, 2)
 
 
 # ---- 6. the support check and registration ----------------------------------------------------
@@ -351,6 +459,15 @@ def why_not(q, k, v, causal=True, dropout_p=0.0, scale=None):
     return None
 
 
+def why_not_qkv(qkv, causal=True, dropout_p=0.0, scale=None):
+    """why_not for attention_qkv: qkv must be (B, T, 3, H, D); then as for its q, k, v views."""
+    if not isinstance(qkv, Tensor):
+        return "qkv is not a tensor"
+    if qkv.dim() != 5 or qkv.shape[2] != 3:
+        return f"qkv has shape {tuple(qkv.shape)}; the packed op takes (batch, seq, 3, heads, head_dim)"
+    return why_not(*split_qkv(qkv), causal=causal, dropout_p=dropout_p, scale=scale)
+
+
 def _float32_positive(scale):
     # as require_number(..., positive=True, float32=True), in plain comparisons (torch.compile traces why_not)
     return isinstance(scale, (int, float)) and FLOAT32_UNDERFLOW < scale < FLOAT32_OVERFLOW
@@ -375,6 +492,7 @@ def preflight(batch_size, block_size, n_embd, n_head, dtype, device, attn_dropou
 
 
 register_tk("attention", attention, why_not)
+register_tk("attention", attention_qkv, why_not_qkv, entry="attention_qkv")
 _preflight_checks["attention"] = preflight
 
 

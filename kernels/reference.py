@@ -20,6 +20,12 @@ def attention(q, k, v, causal=True, dropout_p=0.0, scale=None):
     return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal, scale=scale)
 
 
+def attention_qkv(qkv, causal=True, dropout_p=0.0, scale=None):
+    """attention() on the packed c_attn output qkv (B, T, 3, H, D); returns (B, T, H, D)."""
+    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+    return attention(q, k, v, causal, dropout_p, scale).transpose(1, 2)
+
+
 def mlp(x, w_fc, b_fc, w_proj, b_proj):
     """y = GELU_tanh(x @ w_fc.T + b_fc) @ w_proj.T + b_proj (biases may be None)."""
     h = F.gelu(F.linear(x, w_fc, b_fc), approximate="tanh")

@@ -101,6 +101,52 @@ def test_forward_backward_vs_float64(B, H, T, D, causal):
 
 
 @cuda
+@pytest.mark.parametrize("public", [True, False], ids=["fast_path", "custom_op"])
+@pytest.mark.parametrize("backend", [BACKEND, "auto"])
+@pytest.mark.parametrize("B,H,T,D,causal", [(1, 1, 1, 64, True), (2, 3, 17, 64, True), (2, 1, 255, 64, True),
+                                            (1, 2, 1000, 64, True), (1, 2, 17, 128, True), (2, 1, 255, 128, True),
+                                            (1, 2, 300, 64, False)])
+def test_packed_qkv_forward_backward_vs_float64(B, H, T, D, causal, backend, public):
+    # attention_qkv: the model's call. The backward writes dq, dk, dv into the slices of one
+    # (B, T, 3, H, D) gradient, so qkv.grad is that tensor itself: contiguous, poisoned first.
+    A.set_backend(backend)
+    qkv, q, k, v = qkv_views(B, H, T, D, seed=T * D + B + 7, requires_grad=True)
+    scale = 1.0 / math.sqrt(D)
+    grad_y = torch.randn(B, T, H, D, device="cuda").to(torch.bfloat16)
+    o_ref, _, (dq_ref, dk_ref, dv_ref) = reference(q, k, v, causal, scale, grad_y.transpose(1, 2))
+    poison(B, H, T, D)
+    if public:
+        y = A.attention_qkv(qkv, causal=causal)                                   # (B, T, H, D)
+    else:
+        fwd, bwd = (A._choose(q, causal, scale, d)[0] for d in ("forward", "backward"))
+        o, _ = A.attention_qkv_fwd(qkv, causal, scale, fwd, bwd)
+        y = o.transpose(1, 2)
+    assert y.shape == (B, T, H, D) and y.is_contiguous()
+    assert rel_err(y.transpose(1, 2), o_ref) < 1e-2
+    for _ in range(3):   # the gradient buffer is the size of qkv: poison that size too
+        torch.full((3 * B * T * H * D,), float("nan"), device="cuda", dtype=torch.bfloat16)
+    y.backward(grad_y)
+    assert qkv.grad.is_contiguous() and qkv.grad.shape == qkv.shape
+    dq, dk, dv = qkv.grad.permute(2, 0, 3, 1, 4)
+    assert rel_err(dv, dv_ref) < 2e-2
+    if T == 1:
+        assert dq.abs().max() < 1e-2 and dk.abs().max() < 1e-2
+    else:
+        assert rel_err(dq, dq_ref) < 2e-2 and rel_err(dk, dk_ref) < 2e-2
+
+
+@cuda
+def test_packed_qkv_opcheck():
+    qkv, q, _, _ = qkv_views(2, 2, 33, 64, requires_grad=True)
+    name, _ = A._choose(q, True, 0.125, "forward")
+    bwd, _ = A._choose(q, True, 0.125, "backward")
+    torch.library.opcheck(A.attention_qkv_fwd, (qkv, True, 0.125, name, bwd))
+    o, lse = A.attention_qkv_fwd(qkv.detach(), True, 0.125, name, bwd)
+    g = torch.randn_like(o)
+    torch.library.opcheck(A.attention_qkv_bwd, (g, qkv.detach(), o, lse, True, 0.125, bwd))
+
+
+@cuda
 @pytest.mark.parametrize("variant", ["1", "2", "3"])
 @pytest.mark.parametrize("B,H,T,D,causal", [(2, 3, 1000, 64, True), (1, 2, 255, 128, True), (1, 2, 300, 64, False)])
 def test_forward_block_shape_variants(monkeypatch, variant, B, H, T, D, causal):
@@ -343,3 +389,24 @@ def test_backend_table_order_and_pinning():
         A.set_backend("auto")
         A.BACKENDS.clear()
         A.BACKENDS.update(saved)
+
+
+def test_packed_qkv_dispatch_and_reference():
+    # The packed call follows the attention switch, runs the reference where tk cannot run, and
+    # the reference computes attention on the q, k, v slices, returned as (B, T, H, D).
+    B, T, H, D = 2, 9, 3, 64
+    qkv = torch.randn(B, T, 3, H, D, dtype=torch.float64)
+    kernels.configure("torch")
+    kernels.reset_used()
+    y = kernels.attention_qkv(qkv, causal=True)
+    assert y.shape == (B, T, H, D) and kernels.used()["attention"] == "torch"
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(D)
+    s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    assert torch.allclose(y, (torch.softmax(s, -1) @ v).transpose(1, 2), atol=1e-12)
+    assert "needs CUDA" in A.why_not_qkv(qkv.to(torch.bfloat16))
+    assert "(batch, seq, 3, heads, head_dim)" in A.why_not_qkv(q)
+    if not torch.cuda.is_available():
+        kernels.configure("tk")
+        with pytest.raises(kernels.KernelUnavailable, match="kernels_attention=tk.*needs CUDA"):
+            kernels.attention_qkv(qkv.to(torch.bfloat16))

@@ -129,12 +129,24 @@ class FakePortableAttentionExt:
     def check_backward(self, grad_out, q, k, v, o, lse, scale):
         return ""
 
+    def check_outputs(self, dq, dk, dv, q):
+        return ""
+
+    def backward_into(self, grad_out, q, k, v, o, lse, causal, scale, dq, dk, dv):
+        self.calls["portable.backward_into"] += 1
+        for out, grad in zip((dq, dk, dv), self._grads(grad_out, q, k, v, o, lse, causal, scale)):
+            out.copy_(grad)
+
     def forward(self, q, k, v, causal, scale):
         self.calls["portable.forward"] += 1
         return _attention_forward(q, k, v, causal, scale)
 
     def backward(self, grad_out, q, k, v, o, lse, causal, scale):
         self.calls["portable.backward"] += 1
+        return [_bthd(g) for g in self._grads(grad_out, q, k, v, o, lse, causal, scale)]
+
+    @staticmethod
+    def _grads(grad_out, q, k, v, o, lse, causal, scale):
         p = torch.exp(torch.einsum("bhtd,bhsd->bhts", q.float(), k.float()) * scale - lse[..., None])
         if causal:
             p = p.tril()
@@ -143,7 +155,7 @@ class FakePortableAttentionExt:
         dp = do @ v.float().transpose(-1, -2)
         ds = p * (dp - (do * o.float()).sum(-1, keepdim=True))
         dq, dk = ds @ k.float() * scale, ds.transpose(-1, -2) @ q.float() * scale
-        return [_bthd(dq), _bthd(dk), _bthd(dv)]
+        return dq, dk, dv
 
 
 class FakeHopperAttentionExt:
@@ -228,7 +240,8 @@ def _run(op, args, grad_inputs, compiling=None):
         loss = sum((o.float() * torch.randn(o.shape, generator=gen)).sum() for o in outs)
         grads = torch.autograd.grad(loss, grad_inputs)
     grad_fn = outs[0].grad_fn
-    while type(grad_fn).__name__ in ("ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0"):
+    while type(grad_fn).__name__ in ("ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0",
+                                     "TransposeBackward0"):
         grad_fn = grad_fn.next_functions[0][0]     # the mlp reshapes y back to (..., C)
     return [o.detach() for o in outs], grads, log.tk_ops(), type(grad_fn).__name__
 
@@ -354,6 +367,24 @@ def test_attention_fast_path_matches_custom_ops(calls, monkeypatch, hopper, caus
         q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
         return reference.attention(q, k, v, causal=causal)
     ref_outs, ref_grads = _reference_grads(ref, [qkv], 1)
+    for got, want in zip(outs + list(grads), ref_outs + list(ref_grads)):
+        assert _rel_err(got, want) < 2e-2
+
+
+@pytest.mark.parametrize("hopper", [True, False], ids=["hopper_fwd+portable_bwd", "portable"])
+def test_packed_attention_fast_path_matches_custom_ops(calls, monkeypatch, hopper):
+    # attention_qkv (the model's call): one input, the packed qkv; the backward writes the three
+    # gradients into one (B, T, 3, H, D) tensor through backward_into (no stack, no copy).
+    monkeypatch.setattr(attention_op, "BACKENDS", _attention_backends(hopper))
+    B, T, H, D = 2, 37, 3, 64
+    qkv = torch.randn(B, T, 3, H, D, dtype=torch.bfloat16, requires_grad=True)
+    outs, grads = _both_paths(attention_op.attention_qkv, (qkv,), [qkv], calls, "_AttentionQKVEager",
+                              ["tk.attention_qkv_bwd.default", "tk.attention_qkv_fwd.default"])
+    forward = "hopper.forward" if hopper else "portable.forward"
+    assert calls[forward] == calls["portable.backward_into"] == 1 and calls["portable.backward"] == 0
+    assert outs[0].shape == (B, T, H, D) and outs[0].is_contiguous()
+    assert grads[0].shape == qkv.shape and grads[0].is_contiguous()
+    ref_outs, ref_grads = _reference_grads(reference.attention_qkv, [qkv], 1)
     for got, want in zip(outs + list(grads), ref_outs + list(ref_grads)):
         assert _rel_err(got, want) < 2e-2
 

@@ -91,7 +91,7 @@ def test_fused_residual_matches_textbook_pre_ln(bias):
 
 def test_ops_go_through_the_kernels_seam(monkeypatch):
     calls = []
-    for op in ("attention", "add_layernorm", "mlp"):
+    for op in ("attention", "attention_qkv", "add_layernorm", "mlp"):
         real = getattr(kernels, op)
         monkeypatch.setattr(kernels, op, lambda *a, _real=real, _op=op, **k: calls.append((_op, k)) or _real(*a, **k))
     model = make_model(dropout=0.1, attn_dropout=0.3)
@@ -99,10 +99,11 @@ def test_ops_go_through_the_kernels_seam(monkeypatch):
     model.train()
     model(idx, idx)
     n = SMALL["n_layer"]
-    assert sum(op == "attention" for op, _ in calls) == n
+    assert sum(op == "attention_qkv" for op, _ in calls) == n   # training: the packed op
+    assert sum(op == "attention" for op, _ in calls) == 0
     assert sum(op == "add_layernorm" for op, _ in calls) == 2 * n + 1
     assert sum(op == "mlp" for op, _ in calls) == n
-    assert all(k["dropout_p"] == 0.3 and k["causal"] for op, k in calls if op == "attention")
+    assert all(k["dropout_p"] == 0.3 and k["causal"] for op, k in calls if op == "attention_qkv")
     calls.clear()
     model.eval()
     model(idx, idx)
