@@ -8,27 +8,32 @@
 Registered in bench.py (`@register("attention")`). One Case per shape and direction (fwd, or
 fwd+bwd), holding every implementation below that can run it:
 
-  tk              kernels.attention() with kernels_attention=tk: what model.py trains with (on
-                  sm_90 the Hopper forward + the portable backward; elsewhere the portable kernel)
+  tk              the kernels package's attention with kernels_attention=tk, called as model.py
+                  calls it: kernels.attention_qkv(qkv) where that exists (the packed op: q, k, v
+                  read in place, d(qkv) written as one tensor), else kernels.attention(q, k, v) on
+                  the views. On sm_90 the Hopper forward + the portable backward; elsewhere portable
   tk-hopper       the Hopper forward alone (attention_op pinned to 'hopper'); fwd rows only, as it
                   has no backward of its own
-  tk-portable     the portable kernel for both passes (attention_op pinned to 'portable')
-  eager           kernels/reference.py's attention: SDPA with torch's own backend choice, what
-                  --kernels=torch trains with
+  tk-portable     the portable kernel for both passes (attention_op pinned to 'portable'), through
+                  the same entry as 'tk'
+  eager           kernels/reference.py's attention(_qkv): SDPA with torch's own backend choice,
+                  what --kernels=torch trains with
   sdpa-flash, sdpa-cudnn, sdpa-efficient
                   SDPA with one backend forced (torch.nn.attention.sdpa_kernel): FA2, cuDNN,
-                  memory-efficient
+                  memory-efficient; on the q, k, v views of qkv, as reference.py calls it
 
 Each implementation first runs once on the row's real inputs, outside the timing. One that
 refuses (an SDPA backend that does not take the shape, tk-hopper anywhere but sm_90, tk without
 CUDA) is left out of that row; the reason is printed and kept in the row's note. A failure later,
 inside the timing, is bench.py's to record (the row's "errors").
 
-Inputs are what model.py hands the op: q, k, v are the strided (B, H, T, D) views of one
-(B, T, 3, H, D) bf16 tensor (c_attn's output), and the output gradient is (B, T, H, D) memory
-seen as (B, H, T, D), as the backward of y.transpose(1, 2).reshape(B, T, C) makes it. fwd+bwd
-takes the gradients of the q, k, v views, not of the qkv buffer: the stack that unbind's backward
-adds in training is not attention work, and would be the same for every implementation.
+Inputs and outputs are what training has: qkv is c_attn's output seen as (B, T, 3, H, D) bf16
+(the SDPA rows take its strided (B, H, T, D) views q, k, v, no copies); every implementation
+returns y as (B, T, H, D), and fwd+bwd differentiates y against qkv with a contiguous (B, T, H, D)
+output gradient, as y.reshape(B, T, C) hands it back. So fwd+bwd counts what training pays for the
+gradient of qkv: for the SDPA rows (and tk through kernels.attention) that includes unbind's
+backward, a stack of dq, dk, dv into one buffer (estimated, not measured: about 3% of fwd+bwd at
+the GPT-2 shape); the packed tk op writes d(qkv) directly. Each row's note says which entry 'tk' went through.
 
 Work (issue 5): causal forward 4·B·H·T²·D / 2 flops; forward+backward 3.5x that.
 Timing is bench.py's own (run_case): CUDA-graph replay (the headline: GPU time of the kernels)
@@ -103,24 +108,28 @@ def plan(quick):
 
 
 def make_inputs(B, H, T, D, device="cuda"):
-    """(q, k, v, dy), fresh random: q, k, v the (B, H, T, D) views of one (B, T, 3, H, D) tensor
-    (model.py's c_attn output, which needs grad); dy (B, T, H, D) memory seen as (B, H, T, D)."""
+    """(qkv, dy), fresh random: qkv (B, T, 3, H, D) as model.py's c_attn output (needs grad), dy
+    the gradient of y (B, T, H, D), contiguous."""
     qkv = torch.randn(B, T, 3, H, D, device=device, dtype=torch.bfloat16, requires_grad=True)
-    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-    dy = torch.randn(B, T, H, D, device=device, dtype=torch.bfloat16).transpose(1, 2)
-    return q, k, v, dy
+    dy = torch.randn(B, T, H, D, device=device, dtype=torch.bfloat16)
+    return qkv, dy
+
+
+def split_qkv(qkv):
+    """(B, T, 3, H, D) -> q, k, v, each a (B, H, T, D) view (no copy), as model.py splits it."""
+    return qkv.permute(2, 0, 3, 1, 4).unbind(0)
 
 
 def forward_step(attend, inputs):
-    q, k, v, _ = inputs
+    qkv, _ = inputs
     with torch.no_grad():
-        attend(q, k, v)
+        attend(qkv)
 
 
 def forward_backward_step(attend, inputs):
-    q, k, v, dy = inputs
-    o = attend(q, k, v)
-    torch.autograd.grad(o, (q, k, v), dy)   # gradients returned, never accumulated
+    qkv, dy = inputs
+    y = attend(qkv)
+    torch.autograd.grad(y, qkv, dy)   # the gradient returned, never accumulated
 
 
 STEPS = {"fwd": forward_step, "fwd+bwd": forward_backward_step}
@@ -128,36 +137,62 @@ STEPS = {"fwd": forward_step, "fwd+bwd": forward_backward_step}
 
 # ---- the implementations ---------------------------------------------------------------------
 
+def on_views(attention):
+    """attend(qkv) -> y (B, T, H, D) from attention(q, k, v, causal=True) -> (B, H, T, D)."""
+    def attend(qkv):
+        q, k, v = split_qkv(qkv)
+        return attention(q, k, v, causal=True).transpose(1, 2)
+    return attend
+
+
+def packed(attention_qkv):
+    return lambda qkv: attention_qkv(qkv, causal=True)
+
+
+def tk_entry():
+    """'attention_qkv' if the kernels package has the packed entry model.py trains through, else
+    'attention' (q, k, v views)."""
+    import kernels
+    return "attention_qkv" if hasattr(kernels, "attention_qkv") else "attention"
+
+
 def implementations():
-    """name -> attend(q, k, v) (causal, scale 1/sqrt(D)) for every name in IMPLS."""
+    """name -> attend(qkv) -> y (B, T, H, D), causal, scale 1/sqrt(D), for every name in IMPLS."""
     import kernels
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from kernels import attention_op, reference
 
+    def entry(module):
+        # the packed entry where it exists (model.py trains through it), else the views
+        return packed(module.attention_qkv) if hasattr(module, "attention_qkv") else on_views(module.attention)
+
     def pinned(backend):
         # Pinning is global in attention_op; restore it at once so no other row sees it. The
         # backward backend is fixed at forward time, so the autograd.grad after this still runs
         # the pinned one (or, for the forward-only 'hopper', the backward attention_op borrows).
-        def attend(q, k, v):
+        run = entry(attention_op)
+
+        def attend(qkv):
             old = attention_op.set_backend(backend)
             try:
-                return attention_op.attention(q, k, v, causal=True)
+                return run(qkv)
             finally:
                 attention_op.set_backend(old)
         return attend
 
     def forced(backend):
-        def attend(q, k, v):
+        def attention(q, k, v, causal):
             with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return attend
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return on_views(attention)
 
     table = {
-        "tk": lambda q, k, v: kernels.attention(q, k, v, causal=True),   # cases() sets kernels_attention=tk
+        "tk": entry(kernels),                # cases() sets kernels_attention=tk around the rows
         "tk-hopper": pinned("hopper"),
         "tk-portable": pinned("portable"),
-        "eager": lambda q, k, v: reference.attention(q, k, v, causal=True),
+        "eager": (packed(reference.attention_qkv) if hasattr(reference, "attention_qkv")
+                  else on_views(reference.attention)),
     }
     for name, member in SDPA_BACKENDS.items():
         table[name] = forced(getattr(SDPBackend, member))
@@ -166,8 +201,8 @@ def implementations():
 
 def why_not_run(step, attend, inputs):
     """None if step(attend, inputs) runs, else why not: the error's first line, then the first
-    line of each warning raised meanwhile, joined by ' | ' (SDPA gives its reasons for refusing a backend as
-    warnings and only then raises 'No available kernel')."""
+    line of each warning raised meanwhile, joined by ' | ' (SDPA gives its reasons for refusing a
+    backend as warnings and only then raises 'No available kernel')."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -219,9 +254,9 @@ def cases(Case, quick, device="cuda"):
                 else:
                     skipped[name] = reason
                     print(f"  attention {case_name}: {name} skipped: {reason}", flush=True)
-            note = f"{shape_name}; causal, bf16, q/k/v views of (B,T,3,H,D)"
+            note = f"{shape_name}; causal, bf16, d(qkv) of (B,T,3,H,D)"
             if "tk" in impls:
-                note += f"; tk = {tk_choice(probe[0]) or '?'}"
+                note += f"; tk = kernels.{tk_entry()}, {tk_choice(split_qkv(probe[0])[0]) or '?'}"
             note += "".join(f"; skipped {name}: {reason}" for name, reason in skipped.items())
             del probe
             yield Case("attention", case_name, "TFLOP/s", flops(B, H, T, D, direction), make, step,
@@ -244,6 +279,36 @@ def ratios(row, table="ms"):
         out[name] = (rate[name], rate[name] / rate[CUDNN] if CUDNN in rate else None,
                      rate[name] / rate[best] if best else None)
     return out, best
+
+
+# Issue 5's "done when", on the CUDA-graph figures: (shape, direction, ours, against, at least, label);
+# against = an SDPA backend's name or 'best' (the best SDPA backend of the row).
+TARGETS = (("gpt2", "fwd", "tk-hopper", CUDNN, 1.1, ""),
+           ("gpt2", "fwd+bwd", "tk", CUDNN, 1.1, ""),
+           ("shakespeare-char", "fwd+bwd", "tk", "best", 1.0, ""),
+           ("t4096-d128", "fwd+bwd", "tk", CUDNN, 0.9, ""),
+           ("gpt2", "fwd", "tk-portable", "sdpa-flash", 1.0, ""),
+           ("gpt2", "fwd+bwd", "tk-portable", "sdpa-flash", 1.0, ""),
+           ("gpt2", "fwd", "tk-hopper", CUDNN, 1.35, " (stretch: FA3's level)"),
+           ("gpt2", "fwd+bwd", "tk", CUDNN, 1.3, " (stretch)"))
+
+
+def check_targets(rows):
+    """One line per target: the measured ratio and 'met', 'NOT met' or 'not measured'."""
+    by_key = {(r.get("note", "").split(";")[0], r["case"].split()[0]): r for r in rows if r.get("op") == "attention"}
+    out = []
+    for shape, direction, ours, against, least, label in TARGETS:
+        what = f"{shape} {direction}: {ours} >= {least:.2f}x {'best SDPA' if against == 'best' else against}"
+        row = by_key.get((shape, direction))
+        rate, best = ratios(row) if row else ({}, None)
+        base = (best or "any SDPA backend") if against == "best" else against
+        if ours in rate and base in rate:
+            measured = rate[ours][0] / rate[base][0]
+            out.append(f"{what:<52} {measured:.2f}x  {'met' if measured >= least else 'NOT met'}{label}")
+        else:
+            missing = ", ".join(n for n in (ours, base) if n not in rate)
+            out.append(f"{what:<52} not measured ({'no such row' if row is None else 'missing ' + missing}){label}")
+    return out
 
 
 def format_report(rows):
@@ -270,6 +335,8 @@ def format_report(rows):
                 for key, error in row.get("errors", {}).items():
                     out.append(f"    ! {key}: {error}")
         out.append("")
+    out.append("issue 5's targets (CUDA-graph figures, same run):")
+    out += ["  " + line for line in check_targets(rows)]
     return "\n".join(out)
 
 

@@ -19,8 +19,8 @@
 # fallback adds up to 5 x 60 s.
 set -u
 OUT=${1:?usage: bash tests/gpu_attention_bench.sh OUT}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)   # absolute: the script moves to the repo root next
 cd "$(dirname "$0")/.."
-mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/ext}
 SHAPES="gpt2 shakespeare-char t4096-d128 t2048-d64 t2048-d128"   # kernels/attention_bench.py's SHAPES
 BENCH=(python3 bench.py --ops attention --compile-modes "")        # no torch.compile rows: same kernels
@@ -45,6 +45,11 @@ timeout -k 10 180 "${BENCH[@]}" --json "$OUT/attention.json" > "$OUT/bench.log" 
 rc=$?
 echo "bench.py rc=$rc in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/bench.log"
 JSONS=("$OUT/attention.json")
+# A CUDA fault inside one implementation is caught and recorded, but leaves the GPU unusable for
+# the rest of that process: every later row would only record errors. Rerun per shape then too.
+if grep -q "CUDA error" "$OUT/attention.json" 2>/dev/null; then
+    echo "a CUDA error is recorded in attention.json" | tee -a "$OUT/bench.log"; rc=99
+fi
 if [ $rc -ne 0 ] || [ ! -s "$OUT/attention.json" ]; then
     echo "the single run failed: one process per shape" | tee -a "$OUT/bench.log"
     JSONS=()

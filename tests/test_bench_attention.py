@@ -76,26 +76,30 @@ def test_bad_names_are_refused(monkeypatch, variable, value, bad):
     assert kernels.choice()["attention"] == "auto"
 
 
-def test_inputs_are_views_of_one_qkv_buffer():
+def test_inputs_as_the_model_makes_them():
     B, H, T, D = 2, 3, 17, 64
-    q, k, v, dy = ab.make_inputs(B, H, T, D, device="cpu")
-    for t in (q, k, v, dy):
-        assert t.shape == (B, H, T, D) and t.dtype == torch.bfloat16
+    qkv, dy = ab.make_inputs(B, H, T, D, device="cpu")
+    assert qkv.shape == (B, T, 3, H, D) and qkv.is_contiguous() and qkv.requires_grad
+    assert dy.shape == (B, T, H, D) and dy.is_contiguous() and not dy.requires_grad
+    for t in (qkv, dy):
+        assert t.dtype == torch.bfloat16
         assert torch.isfinite(t).all() and 0.5 < t.float().std() < 2.0   # random, never zeros
-    # c_attn's (B, T, 3, H, D) output seen as (B, H, T, D): no copies, one storage
+    # the SDPA rows see c_attn's (B, T, 3, H, D) output as (B, H, T, D) views: no copies
+    q, k, v = ab.split_qkv(qkv)
+    assert q.shape == (B, H, T, D)
     assert q.stride() == k.stride() == v.stride() == (T * 3 * H * D, D, 3 * H * D, 1)
     assert k.data_ptr() - q.data_ptr() == v.data_ptr() - k.data_ptr() == H * D * 2
-    assert q.untyped_storage().data_ptr() == v.untyped_storage().data_ptr()
-    assert q.requires_grad and q.grad_fn is not None            # views of a tensor that needs grad
-    assert dy.stride() == (T * H * D, D, H * D, 1)              # (B, T, H, D) memory, as the model's y
+    assert q.data_ptr() == qkv.data_ptr()
+    assert torch.equal(k[1, 2, 5], qkv[1, 5, 1, 2])
 
 
-def causal_reference(q, k, v):
-    q, k, v = (t.double() for t in (q, k, v))
+def causal_reference(qkv):
+    """y (B, T, H, D) in float64 from qkv (B, T, 3, H, D)."""
+    q, k, v = (t.double() for t in ab.split_qkv(qkv))
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     T = q.shape[2]
     scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
-    return scores.softmax(-1) @ v
+    return (scores.softmax(-1) @ v).transpose(1, 2)
 
 
 def test_cases_on_cpu_keep_what_runs_and_skip_the_rest_with_reasons(monkeypatch, capsys):
@@ -117,23 +121,27 @@ def test_cases_on_cpu_keep_what_runs_and_skip_the_rest_with_reasons(monkeypatch,
         # SDPA backends are left out, each with its reason in the note
         assert list(case.impls) == ["eager", "sdpa-flash"]
         note = case.note
-        assert note.startswith(("odd;", "d128;"))
+        assert note.startswith(("odd; causal, bf16, d(qkv) of (B,T,3,H,D)", "d128; causal"))
         assert "skipped tk: KernelUnavailable" in note and "CUDA" in note
         assert "skipped tk-portable: RuntimeError: tk attention cannot run here: portable: no CUDA device" in note
         assert "skipped sdpa-cudnn: RuntimeError: No viable backend" in note
         assert "skipped sdpa-efficient: RuntimeError" in note
         assert ("skipped tk-hopper: RuntimeError" in note) == (direction == "fwd")   # forward-only
-        # the implementations left in compute causal attention on the inputs as made
-        q, k, v, dy = case.make_inputs()
-        expected = causal_reference(q, k, v)
+        # the implementations left in compute causal attention on the inputs as made, y (B, T, H, D)
+        qkv, dy = case.make_inputs()
+        expected = causal_reference(qkv)
         for name, attend in case.impls.items():
-            assert rel_err(attend(q, k, v), expected) < 1e-2, name
-        assert rel_err(expected, causal_reference(q, k, v)) == 0
-        full = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double())
-        assert rel_err(full, expected) > 0.1          # so the check above can tell causal from not
-        for attend in case.impls.values():
-            case.step(attend, (q, k, v, dy))
-        assert q._base.grad is None                     # gradients returned, never accumulated
+            assert rel_err(attend(qkv), expected) < 1e-2, name
+        full = torch.nn.functional.scaled_dot_product_attention(*(t.double() for t in ab.split_qkv(qkv)))
+        assert rel_err(full.transpose(1, 2), expected) > 0.1   # so the check above can tell causal from not
+        # fwd+bwd: the gradient of qkv, as the SDPA reference gives it
+        y = causal_reference(qkv)
+        (expected_grad,) = torch.autograd.grad(y, qkv, dy.double())
+        for name, attend in case.impls.items():
+            case.step(attend, (qkv, dy))
+            (grad,) = torch.autograd.grad(attend(qkv), qkv, dy)
+            assert grad.shape == qkv.shape and rel_err(grad, expected_grad) < 2e-2, name
+        assert qkv.grad is None                         # gradients returned, never accumulated
     printed = capsys.readouterr().out
     assert "  attention fwd 1x3x33x64: sdpa-cudnn skipped: RuntimeError: No viable backend" in printed
 
@@ -141,7 +149,7 @@ def test_cases_on_cpu_keep_what_runs_and_skip_the_rest_with_reasons(monkeypatch,
 def test_why_not_run_reports_error_and_warnings():
     import warnings
 
-    def refuses(q, k, v):
+    def refuses(qkv):
         warnings.warn("Flash attention requires q, k, v to be on CUDA\nsecond line not kept")
         warnings.warn("Flash attention requires q, k, v to be on CUDA")   # repeated: once
         raise RuntimeError("No available kernel. Aborting execution.\nmore")
@@ -150,7 +158,7 @@ def test_why_not_run_reports_error_and_warnings():
     reason = ab.why_not_run(ab.forward_step, refuses, inputs)
     assert reason == ("RuntimeError: No available kernel. Aborting execution. | "
                       "Flash attention requires q, k, v to be on CUDA")
-    assert ab.why_not_run(ab.forward_backward_step, lambda q, k, v: q * 2 + k + v, inputs) is None
+    assert ab.why_not_run(ab.forward_backward_step, lambda qkv: qkv.sum(2) * 2, inputs) is None
 
 
 def fake_row(case, ms, ms_no_graph=None, note="gpt2; causal, bf16", errors=None, work=2.576e10):
@@ -219,3 +227,40 @@ def test_gpu_script_parses():
     assert subprocess.run(["bash", "-n", script], capture_output=True).returncode == 0
     text = open(script).read()
     assert "bench.py --ops attention" in text and 'TORCH_EXTENSIONS_DIR' in text and "set -u" in text
+
+
+def test_issue_targets_from_the_graph_figures():
+    gpt2 = "gpt2; causal, bf16"
+    rows = [fake_row("fwd 16x12x1024x64", {"tk-hopper": 0.10, "tk-portable": 0.21, "sdpa-cudnn": 0.12,
+                                           "sdpa-flash": 0.20}, {"tk-hopper": 9.0, "sdpa-cudnn": 0.1}, note=gpt2),
+            fake_row("fwd+bwd 16x12x1024x64", {"tk": 1.0, "sdpa-flash": 0.7}, note=gpt2),   # cuDNN refused
+            fake_row("fwd+bwd 64x6x256x64", {"tk": 0.5, "sdpa-flash": 0.5, "sdpa-efficient": 0.6},
+                     note="shakespeare-char; causal")]
+    lines = ab.check_targets(rows)
+    assert len(lines) == len(ab.TARGETS)
+    status = {" ".join(l.split()[:5]): l.split()[5:] for l in lines}
+    assert status["gpt2 fwd: tk-hopper >= 1.10x"] == ["sdpa-cudnn", "1.20x", "met"]   # 0.12 / 0.10, graph table
+    assert status["gpt2 fwd: tk-hopper >= 1.35x"] == ["sdpa-cudnn", "1.20x", "NOT", "met",
+                                                      "(stretch:", "FA3's", "level)"]
+    assert status["gpt2 fwd: tk-portable >= 1.00x"] == ["sdpa-flash", "0.95x", "NOT", "met"]
+    assert status["gpt2 fwd+bwd: tk >= 1.10x"] == ["sdpa-cudnn", "not", "measured", "(missing", "sdpa-cudnn)"]
+    assert status["gpt2 fwd+bwd: tk-portable >= 1.00x"][2:] == ["measured", "(missing", "tk-portable)"]
+    assert status["shakespeare-char fwd+bwd: tk >= 1.00x"] == ["best", "SDPA", "1.00x", "met"]   # best = flash
+    assert status["t4096-d128 fwd+bwd: tk >= 0.90x"] == ["sdpa-cudnn", "not", "measured", "(no", "such", "row)"]
+
+
+def test_tk_goes_through_the_entry_model_py_uses(monkeypatch):
+    calls = []
+    qkv, _ = ab.make_inputs(1, 2, 5, 64, device="cpu")
+    # the packed entry (kernels.attention_qkv: qkv in, y (B, T, H, D) out) where it exists
+    monkeypatch.setattr(kernels, "attention_qkv", lambda qkv, causal: calls.append(("qkv", causal)) or qkv.sum(2),
+                        raising=False)
+    assert ab.tk_entry() == "attention_qkv"
+    assert ab.implementations()["tk"](qkv).shape == (1, 5, 2, 64) and calls == [("qkv", True)]
+    # else kernels.attention on the (B, H, T, D) views, its output turned back to (B, T, H, D)
+    monkeypatch.delattr(kernels, "attention_qkv")
+    monkeypatch.setattr(kernels, "attention", lambda q, k, v, causal: calls.append(("views", q.stride(), causal)) or q)
+    assert ab.tk_entry() == "attention"
+    y = ab.implementations()["tk"](qkv)
+    assert calls[-1] == ("views", (5 * 3 * 2 * 64, 64, 3 * 2 * 64, 1), True)
+    assert y.shape == (1, 5, 2, 64) and torch.equal(y, qkv[:, :, 0])
