@@ -298,7 +298,12 @@ def profile(spec, steps, rows, path, env_line=""):
             torch.cuda.synchronize()
     # Kernels are the events on the device; an op's "self CUDA time" in key_averages repeats its
     # kernels' time, so the per-kernel totals come from the device events alone.
-    launches = [(e.name, e.device_time_total) for e in prof.events() if e.device_type == DeviceType.CUDA]
+    # User annotations (record_function ranges such as training_step, Optimizer.step) are mirrored
+    # on the GPU timeline as spans, not kernels: leave them out (the first H200 profile counted
+    # the whole step span as a "kernel").
+    launches = [(e.name, e.device_time_total) for e in prof.events()
+                if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+                and e.name != "training_step" and not e.name.startswith("Optimizer.")]
     sort_by = "self_cuda_time_total" if cuda else "self_cpu_time_total"
     text = (f"bench.py --profile: {spec['model']} (B={info['batch_size']}, T={info['block_size']}, "
             f"{info['dtype']}), kernels={spec['kernels']} (plan {info['plan']}), "
