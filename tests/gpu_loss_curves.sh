@@ -2,7 +2,7 @@
 # The tk-vs-torch loss curves on the H200 (issue 7: "training losses agree within 1%, 10-iteration
 # running means, over the first 500 iterations of GPT-2 124M").
 #
-#   bash tests/gpu_loss_curves.sh OUT
+#   bash tests/gpu_loss_curves.sh OUT [more loss_curves.py flags, which win over the ones below]
 #
 # GPT-2 124M (12/12/768, block 1024, batch 32, no accumulation, dropout 0, seed 1337) on
 # shakespeare_char (vocab 65: the machine has no GPT-2 BPE files), 500 iterations per path,
@@ -25,5 +25,5 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 TEXT=.gpu_carry/input.txt
 [ -f "$TEXT" ] || TEXT=data/shakespeare_char/input.txt
 timeout 420 python3 tests/loss_curves.py --out "$OUT" --text "$TEXT" --iters 500 \
-    --paths torch,auto --gpu-per-path --timeout 400 2>&1 | tee -a "$S"
+    --paths torch,auto --gpu-per-path --timeout 400 "${@:2}" 2>&1 | tee -a "$S"
 echo "[$(date -u +%T)] rc=${PIPESTATUS[0]}" | tee -a "$S"

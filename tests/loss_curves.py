@@ -425,7 +425,9 @@ def report(runs, config, args, out, text=None, gpus=None, total_s=None):
                                             "weight_decay", "beta1", "beta2", "grad_clip")},
         "config": config,
         "concurrent_gpus": gpus, "total_s": total_s,
-        "tk_paths_not_all_tk": not_all_tk,
+        "tk_paths_not_all_tk": not_all_tk,   # ops a tk/auto run ran on torch (auto falls back)
+        "tk_paths_all_tk": all(bool(r.get("used")) and not not_all_tk[r["name"]]
+                               for r in runs if r["kernels"] in ("tk", "auto")),
         "comparisons": cmp,
         "runs": runs,
     }
