@@ -25,7 +25,9 @@ fwd+bwd), holding every implementation below that can run it:
 Each implementation first runs once on the row's real inputs, outside the timing. One that
 refuses (an SDPA backend that does not take the shape, tk-hopper anywhere but sm_90, tk without
 CUDA) is left out of that row; the reason is printed and kept in the row's note. A failure later,
-inside the timing, is bench.py's to record (the row's "errors").
+inside the timing, is bench.py's to record (the row's "errors"). The outputs of those that run (y,
+and d(qkv) for fwd+bwd) are compared with eager's: the largest relative error goes in the note,
+and one above MISMATCH (2e-2) is printed and noted as a MISMATCH (still timed, never hidden).
 
 Inputs and outputs are what training has: qkv is c_attn's output seen as (B, T, 3, H, D) bf16
 (the SDPA rows take its strided (B, H, T, D) views q, k, v, no copies); every implementation
@@ -216,6 +218,48 @@ def why_not_run(step, attend, inputs):
             return " | ".join(dict.fromkeys(line for line in lines if line))[:400]
 
 
+def outputs(attend, inputs, direction):
+    """What the row's step computes, kept: [y] for fwd, [y, d(qkv)] for fwd+bwd, as float32."""
+    qkv, dy = inputs
+    if direction == "fwd":
+        with torch.no_grad():
+            return [attend(qkv).float()]
+    y = attend(qkv)
+    (grad,) = torch.autograd.grad(y, qkv, dy)
+    return [y.detach().float(), grad.float()]
+
+
+def relative_error(outs, refs):
+    """The largest relative norm error of outs against refs; inf if any output is not finite."""
+    worst = 0.0
+    for out, ref in zip(outs, refs):
+        if not torch.isfinite(out).all():
+            return math.inf
+        worst = max(worst, ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item())
+    return worst
+
+
+# Two bf16 flash-attention implementations differ by a few 1e-3 (kernels/NOTES.md: o 1.7e-3, dq
+# 4e-3 against float64 each); a wrong mask or a lost tile gives 1e-1 or more.
+MISMATCH = 2e-2
+
+
+def check_against_eager(impls, inputs, direction):
+    """(worst relative error of the others against 'eager', [names that differ by > MISMATCH with
+    their error]); (None, []) without an 'eager' row. A fast wrong answer is not a figure."""
+    if "eager" not in impls:
+        return None, []
+    refs = outputs(impls["eager"], inputs, direction)
+    worst, bad = 0.0, []
+    for name, attend in impls.items():
+        if name != "eager":
+            err = relative_error(outputs(attend, inputs, direction), refs)
+            worst = max(worst, err)
+            if not err <= MISMATCH:
+                bad.append(f"{name}: rel err {err:.1e}")
+    return worst, bad
+
+
 def tk_choice(q):
     """'hopper fwd + portable bwd' (attention_op's choice for q), or '' if it has none."""
     try:
@@ -257,6 +301,13 @@ def cases(Case, quick, device="cuda"):
             note = f"{shape_name}; causal, bf16, d(qkv) of (B,T,3,H,D)"
             if "tk" in impls:
                 note += f"; tk = kernels.{tk_entry()}, {tk_choice(split_qkv(probe[0])[0]) or '?'}"
+            worst, bad = check_against_eager(impls, probe, direction)
+            if worst is not None:
+                what = "y" if direction == "fwd" else "y and d(qkv)"
+                note += f"; {what} checked against eager: max rel err {worst:.1e}"
+            for line in bad:
+                note += f"; MISMATCH {line}"
+                print(f"  attention {case_name}: MISMATCH against eager: {line}", flush=True)
             note += "".join(f"; skipped {name}: {reason}" for name, reason in skipped.items())
             del probe
             yield Case("attention", case_name, "TFLOP/s", flops(B, H, T, D, direction), make, step,
@@ -330,7 +381,8 @@ def format_report(rows):
                            + (f" {vs_best:6.2f}x best" if vs_best is not None else f" {'-':>6}  best"))
             if table == "ms":
                 head, *skipped = row.get("note", "").split("; skipped ")   # as cases() writes the note
-                out += [f"    ({part})" for part in head.split("; ") if part.startswith("tk = ")]
+                out += [f"    ({part})" for part in head.split("; ")
+                        if part.startswith(("tk = ", "MISMATCH", "y checked", "y and d(qkv) checked"))]
                 out += [f"    (skipped {part})" for part in skipped]
                 for key, error in row.get("errors", {}).items():
                     out.append(f"    ! {key}: {error}")

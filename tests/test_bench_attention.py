@@ -127,6 +127,10 @@ def test_cases_on_cpu_keep_what_runs_and_skip_the_rest_with_reasons(monkeypatch,
         assert "skipped sdpa-cudnn: RuntimeError: No viable backend" in note
         assert "skipped sdpa-efficient: RuntimeError" in note
         assert ("skipped tk-hopper: RuntimeError" in note) == (direction == "fwd")   # forward-only
+        # what runs was checked against eager (sdpa-flash here), and agreed
+        checked = "y checked" if direction == "fwd" else "y and d(qkv) checked"
+        err = float(note.split(f"; {checked} against eager: max rel err ")[1].split(";")[0])
+        assert 0 <= err < ab.MISMATCH and "MISMATCH" not in note   # on the CPU both are the flash kernel
         # the implementations left in compute causal attention on the inputs as made, y (B, T, H, D)
         qkv, dy = case.make_inputs()
         expected = causal_reference(qkv)
@@ -187,7 +191,8 @@ def test_ratios_to_cudnn_and_best_sdpa():
 
 
 def test_report_and_png_from_bench_json(tmp_path):
-    note = ("gpt2; causal, bf16, q/k/v views of (B,T,3,H,D); tk = hopper fwd + portable bwd"
+    note = ("gpt2; causal, bf16, d(qkv) of (B,T,3,H,D); tk = kernels.attention_qkv, hopper fwd + portable bwd"
+            "; y checked against eager: max rel err 3.0e-03; MISMATCH tk-hopper: rel err 5.0e-01"
             "; skipped sdpa-efficient: RuntimeError: No available kernel. | head_dim; too big")
     rows = [fake_row("fwd 16x12x1024x64", {"tk": 0.10, "tk-hopper": 0.1, "sdpa-cudnn": 0.125}, note=note),
             fake_row("fwd+bwd 16x12x1024x64", {"tk": 0.5, "sdpa-flash": 0.4}, {"tk": 0.6, "sdpa-flash": 0.5},
@@ -205,7 +210,9 @@ def test_report_and_png_from_bench_json(tmp_path):
     assert "fwd 16x12x1024x64      gpt2              best SDPA: sdpa-cudnn" in graph
     tk_line = next(line for line in graph.splitlines() if line.strip().startswith("tk "))
     assert tk_line.split() == ["tk", "0.1000", "ms", "257.6", "TFLOP/s", "1.25x", "cudnn", "1.25x", "best"]
-    assert "(tk = hopper fwd + portable bwd)" in graph
+    assert "(tk = kernels.attention_qkv, hopper fwd + portable bwd)" in graph
+    assert "(y checked against eager: max rel err 3.0e-03)" in graph
+    assert "(MISMATCH tk-hopper: rel err 5.0e-01)" in graph
     assert "(skipped sdpa-efficient: RuntimeError: No available kernel. | head_dim; too big)" in graph
     assert "! sdpa-cudnn (ms): RuntimeError: capture failed" in graph
     assert "layernorm" not in out and "16384x768" not in out
@@ -264,3 +271,27 @@ def test_tk_goes_through_the_entry_model_py_uses(monkeypatch):
     y = ab.implementations()["tk"](qkv)
     assert calls[-1] == ("views", (5 * 3 * 2 * 64, 64, 3 * 2 * 64, 1), True)
     assert y.shape == (1, 5, 2, 64) and torch.equal(y, qkv[:, :, 0])
+
+
+def test_a_wrong_implementation_is_flagged_not_hidden(monkeypatch, capsys):
+    monkeypatch.setattr(ab, "SHAPES", {"odd": (1, 2, 33, 64)})
+    real = ab.implementations
+
+    def with_a_wrong_one():   # 'sdpa-flash' planted without the causal mask
+        table = real()
+        table["sdpa-flash"] = ab.on_views(lambda q, k, v, causal:
+                                          torch.nn.functional.scaled_dot_product_attention(q, k, v))
+        return table
+    monkeypatch.setattr(ab, "implementations", with_a_wrong_one)
+    cases = list(ab.cases(bench.Case, quick=False, device="cpu"))
+    assert len(cases) == 2
+    for case in cases:
+        assert "; MISMATCH sdpa-flash: rel err " in case.note
+        assert "sdpa-flash" in case.impls                  # still timed, and flagged
+    assert "attention fwd 1x2x33x64: MISMATCH against eager: sdpa-flash: rel err" in capsys.readouterr().out
+
+
+def test_relative_error_refuses_non_finite():
+    ref = [torch.ones(4)]
+    assert ab.relative_error([torch.ones(4) * 1.01], ref) == pytest.approx(0.01, rel=1e-3)
+    assert ab.relative_error([torch.tensor([1.0, float("nan"), 1.0, 1.0])], ref) == math.inf
