@@ -7,10 +7,13 @@
 # GPT-2 124M (12/12/768, block 1024, batch 32, no accumulation, dropout 0, seed 1337) on
 # shakespeare_char (vocab 65: the machine has no GPT-2 BPE files), 500 iterations per path,
 # --kernels=torch and --kernels=auto (tk where it can run; the JSON and the verdict say what each
-# op really ran on). With two GPUs the paths run at once, one GPU each; with one, back to back.
-# Writes OUT/loss_curves.{json,png}, OUT/torch.log, OUT/auto.log, OUT/summary.txt.
-# Expected: ~2 min on two GPUs (torch ~1 min; tk ~0.5-1 min of cold extension builds, then ~1 min
-# of training), ~3 min on one; the timeouts below stop it by 7 min at the worst.
+# op really ran on, and flag any op that fell back to torch: auto rather than tk so that one
+# refused op is reported instead of ending the run). With two GPUs the paths run at once, one GPU
+# each; with one, back to back (torch first, while the tk extensions build).
+# Writes OUT/loss_curves.{json,png}, OUT/torch.log, OUT/auto.log, OUT/summary.txt (build lines too).
+# Expected: ~2 min on two GPUs (torch ~1 min; tk waits 25-45 s, up to ~60 s, for the cold builds,
+# then ~1 min of training), ~2.5 min on one; the timeouts below stop it by 7 min at the worst.
+# Warm builds (TORCH_EXTENSIONS_DIR already holding them) take ~1 s each.
 # Needs the Tiny Shakespeare text at .gpu_carry/input.txt (or data/shakespeare_char/input.txt).
 set -uo pipefail
 OUT=${1:?usage: bash tests/gpu_loss_curves.sh OUT}
@@ -22,8 +25,17 @@ echo "[$(date -u +%T)] gpu_loss_curves $(git rev-parse --short HEAD 2>/dev/null)
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee -a "$S"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$S"
 
+# The tk families the training step uses, built side by side in the background (one family at a
+# time inside the tk run would cost their sum). The tk run's first call on a family waits on
+# kernels/build.py's flock while one of these builds it, then loads it warm.
+PREBUILD='import importlib, sys, kernels.build as b; m = importlib.import_module("kernels." + sys.argv[1]); [e.module for e in vars(m).values() if isinstance(e, b.LazyExtension)]'
+for mod in layernorm attention_op attention_hopper mlp_op; do
+    (timeout 240 python3 -c "$PREBUILD" $mod 2>&1 | sed "s/^/build $mod: /" >> "$S") &
+done
+
 TEXT=.gpu_carry/input.txt
 [ -f "$TEXT" ] || TEXT=data/shakespeare_char/input.txt
 timeout 420 python3 tests/loss_curves.py --out "$OUT" --text "$TEXT" --iters 500 \
     --paths torch,auto --gpu-per-path --timeout 400 "${@:2}" 2>&1 | tee -a "$S"
 echo "[$(date -u +%T)] rc=${PIPESTATUS[0]}" | tee -a "$S"
+wait
