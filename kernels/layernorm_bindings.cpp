@@ -1,88 +1,131 @@
 // kernels/layernorm_bindings.cpp: the torch side of the tk_layernorm extension. Checks every
 // input (a bad call is a Python ValueError/TypeError naming the argument, never a crash or
 // garbage), allocates the outputs, and calls the plain C++ launchers of layernorm.cu.
-// Read after kernels/layernorm.py (which calls `forward` and `backward` from its custom ops).
+// Read after kernels/layernorm.py (which calls `forward` and `backward` from its custom ops)
+// and kernels/bindings_checks.h (how a check builds its message and raises it).
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <cmath>
+#include <string>
+
+#include "bindings_checks.h"
 #include "layernorm.h"
 
 namespace {
 
 using at::Tensor;
-
-// "[16, 768]". Written out by hand: on the H200 (torch 2.11) streaming t.sizes() into a
-// TORCH_CHECK message crashed the process instead of raising; dtypes and devices stream fine.
-std::string shape_of(const Tensor& t) {
-    std::string s = "[";
-    for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
-    return s + "]";
-}
+using tk_bindings::Problem;
+using tk_bindings::dims;
+using tk_bindings::dtype_name;
+using tk_bindings::device_name;
 
 tk_layernorm::DType dtype_of(const Tensor& t) {
     return t.scalar_type() == at::kBFloat16 ? tk_layernorm::DType::bf16 : tk_layernorm::DType::f32;
 }
 
+bool bf16_or_f32(const Tensor& t) { return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kFloat; }
+
+// "tk_layernorm: <name><rest>", built only when a check fails.
+std::string say(const char* name, const std::string& rest) { return std::string("tk_layernorm: ") + name + rest; }
+
 // An activation: a CUDA tensor on `like`'s device with `like`'s dtype and shape, contiguous and
-// 16-byte aligned (the kernel moves 16-byte vectors). `like` undefined: check `t` as the first.
-void check_activation(const Tensor& t, const char* name, const Tensor& like, const char* like_name = "") {
-    TORCH_CHECK_VALUE(t.defined(), "tk_layernorm: ", name, " is missing");
-    TORCH_CHECK_VALUE(t.is_cuda(), "tk_layernorm: ", name, " must be a CUDA tensor, got one on ", t.device());
-    TORCH_CHECK_TYPE(t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kFloat,
-                     "tk_layernorm: ", name, " must be bfloat16 or float32, got ", t.scalar_type());
-    TORCH_CHECK_VALUE(t.is_contiguous(), "tk_layernorm: ", name, " must be contiguous (call .contiguous())");
-    TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0,
-                      "tk_layernorm: ", name, " must start 16-byte aligned (pass a fresh tensor, not a view at an odd offset)");
+// 16-byte aligned (the kernel moves 16-byte vectors). `like` undefined: check `t` as the first,
+// whose last dimension is the hidden size.
+Problem activation_problem(const Tensor& t, const char* name, const Tensor& like, const char* like_name) {
+    using tk_bindings::type_problem, tk_bindings::value_problem;
+    if (!t.defined()) return value_problem(say(name, " is missing"));
+    if (!t.is_cuda())
+        return value_problem(say(name, " must be a CUDA tensor, got one on " + device_name(t) +
+                                           "; move it with .cuda() or use --kernels_layernorm=torch"));
+    if (!bf16_or_f32(t))
+        return type_problem(say(name, " must be bfloat16 or float32, got " + dtype_name(t) +
+                                          "; cast it or use --kernels_layernorm=torch"));
+    if (!t.is_contiguous())
+        return value_problem(say(name, " must be contiguous, got strides " + dims(t.strides()) + "; call .contiguous() on it"));
+    if (!tk_bindings::aligned16(t))
+        return value_problem(say(name, " must start 16-byte aligned (it is a view at an odd offset); pass a fresh tensor or .clone() it"));
     if (like.defined()) {
-        TORCH_CHECK_VALUE(t.device() == like.device(), "tk_layernorm: ", name, " is on ", t.device(), " but ", like_name, " is on ", like.device());
-        TORCH_CHECK_TYPE(t.scalar_type() == like.scalar_type(), "tk_layernorm: ", name, " is ", t.scalar_type(),
-                         " but ", like_name, " is ", like.scalar_type(), " (cast one of them)");
-        TORCH_CHECK_VALUE(t.sizes() == like.sizes(), "tk_layernorm: ", name, " has shape ", shape_of(t), " but ", like_name, " has ", shape_of(like));
-    } else {
-        TORCH_CHECK_VALUE(t.dim() >= 1, "tk_layernorm: ", name, " must have at least one dimension");
-        const int64_t cols = t.size(-1);
-        TORCH_CHECK_VALUE(cols % 64 == 0 && cols >= 64 && cols <= tk_layernorm::MAX_COLS, "tk_layernorm: ", name,
-                          "'s last dimension (the hidden size) must be a multiple of 64 between 64 and ",
-                          tk_layernorm::MAX_COLS, ", got ", cols);
+        if (t.device() != like.device())
+            return value_problem(say(name, " is on " + device_name(t) + " but " + like_name + " is on " + device_name(like)));
+        if (t.scalar_type() != like.scalar_type())
+            return type_problem(say(name, " is " + dtype_name(t) + " but " + like_name + " is " + dtype_name(like) + " (cast one of them)"));
+        if (t.sizes() != like.sizes())
+            return value_problem(say(name, " has shape " + dims(t.sizes()) + " but " + like_name + " has " + dims(like.sizes())));
+        return {};
     }
+    if (t.dim() < 1) return value_problem(say(name, " must have at least one dimension, got a scalar"));
+    const int64_t cols = t.size(-1);
+    if (cols % 64 != 0 || cols < 64 || cols > tk_layernorm::MAX_COLS)
+        return value_problem(say(name, "'s last dimension (the hidden size) must be a multiple of 64 between 64 and " +
+                                           std::to_string(tk_layernorm::MAX_COLS) + ", got " + std::to_string(cols) +
+                                           "; use --kernels_layernorm=torch for other sizes"));
+    return {};
 }
 
 // weight or bias: a (cols,) tensor on x's device, bfloat16 or float32 (the kernel reads either;
-// bias must match weight). Returned contiguous (a no-op for parameters, which always are).
-Tensor check_param(const Tensor& p, const char* name, const Tensor& x, const Tensor& weight) {
-    TORCH_CHECK_VALUE(p.defined(), "tk_layernorm: ", name, " is missing");
-    TORCH_CHECK_VALUE(p.device() == x.device(), "tk_layernorm: ", name, " is on ", p.device(), " but x is on ", x.device());
-    TORCH_CHECK_TYPE(p.scalar_type() == at::kBFloat16 || p.scalar_type() == at::kFloat,
-                     "tk_layernorm: ", name, " must be bfloat16 or float32, got ", p.scalar_type());
-    TORCH_CHECK_TYPE(!weight.defined() || p.scalar_type() == weight.scalar_type(), "tk_layernorm: ", name, " is ",
-                     p.scalar_type(), " but weight is ", weight.scalar_type(), " (cast one of them)");
-    TORCH_CHECK_VALUE(p.dim() == 1 && p.size(0) == x.size(-1), "tk_layernorm: ", name, " must have shape (",
-                      x.size(-1), ",), got ", shape_of(p));
-    return p.contiguous();
+// bias must match weight). `weight` undefined: p is the weight.
+Problem param_problem(const Tensor& p, const char* name, const Tensor& x, const Tensor& weight) {
+    using tk_bindings::type_problem, tk_bindings::value_problem;
+    if (!p.defined()) return value_problem(say(name, " is missing"));
+    if (p.device() != x.device())
+        return value_problem(say(name, " is on " + device_name(p) + " but x is on " + device_name(x)));
+    if (!bf16_or_f32(p)) return type_problem(say(name, " must be bfloat16 or float32, got " + dtype_name(p)));
+    if (weight.defined() && p.scalar_type() != weight.scalar_type())
+        return type_problem(say(name, " is " + dtype_name(p) + " but weight is " + dtype_name(weight) + " (cast one of them)"));
+    if (p.dim() != 1 || p.size(0) != x.size(-1))
+        return value_problem(say(name, " must have shape (" + std::to_string(x.size(-1)) + ",), got " + dims(p.sizes())));
+    return {};
 }
 
-void check_stats(const Tensor& t, const char* name, const Tensor& h) {
-    TORCH_CHECK_VALUE(t.defined() && t.is_cuda() && t.device() == h.device(), "tk_layernorm: ", name,
-                      " must be a CUDA tensor on h's device");
-    TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat, "tk_layernorm: ", name, " must be float32, got ", t.scalar_type());
-    TORCH_CHECK_VALUE(t.is_contiguous() && t.numel() * h.size(-1) == h.numel(), "tk_layernorm: ", name,
-                      " must be contiguous with one value per row of h (", h.numel() / h.size(-1), "), got ", shape_of(t));
+// mean or rstd: float32, contiguous, one value per row of h.
+Problem stats_problem(const Tensor& t, const char* name, const Tensor& h) {
+    using tk_bindings::type_problem, tk_bindings::value_problem;
+    if (!t.defined() || !t.is_cuda() || t.device() != h.device())
+        return value_problem(say(name, " must be a CUDA tensor on h's device (" + device_name(h) + ")"));
+    if (t.scalar_type() != at::kFloat) return type_problem(say(name, " must be float32, got " + dtype_name(t)));
+    if (!t.is_contiguous() || t.numel() * h.size(-1) != h.numel())
+        return value_problem(say(name, " must be contiguous with one value per row of h (" +
+                                           std::to_string(h.numel() / h.size(-1)) + "), got shape " + dims(t.sizes())));
+    return {};
 }
 
-void check_launch(cudaError_t err, const char* what) {
-    TORCH_CHECK(err == cudaSuccess, "tk_layernorm: ", what, " launch failed: ", cudaGetErrorString(err));
+Problem forward_problem(const Tensor& x, const c10::optional<Tensor>& residual, const Tensor& weight,
+                        const c10::optional<Tensor>& bias, double eps) {
+    if (Problem p = activation_problem(x, "x", Tensor(), "")) return p;
+    if (residual)
+        if (Problem p = activation_problem(*residual, "residual", x, "x")) return p;
+    if (!(eps >= 0.0 && std::isfinite(eps)))
+        return tk_bindings::value_problem("tk_layernorm: eps must be finite and >= 0, got " + tk_bindings::number(eps));
+    if (Problem p = param_problem(weight, "weight", x, Tensor())) return p;
+    if (bias)
+        if (Problem p = param_problem(*bias, "bias", x, weight)) return p;
+    return {};
+}
+
+Problem backward_problem(const Tensor& dy, const c10::optional<Tensor>& dh, const Tensor& h, const Tensor& mean,
+                         const Tensor& rstd, const Tensor& weight) {
+    if (Problem p = activation_problem(h, "h", Tensor(), "")) return p;
+    if (Problem p = activation_problem(dy, "dy", h, "h")) return p;
+    if (dh)
+        if (Problem p = activation_problem(*dh, "dh", h, "h")) return p;
+    if (Problem p = stats_problem(mean, "mean", h)) return p;
+    if (Problem p = stats_problem(rstd, "rstd", h)) return p;
+    return param_problem(weight, "weight", h, Tensor());
+}
+
+void raise_if_launch_failed(cudaError_t err, const char* what) {
+    tk_bindings::raise_if_failed(err == cudaSuccess ? nullptr : cudaGetErrorString(err), "tk_layernorm", what);
 }
 
 // Returns [y, h, mean, rstd]; h is None when residual is None (then h is x itself).
 std::vector<Tensor> forward(const Tensor& x, const c10::optional<Tensor>& residual, const Tensor& weight,
                             const c10::optional<Tensor>& bias, double eps) {
-    check_activation(x, "x", Tensor());
-    if (residual) check_activation(*residual, "residual", x, "x");
-    TORCH_CHECK_VALUE(eps >= 0.0 && std::isfinite(eps), "tk_layernorm: eps must be finite and >= 0, got ", eps);
+    tk_bindings::raise_if(forward_problem(x, residual, weight, bias, eps));
     c10::cuda::CUDAGuard guard(x.device());
-    const Tensor w = check_param(weight, "weight", x, Tensor());
-    const Tensor b = bias ? check_param(*bias, "bias", x, w) : Tensor();
+    const Tensor w = weight.contiguous();                 // a no-op for parameters, which always are
+    const Tensor b = bias ? bias->contiguous() : Tensor();
 
     Tensor y = at::empty_like(x);
     Tensor h = residual ? at::empty_like(x) : Tensor();
@@ -105,20 +148,16 @@ std::vector<Tensor> forward(const Tensor& x, const c10::optional<Tensor>& residu
     a.rows = x.numel() / a.cols;
     a.eps = float(eps);
     a.dtype = dtype_of(x);
-    check_launch(tk_layernorm::forward(a, c10::cuda::getCurrentCUDAStream().stream()), "forward");
+    raise_if_launch_failed(tk_layernorm::forward(a, c10::cuda::getCurrentCUDAStream().stream()), "forward");
     return {y, h, mean, rstd};
 }
 
 // Returns [dh_out, dweight, dbias] (dweight, dbias in weight's dtype). dh may be None.
 std::vector<Tensor> backward(const Tensor& dy, const c10::optional<Tensor>& dh, const Tensor& h, const Tensor& mean,
                              const Tensor& rstd, const Tensor& weight) {
-    check_activation(h, "h", Tensor());
-    check_activation(dy, "dy", h, "h");
-    if (dh) check_activation(*dh, "dh", h, "h");
-    check_stats(mean, "mean", h);
-    check_stats(rstd, "rstd", h);
+    tk_bindings::raise_if(backward_problem(dy, dh, h, mean, rstd, weight));
     c10::cuda::CUDAGuard guard(h.device());
-    const Tensor w = check_param(weight, "weight", h, Tensor());
+    const Tensor w = weight.contiguous();
 
     tk_layernorm::BackwardArgs a{};
     a.cols = int(h.size(-1));
@@ -142,14 +181,30 @@ std::vector<Tensor> backward(const Tensor& dy, const c10::optional<Tensor>& dh, 
     a.partial = partial.data_ptr<float>();
     a.dweight = dw.data_ptr();
     a.dbias = db.data_ptr();
-    check_launch(tk_layernorm::backward(a, c10::cuda::getCurrentCUDAStream().stream()), "backward");
+    raise_if_launch_failed(tk_layernorm::backward(a, c10::cuda::getCurrentCUDAStream().stream()), "backward");
     return {dh_out, dw, db};
+}
+
+// The checks alone: "" if forward / backward would take these arguments, else the message they
+// would raise (without any C++ throw).
+std::string check_forward(const Tensor& x, const c10::optional<Tensor>& residual, const Tensor& weight,
+                          const c10::optional<Tensor>& bias, double eps) {
+    return forward_problem(x, residual, weight, bias, eps).message;
+}
+
+std::string check_backward(const Tensor& dy, const c10::optional<Tensor>& dh, const Tensor& h, const Tensor& mean,
+                           const Tensor& rstd, const Tensor& weight) {
+    return backward_problem(dy, dh, h, mean, rstd, weight).message;
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "tk fused residual-add + LayerNorm (kernels/layernorm.cu)";
+    m.def("check_forward", &check_forward, "'' or what forward(x, residual, weight, bias, eps) would raise",
+          py::arg("x"), py::arg("residual"), py::arg("weight"), py::arg("bias"), py::arg("eps"));
+    m.def("check_backward", &check_backward, "'' or what backward(dy, dh, h, mean, rstd, weight) would raise",
+          py::arg("dy"), py::arg("dh"), py::arg("h"), py::arg("mean"), py::arg("rstd"), py::arg("weight"));
     m.def("forward", &forward, "y, h, mean, rstd = forward(x, residual|None, weight, bias|None, eps)",
           py::arg("x"), py::arg("residual"), py::arg("weight"), py::arg("bias"), py::arg("eps"));
     m.def("backward", &backward, "dh_out, dweight, dbias = backward(dy, dh|None, h, mean, rstd, weight)",

@@ -1,47 +1,104 @@
 // kernels/mlp_bindings.cpp — the torch side of the tk_mlp extension: checks every input (a bad
 // call is a Python ValueError/TypeError naming the argument, never a crash or garbage),
 // allocates the outputs, and runs the GEMMs of kernels/mlp.cu in order.
-// Read after kernels/mlp_op.py (which calls `forward` and `backward` from its custom ops).
+// Read after kernels/mlp_op.py (which calls `forward` and `backward` from its custom ops) and
+// kernels/bindings_checks.h (how a check builds its message and raises it).
 #include <torch/extension.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <string>
+
+#include "bindings_checks.h"
 #include "mlp.h"
 
 namespace {
 
 using at::Tensor;
+using tk_bindings::Problem;
+using tk_bindings::dims;
+using tk_bindings::dtype_name;
+using tk_bindings::device_name;
 
-// A bf16 CUDA matrix of the given shape (-1: any), contiguous and 16-byte aligned (TMA reads it).
-void check_matrix(const Tensor& t, const char* name, int64_t rows, int64_t cols, const Tensor& x) {
-    TORCH_CHECK_VALUE(t.defined(), "tk_mlp: ", name, " is missing");
-    TORCH_CHECK_VALUE(t.is_cuda(), "tk_mlp: ", name, " must be a CUDA tensor, got one on ", t.device());
-    if (x.defined())
-        TORCH_CHECK_VALUE(t.device() == x.device(), "tk_mlp: ", name, " is on ", t.device(), " but x is on ", x.device());
-    TORCH_CHECK_TYPE(t.scalar_type() == at::kBFloat16, "tk_mlp: ", name, " must be bfloat16, got ", t.scalar_type(),
-                     " (run under torch.autocast(dtype=torch.bfloat16) or cast it)");
-    TORCH_CHECK_VALUE(t.dim() == 2, "tk_mlp: ", name, " must be a 2-D matrix, got shape ", t.sizes(),
-                      " (flatten the batch and time dimensions first)");
-    TORCH_CHECK_VALUE((rows < 0 || t.size(0) == rows) && (cols < 0 || t.size(1) == cols), "tk_mlp: ", name,
-                      " must have shape (", rows, ", ", cols, ") (-1: any size), got ", t.sizes());
-    TORCH_CHECK_VALUE(t.is_contiguous(), "tk_mlp: ", name, " must be contiguous (call .contiguous())");
-    TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "tk_mlp: ", name,
-                      " must start 16-byte aligned (pass a fresh tensor, not a view at an odd offset)");
+// "tk_mlp: <name><rest>", built only when a check fails.
+std::string say(const char* name, const std::string& rest) { return std::string("tk_mlp: ") + name + rest; }
+
+// A bf16 CUDA matrix of the given shape (-1: any), on x's device (x undefined: t is x),
+// contiguous and 16-byte aligned (TMA reads it).
+Problem matrix_problem(const Tensor& t, const char* name, int64_t rows, int64_t cols, const Tensor& x) {
+    using tk_bindings::type_problem, tk_bindings::value_problem;
+    if (!t.defined()) return value_problem(say(name, " is missing"));
+    if (!t.is_cuda())
+        return value_problem(say(name, " must be a CUDA tensor, got one on " + device_name(t) +
+                                           "; move it with .cuda() or use --kernels_mlp=torch"));
+    if (x.defined() && t.device() != x.device())
+        return value_problem(say(name, " is on " + device_name(t) + " but x is on " + device_name(x)));
+    if (t.scalar_type() != at::kBFloat16)
+        return type_problem(say(name, " must be bfloat16, got " + dtype_name(t) +
+                                          " (run under torch.autocast(dtype=torch.bfloat16) or cast it)"));
+    if (t.dim() != 2)
+        return value_problem(say(name, " must be a 2-D matrix, got shape " + dims(t.sizes()) +
+                                           " (flatten the batch and time dimensions first)"));
+    if ((rows >= 0 && t.size(0) != rows) || (cols >= 0 && t.size(1) != cols))
+        return value_problem(say(name, " must have shape " + dims({rows, cols}) + ", got " + dims(t.sizes())));
+    if (!t.is_contiguous())
+        return value_problem(say(name, " must be contiguous, got strides " + dims(t.strides()) + "; call .contiguous() on it"));
+    if (!tk_bindings::aligned16(t))
+        return value_problem(say(name, " must start 16-byte aligned (it is a view at an odd offset); pass a fresh tensor or .clone() it"));
+    return {};
 }
 
-void check_bias(const c10::optional<Tensor>& b, const char* name, int64_t n, const Tensor& x) {
-    if (!b || !b->defined()) return;
-    TORCH_CHECK_VALUE(b->is_cuda() && b->device() == x.device(), "tk_mlp: ", name, " must be on x's device ", x.device());
-    TORCH_CHECK_TYPE(b->scalar_type() == at::kBFloat16, "tk_mlp: ", name, " must be bfloat16, got ", b->scalar_type());
-    TORCH_CHECK_VALUE(b->dim() == 1 && b->size(0) == n, "tk_mlp: ", name, " must have shape (", n, ",), got ", b->sizes());
-    TORCH_CHECK_VALUE(b->is_contiguous(), "tk_mlp: ", name, " must be contiguous");
+// An optional bias: a contiguous bf16 vector of length n on x's device.
+Problem bias_problem(const c10::optional<Tensor>& b, const char* name, int64_t n, const Tensor& x) {
+    using tk_bindings::type_problem, tk_bindings::value_problem;
+    if (!b || !b->defined()) return {};
+    if (!b->is_cuda() || b->device() != x.device())
+        return value_problem(say(name, " must be on x's device " + device_name(x) + ", got one on " + device_name(*b)));
+    if (b->scalar_type() != at::kBFloat16) return type_problem(say(name, " must be bfloat16, got " + dtype_name(*b)));
+    if (b->dim() != 1 || b->size(0) != n)
+        return value_problem(say(name, " must have shape (" + std::to_string(n) + ",), got " + dims(b->sizes())));
+    if (!b->is_contiguous()) return value_problem(say(name, " must be contiguous; call .contiguous() on it"));
+    return {};
 }
 
 // x [M][C], w_fc [H][C], w_proj [C][H]: the sizes every call shares.
-void check_sizes(int64_t M, int64_t C, int64_t H) {
-    TORCH_CHECK_VALUE(M >= 1 && M < (int64_t(1) << 31), "tk_mlp: x must have between 1 and 2^31-1 rows (tokens), got ", M);
-    TORCH_CHECK_VALUE(C % 64 == 0 && C >= 64, "tk_mlp: the embedding size (x's last dimension) must be a positive multiple of 64, got ", C);
-    TORCH_CHECK_VALUE(H % 64 == 0 && H >= 64, "tk_mlp: the hidden size (w_fc's first dimension) must be a positive multiple of 64, got ", H);
+Problem sizes_problem(int64_t M, int64_t C, int64_t H) {
+    using tk_bindings::value_problem;
+    if (M < 1 || M >= (int64_t(1) << 31))
+        return value_problem("tk_mlp: x must have between 1 and 2^31-1 rows (tokens), got " + std::to_string(M));
+    if (C % 64 != 0 || C < 64)
+        return value_problem("tk_mlp: the embedding size (x's last dimension) must be a positive multiple of 64, got " +
+                             std::to_string(C) + "; use --kernels_mlp=torch for other sizes");
+    if (H % 64 != 0 || H < 64)
+        return value_problem("tk_mlp: the hidden size (w_fc's first dimension) must be a positive multiple of 64, got " +
+                             std::to_string(H) + "; use --kernels_mlp=torch for other sizes");
+    return {};
+}
+
+// x, w_fc and w_proj, which every call takes: x [M][C], w_fc [H][C], w_proj [C][H].
+Problem weights_problem(const Tensor& x, const Tensor& w_fc, const Tensor& w_proj) {
+    if (Problem p = matrix_problem(x, "x", -1, -1, Tensor())) return p;
+    const int64_t M = x.size(0), C = x.size(1);
+    if (Problem p = matrix_problem(w_fc, "w_fc", -1, C, x)) return p;
+    const int64_t H = w_fc.size(0);
+    if (Problem p = sizes_problem(M, C, H)) return p;
+    return matrix_problem(w_proj, "w_proj", C, H, x);
+}
+
+Problem forward_problem(const Tensor& x, const Tensor& w_fc, const c10::optional<Tensor>& b_fc, const Tensor& w_proj,
+                        const c10::optional<Tensor>& b_proj) {
+    if (Problem p = weights_problem(x, w_fc, w_proj)) return p;
+    if (Problem p = bias_problem(b_fc, "b_fc", w_fc.size(0), x)) return p;
+    return bias_problem(b_proj, "b_proj", x.size(1), x);
+}
+
+Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, const Tensor& h, const Tensor& w_fc,
+                         const Tensor& w_proj) {
+    if (Problem p = weights_problem(x, w_fc, w_proj)) return p;
+    const int64_t M = x.size(0), C = x.size(1), H = w_fc.size(0);
+    if (Problem p = matrix_problem(dy, "dy", M, C, x)) return p;
+    if (Problem p = matrix_problem(pre, "pre", M, H, x)) return p;
+    return matrix_problem(h, "h", M, H, x);
 }
 
 tk_mlp::gemm_args base_args(const Tensor& x) {
@@ -52,35 +109,27 @@ tk_mlp::gemm_args base_args(const Tensor& x) {
     return g;
 }
 
-void check_launch(const char* err, const char* what) {
-    TORCH_CHECK(err == nullptr, "tk_mlp: ", what, " failed: ", err ? err : "");
-}
+void raise_if_launch_failed(const char* err, const char* what) { tk_bindings::raise_if_failed(err, "tk_mlp", what); }
 
 const void* ptr_or_null(const c10::optional<Tensor>& t) { return t && t->defined() ? t->data_ptr() : nullptr; }
 
 // Returns [y, pre, h]: pre = x·w_fcᵀ + b_fc, h = GELU(pre), y = h·w_projᵀ + b_proj.
 std::vector<Tensor> forward(const Tensor& x, const Tensor& w_fc, const c10::optional<Tensor>& b_fc,
                             const Tensor& w_proj, const c10::optional<Tensor>& b_proj) {
-    check_matrix(x, "x", -1, x.dim() == 2 ? x.size(1) : -1, Tensor());
-    const int64_t M = x.size(0), C = x.size(1);
-    check_matrix(w_fc, "w_fc", -1, C, x);
-    const int64_t H = w_fc.size(0);
-    check_sizes(M, C, H);
-    check_matrix(w_proj, "w_proj", C, H, x);
-    check_bias(b_fc, "b_fc", H, x);
-    check_bias(b_proj, "b_proj", C, x);
+    tk_bindings::raise_if(forward_problem(x, w_fc, b_fc, w_proj, b_proj));
+    const int64_t M = x.size(0), C = x.size(1), H = w_fc.size(0);
     const c10::cuda::CUDAGuard guard(x.device());
 
     Tensor pre = at::empty({M, H}, x.options()), h = at::empty({M, H}, x.options()), y = at::empty({M, C}, x.options());
     tk_mlp::gemm_args g = base_args(x);
     g.a = x.data_ptr(); g.b = w_fc.data_ptr(); g.c = pre.data_ptr(); g.c2 = h.data_ptr();
     g.M = int(M); g.N = int(H); g.K = int(C); g.bias = ptr_or_null(b_fc);
-    check_launch(tk_mlp::linear_bias_gelu(g), "c_fc forward (x·w_fcᵀ + b_fc, GELU)");
+    raise_if_launch_failed(tk_mlp::linear_bias_gelu(g), "c_fc forward (x·w_fcᵀ + b_fc, GELU)");
 
     g = base_args(x);
     g.a = h.data_ptr(); g.b = w_proj.data_ptr(); g.c = y.data_ptr();
     g.M = int(M); g.N = int(C); g.K = int(H); g.bias = ptr_or_null(b_proj);
-    check_launch(tk_mlp::linear_bias(g), "c_proj forward (h·w_projᵀ + b_proj)");
+    raise_if_launch_failed(tk_mlp::linear_bias(g), "c_proj forward (h·w_projᵀ + b_proj)");
     return {y, pre, h};
 }
 
@@ -92,22 +141,15 @@ Tensor weight_grad(const Tensor& a, const Tensor& b, const Tensor& x, const char
     g.a = a.data_ptr(); g.b = b.data_ptr(); g.c = dw.data_ptr();
     g.M = int(M); g.N = int(N); g.K = int(tokens);
     g.splits = tk_mlp::choose_splits(g.M, g.N, g.K, g.num_sms);
-    check_launch(tk_mlp::weight_grad(g), what);
+    raise_if_launch_failed(tk_mlp::weight_grad(g), what);
     return dw.to(at::kBFloat16);
 }
 
 // Returns [dx, dw_fc, db_fc, dw_proj, db_proj] (all bf16).
 std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pre, const Tensor& h,
                              const Tensor& w_fc, const Tensor& w_proj) {
-    check_matrix(x, "x", -1, x.dim() == 2 ? x.size(1) : -1, Tensor());
-    const int64_t M = x.size(0), C = x.size(1);
-    check_matrix(w_fc, "w_fc", -1, C, x);
-    const int64_t H = w_fc.size(0);
-    check_sizes(M, C, H);
-    check_matrix(w_proj, "w_proj", C, H, x);
-    check_matrix(dy, "dy", M, C, x);
-    check_matrix(pre, "pre", M, H, x);
-    check_matrix(h, "h", M, H, x);
+    tk_bindings::raise_if(backward_problem(dy, x, pre, h, w_fc, w_proj));
+    const int64_t M = x.size(0), C = x.size(1), H = w_fc.size(0);
     const c10::cuda::CUDAGuard guard(x.device());
 
     // dpre = (dy·w_proj) ⊙ GELU'(pre), with db_fc's partial column sums per 16 rows
@@ -116,14 +158,14 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     tk_mlp::gemm_args g = base_args(x);
     g.a = dy.data_ptr(); g.b = w_proj.data_ptr(); g.c = dpre.data_ptr();
     g.M = int(M); g.N = int(H); g.K = int(C); g.pre = pre.data_ptr(); g.bias_grad_partial = partial.data_ptr<float>();
-    check_launch(tk_mlp::linear_dgelu(g), "dGELU (dy·w_proj ⊙ GELU'(pre))");
+    raise_if_launch_failed(tk_mlp::linear_dgelu(g), "dGELU (dy·w_proj ⊙ GELU'(pre))");
 
     // dx = dpre·w_fc
     Tensor dx = at::empty({M, C}, x.options());
     g = base_args(x);
     g.a = dpre.data_ptr(); g.b = w_fc.data_ptr(); g.c = dx.data_ptr();
     g.M = int(M); g.N = int(C); g.K = int(H);
-    check_launch(tk_mlp::linear_grad_input(g), "dx (dpre·w_fc)");
+    raise_if_launch_failed(tk_mlp::linear_grad_input(g), "dx (dpre·w_fc)");
 
     Tensor dw_proj = weight_grad(dy, h, x, "dw_proj (dyᵀ·h)");
     Tensor dw_fc = weight_grad(dpre, x, x, "dw_fc (dpreᵀ·x)");
@@ -132,10 +174,26 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     return {dx, dw_fc, db_fc, dw_proj, db_proj};
 }
 
+// The checks alone: "" if forward / backward would take these arguments, else the message they
+// would raise (without any C++ throw).
+std::string check_forward(const Tensor& x, const Tensor& w_fc, const c10::optional<Tensor>& b_fc, const Tensor& w_proj,
+                          const c10::optional<Tensor>& b_proj) {
+    return forward_problem(x, w_fc, b_fc, w_proj, b_proj).message;
+}
+
+std::string check_backward(const Tensor& dy, const Tensor& x, const Tensor& pre, const Tensor& h, const Tensor& w_fc,
+                           const Tensor& w_proj) {
+    return backward_problem(dy, x, pre, h, w_fc, w_proj).message;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "tk MLP: c_fc -> GELU(tanh) -> c_proj on fused-epilogue GEMMs (kernels/mlp.cu)";
+    m.def("check_forward", &check_forward, "'' or what forward(x, w_fc, b_fc, w_proj, b_proj) would raise",
+          py::arg("x"), py::arg("w_fc"), py::arg("b_fc"), py::arg("w_proj"), py::arg("b_proj"));
+    m.def("check_backward", &check_backward, "'' or what backward(dy, x, pre, h, w_fc, w_proj) would raise",
+          py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"));
     m.def("forward", &forward, "y, pre, h = forward(x, w_fc, b_fc|None, w_proj, b_proj|None)",
           py::arg("x"), py::arg("w_fc"), py::arg("b_fc"), py::arg("w_proj"), py::arg("b_proj"));
     m.def("backward", &backward, "dx, dw_fc, db_fc, dw_proj, db_proj = backward(dy, x, pre, h, w_fc, w_proj)",

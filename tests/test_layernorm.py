@@ -263,6 +263,13 @@ cases = [
     ("backward", (dy, dh, h, mean.double(), rstd, w), TypeError, "mean must be float32"),
     ("backward", (dy, dh, h, mean, rstd[:3], w), ValueError, "rstd must be contiguous with one value per row"),
 ]
+# First the checks alone (check_forward/check_backward return the message, no C++ throw), then
+# the real calls, which raise it: if a raise ever crashed again, the log would tell the two apart.
+for i, (fn, args, exc, fragment) in enumerate(cases):
+    problem = getattr(ext, "check_" + fn)(*args)
+    assert fragment in problem, (i, fragment, problem)
+    print(f"check {i}: {problem}", flush=True)
+assert ext.check_forward(x, r, w, b, 1e-5) == "" and ext.check_backward(dy, dh, h, mean, rstd, w) == ""
 for i, (fn, args, exc, fragment) in enumerate(cases):
     print(f"case {i}: {fn} expecting {exc.__name__} '{fragment}'", flush=True)
     try:
@@ -277,16 +284,14 @@ print("all bad inputs refused", flush=True)
 """
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "Known defect, seen on the H200 (torch 2.11, 2026-11-29): a TORCH_CHECK that fails inside this "
-    "extension can kill the process with SIGSEGV instead of raising (some cases raise, others crash; cause "
-    "not found). Every public call is checked in Python first (kernels/checks.py, tests/test_input_checks.py), "
-    "so users get the Python error; this test calls the extension directly to keep the defect visible."))
 def test_bad_inputs_name_the_argument(ln):
     # In a child process: if a check ever crashed the process instead of raising, the log
-    # would name the case and the rest of the session would still run.
+    # would name the case and the rest of the session would still run. This test died with SIGSEGV
+    # on the H200 (torch 2.11) while the bindings streamed c10 objects into TORCH_CHECK messages;
+    # kernels/bindings_checks.h is the fix.
     import subprocess
-    res = subprocess.run([sys.executable, "-c", BAD_INPUTS], cwd=REPO, capture_output=True, text=True, timeout=300)
+    res = subprocess.run([sys.executable, "-X", "faulthandler", "-c", BAD_INPUTS], cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
     assert res.returncode == 0 and "all bad inputs refused" in res.stdout, (
         f"exit {res.returncode}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
 

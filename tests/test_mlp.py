@@ -223,6 +223,13 @@ cases = [
     ("backward", (dy, x, pre.float(), h, w_fc, w_proj), TypeError, "pre must be bfloat16"),
     ("backward", (dy, x, pre, h[:, :768].contiguous(), w_fc, w_proj), ValueError, "h must have shape (64, 1536)"),
 ]
+# First the checks alone (check_forward/check_backward return the message, no C++ throw), then
+# the real calls, which raise it: if a raise ever crashed again, the log would tell the two apart.
+for i, (fn, args, exc, fragment) in enumerate(cases):
+    problem = getattr(ext, "check_" + fn)(*args)
+    assert fragment in problem, (i, fragment, problem)
+    print(f"check {i}: {problem}", flush=True)
+assert ext.check_forward(x, w_fc, b_fc, w_proj, b_proj) == "" and ext.check_backward(dy, x, pre, h, w_fc, w_proj) == ""
 for i, (fn, args, exc, fragment) in enumerate(cases):
     print(f"case {i}: {fn} expecting {exc.__name__} '{fragment}'", flush=True)
     try:
@@ -243,14 +250,11 @@ print("all bad inputs refused", flush=True)
 """
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "Known defect, seen on the H200 (torch 2.11, 2026-11-29): a TORCH_CHECK that fails inside this "
-    "extension can kill the process with SIGSEGV instead of raising (some cases raise, others crash; cause "
-    "not found). Every public call is checked in Python first (kernels/checks.py, tests/test_input_checks.py), "
-    "so users get the Python error; this test calls the extension directly to keep the defect visible."))
 def test_bad_inputs_raise_clear_errors(mlp):
     # In a child process: if a check ever crashed the process instead of raising, the log
-    # names the case and the rest of the session still runs.
+    # names the case and the rest of the session still runs. This test died with SIGSEGV on the
+    # H200 (torch 2.11) while the bindings streamed c10 objects into TORCH_CHECK messages;
+    # kernels/bindings_checks.h is the fix.
     import subprocess
     res = subprocess.run([sys.executable, "-X", "faulthandler", "-c", BAD_INPUTS], cwd=REPO,
                          capture_output=True, text=True, timeout=300)
