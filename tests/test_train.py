@@ -170,19 +170,19 @@ def test_compile_flag_trains_and_saves_plain_weights(tmp_path):
     assert not any(k.startswith("_orig_mod") for k in ckpt["model"])
 
 
-def test_cuda_graphs_needs_a_gpu_and_one_plain_process(char_data, tmp_path):
-    with pytest.raises(train.ConfigError, match="cuda_graphs=True needs a GPU"):
-        train.train(tiny_config(char_data, tmp_path, device="cpu", cuda_graphs=True, max_iters=1))
+def test_cuda_graphs_are_skipped_with_a_message_where_they_cannot_run(char_data, tmp_path, capsys):
+    result = train.train(tiny_config(char_data, tmp_path, device="cpu", cuda_graphs=True, max_iters=2))
+    assert result["iter_num"] == 2
+    assert "cuda_graphs=True: not used there is no GPU; running without CUDA graphs" in capsys.readouterr().out
 
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 @needs_cuda
-def test_cuda_graphs_refuse_compile(char_data, tmp_path):
-    with pytest.raises(train.ConfigError, match="not supported with compile=True"):
-        train.train(tiny_config(char_data, tmp_path, device="cuda", cuda_graphs=True, compile=True,
-                                max_iters=1))
+def test_cuda_graphs_are_skipped_under_compile(char_data, tmp_path, capsys):
+    train.train(tiny_config(char_data, tmp_path, device="cuda", cuda_graphs=True, compile=True, max_iters=2))
+    assert "not used with compile=True" in capsys.readouterr().out
 
 
 @needs_cuda
