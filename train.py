@@ -176,8 +176,11 @@ class Batches:
                 for i in range(first, first + count)]
 
     def eval_batches(self, split, n):
+        """n batches, drawn one at a time as the loop asks (a generator, not a list): the next
+        batch is cut on the CPU while the GPU still runs the previous one."""
         generator = torch.Generator().manual_seed(self.seed + (1 if split == "train" else 2))
-        return [self._windows(split, self.B, generator) for _ in range(n)]
+        for _ in range(n):
+            yield self._windows(split, self.B, generator)
 
 
 def find_data(c, master):
