@@ -106,3 +106,12 @@ def test_the_header_raises_one_string_per_check():
             args += ch == "," and depth == 1
             i += 1
         assert args == 2, f"{code[m.start():i]}: a condition and ONE message expression"
+
+
+def test_gpu_script_parses():
+    script = ROOT / "tests" / "gpu_bindings_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    assert "TORCH_EXTENSIONS_DIR" in text and "bindings.log" in text and "python3 -m pytest" in text
+    for test_file in re.findall(r"tests/test_\w+\.py", text):
+        assert (ROOT / test_file).exists(), test_file
