@@ -34,8 +34,8 @@ Inputs and outputs are what training has: qkv is c_attn's output seen as (B, T, 
 returns y as (B, T, H, D), and fwd+bwd differentiates y against qkv with a contiguous (B, T, H, D)
 output gradient, as y.reshape(B, T, C) hands it back. So fwd+bwd counts what training pays for the
 gradient of qkv: for the SDPA rows (and tk through kernels.attention) that includes unbind's
-backward, a stack of dq, dk, dv into one buffer (estimated, not measured: about 3% of fwd+bwd at
-the GPT-2 shape); the packed tk op writes d(qkv) directly. Each row's note says which entry 'tk' went through.
+backward, a stack of dq, dk, dv into one buffer (not timed apart here; see the attention_qkv
+commit d58a7eb for its profile), while the packed tk op writes d(qkv) directly. Each row's note says which entry 'tk' went through.
 
 Work (issue 5): causal forward 4·B·H·T²·D / 2 flops; forward+backward 3.5x that.
 Timing is bench.py's own (run_case): CUDA-graph replay (the headline: GPU time of the kernels)
