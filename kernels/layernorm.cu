@@ -19,10 +19,10 @@
 //     8 passes over the tensor in all, which is the floor.
 //   - Where the reductions happen: in each thread's registers, then across the warp with five
 //     butterfly shuffles (tk::warp_sum), and only for wide rows (G = 2..8 warps per row, so no
-//     lane holds more than 32 elements) across warps through a few floats of shared memory.
-//     No atomics anywhere: results are bitwise reproducible run to run.
-//   - 16-byte vector loads and stores (tk::chunk16): 8 bf16 per instruction, consecutive threads
-//     on consecutive 16 bytes, so one warp instruction moves 512 contiguous bytes.
+//     lane holds more than 16 bytes x 4 chunks) across warps through a few floats of shared
+//     memory. No atomics anywhere: results are bitwise reproducible run to run.
+//   - Wide vector loads and stores (Chunk below): 16 bytes per instruction, consecutive threads
+//     on consecutive chunks, so one warp instruction moves 512 contiguous bytes.
 //   - Parameters (w, b, dw, db) are fp32 or bf16 as the caller has them: converted on load and
 //     store, never by extra passes.
 //   - dw and db are sums over ALL rows. Each thread adds up its own columns over every row its
@@ -30,32 +30,105 @@
 //     in shared memory and writes one fp32 row of partials, and a second tiny kernel adds the
 //     partials column by column: ~2 MB of extra traffic next to hundreds of MB.
 //
-// Read in this order: RowGroup (who holds which columns), group_sum, forward_kernel,
+// WHY THE TENSORS MAY HAVE DIFFERENT DTYPES (the same lesson, one level up): under bf16 autocast
+// the model's residual stream h is fp32 (as in plain PyTorch) while each branch output (attention
+// c_proj, MLP) is bf16, and y feeds a bf16 matmul. A same-dtype kernel needs four cast kernels
+// around it per call: branch bf16 -> fp32 before the add, y fp32 -> bf16 for the matmul, and in
+// the backward dy bf16 -> fp32 and the branch gradient fp32 -> bf16. Each cast reads and writes
+// the whole tensor (6 bytes an element); with the kernel's own fp32 traffic that is 56 bytes an
+// element per call, fwd+bwd. Reading and writing each tensor in the dtype it lives in instead
+// (fp32 x, h, dh, dh_out; bf16 branch, y, dy and the branch's gradient) moves 28: forward reads
+// x 4 + r 2, writes h 4 + y 2; backward reads dy 2 + dh 4 + h 4, writes dh_out 4 + dr 2.
+// Measured on the H200 (bench.py --profile, GPT-2 124M, B=32, T=1024, bf16 autocast, tk path)
+// ~13 of the 87 ms step were cast kernels, many of them from this seam; kernels/NOTES.md
+// ("Session 2: mixed dtypes") has the predicted saving. Statistics and arithmetic stay fp32.
+// The kernels are templates on three types, each float or bf16:
+//   TH  x, h, dh, dh_out (the residual stream)          TR  r and its gradient dr
+//   TY  y and dy
+// and exist for TH = float with TR, TY each float or bf16, and for all-bf16 (launchers, bottom).
+// A thread's chunk is always 16 bytes of h: 4 columns for fp32 h, 8 for bf16. A bf16 tensor
+// beside fp32 h moves the same 4 columns in 8 bytes (a warp: 256 contiguous bytes, still
+// coalesced).
+//
+// Read in this order: Chunk, RowGroup (who holds which columns), group_sum, forward_kernel,
 // backward_kernel, column_sum_kernel, then the launchers at the bottom (grid sizing, dispatch).
+#include <type_traits>
+
 #include "layernorm.h"
 #include "tk/common/common.cuh"
-#include "tk/ops/chunk16.cuh"
+#include "tk/ops/chunk16.cuh"   // tk::round_to
 
 namespace tk_layernorm {
 namespace {
 
 using tk::bf16;
-using tk::chunk16;
 
 constexpr int BLOCK_WARPS = 8;
 constexpr int BLOCK_THREADS = BLOCK_WARPS * 32;
-constexpr int MAX_CHUNKS = 4;   // 16-byte chunks per thread per row: at most 32 bf16 or 16 floats
+constexpr int MAX_CHUNKS = 4;   // chunks per thread per row: at most 32 bf16 or 16 floats
+
+// E consecutive columns of one row of a T tensor, kept as loaded (E * sizeof(T) bytes in 32-bit
+// words) and moved with ONE vector instruction each way. tk::chunk16 (tk/ops/chunk16.cuh) is the
+// 16-byte case; here a chunk of a bf16 tensor beside fp32 h is 4 columns = 8 bytes, so the size
+// is a template argument. Elements widen to float on use (exact for bf16: a float's top half).
+template <typename T, int E> struct Chunk {
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, bf16>, "Chunk: float or bf16");
+    static constexpr int WORDS = E * int(sizeof(T)) / 4;
+    static_assert(WORDS == 4 || WORDS == 2, "Chunk: 16 or 8 bytes, one vector instruction");
+    uint32_t word[WORDS];
+
+    // Element e (0 = lowest address) as a float; use with a compile-time e (unrolled loops).
+    __device__ __forceinline__ float operator[](int e) const {
+        if constexpr (std::is_same_v<T, float>) {
+            return __uint_as_float(word[e]);
+        } else {   // little-endian: the lower address is the low half of the 32-bit word
+            const uint32_t w = word[e / 2];
+            return __uint_as_float((e % 2) ? (w & 0xffff0000u) : (w << 16));
+        }
+    }
+    __device__ __forceinline__ void zero() {
+#pragma unroll
+        for (int i = 0; i < WORDS; ++i) word[i] = 0u;
+    }
+    // One ld.global.nc.v4 (16 bytes) or .v2 (8 bytes); src aligned to the chunk's size.
+    __device__ __forceinline__ void load(const T* src) {
+        if constexpr (WORDS == 4) {
+            const uint4 raw = __ldg(reinterpret_cast<const uint4*>(src));
+            word[0] = raw.x; word[1] = raw.y; word[2] = raw.z; word[3] = raw.w;
+        } else {
+            const uint2 raw = __ldg(reinterpret_cast<const uint2*>(src));
+            word[0] = raw.x; word[1] = raw.y;
+        }
+    }
+};
+
+// E floats -> E columns of a T tensor, rounded to T (nearest even), one vector store.
+template <typename T, int E> __device__ __forceinline__ void store(T* dst, const float (&v)[E]) {
+    constexpr int WORDS = Chunk<T, E>::WORDS;
+    uint32_t w[WORDS];
+#pragma unroll
+    for (int i = 0; i < WORDS; ++i) {
+        if constexpr (std::is_same_v<T, float>) {
+            w[i] = __float_as_uint(v[i]);
+        } else {
+            const tk::bf16_2 p = tk::convert<tk::bf16_2>(make_float2(v[2 * i], v[2 * i + 1]));   // .x = lower address
+            w[i] = *reinterpret_cast<const uint32_t*>(&p);
+        }
+    }
+    if constexpr (WORDS == 4) *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+    else *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+}
 
 // A block's 8 warps split into row groups of G warps; each group normalizes one row at a time,
 // so a block steps over 8/G rows at once. Thread t of a group holds chunks t, t + 32G,
 // t + 64G, ... of the row: at each step the group's threads cover a contiguous span (coalesced).
 struct RowGroup {
-    int G;               // warps per row: 1 for C <= 1024 (bf16), up to 8 for C = 4096 fp32
+    int G;               // warps per row: 1 for C <= 1024 (bf16 h), up to 8 for C = 4096 fp32 h
     int threads;         // 32 * G
     int t;               // this thread's rank in its group
     int slot;            // which of the block's rows (0 .. 8/G - 1) this group takes
     int rows_per_step;   // 8 / G
-    int chunks;          // 16-byte chunks in a row: cols / elems
+    int chunks;          // chunks in a row: cols / E
     __device__ RowGroup(int G_, int chunks_)
         : G(G_), threads(32 * G_), t(threadIdx.x % (32 * G_)), slot(threadIdx.x / (32 * G_)),
           rows_per_step(BLOCK_WARPS / G_), chunks(chunks_) {}
@@ -103,13 +176,13 @@ template <int E> __device__ __forceinline__ void load_params(float (&p)[E], cons
 }
 
 // ---- forward: one read of x and r, one write of h and y ----------------------------------------
-template <typename T, int CHUNKS>
+template <typename TH, typename TR, typename TY, int CHUNKS>
 __global__ void __launch_bounds__(BLOCK_THREADS)
-forward_kernel(const T* __restrict__ x, const T* __restrict__ r, const void* __restrict__ w,
-               const void* __restrict__ b, bool params_bf16, T* __restrict__ y, T* __restrict__ h,
+forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* __restrict__ w,
+               const void* __restrict__ b, bool params_bf16, TY* __restrict__ y, TH* __restrict__ h,
                float* __restrict__ mean_out, float* __restrict__ rstd_out,
                int64_t rows, int cols, int G, float eps) {
-    constexpr int E = chunk16<T>::elems;
+    constexpr int E = 16 / int(sizeof(TH));   // columns per chunk: 16 bytes of h
     __shared__ float scratch[BLOCK_WARPS];
     const RowGroup g(G, cols / E);
     // Persistent loop. Its trip count depends only on blockIdx, so every thread of the block runs
@@ -121,23 +194,25 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ r, const void* __r
         const int64_t base = row * cols;
 
         // 1. The one read: every load is issued before any is used, so they are all in flight.
-        chunk16<T> xc[CHUNKS], rc[CHUNKS];
+        Chunk<TH, E> xc[CHUNKS];
+        Chunk<TR, E> rc[CHUNKS];
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i) {
             xc[i].zero();
             rc[i].zero();
             if (live && g.has(i)) {
-                tk::load(xc[i], x + base + g.col(i, E));
-                if (r != nullptr) tk::load(rc[i], r + base + g.col(i, E));
+                xc[i].load(x + base + g.col(i, E));
+                if (r != nullptr) rc[i].load(r + base + g.col(i, E));
             }
         }
-        float v[CHUNKS][E];   // h = x + r in fp32, rounded to T: exactly the h we store and the
-        float s = 0.0f;       // backward reads, so forward and backward see the same input
+        float v[CHUNKS][E];   // h = x + r in fp32, rounded to TH: exactly the h we store and the
+        float s = 0.0f;       // backward reads, so forward and backward see the same input. A bf16
+                              // r widens exactly, so for fp32 h this is torch's promoted x + r.
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i)
 #pragma unroll
             for (int e = 0; e < E; ++e) {
-                v[i][e] = tk::round_to<T>(xc[i][e] + rc[i][e]);
+                v[i][e] = tk::round_to<TH>(xc[i][e] + rc[i][e]);
                 s += v[i][e];
             }
 
@@ -152,19 +227,19 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ r, const void* __r
         }
         const float rstd = rsqrtf(group_sum(q, g, scratch) / cols + eps);   // rsqrt.approx: 2^-22.9
 
-        // 4. The one write: h, then y = xhat * w + b.
+        // 4. The one write: h (in TH), then y = xhat * w + b, rounded once to TY.
         if (!live) continue;
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i) {
             if (!g.has(i)) continue;
             const int col = g.col(i, E);
-            if (h != nullptr) tk::store<T>(h + base + col, v[i]);
+            if (h != nullptr) store<TH, E>(h + base + col, v[i]);
             float wv[E], bv[E] = {};
             load_params<E>(wv, w, col, params_bf16);
             if (b != nullptr) load_params<E>(bv, b, col, params_bf16);
 #pragma unroll
             for (int e = 0; e < E; ++e) v[i][e] = (v[i][e] - mean) * rstd * wv[e] + bv[e];
-            tk::store<T>(y + base + col, v[i]);
+            store<TY, E>(y + base + col, v[i]);
         }
         if (g.t == 0) {
             mean_out[row] = mean;
@@ -173,17 +248,21 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ r, const void* __r
     }
 }
 
-// ---- backward: one read of h, dy and dh, one write of dh_out; dw, db summed on the way ----------
+// ---- backward: one read of h, dy and dh, one write of dh_out (and dr); dw, db summed on the way -
 // Two blocks (16 warps) per SM need <= 128 registers a thread; we ask for that where it costs no
 // spills (up to 3 chunks: 24 bf16 a lane, C = 768 with one warp a row). With 4 chunks the
 // 64 fp32 dw/db accumulators alone would not fit, so those instances get one block per SM.
-template <typename T, int CHUNKS>
+// When TR differs from TH (a bf16 residual beside fp32 h) the residual's gradient is the same
+// dh_out rounded to bf16: written here, next to dh_out, instead of by a cast kernel that would
+// read dh_out back.
+template <typename TH, typename TR, typename TY, int CHUNKS>
 __global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 2 : 1)
-backward_kernel(const T* __restrict__ dy, const T* __restrict__ dh, const T* __restrict__ h,
+backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* __restrict__ h,
                 const float* __restrict__ mean, const float* __restrict__ rstd,
-                const void* __restrict__ w, bool params_bf16, T* __restrict__ dh_out, float* __restrict__ partial,
-                int64_t rows, int cols, int G) {
-    constexpr int E = chunk16<T>::elems;
+                const void* __restrict__ w, bool params_bf16, TH* __restrict__ dh_out,
+                TR* __restrict__ dr_out, float* __restrict__ partial, int64_t rows, int cols, int G) {
+    constexpr int E = 16 / int(sizeof(TH));
+    constexpr bool WRITE_DR = !std::is_same_v<TH, TR>;
     __shared__ float2 scratch[BLOCK_WARPS];
     __shared__ float col_sums[2 * MAX_COLS];   // this block's dw (first cols) and db (next cols)
     const RowGroup g(G, cols / E);
@@ -199,18 +278,19 @@ backward_kernel(const T* __restrict__ dy, const T* __restrict__ dh, const T* __r
         const bool live = row < rows;
         const int64_t base = row * cols;
 
-        // 1. The one read (all loads in flight together), kept as loaded: 4 registers a chunk.
+        // 1. The one read (all loads in flight together), kept as loaded.
         //    Missing data reads as zero, which adds nothing to dw, db or the row sums.
-        chunk16<T> hc[CHUNKS], dyc[CHUNKS], dhc[CHUNKS];
+        Chunk<TH, E> hc[CHUNKS], dhc[CHUNKS];
+        Chunk<TY, E> dyc[CHUNKS];
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i) {
             hc[i].zero();
             dyc[i].zero();
             dhc[i].zero();
             if (live && g.has(i)) {
-                tk::load(hc[i], h + base + g.col(i, E));
-                tk::load(dyc[i], dy + base + g.col(i, E));
-                if (dh != nullptr) tk::load(dhc[i], dh + base + g.col(i, E));
+                hc[i].load(h + base + g.col(i, E));
+                dyc[i].load(dy + base + g.col(i, E));
+                if (dh != nullptr) dhc[i].load(dh + base + g.col(i, E));
             }
         }
         const float mu = live ? mean[row] : 0.0f;
@@ -251,7 +331,8 @@ backward_kernel(const T* __restrict__ dy, const T* __restrict__ dh, const T* __r
                 const float grad = dyc[i][e] * wv[e];
                 out[e] = dhc[i][e] + rs * (grad - mean_g - xhat * mean_gx);
             }
-            tk::store<T>(dh_out + base + g.col(i, E), out);
+            store<TH, E>(dh_out + base + g.col(i, E), out);
+            if constexpr (WRITE_DR) store<TR, E>(dr_out + base + g.col(i, E), out);   // = bf16(dh_out)
         }
     }
 
@@ -312,11 +393,11 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 
 struct Plan {
     int G;        // warps per row
-    int chunks;   // 16-byte chunks per thread (the CHUNKS template argument)
+    int chunks;   // chunks per thread (the CHUNKS template argument)
 };
 
-Plan plan_for(int cols, DType dtype) {
-    const int elems = dtype == DType::bf16 ? 8 : 4;
+Plan plan_for(int cols, DType h_dtype) {
+    const int elems = h_dtype == DType::bf16 ? 8 : 4;   // a chunk is 16 bytes of h
     const int row_chunks = cols / elems;
     int G = 1;
     while (G * 32 * MAX_CHUNKS < row_chunks) G *= 2;   // <= 8 because cols <= 4096
@@ -339,22 +420,26 @@ template <auto kernel> int grid_for(int64_t rows, int G) {
     return int(steps < int64_t(sms) * per_sm ? steps : int64_t(sms) * per_sm);
 }
 
-template <typename T, int CHUNKS> cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
-    forward_kernel<T, CHUNKS><<<grid_for<forward_kernel<T, CHUNKS>>(a.rows, G), BLOCK_THREADS, 0, stream>>>(
-        static_cast<const T*>(a.x), static_cast<const T*>(a.residual), a.weight, a.bias, a.params_bf16, static_cast<T*>(a.y),
-        static_cast<T*>(a.h), a.mean, a.rstd, a.rows, a.cols, G, a.eps);
+template <typename TH, typename TR, typename TY, int CHUNKS>
+cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
+    constexpr auto kernel = forward_kernel<TH, TR, TY, CHUNKS>;
+    kernel<<<grid_for<kernel>(a.rows, G), BLOCK_THREADS, 0, stream>>>(
+        static_cast<const TH*>(a.x), static_cast<const TR*>(a.residual), a.weight, a.bias, a.params_bf16,
+        static_cast<TY*>(a.y), static_cast<TH*>(a.h), a.mean, a.rstd, a.rows, a.cols, G, a.eps);
     return cudaGetLastError();
 }
 
-template <typename T, int CHUNKS> int backward_grid(const BackwardArgs& a, int G) {
-    return grid_for<backward_kernel<T, CHUNKS>>(a.rows, G);
+template <typename TH, typename TR, typename TY, int CHUNKS> int backward_grid(const BackwardArgs& a, int G) {
+    return grid_for<backward_kernel<TH, TR, TY, CHUNKS>>(a.rows, G);
 }
 
-template <typename T, int CHUNKS> cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
-    const int blocks = backward_grid<T, CHUNKS>(a, G);
-    backward_kernel<T, CHUNKS><<<blocks, BLOCK_THREADS, 0, stream>>>(
-        static_cast<const T*>(a.dy), static_cast<const T*>(a.dh), static_cast<const T*>(a.h), a.mean, a.rstd,
-        a.weight, a.params_bf16, static_cast<T*>(a.dh_out), a.partial, a.rows, a.cols, G);
+template <typename TH, typename TR, typename TY, int CHUNKS>
+cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
+    const int blocks = backward_grid<TH, TR, TY, CHUNKS>(a, G);
+    backward_kernel<TH, TR, TY, CHUNKS><<<blocks, BLOCK_THREADS, 0, stream>>>(
+        static_cast<const TY*>(a.dy), static_cast<const TH*>(a.dh), static_cast<const TH*>(a.h), a.mean, a.rstd,
+        a.weight, a.params_bf16, static_cast<TH*>(a.dh_out), static_cast<TR*>(a.dresidual_out), a.partial,
+        a.rows, a.cols, G);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     column_sum_kernel<<<(2 * a.cols + 31) / 32, COLSUM_WARPS * 32, 0, stream>>>(a.partial, blocks, a.cols, a.dweight,
@@ -362,43 +447,60 @@ template <typename T, int CHUNKS> cudaError_t launch_backward(const BackwardArgs
     return cudaGetLastError();
 }
 
-// Calls f.template operator()<T, CHUNKS>() for the plan's instance: 2 dtypes x 4 chunk counts.
-template <typename F> auto dispatch(DType dtype, int chunks, F&& f) {
-    if (dtype == DType::bf16) {
-        switch (chunks) {
-            case 1: return f.template operator()<bf16, 1>();
-            case 2: return f.template operator()<bf16, 2>();
-            case 3: return f.template operator()<bf16, 3>();
-            default: return f.template operator()<bf16, 4>();
-        }
-    }
+// The dtype combinations there are kernels for: fp32 h with a float or bf16 residual and y, or
+// bf16 everywhere. (h is x + r in the promoted dtype, so it is never narrower than r; y is h's
+// dtype, or bf16 for a bf16 matmul.)
+bool supported(DType h, DType r, DType y) {
+    return h == DType::f32 || (r == DType::bf16 && y == DType::bf16);
+}
+
+// Calls f.template operator()<TH, TR, TY, CHUNKS>() for one instance: 5 dtype combinations x 4
+// chunk counts. The caller has checked supported(h, r, y).
+template <typename TH, typename TR, typename TY, typename F> auto with_chunks(int chunks, F& f) {
     switch (chunks) {
-        case 1: return f.template operator()<float, 1>();
-        case 2: return f.template operator()<float, 2>();
-        case 3: return f.template operator()<float, 3>();
-        default: return f.template operator()<float, 4>();
+        case 1: return f.template operator()<TH, TR, TY, 1>();
+        case 2: return f.template operator()<TH, TR, TY, 2>();
+        case 3: return f.template operator()<TH, TR, TY, 3>();
+        default: return f.template operator()<TH, TR, TY, 4>();
     }
 }
+
+template <typename F> auto dispatch(DType h, DType r, DType y, int chunks, F&& f) {
+    if (h == DType::bf16) return with_chunks<bf16, bf16, bf16>(chunks, f);
+    if (r == DType::bf16)
+        return y == DType::bf16 ? with_chunks<float, bf16, bf16>(chunks, f) : with_chunks<float, bf16, float>(chunks, f);
+    return y == DType::bf16 ? with_chunks<float, float, bf16>(chunks, f) : with_chunks<float, float, float>(chunks, f);
+}
+
+// Without a residual there is no r: run the instance whose TR is TH (r is nullptr, never read).
+DType residual_or_h(const ForwardArgs& a) { return a.residual != nullptr ? a.residual_dtype : a.x_dtype; }
 
 }  // namespace
 
-int backward_partial_blocks(int64_t rows, int cols, DType dtype) {
-    const Plan p = plan_for(cols, dtype);
-    BackwardArgs a{};
-    a.rows = rows;
-    return dispatch(dtype, p.chunks, [&]<typename T, int CHUNKS>() { return backward_grid<T, CHUNKS>(a, p.G); });
+int backward_partial_blocks(const BackwardArgs& a) {
+    if (!supported(a.h_dtype, a.residual_dtype, a.y_dtype)) return -1;
+    const Plan p = plan_for(a.cols, a.h_dtype);
+    return dispatch(a.h_dtype, a.residual_dtype, a.y_dtype, p.chunks,
+                    [&]<typename TH, typename TR, typename TY, int CHUNKS>() { return backward_grid<TH, TR, TY, CHUNKS>(a, p.G); });
 }
 
 cudaError_t forward(const ForwardArgs& a, cudaStream_t stream) {
+    const DType r = residual_or_h(a);
+    if (!supported(a.x_dtype, r, a.y_dtype)) return cudaErrorInvalidValue;
     if (a.rows == 0) return cudaSuccess;
-    const Plan p = plan_for(a.cols, a.dtype);
-    return dispatch(a.dtype, p.chunks, [&]<typename T, int CHUNKS>() { return launch_forward<T, CHUNKS>(a, p.G, stream); });
+    const Plan p = plan_for(a.cols, a.x_dtype);
+    return dispatch(a.x_dtype, r, a.y_dtype, p.chunks,
+                    [&]<typename TH, typename TR, typename TY, int CHUNKS>() { return launch_forward<TH, TR, TY, CHUNKS>(a, p.G, stream); });
 }
 
 cudaError_t backward(const BackwardArgs& a, cudaStream_t stream) {
+    if (!supported(a.h_dtype, a.residual_dtype, a.y_dtype)) return cudaErrorInvalidValue;
+    // dresidual_out is written exactly when the residual's dtype differs from h's.
+    if ((a.residual_dtype != a.h_dtype) != (a.dresidual_out != nullptr)) return cudaErrorInvalidValue;
     if (a.rows == 0) return cudaSuccess;
-    const Plan p = plan_for(a.cols, a.dtype);
-    return dispatch(a.dtype, p.chunks, [&]<typename T, int CHUNKS>() { return launch_backward<T, CHUNKS>(a, p.G, stream); });
+    const Plan p = plan_for(a.cols, a.h_dtype);
+    return dispatch(a.h_dtype, a.residual_dtype, a.y_dtype, p.chunks,
+                    [&]<typename TH, typename TR, typename TY, int CHUNKS>() { return launch_backward<TH, TR, TY, CHUNKS>(a, p.G, stream); });
 }
 
 }  // namespace tk_layernorm

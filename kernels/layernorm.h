@@ -1,51 +1,65 @@
 // kernels/layernorm.h: the plain C++ launchers of kernels/layernorm.cu (no torch types here, so
 // nvcc never parses torch headers), called by kernels/layernorm_bindings.cpp after its checks.
+//
+// Dtypes (layernorm.cu says why they may differ): h = x + residual is stored in x's dtype;
+// the residual is x's dtype or bf16; y (and so dy) is x's dtype or bf16. The launchers take
+// float32 x with any of those, or bf16 everywhere. Statistics are always fp32.
 #pragma once
 #include <cstdint>
 #include <cuda_runtime.h>
 
 namespace tk_layernorm {
 
-enum class DType { f32, bf16 };   // activations (x, r, h, y, dy, dh); statistics are always fp32
+enum class DType { f32, bf16 };
 
 constexpr int MAX_COLS = 4096;    // hidden sizes: multiples of 64 up to this
 
 struct ForwardArgs {
-    const void* x;          // [rows, cols]
-    const void* residual;   // [rows, cols] or nullptr (then h is not written: h = x)
+    const void* x;          // [rows, cols]  x_dtype
+    const void* residual;   // [rows, cols]  residual_dtype, or nullptr (then h is not written: h = x)
     const void* weight;     // [cols], fp32 or bf16 (params_bf16)
     const void* bias;       // [cols] or nullptr, same dtype as weight
     bool params_bf16;
-    void* y;                // [rows, cols]  y = LN(x + residual)
-    void* h;                // [rows, cols]  h = x + residual (nullptr iff residual is)
+    void* y;                // [rows, cols]  y_dtype: y = LN(x + residual)
+    void* h;                // [rows, cols]  x_dtype: h = x + residual (nullptr iff residual is)
     float* mean;            // [rows]
     float* rstd;            // [rows]  1 / sqrt(var + eps)
     int64_t rows;
     int cols;
     float eps;
-    DType dtype;
+    DType x_dtype;          // x and h
+    DType residual_dtype;   // x_dtype or bf16 (ignored without a residual)
+    DType y_dtype;          // x_dtype or bf16
 };
 
 struct BackwardArgs {
-    const void* dy;         // [rows, cols]  gradient of y
-    const void* dh;         // [rows, cols]  gradient of h from its other uses, or nullptr
-    const void* h;          // [rows, cols]  the saved LayerNorm input
+    const void* dy;         // [rows, cols]  y_dtype: gradient of y
+    const void* dh;         // [rows, cols]  h_dtype: gradient of h from its other uses, or nullptr
+    const void* h;          // [rows, cols]  h_dtype: the saved LayerNorm input
     const float* mean;      // [rows]
     const float* rstd;      // [rows]
     const void* weight;     // [cols], fp32 or bf16 (params_bf16)
     bool params_bf16;
-    void* dh_out;           // [rows, cols]  dh + LN's input gradient (= grad of x and residual)
+    void* dh_out;           // [rows, cols]  h_dtype: dh + LN's input gradient (= grad of x, and of
+                            //               the residual when it has h's dtype)
+    void* dresidual_out;    // [rows, cols]  bf16: the same gradient for a bf16 residual beside fp32
+                            //               h, or nullptr (needs h_dtype f32, residual_dtype bf16)
     float* partial;         // [partial_blocks, 2, cols] scratch: per-block dweight, dbias sums
     void* dweight;          // [cols], weight's dtype
     void* dbias;            // [cols], weight's dtype
     int64_t rows;
     int cols;
-    DType dtype;
+    DType h_dtype;          // h, dh, dh_out
+    DType residual_dtype;   // h_dtype, or bf16 with dresidual_out set
+    DType y_dtype;          // dy: h_dtype or bf16
 };
 
-// Rows of fp32 scratch the backward needs (one per block of its persistent grid).
-int backward_partial_blocks(int64_t rows, int cols, DType dtype);
+// Rows of fp32 scratch the backward needs (one per block of its persistent grid). Reads the
+// dtypes, rows and cols of `a`; -1 for a dtype combination the kernels do not take.
+int backward_partial_blocks(const BackwardArgs& a);
 
+// cudaErrorInvalidValue for a dtype combination the kernels do not take (the bindings refuse
+// those first, with a message).
 cudaError_t forward(const ForwardArgs& a, cudaStream_t stream);
 cudaError_t backward(const BackwardArgs& a, cudaStream_t stream);
 

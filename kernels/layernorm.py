@@ -18,6 +18,10 @@ This file is also THE PATTERN for an op module (attention.py, mlp.py copy it):
      and it builds the extension only after every other check passed on a CUDA tensor.
   4. `register_tk(op, impl, why_not)` and `_preflight_checks[op]` (the start-up check).
 Nothing here builds at import.
+
+Dtypes (section 4, add_layernorm, says why): h = x + residual in torch's promoted dtype; y in
+bf16 under bf16 autocast (its readers are bf16 matmuls), else in h's dtype; each gradient in its
+own input's dtype. The kernel reads and writes every tensor in its own dtype: no cast kernels.
 """
 import math
 from typing import Optional
@@ -27,7 +31,7 @@ from torch import Tensor
 
 from . import _preflight_checks, register_tk
 from .build import LazyExtension
-from .checks import fail, realign16, require_number, require_same_dtype, require_tensor, shape_str
+from .checks import InputDTypeError, dtype_str, fail, realign16, require_number, require_same_dtype, require_tensor, shape_str
 
 _ext = LazyExtension("tk_layernorm", ["layernorm.cu", "layernorm_bindings.cpp"])
 
@@ -38,12 +42,17 @@ OP = "tk_layernorm"
 
 # ---- 0. input checks: those of layernorm_bindings.cpp, in Python (see kernels/checks.py) -------
 
-def _check_activation(name, t, cuda, like=None):
+def _check_activation(name, t, cuda, like=None, or_bf16=""):
     """bf16/fp32, contiguous, 16-byte aligned (the kernel moves 16-byte vectors). like = (name,
-    tensor): same device, dtype and shape as it; else a supported hidden size."""
+    tensor): same device, dtype and shape as it (or_bf16: or bf16 instead of its dtype; the text
+    says why, for the error); else a supported hidden size."""
     require_tensor(OP, name, t, dtypes=DTYPES, contiguous=True, aligned=True, cuda=cuda, same_device_as=like)
     if like is not None:
-        require_same_dtype(OP, name, t, *like)
+        if not or_bf16:
+            require_same_dtype(OP, name, t, *like)
+        elif t.dtype not in (like[1].dtype, torch.bfloat16):
+            fail(OP, f"{name} is {dtype_str(t.dtype)} but {like[0]} is {dtype_str(like[1].dtype)}; it must have "
+                     f"{like[0]}'s dtype{or_bf16}", InputDTypeError)
         if t.shape != like[1].shape:
             fail(OP, f"{name} has shape {shape_str(t.shape)} but {like[0]} has {shape_str(like[1].shape)}")
         return
@@ -76,21 +85,30 @@ def _check_stats(name, t, h, cuda):
                  f"pass the mean/rstd the forward returned for this h")
 
 
-def check_forward(x, residual, weight, bias, eps, cuda=True):
-    """Raise TypeError/ValueError naming the argument unless forward() takes these inputs."""
+def check_forward(x, residual, weight, bias, eps, y_bf16=False, cuda=True):
+    """Raise TypeError/ValueError naming the argument unless forward() takes these inputs: x
+    (and h) float32 or bf16, the residual x's dtype or bf16, y in x's dtype or (y_bf16) bf16."""
     _check_activation("x", x, cuda)
     if residual is not None:
-        _check_activation("residual", residual, cuda, like=("x", x))
+        _check_activation("residual", residual, cuda, like=("x", x),
+                          or_bf16=" (or bfloat16): h = x + residual is stored in x's dtype, so pass the wider one as x")
     require_number(OP, "eps", eps, minimum=0)
+    if not isinstance(y_bf16, bool):
+        fail(OP, f"y_bf16 must be True or False, got {type(y_bf16).__name__}", TypeError)
     _check_param("weight", weight, "x", x, cuda)
     if bias is not None:
         _check_param("bias", bias, "x", x, cuda, weight=weight)
 
 
-def check_backward(dy, dh, h, mean, rstd, weight, cuda=True):
-    """Raise TypeError/ValueError naming the argument unless backward() takes these inputs."""
+def check_backward(dy, dh, h, mean, rstd, weight, residual_grad_bf16=False, cuda=True):
+    """Raise TypeError/ValueError naming the argument unless backward() takes these inputs: dy in
+    h's dtype or bf16 (y's dtype), dh in h's; residual_grad_bf16 (a bf16 copy of the gradient for
+    a bf16 residual) only with float32 h."""
     _check_activation("h", h, cuda)
-    _check_activation("dy", dy, cuda, like=("h", h))
+    _check_activation("dy", dy, cuda, like=("h", h), or_bf16=" (or bfloat16, when y was bfloat16)")
+    if residual_grad_bf16 and h.dtype != torch.float32:
+        fail(OP, f"residual_grad_bf16 is for a bfloat16 residual beside float32 h, but h is {dtype_str(h.dtype)}: "
+                 f"dh_out is already the residual's gradient")
     if dh is not None:
         _check_activation("dh", dh, cuda, like=("h", h))
     _check_stats("mean", mean, h, cuda)
@@ -100,37 +118,59 @@ def check_backward(dy, dh, h, mean, rstd, weight, cuda=True):
 
 # ---- 1. the extension calls (after the input checks), used by the custom ops and the fast path
 
-def _ext_forward(x, residual, weight, bias, eps):
-    """h = x + residual, y = LN(h). Returns (y, h, mean, rstd); h is None when residual is None."""
+def _options(**flags):
+    """The bindings' keyword options that are on. Off is their default (every tensor in h's
+    dtype), so a same-dtype call passes none: the call tests/test_fast_path.py's fake knows."""
+    return {name: True for name, on in flags.items() if on}
+
+
+def _ext_forward(x, residual, weight, bias, eps, y_bf16=False):
+    """h = x + residual (in x's dtype), y = LN(h) (bf16 if y_bf16, else x's dtype).
+    Returns (y, h, mean, rstd); h is None when residual is None."""
     x, residual = realign16(x), realign16(residual)   # a view at an odd offset: copy (why_not takes it)
-    check_forward(x, residual, weight, bias, eps)
-    y, h, mean, rstd = _ext.module.forward(x, residual, weight, bias, eps)
+    check_forward(x, residual, weight, bias, eps, y_bf16)
+    y, h, mean, rstd = _ext.module.forward(x, residual, weight, bias, eps, **_options(y_bf16=y_bf16))
     return y, h, mean, rstd
+
+
+def _ext_backward_both(dy, dh, h, mean, rstd, weight, residual_grad_bf16):
+    """(dh_out, dresidual, dweight, dbias): dh_out = dh + LN's input gradient in h's dtype (dh may
+    be None); dresidual is the same in bf16 when residual_grad_bf16, else dh_out itself."""
+    dy, h = realign16(dy), realign16(h)
+    dh = None if dh is None else realign16(dh)
+    check_backward(dy, dh, h, mean, rstd, weight, residual_grad_bf16)
+    out = _ext.module.backward(dy, dh, h, mean, rstd, weight, **_options(residual_grad_bf16=residual_grad_bf16))
+    dx, dw, db = out[:3]
+    return dx, (out[3] if residual_grad_bf16 else dx), dw, db
 
 
 def _ext_backward(dy, dh, h, mean, rstd, weight):
     """Returns (dh_out, dweight, dbias): dh_out = dh + LN's input gradient (dh may be None)."""
-    dy, h = realign16(dy), realign16(h)
-    dh = None if dh is None else realign16(dh)
-    check_backward(dy, dh, h, mean, rstd, weight)
-    dx, dw, db = _ext.module.backward(dy, dh, h, mean, rstd, weight)
+    dx, _, dw, db = _ext_backward_both(dy, dh, h, mean, rstd, weight, False)
     return dx, dw, db
+
+
+def _ext_backward_mixed(dy, dh, h, mean, rstd, weight):
+    """As _ext_backward, for a bf16 residual beside fp32 h: (dh_out, dresidual_bf16, dweight, dbias)."""
+    return _ext_backward_both(dy, dh, h, mean, rstd, weight, True)
 
 
 # ---- 2. the custom ops: what torch.compile sees ----------------------------------------------
 
 @torch.library.custom_op("tk::add_layernorm_fwd", mutates_args=())
 def add_layernorm_fwd(x: Tensor, residual: Tensor, weight: Tensor, bias: Optional[Tensor],
-                      eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """h = x + residual, y = LN(h). Returns (y, h, mean, rstd); mean/rstd are fp32, per row."""
-    y, h, mean, rstd = _ext_forward(x, residual, weight, bias, eps)
+                      eps: float, y_bf16: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """h = x + residual in x's dtype (residual: x's dtype or bf16), y = LN(h) in bf16 if y_bf16
+    else x's dtype. Returns (y, h, mean, rstd); mean/rstd are fp32, per row."""
+    y, h, mean, rstd = _ext_forward(x, residual, weight, bias, eps, y_bf16)
     return y, h, mean, rstd
 
 
 @torch.library.custom_op("tk::layernorm_fwd", mutates_args=())
-def layernorm_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float) -> tuple[Tensor, Tensor, Tensor]:
+def layernorm_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float,
+                  y_bf16: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     """y = LN(x), no residual: the kernel skips reading r and writing h. Returns (y, mean, rstd)."""
-    y, _, mean, rstd = _ext_forward(x, None, weight, bias, eps)
+    y, _, mean, rstd = _ext_forward(x, None, weight, bias, eps, y_bf16)
     return y, mean, rstd
 
 
@@ -142,21 +182,40 @@ def layernorm_bwd(dy: Tensor, dh: Optional[Tensor], h: Tensor, mean: Tensor, rst
     return dx, dw, db
 
 
+@torch.library.custom_op("tk::layernorm_bwd_mixed", mutates_args=())
+def layernorm_bwd_mixed(dy: Tensor, dh: Optional[Tensor], h: Tensor, mean: Tensor, rstd: Tensor,
+                        weight: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """layernorm_bwd for a bf16 residual beside fp32 h: (dh_out, dresidual, dweight, dbias), the
+    kernel writing the residual's gradient in bf16 next to dh_out (no cast kernel)."""
+    dx, dr, dw, db = _ext_backward_mixed(dy, dh, h, mean, rstd, weight)
+    return dx, dr, dw, db
+
+
+def _y_like(x, y_bf16):
+    return torch.empty_like(x, dtype=torch.bfloat16 if y_bf16 else x.dtype)
+
+
 @add_layernorm_fwd.register_fake
-def _(x, residual, weight, bias, eps):
+def _(x, residual, weight, bias, eps, y_bf16=False):
     stats = x.new_empty(x.shape[:-1], dtype=torch.float32)
-    return torch.empty_like(x), torch.empty_like(x), stats, torch.empty_like(stats)
+    return _y_like(x, y_bf16), torch.empty_like(x), stats, torch.empty_like(stats)
 
 
 @layernorm_fwd.register_fake
-def _(x, weight, bias, eps):
+def _(x, weight, bias, eps, y_bf16=False):
     stats = x.new_empty(x.shape[:-1], dtype=torch.float32)
-    return torch.empty_like(x), stats, torch.empty_like(stats)
+    return _y_like(x, y_bf16), stats, torch.empty_like(stats)
 
 
 @layernorm_bwd.register_fake
 def _(dy, dh, h, mean, rstd, weight):
     return torch.empty_like(h), torch.empty_like(weight), torch.empty_like(weight)
+
+
+@layernorm_bwd_mixed.register_fake
+def _(dy, dh, h, mean, rstd, weight):
+    return (torch.empty_like(h), torch.empty_like(h, dtype=torch.bfloat16), torch.empty_like(weight),
+            torch.empty_like(weight))
 
 
 # ---- 3. autograd: save h (not x and r) and the fp32 statistics; backward is one more call ----
@@ -165,40 +224,49 @@ def _(dy, dh, h, mean, rstd, weight):
 # (section 4) it calls _ext_backward directly.
 
 def _setup_add(ctx, inputs, output):
-    _, _, weight, bias, _ = inputs
-    _, h, mean, rstd = output
+    x, residual, weight, bias, _, _ = inputs
+    y, h, mean, rstd = output
     ctx.save_for_backward(h, mean, rstd, weight)
     ctx.has_bias = bias is not None
+    ctx.y_dtype = y.dtype
+    ctx.mixed = residual.dtype != x.dtype   # a bf16 residual beside fp32 x: its gradient in bf16
 
 
-def _make_backward_add(ln_backward):
+def _make_backward_add(ln_backward, ln_backward_mixed):
     def backward(ctx, dy, dh, _dmean, _drstd):
         h, mean, rstd, weight = ctx.saved_tensors
-        dy = torch.zeros_like(h) if dy is None else dy.contiguous()   # None: y did not reach the loss
+        # None: y did not reach the loss
+        dy = torch.zeros_like(h, dtype=ctx.y_dtype) if dy is None else dy.contiguous()
         dh = None if dh is None else dh.contiguous()
-        dx, dw, db = ln_backward(dy, dh, h, mean, rstd, weight)
-        # h = x + residual, so both get the same gradient (as torch.add's backward does).
-        return dx, dx, dw, (db if ctx.has_bias else None), None
+        # h = x + residual, so both get the same gradient (as torch.add's backward does), each in
+        # its own dtype (as the cast in torch's promoted add would give it).
+        if ctx.mixed:
+            dx, dr, dw, db = ln_backward_mixed(dy, dh, h, mean, rstd, weight)
+        else:
+            dx, dw, db = ln_backward(dy, dh, h, mean, rstd, weight)
+            dr = dx
+        return dx, dr, dw, (db if ctx.has_bias else None), None, None
     return backward
 
 
 def _setup_plain(ctx, inputs, output):
-    x, weight, bias, _ = inputs
-    _, mean, rstd = output
+    x, weight, bias, _, _ = inputs
+    y, mean, rstd = output
     ctx.save_for_backward(x, mean, rstd, weight)
     ctx.has_bias = bias is not None
+    ctx.y_dtype = y.dtype
 
 
 def _make_backward_plain(ln_backward):
     def backward(ctx, dy, _dmean, _drstd):
         x, mean, rstd, weight = ctx.saved_tensors
-        dy = torch.zeros_like(x) if dy is None else dy.contiguous()
+        dy = torch.zeros_like(x, dtype=ctx.y_dtype) if dy is None else dy.contiguous()
         dx, dw, db = ln_backward(dy, None, x, mean, rstd, weight)
-        return dx, dw, (db if ctx.has_bias else None), None
+        return dx, dw, (db if ctx.has_bias else None), None, None
     return backward
 
 
-add_layernorm_fwd.register_autograd(_make_backward_add(layernorm_bwd), setup_context=_setup_add)
+add_layernorm_fwd.register_autograd(_make_backward_add(layernorm_bwd, layernorm_bwd_mixed), setup_context=_setup_add)
 layernorm_fwd.register_autograd(_make_backward_plain(layernorm_bwd), setup_context=_setup_plain)
 
 
@@ -210,22 +278,22 @@ layernorm_fwd.register_autograd(_make_backward_plain(layernorm_bwd), setup_conte
 class _AddLayerNormEager(torch.autograd.Function):
     """add_layernorm_fwd without torch.library: the same call, saved tensors and backward."""
     @staticmethod
-    def forward(ctx, x, residual, weight, bias, eps):
+    def forward(ctx, x, residual, weight, bias, eps, y_bf16):
         ctx.set_materialize_grads(False)
-        output = _ext_forward(x, residual, weight, bias, eps)   # (y, h, mean, rstd)
-        _setup_add(ctx, (x, residual, weight, bias, eps), output)
+        output = _ext_forward(x, residual, weight, bias, eps, y_bf16)   # (y, h, mean, rstd)
+        _setup_add(ctx, (x, residual, weight, bias, eps, y_bf16), output)
         return output
 
-    backward = staticmethod(_make_backward_add(_ext_backward))
+    backward = staticmethod(_make_backward_add(_ext_backward, _ext_backward_mixed))
 
 
 class _LayerNormEager(torch.autograd.Function):
     """layernorm_fwd without torch.library: the same call, saved tensors and backward."""
     @staticmethod
-    def forward(ctx, x, weight, bias, eps):
+    def forward(ctx, x, weight, bias, eps, y_bf16):
         ctx.set_materialize_grads(False)
-        y, _, mean, rstd = _ext_forward(x, None, weight, bias, eps)
-        _setup_plain(ctx, (x, weight, bias, eps), (y, mean, rstd))
+        y, _, mean, rstd = _ext_forward(x, None, weight, bias, eps, y_bf16)
+        _setup_plain(ctx, (x, weight, bias, eps, y_bf16), (y, mean, rstd))
         return y, mean, rstd
 
     backward = staticmethod(_make_backward_plain(_ext_backward))
@@ -238,20 +306,34 @@ class _LayerNormEager(torch.autograd.Function):
 # H200 host, more than eager PyTorch's whole call (242 µs; kernels/NOTES.md, LayerNorm run 2).
 # Under torch.compile the custom ops stay: the graph, fake tensors and opcheck are unchanged.
 
+def _autocast_bf16():
+    return torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") == torch.bfloat16
+
+
 def add_layernorm(x, residual, weight, bias, eps=1e-5):
-    """h = x + residual (residual may be None); y = LayerNorm(h). Returns (y, h)."""
+    """h = x + residual (residual may be None); y = LayerNorm(h). Returns (y, h).
+
+    Dtypes: x and residual may be float32 and bf16 in either order (under autocast the model
+    passes its fp32 residual stream and a bf16 branch output). h has x + residual's promoted
+    dtype, as in the reference. y is bf16 when bf16 autocast is on, else h's dtype: under
+    autocast y's readers are bf16 matmuls (c_attn, the MLP, lm_head), which would cast an fp32
+    y to bf16 anyway. So this differs from reference.add_layernorm, which returns fp32 y for
+    fp32 h under autocast: the values are the same up to that one bf16 rounding, and the
+    kernel writing bf16 y directly saves the cast's read and write (and in the backward, the
+    cast of the bf16 dy back to fp32). Each input's gradient comes back in its own dtype.
+    """
     eager = not torch.compiler.is_compiling()
+    y_bf16 = _autocast_bf16()
     if residual is None:
         op = _LayerNormEager.apply if eager else layernorm_fwd
-        y, _, _ = op(x.contiguous(), weight.contiguous(), _contiguous(bias), float(eps))
+        y, _, _ = op(x.contiguous(), weight.contiguous(), _contiguous(bias), float(eps), y_bf16)
         return y, x
-    if residual.dtype != x.dtype:
-        # Under autocast a bf16 branch output meets the fp32 residual stream; x + residual would
-        # promote, so we do the same (one cast of the smaller tensor) to keep h's dtype identical.
-        dtype = torch.promote_types(x.dtype, residual.dtype)
-        x, residual = x.to(dtype), residual.to(dtype)
+    if residual.dtype != x.dtype and torch.promote_types(x.dtype, residual.dtype) == residual.dtype:
+        # The kernel stores h in its first input's dtype; x + residual = residual + x, so the
+        # wider one goes first. Autograd still returns each gradient to its own tensor.
+        x, residual = residual, x
     op = _AddLayerNormEager.apply if eager else add_layernorm_fwd
-    y, h, _, _ = op(x.contiguous(), residual.contiguous(), weight.contiguous(), _contiguous(bias), float(eps))
+    y, h, _, _ = op(x.contiguous(), residual.contiguous(), weight.contiguous(), _contiguous(bias), float(eps), y_bf16)
     return y, h
 
 

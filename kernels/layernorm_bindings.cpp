@@ -3,6 +3,10 @@
 // garbage), allocates the outputs, and calls the plain C++ launchers of layernorm.cu.
 // Read after kernels/layernorm.py (which calls `forward` and `backward` from its custom ops)
 // and kernels/bindings_checks.h (how a check builds its message and raises it).
+//
+// Dtypes (kernels/layernorm.cu says why they may differ): x and h float32 or bf16; the residual
+// x's dtype or bf16; y x's dtype, or bf16 with y_bf16. Backward: dy h's dtype or bf16, dh h's;
+// with residual_grad_bf16 (fp32 h only) the gradient is also returned in bf16 for a bf16 residual.
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -30,10 +34,11 @@ bool bf16_or_f32(const Tensor& t) { return t.scalar_type() == at::kBFloat16 || t
 // "tk_layernorm: <name><rest>", built only when a check fails.
 std::string say(const char* name, const std::string& rest) { return std::string("tk_layernorm: ") + name + rest; }
 
-// An activation: a CUDA tensor on `like`'s device with `like`'s dtype and shape, contiguous and
-// 16-byte aligned (the kernel moves 16-byte vectors). `like` undefined: check `t` as the first,
-// whose last dimension is the hidden size.
-Problem activation_problem(const Tensor& t, const char* name, const Tensor& like, const char* like_name) {
+// An activation: a CUDA tensor on `like`'s device with `like`'s dtype (or bf16, when `or_bf16`
+// says why that is fine) and shape, contiguous and 16-byte aligned (the kernel moves 16-byte
+// vectors). `like` undefined: check `t` as the first, whose last dimension is the hidden size.
+Problem activation_problem(const Tensor& t, const char* name, const Tensor& like, const char* like_name,
+                           const char* or_bf16 = nullptr) {
     using tk_bindings::type_problem, tk_bindings::value_problem;
     if (!t.defined()) return value_problem(say(name, " is missing"));
     if (!t.is_cuda())
@@ -49,8 +54,11 @@ Problem activation_problem(const Tensor& t, const char* name, const Tensor& like
     if (like.defined()) {
         if (t.device() != like.device())
             return value_problem(say(name, " is on " + device_name(t) + " but " + like_name + " is on " + device_name(like)));
-        if (t.scalar_type() != like.scalar_type())
-            return type_problem(say(name, " is " + dtype_name(t) + " but " + like_name + " is " + dtype_name(like) + " (cast one of them)"));
+        const bool bf16_ok = or_bf16 != nullptr && t.scalar_type() == at::kBFloat16;
+        if (t.scalar_type() != like.scalar_type() && !bf16_ok)
+            return type_problem(say(name, " is " + dtype_name(t) + " but " + like_name + " is " + dtype_name(like) +
+                                              (or_bf16 ? std::string("; it must have ") + like_name + "'s dtype" + or_bf16
+                                                       : std::string(" (cast one of them)"))));
         if (t.sizes() != like.sizes())
             return value_problem(say(name, " has shape " + dims(t.sizes()) + " but " + like_name + " has " + dims(like.sizes())));
         return {};
@@ -95,7 +103,9 @@ Problem forward_problem(const Tensor& x, const c10::optional<Tensor>& residual, 
                         const c10::optional<Tensor>& bias, double eps) {
     if (Problem p = activation_problem(x, "x", Tensor(), "")) return p;
     if (residual)
-        if (Problem p = activation_problem(*residual, "residual", x, "x")) return p;
+        if (Problem p = activation_problem(*residual, "residual", x, "x",
+                                           " or be BFloat16 (h = x + residual is stored in x's dtype: pass the wider one as x)"))
+            return p;
     if (!(eps >= 0.0 && std::isfinite(eps)))
         return tk_bindings::value_problem("tk_layernorm: eps must be finite and >= 0, got " + tk_bindings::number(eps));
     if (Problem p = param_problem(weight, "weight", x, Tensor())) return p;
@@ -105,9 +115,12 @@ Problem forward_problem(const Tensor& x, const c10::optional<Tensor>& residual, 
 }
 
 Problem backward_problem(const Tensor& dy, const c10::optional<Tensor>& dh, const Tensor& h, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& weight) {
+                         const Tensor& rstd, const Tensor& weight, bool residual_grad_bf16) {
     if (Problem p = activation_problem(h, "h", Tensor(), "")) return p;
-    if (Problem p = activation_problem(dy, "dy", h, "h")) return p;
+    if (Problem p = activation_problem(dy, "dy", h, "h", " or be BFloat16 (when y was BFloat16)")) return p;
+    if (residual_grad_bf16 && h.scalar_type() != at::kFloat)
+        return tk_bindings::value_problem("tk_layernorm: residual_grad_bf16 is for a BFloat16 residual beside Float h, but h is " +
+                                          dtype_name(h) + ": dh_out is already the residual's gradient");
     if (dh)
         if (Problem p = activation_problem(*dh, "dh", h, "h")) return p;
     if (Problem p = stats_problem(mean, "mean", h)) return p;
@@ -119,15 +132,16 @@ void raise_if_launch_failed(cudaError_t err, const char* what) {
     tk_bindings::raise_if_failed(err == cudaSuccess ? nullptr : cudaGetErrorString(err), "tk_layernorm", what);
 }
 
-// Returns [y, h, mean, rstd]; h is None when residual is None (then h is x itself).
+// Returns [y, h, mean, rstd]; h is None when residual is None (then h is x itself). h has x's
+// dtype; y has x's dtype, or bf16 with y_bf16 (for a bf16 matmul that reads it).
 std::vector<Tensor> forward(const Tensor& x, const c10::optional<Tensor>& residual, const Tensor& weight,
-                            const c10::optional<Tensor>& bias, double eps) {
+                            const c10::optional<Tensor>& bias, double eps, bool y_bf16) {
     tk_bindings::raise_if(forward_problem(x, residual, weight, bias, eps));
     c10::cuda::CUDAGuard guard(x.device());
     const Tensor w = weight.contiguous();                 // a no-op for parameters, which always are
     const Tensor b = bias ? bias->contiguous() : Tensor();
 
-    Tensor y = at::empty_like(x);
+    Tensor y = at::empty_like(x, x.options().dtype(y_bf16 ? at::kBFloat16 : x.scalar_type()));
     Tensor h = residual ? at::empty_like(x) : Tensor();
     auto stats_shape = x.sizes().vec();
     stats_shape.pop_back();
@@ -147,27 +161,34 @@ std::vector<Tensor> forward(const Tensor& x, const c10::optional<Tensor>& residu
     a.cols = int(x.size(-1));
     a.rows = x.numel() / a.cols;
     a.eps = float(eps);
-    a.dtype = dtype_of(x);
+    a.x_dtype = dtype_of(x);
+    a.residual_dtype = residual ? dtype_of(*residual) : a.x_dtype;
+    a.y_dtype = dtype_of(y);
     raise_if_launch_failed(tk_layernorm::forward(a, c10::cuda::getCurrentCUDAStream().stream()), "forward");
     return {y, h, mean, rstd};
 }
 
-// Returns [dh_out, dweight, dbias] (dweight, dbias in weight's dtype). dh may be None.
+// Returns [dh_out, dweight, dbias] (dh_out in h's dtype; dweight, dbias in weight's), and with
+// residual_grad_bf16 a fourth: dh_out in bf16, written by the kernel, for a bf16 residual.
+// dh may be None.
 std::vector<Tensor> backward(const Tensor& dy, const c10::optional<Tensor>& dh, const Tensor& h, const Tensor& mean,
-                             const Tensor& rstd, const Tensor& weight) {
-    tk_bindings::raise_if(backward_problem(dy, dh, h, mean, rstd, weight));
+                             const Tensor& rstd, const Tensor& weight, bool residual_grad_bf16) {
+    tk_bindings::raise_if(backward_problem(dy, dh, h, mean, rstd, weight, residual_grad_bf16));
     c10::cuda::CUDAGuard guard(h.device());
     const Tensor w = weight.contiguous();
 
     tk_layernorm::BackwardArgs a{};
     a.cols = int(h.size(-1));
     a.rows = h.numel() / a.cols;
-    a.dtype = dtype_of(h);
+    a.h_dtype = dtype_of(h);
+    a.residual_dtype = residual_grad_bf16 ? tk_layernorm::DType::bf16 : a.h_dtype;
+    a.y_dtype = dtype_of(dy);
     Tensor dh_out = at::empty_like(h);
+    Tensor dresidual = residual_grad_bf16 ? at::empty_like(h, h.options().dtype(at::kBFloat16)) : Tensor();
     // Every column is written by the column-sum kernel; with no rows there is no launch, so zeros.
     Tensor dw = a.rows ? at::empty_like(w) : at::zeros_like(w);
     Tensor db = a.rows ? at::empty_like(w) : at::zeros_like(w);
-    const int blocks = tk_layernorm::backward_partial_blocks(a.rows, a.cols, a.dtype);
+    const int blocks = tk_layernorm::backward_partial_blocks(a);
     Tensor partial = at::empty({std::max(blocks, 1), 2, a.cols}, h.options().dtype(at::kFloat));
 
     a.dy = dy.data_ptr();
@@ -178,10 +199,12 @@ std::vector<Tensor> backward(const Tensor& dy, const c10::optional<Tensor>& dh, 
     a.weight = w.data_ptr();
     a.params_bf16 = w.scalar_type() == at::kBFloat16;
     a.dh_out = dh_out.data_ptr();
+    a.dresidual_out = dresidual.defined() ? dresidual.data_ptr() : nullptr;
     a.partial = partial.data_ptr<float>();
     a.dweight = dw.data_ptr();
     a.dbias = db.data_ptr();
     raise_if_launch_failed(tk_layernorm::backward(a, c10::cuda::getCurrentCUDAStream().stream()), "backward");
+    if (residual_grad_bf16) return {dh_out, dw, db, dresidual};
     return {dh_out, dw, db};
 }
 
@@ -193,8 +216,8 @@ std::string check_forward(const Tensor& x, const c10::optional<Tensor>& residual
 }
 
 std::string check_backward(const Tensor& dy, const c10::optional<Tensor>& dh, const Tensor& h, const Tensor& mean,
-                           const Tensor& rstd, const Tensor& weight) {
-    return backward_problem(dy, dh, h, mean, rstd, weight).message;
+                           const Tensor& rstd, const Tensor& weight, bool residual_grad_bf16) {
+    return backward_problem(dy, dh, h, mean, rstd, weight, residual_grad_bf16).message;
 }
 
 }  // namespace
@@ -203,10 +226,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "tk fused residual-add + LayerNorm (kernels/layernorm.cu)";
     m.def("check_forward", &check_forward, "'' or what forward(x, residual, weight, bias, eps) would raise",
           py::arg("x"), py::arg("residual"), py::arg("weight"), py::arg("bias"), py::arg("eps"));
-    m.def("check_backward", &check_backward, "'' or what backward(dy, dh, h, mean, rstd, weight) would raise",
-          py::arg("dy"), py::arg("dh"), py::arg("h"), py::arg("mean"), py::arg("rstd"), py::arg("weight"));
-    m.def("forward", &forward, "y, h, mean, rstd = forward(x, residual|None, weight, bias|None, eps)",
-          py::arg("x"), py::arg("residual"), py::arg("weight"), py::arg("bias"), py::arg("eps"));
-    m.def("backward", &backward, "dh_out, dweight, dbias = backward(dy, dh|None, h, mean, rstd, weight)",
-          py::arg("dy"), py::arg("dh"), py::arg("h"), py::arg("mean"), py::arg("rstd"), py::arg("weight"));
+    m.def("check_backward", &check_backward, "'' or what backward(dy, dh, h, mean, rstd, weight, ...) would raise",
+          py::arg("dy"), py::arg("dh"), py::arg("h"), py::arg("mean"), py::arg("rstd"), py::arg("weight"),
+          py::arg("residual_grad_bf16") = false);
+    m.def("forward", &forward, "y, h, mean, rstd = forward(x, residual|None, weight, bias|None, eps, y_bf16=False)",
+          py::arg("x"), py::arg("residual"), py::arg("weight"), py::arg("bias"), py::arg("eps"),
+          py::arg("y_bf16") = false);
+    m.def("backward", &backward,
+          "dh_out, dweight, dbias[, dresidual_bf16] = backward(dy, dh|None, h, mean, rstd, weight, residual_grad_bf16=False)",
+          py::arg("dy"), py::arg("dh"), py::arg("h"), py::arg("mean"), py::arg("rstd"), py::arg("weight"),
+          py::arg("residual_grad_bf16") = false);
 }

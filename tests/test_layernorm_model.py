@@ -2,6 +2,8 @@
 
 - test_model_step_*: one forward+backward of a GPT (bf16 autocast, as train.py runs it) with
   kernels_layernorm=tk matches the all-torch run within bf16 tolerance (loss and every gradient).
+- test_model_step_under_autocast_casts_no_activations_at_the_layernorms: counts the activation
+  dtype casts of that step: 6L + 2 with the torch layernorm, none with tk (the mixed-dtype kernel).
 - test_shakespeare_200_iters: the issue's end-to-end check, `train.py config/shakespeare.py`
   for 200 iterations, dropout 0, same seed, layernorm=tk vs torch: losses within 1%. Needs
   data/shakespeare_char/train.bin (python data/shakespeare_char/prepare.py); skipped without it.
@@ -53,6 +55,50 @@ def test_model_step_tk_matches_torch(bias):
         assert torch.isfinite(gk).all(), name
         err = ((gk - gt).norm() / gt.norm().clamp_min(1e-12)).item()
         assert err < 2e-2, f"{name}: relative gradient error {err:.2e}"
+
+
+def activation_casts(layernorm, n_layer=3, B=5, T=127, C=384):
+    """dtype casts (aten._to_copy) of (B, T, C) activations in one forward+backward of the GPT
+    under bf16 autocast, with the given layernorm and the torch reference for everything else."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from model import GPT, GPTConfig
+
+    class CountCasts(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._to_copy.default and args[0].shape[-1] == C and args[0].numel() == B * T * C:
+                self.count += 1
+            return func(*args, **(kwargs or {}))
+
+    kernels.configure("torch", layernorm=layernorm)
+    try:
+        torch.manual_seed(0)
+        m = GPT(GPTConfig(block_size=128, vocab_size=96, n_layer=n_layer, n_head=6, n_embd=C, dropout=0.0)).cuda()
+        idx = torch.randint(0, 96, (B, T), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            m(idx, idx)                                 # warm: build the extension, autocast caches
+        casts = CountCasts()
+        with casts:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                _, loss = m(idx, idx)
+            loss.backward()
+    finally:
+        kernels.configure("auto")
+    return casts.count
+
+
+def test_model_step_under_autocast_casts_no_activations_at_the_layernorms():
+    """The point of the mixed-dtype kernel (kernels/layernorm.cu, top): with the torch layernorm
+    each of the 2L residual adds + LayerNorms with a bf16 branch costs 3 activation casts (y to
+    bf16 for the matmul; in the backward dy to fp32 and the branch's gradient to bf16), the first
+    one (no branch) 2; with tk none, since the kernel reads and writes each dtype directly.
+    (Before session 2 the tk path made 4 per call: it also cast the branch to fp32 first.)"""
+    n_layer = 3
+    assert activation_casts("torch", n_layer) == 6 * n_layer + 2
+    assert activation_casts("tk", n_layer) == 0
 
 
 DATA = os.path.join(REPO, "data", "shakespeare_char", "train.bin")
