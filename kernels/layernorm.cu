@@ -46,6 +46,8 @@
 //   TH  x, h, dh, dh_out (the residual stream)          TR  r and its gradient dr
 //   TY  y and dy
 // and exist for TH = float with TR, TY each float or bf16, and for all-bf16 (launchers, bottom).
+// x is the wider input: model.py calls add_layernorm(h, branch), the fp32 stream first, and
+// kernels/layernorm.py swaps the two when a caller passes them the other way (x + r = r + x).
 // A thread's chunk is always 16 bytes of h: 4 columns for fp32 h, 8 for bf16. A bf16 tensor
 // beside fp32 h moves the same 4 columns in 8 bytes (a warp: 256 contiguous bytes, still
 // coalesced).

@@ -97,8 +97,10 @@ def test_model_step_under_autocast_casts_no_activations_at_the_layernorms():
     one (no branch) 2; with tk none, since the kernel reads and writes each dtype directly.
     (Before session 2 the tk path made 4 per call: it also cast the branch to fp32 first.)"""
     n_layer = 3
-    assert activation_casts("torch", n_layer) == 6 * n_layer + 2
-    assert activation_casts("tk", n_layer) == 0
+    torch_casts, tk_casts = activation_casts("torch", n_layer), activation_casts("tk", n_layer)
+    assert (torch_casts, tk_casts) == (6 * n_layer + 2, 0), (
+        f"activation casts per step: torch layernorm {torch_casts} (expected {6 * n_layer + 2}; 2L + 1 = "
+        f"{2 * n_layer + 1} would mean the backward's casts went unseen), tk {tk_casts} (expected 0)")
 
 
 DATA = os.path.join(REPO, "data", "shakespeare_char", "train.bin")
