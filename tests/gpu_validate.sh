@@ -11,7 +11,10 @@
 #   GPU 1:  bench.py --ops layernorm,mlp --quick; tests/gpu_attention_bench.sh; bench.py --e2e
 #           (shakespeare-char: torch+graphs, tk+graphs; gpt2: torch, tk, tk+compile); a profile
 #           of one tk GPT-2 step
+#           and tests/gpu_layernorm_check.sh (casts + kernel vs the mixed-dtype kernel)
 # Needs .gpu_carry/input.txt (or data/shakespeare_char/input.txt). LANE_LIMIT (s, default 480).
+# SKIP="gemm5 attention ..." leaves parts out (gemm5, shakespeare, ops, layernorm, attention, e2e,
+# profile). PYTEST_FILES="tests/a.py tests/b.py" replaces lane 0's list of test files.
 set -uo pipefail
 OUT=${1:?usage: bash tests/gpu_validate.sh OUT}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
@@ -22,6 +25,8 @@ export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/ext}
 S="$OUT/summary.txt"
 START=$(date +%s)
 LIMIT=${LANE_LIMIT:-480}
+SKIP=" ${SKIP:-} "
+want() { [[ "$SKIP" != *" $1 "* ]]; }
 note() { echo "[$(date -u +%T) +$(( $(date +%s) - START ))s] $*" | tee -a "$S"; }
 left() { echo $(( LIMIT - ($(date +%s) - START) )); }
 step() {   # step SECONDS LOG command...: run under min(SECONDS, time left), append to LOG
@@ -52,12 +57,14 @@ lane0() {
     local files=(tests/test_input_checks.py tests/test_fast_path.py tests/test_layernorm.py tests/test_layernorm_model.py
                  tests/test_mlp.py tests/test_attention.py tests/test_attention_hopper.py tests/test_gemm.py
                  tests/test_train.py tests/test_bindings_bad_inputs.py tests/test_model.py)
+    [ -n "${PYTEST_FILES:-}" ] && read -r -a files <<< "$PYTEST_FILES"   # override: a space-separated list
     local have=(); for f in "${files[@]}"; do [ -f "$f" ] && have+=("$f"); done
     step 200 pytest.log python3 -m pytest -q -n 4 -p no:cacheprovider "${have[@]}"
     note "pytest: $(grep -E 'passed|failed|error' "$L/pytest.log" | tail -1)"
     grep -E "^(FAILED|ERROR)" "$L/pytest.log" | head -20 | tee -a "$S"
-    step 100 shk_tk.log python3 train.py config/shakespeare.py --always_save_checkpoint=False --out_dir=/tmp/o_tk
+    want shakespeare && step 100 shk_tk.log python3 train.py config/shakespeare.py --always_save_checkpoint=False --out_dir=/tmp/o_tk
     note "shakespeare tk: $(grep -E '^(summary|error|cuda_graphs)' "$L/shk_tk.log" | tr '\n' ' ')"
+    want gemm5 || return 0
     step 30 gemm5.log python3 -c "
 import torch; from kernels import gemm
 x = torch.randn(1000, 768, device='cuda', dtype=torch.bfloat16); W = torch.randn(3072, 768, device='cuda', dtype=torch.bfloat16)
@@ -72,15 +79,17 @@ ref = x.float() @ W.float().t(); print('smoke step 5 rel err', ((c - ref).norm()
 
 lane1() {
     export CUDA_VISIBLE_DEVICES=1
-    step 90 bench_ops.log python3 bench.py --ops layernorm,mlp --quick --compile-modes "" --json "$L/ops.json"
+    want ops && step 90 bench_ops.log python3 bench.py --ops layernorm,mlp --quick --compile-modes "" --json "$L/ops.json"
     note "op bench rc=$?"
-    step 150 attention_bench.log bash tests/gpu_attention_bench.sh "$L/attention"
-    note "attention bench rc=$?"
-    step 90 e2e.log python3 bench.py --e2e --models shakespeare-char --variants torch+graphs,tk+graphs \
+    want layernorm && step 150 layernorm_check.log bash tests/gpu_layernorm_check.sh "$L/layernorm"
+    want layernorm && note "layernorm check rc=$?"
+    want attention && step 150 attention_bench.log bash tests/gpu_attention_bench.sh "$L/attention"
+    want attention && note "attention bench rc=$?"
+    want e2e && step 90 e2e.log python3 bench.py --e2e --models shakespeare-char --variants torch+graphs,tk+graphs \
         --compile-modes default --reps 30 --warmup 8 --e2e-timeout 60 --json "$L/e2e_shk.json"
-    step 150 e2e.log python3 bench.py --e2e --models gpt2 --variants torch,tk,tk+compile \
+    want e2e && step 150 e2e.log python3 bench.py --e2e --models gpt2 --variants torch,tk,tk+compile \
         --compile-modes default --reps 20 --warmup 6 --e2e-timeout 100 --json "$L/e2e_gpt2.json"
-    step 50 profile.log python3 bench.py --profile --models gpt2 --kernels tk --warmup 4 --profile-steps 3 \
+    want profile && step 50 profile.log python3 bench.py --profile --models gpt2 --kernels tk --warmup 4 --profile-steps 3 \
         --json "$L/prof.json"
     note "lane 1 done"
 }
