@@ -386,8 +386,8 @@ def _kernel_layout(t):
     return t if ok else t.contiguous()
 
 
-def attention(q, k, v, causal=True, dropout_p=0.0, scale=None):
-    """Scaled dot-product attention on (B, H, T, D) bf16 tensors, causal by default."""
+def _plan_call(q, causal, dropout_p, scale):
+    """(scale, forward backend, backward backend or '') for a call on q's shape, or a clear error."""
     if dropout_p:
         raise ValueError(f"tk attention has no dropout on the attention probabilities (dropout_p={dropout_p}); "
                          "set attn_dropout=0 or use --kernels_attention=torch")
@@ -396,10 +396,16 @@ def attention(q, k, v, causal=True, dropout_p=0.0, scale=None):
     if fwd_backend is None:
         raise RuntimeError(f"tk attention cannot run here: {reason}")
     bwd_backend, _ = _choose(q, causal, scale, "backward")
+    return scale, fwd_backend, bwd_backend or ""
+
+
+def attention(q, k, v, causal=True, dropout_p=0.0, scale=None):
+    """Scaled dot-product attention on (B, H, T, D) bf16 tensors, causal by default."""
+    scale, fwd_backend, bwd_backend = _plan_call(q, causal, dropout_p, scale)
     # Outside torch.compile: the eager fast path, not the custom op (the torch.library dispatch
     # costs hundreds of µs of CPU per fwd+bwd; kernels/layernorm.py, section 4).
     op = attention_fwd if torch.compiler.is_compiling() else _AttentionEager.apply
-    o, _ = op(q, k, v, bool(causal), scale, fwd_backend, bwd_backend or "")
+    o, _ = op(q, k, v, bool(causal), scale, fwd_backend, bwd_backend)
     return o
 
 
@@ -407,17 +413,10 @@ def attention_qkv(qkv, causal=True, dropout_p=0.0, scale=None):
     """Attention on the packed c_attn output qkv (B, T, 3, H, D) bf16; returns y (B, T, H, D),
     contiguous (so y.reshape(B, T, C) is free). Same kernels as attention(); the difference is
     the backward, which returns d(qkv) as one tensor (see _run_backward_qkv)."""
-    if dropout_p:
-        raise ValueError(f"tk attention has no dropout on the attention probabilities (dropout_p={dropout_p}); "
-                         "set attn_dropout=0 or use --kernels_attention=torch")
-    q = qkv.select(2, 0).transpose(1, 2)   # a view, for the backend choice
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    fwd_backend, reason = _choose(q, causal, scale, "forward")
-    if fwd_backend is None:
-        raise RuntimeError(f"tk attention cannot run here: {reason}")
-    bwd_backend, _ = _choose(q, causal, scale, "backward")
+    q = qkv.select(2, 0).transpose(1, 2)   # a (B, H, T, D) view, for the backend choice
+    scale, fwd_backend, bwd_backend = _plan_call(q, causal, dropout_p, scale)
     op = attention_qkv_fwd if torch.compiler.is_compiling() else _AttentionQKVEager.apply
-    o, _ = op(qkv, bool(causal), scale, fwd_backend, bwd_backend or "")
+    o, _ = op(qkv, bool(causal), scale, fwd_backend, bwd_backend)
     return o.transpose(1, 2)
 
 
