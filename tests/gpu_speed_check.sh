@@ -15,29 +15,12 @@
 # Needs data/shakespeare_char/input.txt (git-ignored) or .gpu_carry/input.txt.
 # LANE_LIMIT (s, default 520) cuts each lane's remaining work so the pack step always runs.
 set -uo pipefail
-OUT=${1:?usage: bash tests/gpu_speed_check.sh OUT}
+[ $# -ge 1 ] || { echo "usage: bash tests/gpu_speed_check.sh OUT" >&2; exit 2; }
 cd "$(dirname "$0")/.."
-L="$OUT/logs"
-mkdir -p "$L"
-export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/ext}
-S="$OUT/summary.txt"
-START=$(date +%s)
-LIMIT=${LANE_LIMIT:-520}
-note() { echo "[$(date -u +%T) +$(( $(date +%s) - START ))s] $*" | tee -a "$S"; }
-left() { echo $(( LIMIT - ($(date +%s) - START) )); }   # seconds this lane may still use
-step() {   # step SECONDS LOG command...: run under min(SECONDS, time left), append to LOG
-    local want=$1 log=$2; shift 2
-    local t=$(left); [ "$t" -gt "$want" ] && t=$want
-    if [ "$t" -lt 20 ]; then note "skipped (no time left): $*"; return 1; fi
-    echo "=== $* (limit ${t}s)" >> "$L/$log"
-    timeout "$t" "$@" >> "$L/$log" 2>&1
-    local rc=$?; echo "rc=$rc" >> "$L/$log"; return $rc
-}
-note "gpu_speed_check $(git rev-parse --short HEAD 2>/dev/null)"
-nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee -a "$S"
-python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$S"
-[ -f data/shakespeare_char/input.txt ] || cp .gpu_carry/input.txt data/shakespeare_char/input.txt
-python3 data/shakespeare_char/prepare.py > /dev/null || note "prepare failed"
+LANE_LIMIT=${LANE_LIMIT:-520}
+source tests/gpu_lib.sh "$1"
+note "gpu_speed_check"
+setup_shakespeare
 SHK="config/shakespeare.py --always_save_checkpoint=False"
 
 lane0() {
@@ -55,14 +38,7 @@ lane0() {
 
 lane1() {
     export CUDA_VISIBLE_DEVICES=1
-    local t0=$(date +%s) pids=()
-    PREBUILD='import importlib, sys, kernels.build as b; m = importlib.import_module("kernels." + sys.argv[1]); [e.module for e in vars(m).values() if isinstance(e, b.LazyExtension)]'
-    for mod in layernorm attention_op attention_hopper mlp_op gemm; do
-        (timeout 150 python3 -c "$PREBUILD" $mod > "$L/build_$mod.log" 2>&1 || note "build $mod failed") &
-        pids+=($!)
-    done
-    wait "${pids[@]}"
-    note "builds done in $(( $(date +%s) - t0 )) s"
+    prebuild_all
     step 120 graphs_tests.log python3 -m pytest -q -p no:cacheprovider tests/test_train.py -k "graph"
     note "graph tests: $(tail -1 "$L/graphs_tests.log")"
     step 200 e2e_shk.log python3 bench.py --e2e --models shakespeare-char --compile-modes default \
@@ -80,5 +56,4 @@ lane0 & P0=$!
 lane1 & P1=$!
 wait $P0 $P1
 grep -hE "^(shakespeare-char|gpt2) " "$L"/e2e_*.log >> "$S" 2>/dev/null
-tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$L"
-note "packed"
+pack

@@ -16,41 +16,14 @@
 # SKIP="gemm5 attention ..." leaves parts out (gemm5, shakespeare, ops, layernorm, attention, e2e,
 # profile). PYTEST_FILES="tests/a.py tests/b.py" replaces lane 0's list of test files.
 set -uo pipefail
-OUT=${1:?usage: bash tests/gpu_validate.sh OUT}
-mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+[ $# -ge 1 ] || { echo "usage: bash tests/gpu_validate.sh OUT" >&2; exit 2; }
 cd "$(dirname "$0")/.."
-L="$OUT/logs"
-mkdir -p "$L"
-export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/ext}
-S="$OUT/summary.txt"
-START=$(date +%s)
-LIMIT=${LANE_LIMIT:-480}
+source tests/gpu_lib.sh "$1"
 SKIP=" ${SKIP:-} "
 want() { [[ "$SKIP" != *" $1 "* ]]; }
-note() { echo "[$(date -u +%T) +$(( $(date +%s) - START ))s] $*" | tee -a "$S"; }
-left() { echo $(( LIMIT - ($(date +%s) - START) )); }
-step() {   # step SECONDS LOG command...: run under min(SECONDS, time left), append to LOG
-    local want=$1 log=$2; shift 2
-    local t=$(left); [ "$t" -gt "$want" ] && t=$want
-    if [ "$t" -lt 20 ]; then note "skipped (no time left): $*"; return 1; fi
-    echo "=== $* (limit ${t}s)" >> "$L/$log"
-    timeout -k 5 "$t" "$@" >> "$L/$log" 2>&1
-    local rc=$?; echo "rc=$rc" >> "$L/$log"; return $rc
-}
-note "gpu_validate $(git rev-parse --short HEAD 2>/dev/null)"
-nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee -a "$S"
-python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$S"
-[ -f data/shakespeare_char/input.txt ] || cp .gpu_carry/input.txt data/shakespeare_char/input.txt
-python3 data/shakespeare_char/prepare.py > /dev/null || note "prepare failed"
-
-t0=$(date +%s) pids=()
-PREBUILD='import importlib, sys, kernels.build as b; m = importlib.import_module("kernels." + sys.argv[1]); [e.module for e in vars(m).values() if isinstance(e, b.LazyExtension)]'
-for mod in layernorm attention_op attention_hopper mlp_op gemm; do
-    (CUDA_VISIBLE_DEVICES=1 timeout 150 python3 -c "$PREBUILD" $mod > "$L/build_$mod.log" 2>&1 || note "build $mod FAILED") &
-    pids+=($!)
-done
-wait "${pids[@]}"
-note "builds done in $(( $(date +%s) - t0 )) s"
+note "gpu_validate"
+setup_shakespeare
+CUDA_VISIBLE_DEVICES=1 prebuild_all
 
 lane0() {
     export CUDA_VISIBLE_DEVICES=0
@@ -99,5 +72,4 @@ lane1 & P1=$!
 wait $P0 $P1
 grep -hE "^(shakespeare-char|gpt2) " "$L"/e2e.log >> "$S" 2>/dev/null
 grep -A12 "^GPU kernels" "$L"/prof_profile_gpt2_tk.txt >> "$S" 2>/dev/null
-tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$L"
-note "packed"
+pack

@@ -1,0 +1,57 @@
+# tests/gpu_lib.sh: what the two-GPU check scripts (gpu_speed_check.sh, gpu_validate.sh,
+# gpu_final_check.sh) share. Sourced from the repository root as `source tests/gpu_lib.sh OUT`:
+# it makes OUT/logs (L) and OUT/summary.txt (S), starts the clock, and defines
+#   note TEXT...            a timestamped line, to the terminal and S
+#   step SECONDS LOG CMD... run CMD under min(SECONDS, the lane's time left), output appended to
+#                           L/LOG with its exit status; refused (status 1) when under 15 s are left
+#   prebuild_all            build every tk extension family in parallel (on the CPU; cached in
+#                           TORCH_EXTENSIONS_DIR), logs in L/build_<family>.log
+#   setup_shakespeare       prepare data/shakespeare_char from .gpu_carry/input.txt if needed
+#   pack                    tar L into OUT/logs.tgz (the device tool returns only a few files)
+# LANE_LIMIT (seconds, default 480) bounds each lane so that `pack` always runs before the
+# device call's own time limit: keep it below that limit.
+OUT=$(mkdir -p "$1" && cd "$1" && pwd)
+L="$OUT/logs"
+S="$OUT/summary.txt"
+mkdir -p "$L"
+START=$(date +%s)
+LIMIT=${LANE_LIMIT:-480}
+export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/ext}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1   # shared machines
+
+note() { echo "[$(date -u +%T) +$(( $(date +%s) - START ))s] $*" | tee -a "$S"; }
+
+step() {
+    local seconds=$1 log=$2; shift 2
+    local t=$(( LIMIT - ($(date +%s) - START) ))
+    if [ "$t" -lt 15 ]; then note "skipped (no time left): $*"; return 1; fi
+    [ "$t" -gt "$seconds" ] && t=$seconds
+    echo "=== $* (limit ${t}s)" >> "$L/$log"
+    timeout -k 5 "$t" "$@" >> "$L/$log" 2>&1
+    local rc=$?
+    echo "rc=$rc" >> "$L/$log"
+    return $rc
+}
+
+prebuild_all() {
+    local t0=$(date +%s) pids=() mod
+    local code='import importlib, sys, kernels.build as b; m = importlib.import_module("kernels." + sys.argv[1]); [e.module for e in vars(m).values() if isinstance(e, b.LazyExtension)]'
+    for mod in layernorm attention_op attention_hopper mlp_op gemm; do
+        (timeout 150 python3 -c "$code" $mod > "$L/build_$mod.log" 2>&1 || note "build $mod FAILED") &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    note "builds done in $(( $(date +%s) - t0 )) s"
+}
+
+setup_shakespeare() {
+    nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee -a "$S"
+    python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$S"
+    [ -f data/shakespeare_char/input.txt ] || cp .gpu_carry/input.txt data/shakespeare_char/input.txt
+    python3 data/shakespeare_char/prepare.py > /dev/null || note "prepare failed"
+}
+
+pack() {
+    tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$L"
+    note "packed"
+}
