@@ -27,6 +27,8 @@ import importlib
 import sys
 from pathlib import Path
 
+import torch
+
 from . import reference
 
 OPS = ("attention", "layernorm", "mlp")
@@ -76,10 +78,24 @@ def reset_used():
         s.clear()
 
 
+# The two pieces of bookkeeping in _dispatch are marked assume_constant_result: under
+# torch.compile dynamo then runs them once, when it traces the call (the op's choice is fixed in
+# the compiled graph), instead of tracing into them. Traced, `print` was a graph break (one per
+# falling-back op, kernels=auto), and `_used[op].add` left a guard on the set's contents, so the
+# second step recompiled the whole model (and again after every reset_used()). Eager calls run
+# them as before. Consequence: used() reports what each compiled graph was traced with, and a
+# reset_used() after compiling is not refilled until the graph is traced again.
+
+@torch.compiler.assume_constant_result
 def _log_once(op, reason):
     if (op, reason) not in _logged:
         _logged.add((op, reason))
         print(f"kernels: {op} falls back to torch ({reason})")
+
+
+@torch.compiler.assume_constant_result
+def _record_use(op, backend):
+    _used[op].add(backend)
 
 
 def _missing_reason(op):
@@ -129,14 +145,14 @@ def _dispatch(op, ref, *args, entry=None, **kwargs):
         key = entry or op
         reason = _tk_impls[key][1](*args, **kwargs) if key in _tk_impls else _missing_reason(op)
         if reason is None:
-            _used[op].add("tk")
+            _record_use(op, "tk")
             return _tk_impls[key][0](*args, **kwargs)
         if mode == "tk":
             raise KernelUnavailable(
                 f"kernels_{op}=tk, but the tk kernel cannot run here: {reason}. "
                 f"Use --kernels_{op}=torch (or --kernels=auto) to run the PyTorch reference.")
         _log_once(op, reason)
-    _used[op].add("torch")
+    _record_use(op, "torch")
     return ref(*args, **kwargs)
 
 

@@ -32,7 +32,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from . import _preflight_checks, register_tk
+from . import _preflight_checks, checks, register_tk
 from .build import LazyExtension
 from .checks import FLOAT32_OVERFLOW, FLOAT32_UNDERFLOW, fail, require_number, require_tensor, shape_str
 
@@ -429,7 +429,7 @@ def why_not(q, k, v, causal=True, dropout_p=0.0, scale=None):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor):
             return f"{name} is not a tensor"
-        if not t.is_cuda:
+        if not checks.on_kernel_device(t):
             return f"{name} is on {t.device.type}; the tk kernel needs CUDA tensors"
         if t.dtype != torch.bfloat16:
             return f"{name} is {t.dtype}; the tk kernel takes bfloat16 (train with dtype=bfloat16)"

@@ -80,6 +80,14 @@ def require_tensor(op, name, t, *, dtypes=None, ndim=None, min_ndim=None, shape=
                  f"pass a fresh tensor or .clone() it")
 
 
+def on_kernel_device(t):
+    """True if tensor t is where the tk kernels run: on a CUDA device. The why_not checks ask
+    through this one function (as `checks.on_kernel_device(t)`), so tests/
+    test_compile_graph_breaks.py can trace the real why_not code on CPU tensors, with fake
+    extensions, by swapping it for one that says True."""
+    return t.is_cuda
+
+
 def require_same_dtype(op, name, t, other_name, other):
     if t.dtype != other.dtype:
         fail(op, f"{name} is {dtype_str(t.dtype)} but {other_name} is {dtype_str(other.dtype)}; "

@@ -29,7 +29,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import _preflight_checks, register_tk
+from . import _preflight_checks, checks, register_tk
 from .build import LazyExtension
 from .checks import InputDTypeError, dtype_str, fail, realign16, require_number, require_same_dtype, require_tensor, shape_str
 
@@ -352,7 +352,7 @@ def _build_reason():
 
 def why_not(x, residual, weight, bias, eps=1e-5):
     """None if the tk kernel can run add_layernorm on these inputs, else the reason it cannot."""
-    if not x.is_cuda:
+    if not checks.on_kernel_device(x):
         return f"x is on {x.device.type}; the tk kernel needs CUDA tensors"
     if x.dim() < 1:
         return "x is a 0-d tensor; LayerNorm needs a hidden dimension"

@@ -32,7 +32,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import _preflight_checks, register_tk
+from . import _preflight_checks, checks, register_tk
 from .build import LazyExtension
 from .checks import fail, realign16, require_tensor, shape_str
 
@@ -212,7 +212,7 @@ def _autocast_bf16():
 
 def why_not(x, w_fc, b_fc, w_proj, b_proj):
     """None if the tk kernel can run the MLP on these inputs, else the reason it cannot."""
-    if not x.is_cuda:
+    if not checks.on_kernel_device(x):
         return f"x is on {x.device.type}; the tk kernel needs CUDA tensors"
     named = [("x", x), ("w_fc", w_fc), ("b_fc", b_fc), ("w_proj", w_proj), ("b_proj", b_proj)]
     for name, t in named:
