@@ -19,7 +19,10 @@ environment variable TK_ATTENTION_BACKEND=<name> pins one (tests and bench.py us
 
 The ops: `tk::attention_fwd(q, k, v, causal, scale, fwd_backend, bwd_backend) -> (o, lse)`
 with `register_fake` and `register_autograd` (its backward is the op `tk::attention_bwd`), so
-torch.compile traces through them and DDP sees ordinary autograd. Outside torch.compile the
+torch.compile traces through them and DDP sees ordinary autograd. The model calls the packed
+twin, `tk::attention_qkv_fwd(qkv, ...)` on the c_attn output (B, T, 3, H, D), whose backward
+`tk::attention_qkv_bwd` returns d(qkv) as one tensor: the kernel writes dq, dk, dv straight
+into its three slices (the binding `backward_into`), so no stack or copy follows. Outside torch.compile the
 public op calls _AttentionEager instead, a plain autograd.Function around the same backend calls
 (less CPU per call). Nothing builds at import.
 """
