@@ -17,13 +17,14 @@ timed with CUDA events per step after --warmup steps (compilation excluded), med
 steps; tokens/s = B*T / median; MFU from model.flops_per_token() and train.py's peak table.
   --models gpt2,shakespeare-char    gpt2: 12/12/768, vocab 50304, B=32, T=1024;
                                     shakespeare-char: 6/6/384, vocab 65, B=64, T=256; tiny (CPU test)
-  --variants torch,torch+compile,tk,tk+compile   '+compile' runs once per --compile-modes entry
+  --variants torch,torch+graphs,torch+compile,tk,tk+graphs,tk+compile   (the default)
+                                    '+compile' runs once per --compile-modes entry
                                     (reduce-overhead there = CUDA graphs); torch.compile's figure in
-                                    the ratios is its best mode's; also torch+graphs and tk+graphs
-                                    (forward+backward replayed from a CUDA graph, train.py's cuda_graphs)
+                                    the ratios is its best mode's; '+graphs' replays forward+backward
+                                    from a CUDA graph (train.py's cuda_graphs; GPU only)
   --e2e-timeout 300                 seconds per variant (each runs in its own process)
   --device cuda|cpu, --dtype auto|bfloat16|float32   (--device cpu: host timers, for the CI test)
-The defaults make 12 variant processes and 8 compiles (4 of them max-autotune, minutes each
+The defaults make 16 variant processes and 8 compiles (4 of them max-autotune, minutes each
 for GPT-2): on a short lease pass --compile-modes default, and build the tk extensions first
 (the first tk variant otherwise builds them inside its warm-up).
 --profile: torch.profiler over --profile-steps steps after --warmup steps, for each of --models
@@ -346,7 +347,8 @@ def main(argv=None):
     e2e.add_argument("--e2e", action="store_true", help="training tokens/s and MFU instead of the op bench")
     e2e.add_argument("--profile", action="store_true", help="per-kernel profile of training steps")
     e2e.add_argument("--models", default="", help="gpt2,shakespeare-char (default; --profile: gpt2), or tiny")
-    e2e.add_argument("--variants", default="torch,torch+compile,tk,tk+compile", help="--e2e's variants")
+    e2e.add_argument("--variants", default="torch,torch+graphs,torch+compile,tk,tk+graphs,tk+compile",
+                     help="--e2e's variants")
     e2e.add_argument("--e2e-timeout", type=int, default=300, help="seconds per --e2e variant")
     e2e.add_argument("--kernels", default="tk", choices=["tk", "torch", "auto"], help="--profile's kernels")
     e2e.add_argument("--profile-compile", default="", help="--profile under this torch.compile mode")
