@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import torch
 
 import kernels as kernel_switch   # (the name `kernels` is a setting below)
-from config import ConfigError, defaults_from, load as load_config
+from config import ConfigError, defaults_from, run_script
 from model import CheckpointError, load_checkpoint
 
 # ----------------------------------------------------------------------------- defaults
@@ -126,15 +126,7 @@ def sample(config):
 
 
 def main(argv):
-    if any(a in ("-h", "--help") for a in argv):
-        print(__doc__ + "\nsettings (defaults):\n" + "\n".join(f"  --{k}={v!r}" for k, v in DEFAULTS.items()))
-        return 0
-    try:
-        sample(load_config(DEFAULTS, argv))
-        return 0
-    except (ConfigError, CheckpointError, kernel_switch.KernelUnavailable) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    return run_script(__doc__, DEFAULTS, argv, sample, (CheckpointError, kernel_switch.KernelUnavailable))
 
 
 if __name__ == "__main__":

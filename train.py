@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import kernels as kernel_switch   # (the name `kernels` is a setting below)
-from config import ConfigError, defaults_from, load as load_config
+from config import ConfigError, defaults_from, run_script
 from model import GPT, GPTConfig, CHECKPOINT_FORMAT, CheckpointError, load_checkpoint, model_args
 
 # ----------------------------------------------------------------------------- defaults
@@ -494,15 +494,9 @@ def stop(what, c, saved_iter):
 
 
 def main(argv):
-    if any(a in ("-h", "--help") for a in argv):
-        print(__doc__ + "\nsettings (defaults):\n" + "\n".join(f"  --{k}={v!r}" for k, v in DEFAULTS.items()))
-        return 0
     try:
-        train(load_config(DEFAULTS, argv))
-        return 0
-    except (ConfigError, DataError, CheckpointError, TrainingStopped, kernel_switch.KernelUnavailable) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        return run_script(__doc__, DEFAULTS, argv, train, (DataError, CheckpointError, TrainingStopped,
+                                                            kernel_switch.KernelUnavailable))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -10,6 +10,7 @@ refused with a message naming the key (and the nearest valid names), never silen
 """
 import difflib
 import os
+import sys
 import types
 
 
@@ -99,3 +100,19 @@ def defaults_from(namespace):
     (UPPER_CASE names are constants, not settings)."""
     return {k: v for k, v in namespace.items()
             if not k.startswith("_") and not k.isupper() and type(v) in (int, float, bool, str)}
+
+
+def run_script(doc, defaults, argv, run, expected_errors):
+    """The body of train.py's and sample.py's main(): --help prints `doc` and the settings;
+    otherwise run(config) on the defaults, config files and --key=value flags of argv. An
+    expected error (a ConfigError or one of `expected_errors`) is one line on stderr and exit
+    status 1, not a traceback. Returns the exit status."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(doc + "\nsettings (defaults):\n" + "\n".join(f"  --{k}={v!r}" for k, v in defaults.items()))
+        return 0
+    try:
+        run(load(defaults, argv))
+        return 0
+    except (ConfigError, *expected_errors) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1

@@ -3,8 +3,15 @@ kernel family, and per op whether the tk kernel is available at a GPT-2 shape an
 
     python -m kernels              builds the extensions if needed (prints each build's time)
     python -m kernels --no-build   reports without compiling anything
+    python -m kernels --build      builds every extension now, all at once, and says which failed
+    python -m kernels --build tk_attention tk_attention_hopper    only these
+
+`--build` is what the GPU scripts run first: one process per extension (a process builds one
+torch extension at a time), so a cold start costs the slowest build, not the sum of them.
 """
+import subprocess
 import sys
+import time
 
 import torch
 
@@ -25,7 +32,45 @@ def extensions_of(op):
     return found
 
 
+def all_extensions():
+    """{name: LazyExtension} of every kernel family the package registered."""
+    from kernels.build import LazyExtension
+    found = {}
+    for name, module in list(sys.modules.items()):
+        if name.startswith("kernels."):
+            found.update({v.name: v for v in vars(module).values() if isinstance(v, LazyExtension)})
+    return found
+
+
+def build_one(name):
+    reason = all_extensions()[name].why_not()
+    print(f"build {name}: {'ok' if reason is None else 'FAILED: ' + reason}", flush=True)
+    return 0 if reason is None else 1
+
+
+def build_all(names=()):
+    """The named extensions (default: all), each built in its own process, all at once. Returns 0
+    if all of them built."""
+    known = all_extensions()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        print(f"unknown extension {', '.join(unknown)}; the extensions are {', '.join(sorted(known))}",
+              file=sys.stderr)
+        return 2
+    t0 = time.time()
+    procs = {name: subprocess.Popen([sys.executable, "-m", "kernels", "--build-one", name])
+             for name in sorted(names or known)}
+    failed = [name for name, p in procs.items() if p.wait() != 0]
+    print(f"built {len(procs) - len(failed)} of {len(procs)} extensions in {time.time() - t0:.0f} s"
+          + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
+    return 1 if failed else 0
+
+
 def main(argv):
+    if argv[:1] == ["--build-one"] and len(argv) == 2:
+        return build_one(argv[1])
+    if argv[:1] == ["--build"]:
+        return build_all(argv[1:])
     build = "--no-build" not in argv
     cuda = torch.cuda.is_available()
     from torch.utils.cpp_extension import CUDA_HOME

@@ -31,13 +31,7 @@ BENCH=(python3 bench.py --ops attention --compile-modes "")        # no torch.co
 
 # Build the portable and the Hopper extension first, side by side, so no row's warm-up pays for
 # nvcc. A failed build only shows up as skipped tk rows (with the build's reason).
-PREBUILD='import importlib, sys, kernels.build as b; m = importlib.import_module("kernels." + sys.argv[1]); [e.module for e in vars(m).values() if isinstance(e, b.LazyExtension)]'
-t0=$(date +%s)
-for mod in attention_op attention_hopper; do
-    (timeout -k 10 240 python3 -c "$PREBUILD" $mod 2>&1 | sed "s/^/build $mod: /" >> "$OUT/build.log") &
-done
-wait
-echo "builds done in $(( $(date +%s) - t0 )) s" >> "$OUT/build.log"
+timeout -k 10 240 python3 -m kernels --build tk_attention tk_attention_hopper >> "$OUT/build.log" 2>&1
 tail -3 "$OUT/build.log"
 
 t0=$(date +%s)

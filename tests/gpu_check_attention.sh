@@ -32,4 +32,4 @@ wait
 } 2>&1 | tee "$OUT/sanitizer.log"
 
 python -m pytest -q -rfE tests/test_attention.py 2>&1 | tee "$OUT/pytest.log"
-python tests/bench_attention.py 2>&1 | tee "$OUT/bench.log"
+python bench.py --ops attention --compile-modes "" --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"

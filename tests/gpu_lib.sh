@@ -4,8 +4,8 @@
 #   note TEXT...            a timestamped line, to the terminal and S
 #   step SECONDS LOG CMD... run CMD under min(SECONDS, the lane's time left), output appended to
 #                           L/LOG with its exit status; refused (status 1) when under 15 s are left
-#   prebuild_all            build every tk extension family in parallel (on the CPU; cached in
-#                           TORCH_EXTENSIONS_DIR), logs in L/build_<family>.log
+#   prebuild_all            python -m kernels --build: every tk extension at once (cached in
+#                           TORCH_EXTENSIONS_DIR), log in L/build.log
 #   setup_shakespeare       prepare data/shakespeare_char from .gpu_carry/input.txt if needed
 #   pack                    tar L into OUT/logs.tgz (the device tool returns only a few files)
 # LANE_LIMIT (seconds, default 480) bounds each lane so that `pack` always runs before the
@@ -34,14 +34,8 @@ step() {
 }
 
 prebuild_all() {
-    local t0=$(date +%s) pids=() mod
-    local code='import importlib, sys, kernels.build as b; m = importlib.import_module("kernels." + sys.argv[1]); [e.module for e in vars(m).values() if isinstance(e, b.LazyExtension)]'
-    for mod in layernorm attention_op attention_hopper mlp_op gemm; do
-        (timeout 150 python3 -c "$code" $mod > "$L/build_$mod.log" 2>&1 || note "build $mod FAILED") &
-        pids+=($!)
-    done
-    wait "${pids[@]}"
-    note "builds done in $(( $(date +%s) - t0 )) s"
+    timeout 200 python3 -m kernels --build > "$L/build.log" 2>&1 || note "a build FAILED: see build.log"
+    note "$(tail -1 "$L/build.log")"
 }
 
 setup_shakespeare() {

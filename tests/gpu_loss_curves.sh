@@ -28,10 +28,7 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 # The tk families the training step uses, built side by side in the background (one family at a
 # time inside the tk run would cost their sum). The tk run's first call on a family waits on
 # kernels/build.py's flock while one of these builds it, then loads it warm.
-PREBUILD='import importlib, sys, kernels.build as b; m = importlib.import_module("kernels." + sys.argv[1]); [e.module for e in vars(m).values() if isinstance(e, b.LazyExtension)]'
-for mod in layernorm attention_op attention_hopper mlp_op; do
-    (timeout 240 python3 -c "$PREBUILD" $mod 2>&1 | sed "s/^/build $mod: /" >> "$S") &
-done
+(timeout 240 python3 -m kernels --build tk_layernorm tk_attention tk_attention_hopper tk_mlp >> "$S" 2>&1) &
 
 TEXT=.gpu_carry/input.txt
 [ -f "$TEXT" ] || TEXT=data/shakespeare_char/input.txt

@@ -261,3 +261,19 @@ def test_python_m_kernels_prints_a_status_table():
     assert "GPU" in out and "layernorm" in out and "attention" in out and "mlp" in out
     if not torch.cuda.is_available():
         assert "no CUDA" in out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU this would really build every extension")
+def test_python_m_kernels_build_reports_every_extension():
+    # `python -m kernels --build` (what the GPU scripts run first): one process per extension,
+    # one line each, a summary, exit 1 when any failed (here: no CUDA device, nothing compiled).
+    res = subprocess.run([sys.executable, "-m", "kernels", "--build"], cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 1, res.stderr
+    names = ("tk_attention", "tk_attention_hopper", "tk_gemm", "tk_layernorm", "tk_mlp")
+    for name in names:
+        assert f"build {name}: FAILED: no CUDA device is available" in res.stdout
+    assert "built 0 of 5 extensions" in res.stdout
+    bad = subprocess.run([sys.executable, "-m", "kernels", "--build", "tk_layernorm", "tk_nope"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "unknown extension tk_nope" in bad.stderr and "Traceback" not in bad.stderr

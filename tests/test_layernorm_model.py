@@ -108,12 +108,13 @@ DATA = os.path.join(REPO, "data", "shakespeare_char", "train.bin")
 
 @pytest.mark.skipif(not os.path.exists(DATA), reason="needs data/shakespeare_char/train.bin (run its prepare.py)")
 def test_shakespeare_200_iters(tmp_path):
+    import config
     import train
     argv = ["config/shakespeare.py", "--max_iters=200", "--lr_decay_iters=200", "--dropout=0.0",
             "--eval_interval=100", "--eval_iters=20", "--log_interval=10", "--kernels=torch"]
     runs = {}
     for ln in ("torch", "tk"):
-        cfg = train.load_config(train.DEFAULTS, argv + [f"--kernels_layernorm={ln}", f"--out_dir={tmp_path / ln}"])
+        cfg = config.load(train.DEFAULTS, argv + [f"--kernels_layernorm={ln}", f"--out_dir={tmp_path / ln}"])
         runs[ln] = train.train(cfg)
     hist = {ln: [(it, loss) for it, split, loss in r["history"] if split == "train"] for ln, r in runs.items()}
     assert len(hist["tk"]) == len(hist["torch"]) >= 10
