@@ -290,7 +290,8 @@ def profile(spec, steps, rows, path, env_line=""):
     if cuda:
         torch.cuda.synchronize()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with torch_profile(activities=activities) as prof:
+    # shapes and Python stacks: to tell which line of the model each copy/cast kernel comes from
+    with torch_profile(activities=activities, record_shapes=True, with_stack=True) as prof:
         for i in range(steps):
             with record_function("training_step"):
                 step(spec["warmup"] + i)
@@ -311,11 +312,25 @@ def profile(spec, steps, rows, path, env_line=""):
             f"{env_line}\n\n"
             + (kernel_table(launches, steps, rows) if launches else "GPU kernels: none (a CPU run)")
             + f"\n\ntorch.profiler key_averages(), sorted by {sort_by}, top {rows} rows:\n"
-            + prof.key_averages().table(sort_by=sort_by, row_limit=rows) + "\n")
+            + prof.key_averages().table(sort_by=sort_by, row_limit=rows) + "\n"
+            + (copy_table(prof, steps, rows) if cuda else ""))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         f.write(text)
     return text
+
+
+def copy_table(prof, steps, rows):
+    """The copy and cast ops (aten::copy_ under .to/.float/.contiguous) by CUDA time, with the
+    input shapes and the innermost Python frames of the model code that asked for them."""
+    lines = [f"\ncopies and casts by CUDA time per step, with shapes and the calling lines (top {rows}):"]
+    groups = prof.key_averages(group_by_input_shape=True, group_by_stack_n=8)
+    copies = [e for e in groups if e.key == "aten::copy_" and e.device_time_total > 0]
+    for e in sorted(copies, key=lambda e: -e.device_time_total)[:rows]:
+        here = [f for f in e.stack if "site-packages" not in f and "profiler" not in f][:3]
+        lines.append(f"  {e.device_time_total / steps / 1000:8.3f} ms  {e.count // steps:4d}x  "
+                     f"{e.input_shapes}  " + " <- ".join(here))
+    return "\n".join(lines) + "\n"
 
 
 def main(argv):

@@ -214,3 +214,19 @@ def test_graphed_replays_draw_fresh_dropout_masks_and_copy_inputs():
     assert all(not torch.equal(masks[i], masks[j]) for i in range(4) for j in range(i))
     assert all(0.4 < (m > 0).float().mean().item() < 0.6 for m in masks)
     assert torch.equal(drop(torch.zeros(4096, device="cuda")), torch.zeros(4096, device="cuda"))
+
+
+@needs_cuda
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_gpu_resident_tokens_give_the_memmap_windows(char_data, split, monkeypatch):
+    # A small token file is kept on the GPU and windows are gathered there; the starts come
+    # from the same generator, so training and eval batches must be the memmap path's, exactly.
+    resident = train.Batches(os.path.join(char_data, "shakespeare_char"), 65, 8, 33, 1337, "cuda")
+    monkeypatch.setattr(train.Batches, "GPU_RESIDENT_MAX_TOKENS", 0)
+    memmap = train.Batches(os.path.join(char_data, "shakespeare_char"), 65, 8, 33, 1337, "cuda")
+    for (xa, ya), (xb, yb) in zip(resident.eval_batches(split, 3), memmap.eval_batches(split, 3)):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+        assert torch.equal(xa[:, 1:], ya[:, :-1]) and xa.dtype == torch.int64 and xa.is_contiguous()
+    a, b = resident.train_step(2, 1, 1)[0], memmap.train_step(2, 1, 1)[0]
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert resident.resident[split] is not None and memmap.resident[split] is None
