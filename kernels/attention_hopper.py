@@ -3,9 +3,10 @@
 The kernel is kernels/attention_hopper.cu (TMA + mbarrier ring, producer/consumer warpgroups,
 wgmma); its input checks are check_inputs below (kernels/checks.py says why in Python), repeated
 in kernels/attention_hopper_bindings.cpp and attention_hopper_why_not (attention_hopper.cu).
-kernels/attention.py (E1, the op module with autograd and the portable kernels) is meant to call
-`forward` here on sm_90 for the forward pass; its backward consumes our LSE (natural log,
-(B, H, T) fp32, the same convention as the portable kernel). See kernels/NOTES.md, attention / Hopper forward.
+The backward is kernels/attention_hopper_bwd.cu (its own extension, `backward` below); it reads
+the forward's LSE (natural log, (B, H, T) fp32, the same convention as the portable kernel, so
+either backward follows either forward). kernels/attention_op.py calls both through its backend
+table. See kernels/NOTES.md, attention / Hopper forward and Session 3 (Hopper backward).
 
 Nothing here builds at import; `why_not` builds the extension only after every cheap check
 passed on CUDA tensors of a Hopper GPU.
@@ -105,16 +106,55 @@ def forward(q, k, v, causal=True, scale=None, variant=0):
     return o, lse
 
 
+# ---- the backward (kernels/attention_hopper_bwd.cu, its own extension) --------------------------
+# A separate extension: the backward builds (and could fail) without touching the forward's.
+_bwd_ext = LazyExtension("tk_attention_hopper_bwd", ["attention_hopper_bwd.cu", "attention_hopper_bwd_bindings.cpp"],
+                         hopper=True)
+
+# Head dims the Hopper backward takes; others go to the portable backward (same lse convention).
+BACKWARD_HEAD_DIMS = (64, 128)
+
+
+def backward(grad_out, q, k, v, o, lse, causal=True, scale=None, out=None):
+    """(dq, dk, dv) of causal (or full) attention from the forward's o and lse (natural log).
+
+    out=(dq, dk, dv): bf16 (B, H, T, D) views to write (e.g. the three slices of one packed
+    (B, T, 3, H, D) gradient); they are returned. Without it, each is allocated (B, T, H, D)."""
+    from .attention_op import _check_input, _empty_bthd, check_backward_inputs
+    if scale is None and isinstance(q, torch.Tensor) and q.dim() > 0 and q.shape[-1] > 0:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    check_backward_inputs(grad_out, q, k, v, o, lse, scale)
+    if out is None:
+        out = (_empty_bthd(q), _empty_bthd(q), _empty_bthd(q))
+    else:
+        out = tuple(out)
+        if len(out) != 3:
+            fail(OP, f"out must be (dq, dk, dv); got {len(out)} tensors")
+        for name, t in zip(("dq", "dk", "dv"), out):
+            _check_input(name, t, q, cuda=True)
+    problem = _bwd_ext.module.check_backward(grad_out, q, k, v, o, lse, float(scale), *out)
+    if problem:
+        raise ValueError(problem)
+    _bwd_ext.module.backward_into(grad_out, q, k, v, o, lse, bool(causal), float(scale), *out)
+    return out
+
+
 # ---- the hook into kernels/attention_op.py's backend table ------------------------------------
 # attention_op's Backend wants why_not(q, causal, scale) (called after its common checks: CUDA,
-# bf16, equal (B, H, T, D) shapes, head_dim 64/128, and _kernel_layout's strides) and
-# forward(q, k, v, causal, scale) -> (o, lse). This backend has no backward: attention_op then
-# borrows the portable backward, which reads our lse (same convention).
+# bf16, equal (B, H, T, D) shapes, head_dim 64/128, and _kernel_layout's strides),
+# forward(q, k, v, causal, scale) -> (o, lse), and backward(grad_out, q, k, v, o, lse, causal,
+# scale, out=None) -> (dq, dk, dv), with backward_why_not for what only the backward refuses.
+# Where backward_why_not declines, attention_op borrows the portable backward (same lse).
 
 @torch.compiler.assume_constant_result
 def _build_reason():
     # Constant under torch.compile: the build (file locks, nvcc) is never traced.
     return _ext.why_not()
+
+
+@torch.compiler.assume_constant_result
+def _bwd_build_reason():
+    return _bwd_ext.why_not()
 
 
 def backend_why_not(q, causal, scale):
@@ -127,17 +167,31 @@ def backend_why_not(q, causal, scale):
     return _build_reason()
 
 
+def backend_backward_why_not(q, causal, scale):
+    """None if the Hopper backward takes q's shape here (checked after backend_why_not)."""
+    if q.shape[-1] not in BACKWARD_HEAD_DIMS:
+        return f"the Hopper backward takes head_dim {' or '.join(map(str, BACKWARD_HEAD_DIMS))}, not {q.shape[-1]}"
+    if q.shape[2] > 65535 * 128:
+        return f"sequence length {q.shape[2]} is longer than the Hopper backward's grid allows"
+    return _bwd_build_reason()
+
+
 def backend_forward(q, k, v, causal, scale):
     return forward(q, k, v, causal, scale)
 
 
+def backend_backward(grad_out, q, k, v, o, lse, causal, scale, out=None):
+    return backward(grad_out, q, k, v, o, lse, causal, scale, out=out)
+
+
 def register(prefer=True):
-    """Put the Hopper forward into attention_op's backend table (first choice on sm_90)."""
+    """Put the Hopper kernels into attention_op's backend table (first choice on sm_90)."""
     from .attention_op import Backend, register_backend
-    register_backend(Backend("hopper", backend_why_not, backend_forward, None), prefer=prefer)
+    register_backend(Backend("hopper", backend_why_not, backend_forward, backend_backward,
+                             backward_why_not=backend_backward_why_not), prefer=prefer)
 
 
-# Importing this module registers the backend (kernels/attention_op.py or kernels/__init__.py
-# imports it; see kernels/NOTES.md). Elsewhere than sm_90 backend_why_not declines, and the
-# portable kernel runs as before.
+# Importing this module registers the backend (kernels/attention_op.py imports it; see
+# kernels/NOTES.md). Elsewhere than sm_90 backend_why_not declines, and the portable kernel runs
+# as before.
 register()

@@ -104,6 +104,9 @@ class Backend:
     # (grad_out, q, k, v, o, lse, causal, scale, out=None) -> (dq, dk, dv); with out=(dq, dk, dv)
     # (views, e.g. of one packed gradient buffer) it writes those and returns them
     backward: Optional[Callable] = None
+    # (q, causal, scale) -> None or a reason: what only the backward refuses (checked after
+    # why_not). Where it declines, another backend's backward runs (every backend's lse is the same).
+    backward_why_not: Optional[Callable] = None
 
 
 BACKENDS = {}          # name -> Backend, most preferred first
@@ -135,12 +138,17 @@ def _choose(q, causal, scale, direction):
     names = list(BACKENDS) if _pinned == "auto" else [_pinned]
     if direction == "backward" and _pinned != "auto" and BACKENDS[_pinned].backward is None:
         names = list(BACKENDS)   # a pinned forward-only backend borrows any backward (same lse)
+    elif direction == "backward" and _pinned != "auto":
+        # a pinned backend whose backward declines these inputs borrows the next one that takes them
+        names = [_pinned] + [name for name in BACKENDS if name != _pinned]
     reasons = []
     for name in names:
         backend = BACKENDS[name]
         if getattr(backend, direction) is None:
             continue
         reason = backend.why_not(q, causal, scale)
+        if reason is None and direction == "backward" and backend.backward_why_not is not None:
+            reason = backend.backward_why_not(q, causal, scale)
         if reason is None:
             return name, None
         reasons.append(f"{name}: {reason}")
@@ -498,10 +506,11 @@ register_tk("attention", attention_qkv, why_not_qkv, entry="attention_qkv")
 _preflight_checks["attention"] = preflight
 
 
-# ---- 7. the Hopper forward (kernels/attention_hopper.py, engineer E2) --------------------------
-# Importing it registers Backend("hopper", forward only) first in BACKENDS; it declines anywhere
-# but sm_90, and its lse feeds the portable backward. If it cannot be imported, the portable
-# kernel still runs everything, and this says why once.
+# ---- 7. the Hopper kernels (kernels/attention_hopper.py) ---------------------------------------
+# Importing it registers Backend("hopper", forward and backward) first in BACKENDS; it declines
+# anywhere but sm_90, and where only its backward declines (backward_why_not) the portable
+# backward runs on its lse. If it cannot be imported, the portable kernel still runs everything,
+# and this says why once.
 try:
     from . import attention_hopper  # noqa: E402,F401
 except Exception as _e:   # report, keep the portable backend working

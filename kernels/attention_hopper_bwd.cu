@@ -1,0 +1,539 @@
+// kernels/attention_hopper_bwd.cu — causal flash attention, BACKWARD pass, for Hopper (sm_90a):
+// dQ, dK, dV from q, k, v, o, dO and the forward's LSE. TMA loads into shared memory guarded by
+// mbarriers, one producer warpgroup and two consumer warpgroups, wgmma for all five products.
+// Read kernels/attention_portable.cu (the same arithmetic on mma.sync) and
+// kernels/attention_hopper.cu (the forward: the same machinery) first.
+// Read in order: the algorithm and the picture (this comment), config, the three kernels
+// (rowsum, main, dQ conversion) and the launcher at the bottom.
+//
+// ---- The algorithm ----------------------------------------------------------------------------
+// Forward: S = Q·Kᵀ, P = softmax(scale·S) (causal), O = P·V, and LSE_i = ln Σ_j exp(scale·S_ij).
+// Backward, given dO:
+//   Di   = Σ_d dO_id·O_id                       (kernel 1, one fp32 per query row)
+//   P    = exp(scale·S − LSE)                   (recomputed exactly from the saved LSE)
+//   dV   = Pᵀ·dO        dP = dO·Vᵀ        dS = P∘(dP − Di)
+//   dK   = scale·dSᵀ·Q  dQ = scale·dS·K
+// Kernel 2 gives each CTA one block of 128 keys (K and V stay in shared memory for the whole
+// CTA) and walks over the blocks of 64 queries that can see those keys (causal: from the
+// diagonal down). Each of the two consumer warpgroups owns 64 of the keys and works on
+// TRANSPOSED tiles, Sᵀ = K·Qᵀ (rows = its keys, columns = the 64 queries), so that Pᵀ and dSᵀ
+// sit in its registers exactly as the A operand of dV += Pᵀ·dO and dK += dSᵀ·Q wants them
+// (the accumulator -> A-fragment identity, hopper-facts §4.3): dK and dV accumulate in
+// registers over all query blocks and are written once at the end.
+// dQ is the awkward one: every key block contributes to every query row. Each warpgroup stores
+// its dS tile (bf16) to shared memory, transposed on the way by stmatrix.trans, and computes its
+// partial dQ = dS·K (64 queries x D, fp32) with one more wgmma. The partial goes to shared memory
+// and ONE thread adds it into an fp32 buffer in global memory with a bulk reduce-add
+// (cp.reduce.async.bulk .add.f32: the addition happens in L2, no atomic instructions on the SM,
+// and the copy runs while the warpgroup goes on to the next query block). Kernel 3 converts the
+// buffer (times scale) to bf16 dQ in dQ's own strides (three slices of one packed gradient).
+// Why a reduce-add buffer and not atomics from registers: a 64 x 64 fp32 partial is 4096
+// red.global per warpgroup per query block (32 per thread, each a separate L2 transaction of
+// 8 bytes at best), against one 16 KB bulk operation; and the buffer's layout is ours to choose:
+// each (head, query block) chunk is contiguous and ordered as the accumulator registers are
+// ([register/4][thread][4] floats), so the shared-memory writes are conflict-free float4 stores
+// and the bulk copy is one contiguous range. Kernel 3 undoes that order.
+//
+// Masks and tails: Q and dO boxes past T read zeros (TMA), and those queries get LSE = +inf in
+// shared memory, so their P is exp2(-inf) = 0 and they contribute nothing. Keys past T (zero
+// rows of K) would give P = exp(-LSE) != 0: they are masked with the causal mask (key > query)
+// by the same test; their dK, dV rows are not stored. Only query blocks that cross this
+// warpgroup's diagonal (or the last key block, non-causal) test element by element.
+//
+// ---- The pipeline -------------------------------------------------------------------------------
+// Warpgroup 0 = producer (24 registers/thread): warp 0's elected thread issues the TMA copies,
+// warp 1's 32 lanes copy LSE·log2(e) and Di of the query block into shared memory.
+// Warpgroups 1, 2 = consumers (240 registers/thread), warpgroup c owns keys 64c .. 64c+63.
+// Shared memory: K, V (128 x D each, loaded once), STAGES slots of (Q, dO, lse, Di) for query
+// blocks, per consumer one dS tile (64 x 64 bf16) and one dQ partial (64 x D fp32).
+// mbarriers: kv_full (TMA, once), full[s] (TMA bytes + 1 + 32 arrivals: TMA thread and warp 1),
+// empty[s] (one arrival per consumer warp: 8). Named barrier 1 + c: the 128 threads of consumer c.
+//
+//   producer warp 0 (1 thread)      producer warp 1        consumer c, query block i (slot s)
+//   --------------------------      ---------------        ----------------------------------
+//   load K, V        -> kv_full                            wait kv_full (once)
+//   for each block i:               for each block i:      wait full[s]
+//     wait empty[s]                   wait empty[s]        issue Sᵀ = K_c·Qᵀ, dPᵀ = V_c·dOᵀ (2 groups)
+//     load Q, dO     -> full[s]       lse, Di -> full[s]   wait<1>: Sᵀ done. P = exp2(S·c - lse), masks
+//                                                          issue dV += Pᵀ·dO           (RS)
+//                                                          wait<1>: dPᵀ done. dS = P∘(dP - Di)
+//                                                          stmatrix.trans dS -> smem dS_c
+//                                                          issue dK += dSᵀ·Q           (RS)
+//                                                          bar.sync 1+c (dS_c complete)
+//                                                          issue dQ_c = dS·K_c         (SS)
+//                                                          wait<0>: all done -> arrive empty[s]
+//                                                          thread 0: bulk reads of dQ_c done?
+//                                                          bar.sync 1+c; dQ_c regs -> smem
+//                                                          bar.sync 1+c; thread 0: reduce-add
+//                                                             dQ_c smem -> dq_accum (async)
+//                                                        end: dK·scale, dV -> global (bf16)
+// The two consumers do not wait on each other; while one does its exponentials the other's
+// wgmmas keep the tensor cores busy (no explicit ping-pong). Phases: query block i uses slot
+// i % STAGES with parity (i / STAGES) & 1; the producer waits on empty with the opposite parity.
+#include <cstdint>
+#include <cmath>
+#include <string>
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include "tk/ops/group/sync.cuh"
+#include "tk/ops/group/wgmma.cuh"
+#include "tk/ops/group/tma_4d.cuh"
+#include "attention_params.h"
+
+namespace attention_hopper_bwd {
+
+// ---- Configuration ---------------------------------------------------------------------------
+template <int D>
+struct config {
+    static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+    static constexpr int block_n = 128;                 // keys per CTA (64 per consumer)
+    static constexpr int block_m = 64;                  // queries per step
+    static constexpr int consumers = 2;
+    static constexpr int threads = 128 * (consumers + 1);
+    static constexpr int stages = 2;                    // slots of (Q, dO, lse, Di)
+    static constexpr int col_blocks = D / 64;           // 128-byte (64-element) column blocks
+    static constexpr int kv_bytes = block_n * D * 2;    // one K or V tile
+    static constexpr int q_bytes = block_m * D * 2;     // one Q or dO tile
+    static constexpr int ds_bytes = block_m * 64 * 2;   // one consumer's dS (64 queries x 64 keys)
+    static constexpr int dq_bytes = block_m * D * 4;    // one consumer's fp32 dQ partial
+    // offsets from the 1024-aligned base; every tile 1024-aligned (128B swizzle)
+    static constexpr int k_off = 0, v_off = kv_bytes, q_off = 2 * kv_bytes;
+    static constexpr int do_off = q_off + stages * q_bytes;
+    static constexpr int ds_off = do_off + stages * q_bytes;
+    static constexpr int dq_off = ds_off + consumers * ds_bytes;
+    static constexpr int vec_off = dq_off + consumers * dq_bytes;   // lse2[stages][64], di[stages][64]
+    static constexpr int smem_bytes = vec_off + 2 * stages * block_m * 4 + 1024;   // + alignment slack
+    static constexpr int producer_regs = 24, consumer_regs = 240;
+    static_assert(128 * (producer_regs + consumers * consumer_regs) <= 65536, "register budget");
+    static_assert(smem_bytes <= 227 * 1024, "shared memory");
+};
+
+struct kernel_params {
+    CUtensorMap q_map, k_map, v_map, do_map;            // 4-D maps {dim, seq, heads, batch}
+    __nv_bfloat16 *dk, *dv;
+    int64_t dk_stride_batch, dk_stride_head, dk_stride_seq;
+    int64_t dv_stride_batch, dv_stride_head, dv_stride_seq;
+    const float* lse;                                   // (B, H, T), natural log
+    const float* d_rowsum;                              // (B, H, T), Di
+    float* dq_accum;                                    // (B·H, query blocks, 64·D) fp32, zeroed
+    int heads, seq_len, q_blocks;
+    float scale, scale_log2;
+    int causal;
+};
+
+constexpr float LOG2E = 1.4426950408889634f;
+
+__device__ inline float exp2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ inline uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);   // lo -> low 16 bits (lower address)
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+// The f32 accumulator of a 64 x 64 wgmma as four bf16 A operands (k-chunks of 16 columns),
+// without any shuffle (hopper-facts §4.3).
+__device__ inline void to_a_operand(uint32_t (&a)[4][4], const float (&d)[32]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) a[j][q] = pack_bf16(d[8 * j + 2 * q], d[8 * j + 2 * q + 1]);
+}
+// Keep registers that an in-flight wgmma reads (A fragments) live and in place.
+__device__ inline void keep_alive(uint32_t (&a)[4][4]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) asm volatile("" : "+r"(a[j][q]) :: "memory");
+}
+
+// stmatrix.trans: four 8x8 bf16 matrices from registers, each stored transposed. Lane l gives
+// the address of stored row l % 8 of matrix l / 8 (16 bytes).
+__device__ inline void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+#ifdef TK_HOPPER
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+#endif
+}
+
+// Bulk reduce-add of `bytes` (multiple of 16) fp32 from shared to global memory, and its waits.
+__device__ inline void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+#ifdef TK_HOPPER
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+                 :: "l"(dst), "r"(src), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#endif
+}
+__device__ inline void bulk_wait_read_all() {
+#ifdef TK_HOPPER
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+#endif
+}
+__device__ inline void bulk_wait_all() {
+#ifdef TK_HOPPER
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#endif
+}
+
+// ---- Kernel 1: Di = rowsum(dO ∘ O), fp32, D/8 threads per row (16-byte loads) -------------------
+template <int D>
+__global__ void __launch_bounds__(256) rowsum_kernel(const AttentionBackwardParams p) {
+    constexpr int LANES = D / 8;                        // threads per row: 8 or 16
+    const int T = p.shape.seq_len, H = p.shape.heads;
+    const int64_t row = int64_t(blockIdx.x) * (256 / LANES) + threadIdx.x / LANES;   // (b·H + h)·T + t
+    const int part = threadIdx.x % LANES;
+    float sum = 0.f;
+    if (row < int64_t(p.shape.batch) * H * T) {
+        const int t = int(row % T);
+        const int64_t bh = row / T;
+        const int b = int(bh / H), h = int(bh % H);
+        const auto* o = static_cast<const __nv_bfloat16*>(p.o.data) + b * p.o.stride_batch + h * p.o.stride_head +
+                        t * p.o.stride_seq + part * 8;
+        const auto* g = static_cast<const __nv_bfloat16*>(p.d_o.data) + b * p.d_o.stride_batch +
+                        h * p.d_o.stride_head + t * p.d_o.stride_seq + part * 8;
+        uint4 ov = *reinterpret_cast<const uint4*>(o), gv = *reinterpret_cast<const uint4*>(g);
+        const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&ov);
+        const __nv_bfloat162* g2 = reinterpret_cast<const __nv_bfloat162*>(&gv);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            float2 a = __bfloat1622float2(o2[i]), c = __bfloat1622float2(g2[i]);
+            sum = fmaf(a.x, c.x, fmaf(a.y, c.y, sum));
+        }
+    }
+#pragma unroll
+    for (int w = LANES / 2; w > 0; w /= 2) sum += __shfl_xor_sync(0xffffffff, sum, w);
+    if (part == 0 && row < int64_t(p.shape.batch) * H * T) p.d_rowsum[row] = sum;
+}
+
+// ---- Kernel 2: dK, dV and the dQ partials -------------------------------------------------------
+template <int D>
+__global__ void __launch_bounds__(config<D>::threads, 1) backward_kernel(const __grid_constant__ kernel_params p) {
+    using C = config<D>;
+    using namespace tk;
+    constexpr int BN = C::block_n, BM = C::block_m, S = C::stages;
+
+    extern __shared__ uint8_t smem_raw[];
+    __shared__ mbarrier kv_full, full[S], empty[S];
+    const uint32_t smem = (smem_addr(smem_raw) + 1023) & ~1023u;
+    uint8_t* smem_ptr = smem_raw + (smem - smem_addr(smem_raw));   // the same, as a pointer
+    const uint32_t k_tile = smem + C::k_off, v_tile = smem + C::v_off;
+    auto q_tile = [&](int s) { return smem + C::q_off + s * C::q_bytes; };
+    auto do_tile = [&](int s) { return smem + C::do_off + s * C::q_bytes; };
+    float* lse2_s = reinterpret_cast<float*>(smem_ptr + C::vec_off);   // [S][BM]: lse·log2(e)
+    float* di_s = lse2_s + S * BM;                                       // [S][BM]
+
+    const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
+    const int n_block = blockIdx.y;                     // heaviest (earliest keys) first
+    const int kv0 = n_block * BN;
+    const int m_begin = p.causal ? kv0 / BM : 0;        // first query block that sees these keys
+    const int n_iter = p.q_blocks - m_begin;
+    const int warpgroup = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        mbar::init(kv_full, 1);
+        for (int s = 0; s < S; ++s) {
+            mbar::init(full[s], 1 + 32);                // TMA thread + the 32 lanes of warp 1
+            mbar::init(empty[s], C::consumers * 4);     // lane 0 of every consumer warp
+        }
+        mbar::fence_init();
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        // ================= producer =================
+        warpgroup_decrease_registers<C::producer_regs>();
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        if (warp == 0 && elect_one()) {
+            auto load = [&](uint32_t dst, const CUtensorMap* map, int rows, int row, mbarrier& bar) {
+#pragma unroll
+                for (int cb = 0; cb < C::col_blocks; ++cb)
+                    tma::load_box_4d(dst + cb * rows * 128, map, cb * 64, row, h, b, bar);
+            };
+            mbar::arrive_expect_bytes(kv_full, 2 * C::kv_bytes);
+            load(k_tile, &p.k_map, BN, kv0, kv_full);
+            load(v_tile, &p.v_map, BN, kv0, kv_full);
+            for (int i = 0; i < n_iter; ++i) {
+                const int s = i % S, m0 = (m_begin + i) * BM;
+                mbar::wait(empty[s], ((i / S) & 1) ^ 1);
+                mbar::arrive_expect_bytes(full[s], 2 * C::q_bytes);
+                load(q_tile(s), &p.q_map, BM, m0, full[s]);
+                load(do_tile(s), &p.do_map, BM, m0, full[s]);
+            }
+        } else if (warp == 1) {
+            const float* lse = p.lse + int64_t(bh) * p.seq_len;
+            const float* di = p.d_rowsum + int64_t(bh) * p.seq_len;
+            for (int i = 0; i < n_iter; ++i) {
+                const int s = i % S, m0 = (m_begin + i) * BM;
+                mbar::wait(empty[s], ((i / S) & 1) ^ 1);
+#pragma unroll
+                for (int r = lane; r < BM; r += 32) {
+                    const int q = m0 + r;
+                    // a query past T: lse = +inf makes its P exactly 0
+                    lse2_s[s * BM + r] = q < p.seq_len ? lse[q] * LOG2E : INFINITY;
+                    di_s[s * BM + r] = q < p.seq_len ? di[q] : 0.f;
+                }
+                mbar::arrive(full[s]);                  // release: the writes above are visible
+            }
+        }
+        return;
+    }
+
+    // ================= consumers =================
+    warpgroup_increase_registers<C::consumer_regs>();
+    const int c = warpgroup - 1;                         // keys kv0 + 64c .. + 63
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t = lane % 4;
+    const int key0 = kv0 + 64 * c + 16 * warp + lane / 4;   // this thread's keys: key0, key0 + 8
+    const int first_key = kv0 + 64 * c, last_key = first_key + 63;
+    const uint32_t ds_tile = smem + C::ds_off + c * C::ds_bytes;
+    const uint32_t dq_tile = smem + C::dq_off + c * C::dq_bytes;
+    float4* dq_smem = reinterpret_cast<float4*>(smem_ptr + C::dq_off + c * C::dq_bytes);
+
+    wgmma::accumulator<64> s_acc, dp_acc;                // Sᵀ -> P, dPᵀ -> dS (64 keys x 64 queries)
+    wgmma::accumulator<D> dv_acc, dk_acc, dq_acc;        // 64 keys x D (dq: 64 queries x D)
+    uint32_t p_frag[4][4], ds_frag[4][4];                // bf16 A operands of dV and dK
+
+    mbar::wait(kv_full, 0);
+    for (int i = 0; i < n_iter; ++i) {
+        const int s = i % S, m = m_begin + i, m0 = m * BM;
+        mbar::wait(full[s], (i / S) & 1);
+        // Sᵀ = K_c·Qᵀ and dPᵀ = V_c·dOᵀ, both operands K-major in shared memory
+        wgmma::fence();
+#pragma unroll
+        for (int k = 0; k < D / 16; ++k)
+            wgmma::mma_ss<wgmma::major::K, wgmma::major::K>(
+                s_acc, wgmma::desc<wgmma::major::K, BN, 128>(k_tile, 64 * c, k),
+                wgmma::desc<wgmma::major::K, BM, 128>(q_tile(s), 0, k), k > 0);
+        wgmma::commit_group();
+#pragma unroll
+        for (int k = 0; k < D / 16; ++k)
+            wgmma::mma_ss<wgmma::major::K, wgmma::major::K>(
+                dp_acc, wgmma::desc<wgmma::major::K, BN, 128>(v_tile, 64 * c, k),
+                wgmma::desc<wgmma::major::K, BM, 128>(do_tile(s), 0, k), k > 0);
+        wgmma::commit_group();
+
+        // P = exp2(S·scale·log2e − lse·log2e); thread holds keys key0 (+8) x queries m0 + 8j + 2t (+1)
+        wgmma::wait_group<1>();
+        wgmma::fence_operand(s_acc);
+        const float* lse2 = lse2_s + s * BM;
+        const float* di = di_s + s * BM;
+        const bool mask = p.causal ? (last_key > m0) : (last_key >= p.seq_len);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const float2 l2 = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i_acc = 4 * j + e;
+                float x = exp2_ftz(fmaf(s_acc.d[i_acc], p.scale_log2, -((e & 1) ? l2.y : l2.x)));
+                if (mask) {
+                    const int key = key0 + 8 * (e >> 1), query = m0 + 8 * j + 2 * t + (e & 1);
+                    if ((p.causal && key > query) || key >= p.seq_len) x = 0.f;
+                }
+                s_acc.d[i_acc] = x;
+            }
+        }
+        to_a_operand(p_frag, s_acc.d);
+        // dV += Pᵀ·dO: A = Pᵀ from registers, B = dO (queries x D, D contiguous: MN-major)
+        wgmma::fence();
+#pragma unroll
+        for (int k = 0; k < BM / 16; ++k)
+            wgmma::mma_rs<wgmma::major::MN>(dv_acc, p_frag[k], wgmma::desc<wgmma::major::MN, BM, 128>(do_tile(s), 0, k),
+                                            i > 0 || k > 0);
+        wgmma::commit_group();
+
+        // dS = P ∘ (dP − Di)
+        wgmma::wait_group<1>();                          // dPᵀ done (dV may still run)
+        wgmma::fence_operand(dp_acc);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const float2 d2 = *reinterpret_cast<const float2*>(di + 8 * j + 2 * t);
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                dp_acc.d[4 * j + e] = s_acc.d[4 * j + e] * (dp_acc.d[4 * j + e] - ((e & 1) ? d2.y : d2.x));
+        }
+        to_a_operand(ds_frag, dp_acc.d);
+        // dS (queries x keys, keys contiguous) into this consumer's tile for dQ = dS·K_c:
+        // stmatrix.trans turns each 8x8 block of dSᵀ (rows = keys) into one of dS. Matrix mi of
+        // instruction jj is query block j = 2jj + mi/2, key half hh = mi%2 (keys 16w + 8hh ..).
+        // Stored row = query, 16 bytes = 8 keys, 128B swizzle of a 64 x 64 tile.
+        {
+            const int mi = lane / 8, r = lane % 8;
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) {
+                const int query = 8 * (2 * jj + mi / 2) + r;
+                const int chunk = 2 * warp + (mi % 2);
+                const uint32_t addr = ds_tile + query * 128 + ((chunk ^ (query & 7)) << 4);
+                // register of matrix (j, hh) = pack(d[4j + 2hh], d[4j + 2hh + 1]) = ds_frag[j/2][2(j%2) + hh]
+                stmatrix_x4_trans(addr, ds_frag[jj][0], ds_frag[jj][1], ds_frag[jj][2], ds_frag[jj][3]);
+            }
+        }
+        fence_proxy_async();                             // generic writes -> wgmma (async proxy) reads
+        // dK += dSᵀ·Q: A = dSᵀ from registers, B = Q (MN-major)
+        wgmma::fence();
+#pragma unroll
+        for (int k = 0; k < BM / 16; ++k)
+            wgmma::mma_rs<wgmma::major::MN>(dk_acc, ds_frag[k], wgmma::desc<wgmma::major::MN, BM, 128>(q_tile(s), 0, k),
+                                            i > 0 || k > 0);
+        wgmma::commit_group();
+        named_sync<128>(1 + c);                          // the whole dS_c tile is in shared memory
+        // dQ_c = dS·K_c: A = dS (K-major, 64 keys), B = K_c rows (keys x D: MN-major)
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            wgmma::mma_ss<wgmma::major::K, wgmma::major::MN>(
+                dq_acc, wgmma::desc<wgmma::major::K, BM, 128>(ds_tile, 0, k),
+                wgmma::desc<wgmma::major::MN, BN, 128>(k_tile, 0, 4 * c + k), k > 0);
+        wgmma::commit_group();
+        wgmma::wait_group<0>();
+        wgmma::fence_operand(dv_acc);
+        wgmma::fence_operand(dk_acc);
+        wgmma::fence_operand(dq_acc);
+        keep_alive(p_frag);
+        keep_alive(ds_frag);
+        if (lane == 0) mbar::arrive(empty[s]);          // Q, dO, lse, Di of slot s are free
+
+        // dQ partial -> shared memory (register order) -> one bulk reduce-add into dq_accum
+        if (tid == 0) bulk_wait_read_all();              // the previous reduce has read dq_smem
+        named_sync<128>(1 + c);
+#pragma unroll
+        for (int jj = 0; jj < D / 8; ++jj)
+            dq_smem[jj * 128 + tid] = make_float4(dq_acc.d[4 * jj], dq_acc.d[4 * jj + 1], dq_acc.d[4 * jj + 2],
+                                                  dq_acc.d[4 * jj + 3]);
+        fence_proxy_async();
+        named_sync<128>(1 + c);
+        if (tid == 0)
+            bulk_reduce_add_f32(p.dq_accum + (int64_t(bh) * p.q_blocks + m) * (BM * D), dq_tile, C::dq_bytes);
+    }
+
+    // ---- epilogue: dK·scale and dV to global memory (bf16), rows key0 and key0 + 8 ----
+    auto store = [&](__nv_bfloat16* base, int64_t sb, int64_t sh, int64_t ss, const float (&d)[D / 2], float mul) {
+        __nv_bfloat16* head = base + b * sb + h * sh;
+#pragma unroll
+        for (int i = 0; i < D / 2; i += 2) {
+            const int key = key0 + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * t;
+            if (key < p.seq_len)
+                *reinterpret_cast<uint32_t*>(head + key * ss + col) = pack_bf16(d[i] * mul, d[i + 1] * mul);
+        }
+    };
+    store(p.dv, p.dv_stride_batch, p.dv_stride_head, p.dv_stride_seq, dv_acc.d, 1.f);
+    store(p.dk, p.dk_stride_batch, p.dk_stride_head, p.dk_stride_seq, dk_acc.d, p.scale);
+    if (tid == 0) bulk_wait_all();                       // the last reduce-add has landed
+}
+
+// ---- Kernel 3: dQ = scale · dq_accum, from register order to bf16 in dQ's strides ---------------
+// One thread per float4 of the buffer: float4 f of a (head, query block) chunk came from thread
+// tid = f % 128 and registers 4jj .. 4jj+3 (jj = f / 128) of the accumulator: rows r, r + 8 with
+// r = 16·(tid/32) + (tid%32)/4, columns 8jj + 2·(tid%4) and + 1.
+template <int D>
+__global__ void __launch_bounds__(256) convert_dq_kernel(const AttentionBackwardParams p, int q_blocks) {
+    constexpr int PER_CHUNK = 64 * D / 4;                // float4s per (head, query block)
+    const int64_t f = int64_t(blockIdx.x) * 256 + threadIdx.x;
+    const int64_t chunks = int64_t(p.shape.batch) * p.shape.heads * q_blocks;
+    if (f >= chunks * PER_CHUNK) return;
+    const int64_t chunk = f / PER_CHUNK;
+    const int in_chunk = int(f % PER_CHUNK), tid = in_chunk % 128, jj = in_chunk / 128;
+    const int bh = int(chunk / q_blocks), m = int(chunk % q_blocks);
+    const int b = bh / p.shape.heads, h = bh % p.shape.heads;
+    const int row = m * 64 + 16 * (tid / 32) + (tid % 32) / 4, col = 8 * jj + 2 * (tid % 4);
+    const float4 v = reinterpret_cast<const float4*>(p.dq_accum)[f];
+    const float sc = p.shape.scale;
+    auto* dq = static_cast<__nv_bfloat16*>(p.dq.data) + b * p.dq.stride_batch + h * p.dq.stride_head + col;
+    if (row < p.shape.seq_len)
+        *reinterpret_cast<uint32_t*>(dq + int64_t(row) * p.dq.stride_seq) = pack_bf16(v.x * sc, v.y * sc);
+    if (row + 8 < p.shape.seq_len)
+        *reinterpret_cast<uint32_t*>(dq + int64_t(row + 8) * p.dq.stride_seq) = pack_bf16(v.z * sc, v.w * sc);
+}
+
+// ---- Host side ---------------------------------------------------------------------------------
+inline int query_blocks(int seq_len) { return (seq_len + 63) / 64; }
+
+template <int D>
+cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream) {
+    using C = config<D>;
+    const AttentionShape& sh = a.shape;
+    const int q_blocks = query_blocks(sh.seq_len);
+    const int64_t rows = int64_t(sh.batch) * sh.heads * sh.seq_len;
+
+    cudaError_t err = cudaMemsetAsync(a.dq_accum, 0, size_t(sh.batch) * sh.heads * q_blocks * 64 * D * sizeof(float),
+                                      stream);
+    if (err != cudaSuccess) return err;
+    rowsum_kernel<D><<<unsigned((rows + 256 / (D / 8) - 1) / (256 / (D / 8))), 256, 0, stream>>>(a);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+
+    kernel_params kp{};
+    const AttentionTensor* in[4] = {&a.q, &a.k, &a.v, &a.d_o};
+    CUtensorMap* maps[4] = {&kp.q_map, &kp.k_map, &kp.v_map, &kp.do_map};
+    const int box_rows[4] = {C::block_m, C::block_n, C::block_n, C::block_m};
+    for (int i = 0; i < 4; ++i) {
+        std::string why = tk::tma::make_bhtd_tensor_map(maps[i], in[i]->data, sh.batch, sh.heads, sh.seq_len, D,
+                                                        in[i]->stride_batch, in[i]->stride_head, in[i]->stride_seq,
+                                                        box_rows[i]);
+        if (!why.empty()) return cudaErrorInvalidValue;
+    }
+    kp.dk = static_cast<__nv_bfloat16*>(a.dk.data);
+    kp.dv = static_cast<__nv_bfloat16*>(a.dv.data);
+    kp.dk_stride_batch = a.dk.stride_batch; kp.dk_stride_head = a.dk.stride_head; kp.dk_stride_seq = a.dk.stride_seq;
+    kp.dv_stride_batch = a.dv.stride_batch; kp.dv_stride_head = a.dv.stride_head; kp.dv_stride_seq = a.dv.stride_seq;
+    kp.lse = a.lse;
+    kp.d_rowsum = a.d_rowsum;
+    kp.dq_accum = a.dq_accum;
+    kp.heads = sh.heads;
+    kp.seq_len = sh.seq_len;
+    kp.q_blocks = q_blocks;
+    kp.scale = sh.scale;
+    kp.scale_log2 = sh.scale * LOG2E;
+    kp.causal = sh.causal ? 1 : 0;
+
+    auto kernel = backward_kernel<D>;
+    static cudaError_t configured = [&] {
+        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::smem_bytes);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     int(cudaSharedmemCarveoutMaxShared));
+        return e;
+    }();
+    if (configured != cudaSuccess) return configured;
+    dim3 grid(sh.batch * sh.heads, (sh.seq_len + C::block_n - 1) / C::block_n);
+    kernel<<<grid, C::threads, C::smem_bytes, stream>>>(kp);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+
+    const int64_t float4s = int64_t(sh.batch) * sh.heads * q_blocks * (64 * D / 4);
+    convert_dq_kernel<D><<<unsigned((float4s + 255) / 256), 256, 0, stream>>>(a, q_blocks);
+    return cudaGetLastError();
+}
+
+}  // namespace attention_hopper_bwd
+
+// Why these inputs cannot run here (nullptr: they can). The bindings turn this into a Python error.
+const char* attention_hopper_backward_why_not(const AttentionBackwardParams& a) {
+    const AttentionShape& s = a.shape;
+    if (s.head_dim != 64 && s.head_dim != 128) return "head_dim must be 64 or 128";
+    if (s.seq_len < 1 || s.batch < 1 || s.heads < 1) return "batch, heads and seq_len must be >= 1";
+    if (int64_t(s.batch) * s.heads > 0x7fffffff) return "batch * heads must be < 2^31";
+    if ((s.seq_len + 127) / 128 > 65535) return "seq_len must be < 65535 * 128";
+    if (!(s.scale > 0.f) || !std::isfinite(s.scale)) return "scale must be a positive finite number";
+    const AttentionTensor* ts[8] = {&a.q, &a.k, &a.v, &a.o, &a.d_o, &a.dq, &a.dk, &a.dv};
+    for (const AttentionTensor* t : ts) {
+        if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return "q, k, v, o, grad_out, dq, dk, dv must be 16-byte aligned";
+        int64_t st[3] = {t->stride_batch, t->stride_head, t->stride_seq};
+        int64_t sz[3] = {s.batch, s.heads, s.seq_len};
+        for (int i = 0; i < 3; ++i)
+            if (sz[i] > 1 && (st[i] <= 0 || st[i] % 8 != 0))
+                return "the batch, head and seq strides of every tensor must be positive multiples of 8 elements";
+    }
+    if (a.lse == nullptr || a.d_rowsum == nullptr || a.dq_accum == nullptr) return "missing scratch buffers";
+    return nullptr;
+}
+
+// Floats the launcher needs in AttentionBackwardParams::dq_accum (query blocks padded to 64 rows).
+int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_len, int head_dim) {
+    return int64_t(batch) * heads * attention_hopper_bwd::query_blocks(seq_len) * 64 * head_dim;
+}
+
+// Runs the three kernels on `cuda_stream`; returns the CUDA error (0 = ok).
+int attention_hopper_backward(const AttentionBackwardParams& p, void* cuda_stream) {
+    using namespace attention_hopper_bwd;
+    if (attention_hopper_backward_why_not(p)) return cudaErrorInvalidValue;
+    auto stream = static_cast<cudaStream_t>(cuda_stream);
+    return p.shape.head_dim == 64 ? launch<64>(p, stream) : launch<128>(p, stream);
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# One GPU call for the Hopper attention backward (kernels/attention_hopper_bwd.cu): build the three
+# attention extensions in parallel, SASS check, a smoke test under a hard timeout (a hung mbarrier
+# must not eat the call), the pytest suite, compute-sanitizer memcheck on a small case, the model's
+# tk-vs-torch check, and the attention bench rows (tk = hopper fwd + hopper bwd on sm_90).
+# Usage: tests/gpu_attention_hopper_bwd.sh OUT_DIR        (~70 s warm after ~35 s of builds)
+# SKIP="bench sanitizer" leaves parts out.
+set -u
+OUT=${1:-/tmp/attention_hopper_bwd_out}; mkdir -p "$OUT"
+SKIP=${SKIP:-}
+export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/ext}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+t0=$(date +%s)
+build() {   # $1 module, $2 its LazyExtension attribute
+  timeout -s KILL 150 python3 -c "import time; t=time.time(); from kernels import $1 as m; print('$2', m.$2.why_not(), round(time.time()-t,1), 's')"
+}
+build attention_hopper _bwd_ext > "$OUT/build_bwd.log" 2>&1 &
+build attention_hopper _ext > "$OUT/build_fwd.log" 2>&1 &
+build attention_op _portable > "$OUT/build_portable.log" 2>&1 &
+wait
+cat "$OUT"/build_*.log | grep -v "^$" | tail -20; echo "builds: $(( $(date +%s) - t0 )) s"
+SO=$TORCH_EXTENSIONS_DIR/tk_attention_hopper_bwd/tk_attention_hopper_bwd.so
+cuobjdump --dump-sass "$SO" 2>/dev/null | grep -oE "HGMMA\.[0-9x]+\.F32\.BF16|USETMAXREG\.[A-Z_.]+|UTMALDG\.[0-9A-Z]+|UBLKRED[A-Z0-9_.]*|STSM[A-Z0-9_.]*|LDL|STL" | sort | uniq -c | tee "$OUT/sass.txt"
+PYT="python3 -m pytest -q -rf --tb=short -p no:cacheprovider"
+if ! timeout -s KILL 40 $PYT tests/test_attention_hopper_bwd.py -k "test_causal and 1000-64" > "$OUT/smoke.log" 2>&1; then
+  echo "SMOKE FAILED OR HUNG"; tail -30 "$OUT/smoke.log"; exit 1
+fi
+tail -2 "$OUT/smoke.log"
+timeout -s KILL 150 $PYT tests/test_attention_hopper_bwd.py 2>&1 | tee "$OUT/pytest.log" | tail -25
+timeout -s KILL 90 $PYT tests/test_attention.py -k "model_loss or torch_compile or opcheck" tests/test_attention_hopper_dispatch.py 2>&1 | tee "$OUT/pytest_model.log" | tail -8
+if [[ " $SKIP " != *" sanitizer "* ]]; then
+  cat > "$OUT/sanitize_case.py" <<'PY'
+import sys, torch
+sys.path.insert(0, ".")
+from kernels import attention_hopper as H
+for D in (64, 128):
+    for T in (70, 200):
+        qkv = torch.randn(1, T, 3, 2, D, device="cuda").bfloat16()
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        o, lse = H.forward(q, k, v, True, D ** -0.5)
+        d_o = torch.randn_like(o)
+        dqkv = torch.empty_like(qkv)
+        H.backward(d_o, q, k, v, o, lse, True, D ** -0.5, out=tuple(dqkv.permute(2, 0, 3, 1, 4).unbind(0)))
+torch.cuda.synchronize(); print("sanitize case ran")
+PY
+  timeout -s KILL 90 compute-sanitizer --tool memcheck python3 "$OUT/sanitize_case.py" > "$OUT/memcheck.log" 2>&1
+  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|sanitize case ran" "$OUT/memcheck.log"
+fi
+if [[ " $SKIP " != *" bench "* ]]; then
+  TK_BENCH_ATTENTION_IMPLS=${TK_BENCH_ATTENTION_IMPLS:-tk,tk-portable,sdpa-cudnn,sdpa-flash} \
+    timeout -s KILL 150 python3 bench.py --ops attention --quick --compile-modes "" --reps 30 --warmup 5 \
+      --json "$OUT/attention.json" > "$OUT/bench.log" 2>&1
+  echo "bench rc=$?"; tail -5 "$OUT/bench.log"
+  python3 -m kernels.attention_bench "$OUT/attention.json" 2>&1 | tee "$OUT/bench_tflops.txt" | tail -25
+fi
+echo "total: $(( $(date +%s) - t0 )) s"

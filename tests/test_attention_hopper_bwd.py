@@ -1,0 +1,274 @@
+"""Tests of the Hopper attention backward (kernels/attention_hopper_bwd.cu).
+
+GPU (sm_90 only): dq, dk, dv against a float64 reference on fresh random inputs, every output
+poisoned (NaN) before the kernel runs: D 64 and 128, awkward T, B·H from 1 up, large logits,
+packed (B, T, 3, H, D) strided views written through out= slices, non-causal.
+CPU (CI): nvcc compiles the kernel for sm_90a without spills or serialized wgmmas (D = 64), the
+bindings parse against torch's headers, and the dispatch rules (hopper's backward registered,
+its backward_why_not routing, a pinned backend borrowing a backward).
+"""
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+gpu = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 (Hopper) GPU")
+
+# Relative norm error against float64. Two bf16 flash implementations land at 2e-3..6e-3 for
+# dq/dk/dv (the bf16 rounding of P and dS before their products); a wrong mask, a lost tile or a
+# missing scale gives 1e-1 or more.
+GRAD_TOL = 2e-2
+
+
+def make_inputs(B, H, T, D, std=1.0, packed=False, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    if packed:
+        qkv = (torch.randn(B, T, 3, H, D, device="cuda", generator=g) * std).bfloat16()
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+    else:
+        qkv = None
+        q, k, v = ((torch.randn(B, H, T, D, device="cuda", generator=g) * std).bfloat16() for _ in range(3))
+    # grad_out as the model hands it back: (B, T, H, D) memory seen as (B, H, T, D)
+    d_o = torch.randn(B, T, H, D, device="cuda", generator=g).bfloat16().transpose(1, 2)
+    return qkv, q, k, v, d_o
+
+
+def reference(q, k, v, d_o, causal, scale):
+    """float64 o, lse and (dq, dk, dv) by autograd."""
+    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        T = q.shape[2]
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    o = torch.exp(s - lse[..., None]) @ v
+    dq, dk, dv = torch.autograd.grad(o, (q, k, v), d_o.double())
+    return o.detach(), lse.detach(), (dq, dk, dv)
+
+
+def poison(*ts):
+    for t in ts:
+        t.fill_(float("nan"))
+
+
+def rel_err(x, ref):
+    return ((x.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def check(B, H, T, D, causal=True, scale=None, std=1.0, packed=False, seed=0, o_from="reference"):
+    from kernels import attention_hopper
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    qkv, q, k, v, d_o = make_inputs(B, H, T, D, std, packed, seed)
+    o_ref, lse_ref, grads_ref = reference(q, k, v, d_o, causal, scale)
+    if o_from == "hopper":   # the forward this backward follows in training
+        o, lse = attention_hopper.forward(q, k, v, causal, scale)
+    else:                     # the exact o and lse, so only the backward is under test
+        o = o_ref.bfloat16().transpose(1, 2).contiguous().transpose(1, 2)
+        lse = lse_ref.float().contiguous()
+    if packed:   # write into the three slices of one (B, T, 3, H, D) gradient, as the model does
+        dqkv = torch.empty_like(qkv)
+        poison(dqkv)
+        out = tuple(dqkv.permute(2, 0, 3, 1, 4).unbind(0))
+        got = attention_hopper.backward(d_o, q, k, v, o, lse, causal, scale, out=out)
+        assert all(a is b for a, b in zip(got, out))
+    else:
+        out = tuple(torch.empty(B, T, H, D, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(3))
+        poison(*out)
+        got = attention_hopper.backward(d_o, q, k, v, o, lse, causal, scale, out=out)
+    torch.cuda.synchronize()
+    for name, x, ref in zip(("dq", "dk", "dv"), got, grads_ref):
+        assert x.shape == ref.shape and x.dtype == torch.bfloat16
+        assert not torch.isnan(x).any(), f"{name} has NaN (unwritten or overflowed elements)"
+        err = rel_err(x, ref)
+        assert err < GRAD_TOL, f"{name}: relative error {err:.2e} >= {GRAD_TOL} (B={B} H={H} T={T} D={D})"
+    return got
+
+
+SEQ_LENS = [1, 17, 64, 255, 256, 1000, 1024]
+
+
+@gpu
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("T", SEQ_LENS)
+def test_causal(T, D):
+    check(2, 3, T, D, seed=T + D)
+
+
+@gpu
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("BH", [(1, 1), (1, 5), (4, 3)])
+def test_batch_heads(BH, D):
+    check(*BH, 300, D, seed=BH[0] * 10 + BH[1])
+
+
+@gpu
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("T", [255, 1024])
+def test_large_logits(T, D):
+    # std-4 inputs: logits spread over tens of units; P is ~one-hot, exp overflow shows at once.
+    check(1, 2, T, D, std=4.0, seed=11 * T + D)
+    check(1, 2, T, D, std=2.0, scale=1.0, seed=13 * T + D)   # explicit scale, 8-11x the default
+
+
+@gpu
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("T", [17, 1000])
+def test_packed_views_out_slices(T, D):
+    check(2, 3, T, D, packed=True, seed=5 * T + D)
+
+
+@gpu
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("T", [1, 100, 1000])
+def test_full_attention(T, D):
+    check(1, 2, T, D, causal=False, seed=7 * T + D)
+
+
+@gpu
+@pytest.mark.parametrize("D", [64, 128])
+def test_after_the_hopper_forward(D):
+    check(2, 3, 1000, D, seed=3, o_from="hopper")
+
+
+@gpu
+def test_allocates_without_out():
+    from kernels import attention_hopper
+    _, q, k, v, d_o = make_inputs(1, 2, 200, 64, seed=4)
+    o, lse = attention_hopper.forward(q, k, v, True, 0.125)
+    dq, dk, dv = attention_hopper.backward(d_o, q, k, v, o, lse, True, 0.125)
+    _, _, (rq, rk, rv) = reference(q, k, v, d_o, True, 0.125)
+    for x, ref in ((dq, rq), (dk, rk), (dv, rv)):
+        assert rel_err(x, ref) < GRAD_TOL
+
+
+@gpu
+def test_deterministic_dk_dv():
+    # dK, dV come from one CTA each (registers): bit-identical. dQ sums partials in L2 in any
+    # order: close, not necessarily identical.
+    from kernels import attention_hopper
+    _, q, k, v, d_o = make_inputs(2, 2, 777, 64, seed=9)
+    o, lse = attention_hopper.forward(q, k, v, True, 0.125)
+    a = attention_hopper.backward(d_o, q, k, v, o, lse, True, 0.125)
+    b = attention_hopper.backward(d_o, q, k, v, o, lse, True, 0.125)
+    assert torch.equal(a[1], b[1]) and torch.equal(a[2], b[2])
+    assert rel_err(a[0], b[0].double()) < 1e-2
+
+
+@gpu
+def test_bad_inputs_raise():
+    from kernels import attention_hopper
+    _, q, k, v, d_o = make_inputs(1, 2, 64, 64, seed=1)
+    o, lse = attention_hopper.forward(q, k, v, True, 0.125)
+    with pytest.raises(ValueError, match="lse"):
+        attention_hopper.backward(d_o, q, k, v, o, lse[:, :1], True, 0.125)
+    with pytest.raises(TypeError, match="grad_out"):
+        attention_hopper.backward(d_o.float(), q, k, v, o, lse, True, 0.125)
+    with pytest.raises(ValueError, match="dq"):
+        attention_hopper.backward(d_o, q, k, v, o, lse, True, 0.125, out=(q[:, :, :32], k, v))
+
+
+@gpu
+def test_op_uses_the_hopper_backward():
+    from kernels import attention_op as A
+    q = torch.empty(1, 1, 8, 64, device="cuda", dtype=torch.bfloat16)
+    assert A._choose(q, True, 0.125, "backward") == ("hopper", None)
+    # the packed op end to end, against float64
+    qkv, _, _, _, _ = make_inputs(2, 3, 333, 64, packed=True, seed=8)
+    qkv.requires_grad_()
+    y = A.attention_qkv(qkv)
+    dy = torch.randn_like(y)
+    (g,) = torch.autograd.grad(y, qkv, dy)
+    q64, k64, v64 = (t.detach() for t in qkv.permute(2, 0, 3, 1, 4).unbind(0))
+    _, _, ref = reference(q64, k64, v64, dy.transpose(1, 2), True, 0.125)
+    for i, r in enumerate(ref):
+        assert rel_err(g[:, :, i].transpose(1, 2), r) < GRAD_TOL
+
+
+# ---- CPU (CI) ------------------------------------------------------------------------------------
+
+NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if os.path.exists("/usr/local/bin/nvcc") else None)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+def test_nvcc_sm90a(tmp_path):
+    cmd = [NVCC, "-std=c++20", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-I", str(ROOT),
+           "-I", str(ROOT / "kernels"), "-c", str(ROOT / "kernels" / "attention_hopper_bwd.cu"), "-o",
+           str(tmp_path / "bwd.o")]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    log = r.stderr
+    assert "spill stores" in log
+    assert not re.search(r"[1-9]\d* bytes spill stores", log), log
+    assert "setmaxnreg' ignored" not in log and "C7508" not in log, log
+    # D = 64 must not serialize its wgmmas (C7512/C7515); D = 128 may, for want of registers
+    # (kernels/NOTES.md, Session 3), so only the D = 64 kernel's name is checked.
+    d64 = [line for line in log.splitlines() if "C751" in line and "backward_kernelILi64" in line]
+    assert not d64, "\n".join(d64)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found")
+def test_bindings_parse(tmp_path):
+    sys.path.insert(0, str(ROOT / "tests"))
+    import test_bindings_compile as tb
+    if tb.cuda_include() is None:
+        pytest.skip("CUDA headers not found")
+    unit = tmp_path / "bwd_bindings.cpp"
+    unit.write_text(tb.one_unit(["attention_hopper_bwd_bindings.cpp"]))
+    r = subprocess.run(tb.compile_command(tmp_path, unit), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert not [line for line in r.stderr.splitlines() if "warning:" in line and "attention_hopper_bwd" in line]
+    code = tb.code_of(ROOT / "kernels" / "attention_hopper_bwd_bindings.cpp")
+    assert "TORCH_CHECK" not in code and "<<" not in code
+
+
+def test_backend_registration_and_routing():
+    from kernels import attention_hopper, attention_op as A
+    hop = A.BACKENDS["hopper"]
+    assert list(A.BACKENDS)[0] == "hopper"
+    assert hop.backward is attention_hopper.backend_backward
+    assert hop.backward_why_not is attention_hopper.backend_backward_why_not
+    q96 = torch.empty(1, 1, 4, 96)
+    assert "head_dim" in attention_hopper.backend_backward_why_not(q96, True, 0.1)
+
+
+def test_choose_uses_backward_why_not(monkeypatch):
+    from kernels import attention_op as A
+    calls = []
+
+    def ok(q, causal, scale):
+        return None
+
+    def no_bwd(q, causal, scale):
+        calls.append("bwd")
+        return "backward declines"
+
+    monkeypatch.setattr(A, "BACKENDS", {})
+    A.BACKENDS["first"] = A.Backend("first", ok, lambda *a: None, lambda *a, **k: None, backward_why_not=no_bwd)
+    A.BACKENDS["second"] = A.Backend("second", ok, lambda *a: None, lambda *a, **k: None)
+    q = torch.empty(1, 1, 4, 64)
+    assert A._choose(q, True, 0.125, "forward") == ("first", None)
+    assert A._choose(q, True, 0.125, "backward") == ("second", None)
+    assert calls == ["bwd"]
+    old = A.set_backend("first")
+    try:   # pinned: its forward runs, its declined backward is borrowed from the next backend
+        assert A._choose(q, True, 0.125, "forward") == ("first", None)
+        assert A._choose(q, True, 0.125, "backward") == ("second", None)
+    finally:
+        A.set_backend(old)
+
+
+def test_gpu_script_parses():
+    script = ROOT / "tests" / "gpu_attention_hopper_bwd.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    assert "tests/test_attention_hopper_bwd.py" in text and "compute-sanitizer" in text
