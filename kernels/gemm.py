@@ -16,8 +16,10 @@ Steps (kernels/gemm_<n>_*.cu; what each changes and buys is in its header and ke
   2 shared tiles + cp.async pipeline     4 warp-specialized, persistent, TMA-store epilogue
 Steps 1-3 take only the x·Wᵀ layout: other products are given to them as transposed copies.
 Step 4 adds the fused epilogue (bias, GELU) and split-K for products with few output tiles.
-Step 5 (kernels/gemm_5_pingpong.cu) is EXPERIMENTAL: it compiles and has tests, but has not run
-on the H200 yet; its tests run only with TK_GEMM_STEP5=1.
+Step 5 (kernels/gemm_5_pingpong.cu) gives each consumer warpgroup its own tile and alternates
+their main loops so one's epilogue overlaps the other's math: it wins where K is short (GPT-2's
+K = 768 products) and loses where K is long, so `auto_step` picks per shape, and matmul(step=0)
+uses it. Its tests run only with TK_GEMM_STEP5=1 until its variants have all run on the H200.
 """
 import functools
 
@@ -30,11 +32,21 @@ _ext = LazyExtension("tk_gemm", ["gemm_bindings.cpp", "gemm_1_warp_mma.cu", "gem
                                   "gemm_3_wgmma_tma.cu", "gemm_4_warp_specialized.cu", "gemm_5_pingpong.cu"],
                      hopper=True)
 
-STEPS = (1, 2, 3, 4, 5)
+STEPS = (0, 1, 2, 3, 4, 5)                 # 0: auto_step picks 4 or 5 by shape
 TILE_M, TILE_N, TILE_K = 128, 256, 64      # step 4's CTA tile (kernels/gemm_4_warp_specialized.cu)
 VARIANTS = {0: "4 stages x K64, free stage s-1 after issuing s", 1: "4 stages x K64, drain and free each stage",
             2: "8 stages x K32, free stage s-1 after issuing s", 3: "8 stages x K32, drain and free each stage",
             4: "3 stages x K64, 4 output staging boxes per warp"}
+# Step 5's variants (kernels/gemm_5_pingpong.cu): one consumer's tile and the ring depth.
+VARIANTS5 = {0: "128x128 per consumer, 6 stages", 1: "64x256 per consumer, 4 stages", 2: "128x128 per consumer, 4 stages"}
+TILES5 = {0: (128, 128), 1: (64, 256), 2: (128, 128)}
+
+
+def auto_step(M, N, K):
+    """The schedule that wins at this shape (kernels/NOTES.md, session 3): step 5's ping-pong
+    when a tile's K loop is short (K <= 1024: its epilogue overlap pays), step 4 otherwise and
+    when split-K applies (few output tiles, long K: the weight gradients)."""
+    return 5 if K <= 1024 else 4
 
 
 def why_not():
@@ -66,12 +78,12 @@ def _aligned(t):
 
 
 @functools.lru_cache(maxsize=256)
-def choose_splits(M, N, K, num_sms, epilogue=False, tile_n=TILE_N):
+def choose_splits(M, N, K, num_sms, epilogue=False, tile_n=TILE_N, tile_m=TILE_M):
     """Split-K factor for step 4. Few output tiles (the weight gradient: 768 x 3072 is 72 tiles
     for 132 SMs) leave SMs idle, so the K range is cut into `splits` pieces whose fp32 partials
     are reduce-added by TMA. Model: time ~ waves x (k-tiles per unit + the epilogue, worth about
     3 k-tiles when it reduce-adds fp32); pick the cheapest."""
-    tiles = -(-M // TILE_M) * -(-N // tile_n)
+    tiles = -(-M // tile_m) * -(-N // tile_n)
     k_tiles = -(-K // TILE_K)
     if epilogue or tiles >= 2 * num_sms or k_tiles < 16:
         return 1
@@ -105,17 +117,18 @@ def check_inputs(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=
         fail(OP, f"N and K must be multiples of 16 (got M={M}, K={K}, N={N}); pad the weight to a multiple of 16")
     if not 1 <= M < 2**31 or N >= 2**31 or K >= 2**31:
         fail(OP, f"M must be at least 1 and M, N, K below 2^31 (got M={M}, K={K}, N={N})")
-    if variant not in VARIANTS:
-        fail(OP, f"variant must be one of {sorted(VARIANTS)} (got {variant})")
     if step not in STEPS:
         fail(OP, f"step must be one of {STEPS} (got {step})")
+    variants = VARIANTS5 if step == 5 else VARIANTS
+    if variant not in variants or (step == 0 and variant != 0):
+        fail(OP, f"variant must be one of {sorted(variants) if step else [0]} for step {step} (got {variant})")
     if out_dtype not in (torch.bfloat16, torch.float32):
         fail(OP, f"out_dtype must be torch.bfloat16 or torch.float32 (got {out_dtype})")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
         fail(OP, f"splits must be None (choose) or an integer >= 1 (got {splits!r})")
     epilogue = bias is not None or gelu
-    if epilogue and step < 4:
-        fail(OP, "bias and gelu are fused only in steps 4 and 5")
+    if epilogue and 0 < step < 4:
+        fail(OP, "bias and gelu are fused only in steps 4 and 5 (and 0, which picks one of them)")
     if epilogue and splits is not None and splits > 1:
         fail(OP, "split-K cannot fuse bias/gelu (they would be applied once per split); pass splits=1 or None")
     if bias is not None:
@@ -142,11 +155,14 @@ def check(a, b):
 def matmul(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, splits=None, out=None, variant=0):
     """C = A·B (then + bias, then GELU(tanh)) with GEMM step `step`; see the module docstring.
     `out`: an optional contiguous M x N tensor of out_dtype to write into (returned).
-    `splits`: step 4's split-K factor (None: choose_splits). `variant`: step 4's pipeline
-    configuration (VARIANTS; 0 is the default the bench picked)."""
+    `splits`: the split-K factor (None: choose_splits). `variant`: step 4's pipeline
+    configuration (VARIANTS) or step 5's tile (VARIANTS5); 0 is each step's default.
+    step=0 picks step 4 or 5 by shape (auto_step)."""
     check_inputs(a, b, out_dtype=out_dtype, bias=bias, gelu=gelu, step=step, splits=splits, out=out, variant=variant)
     epilogue = bias is not None or gelu
     M, K, N = a.shape[0], a.shape[1], b.shape[1]
+    if step == 0:
+        step = auto_step(M, N, K)
     ext = _ext.module
 
     # How each operand sits in memory. A: [M][K] (K-major) or [K][M] (M-major, a = t.t());
@@ -172,7 +188,8 @@ def matmul(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, spl
         b_store = torch.nn.functional.pad(b_store, (0, pad))
 
     if step >= 4 and splits is None:
-        splits = choose_splits(M, N, K, _num_sms(a.device), epilogue, TILE_N if step == 4 else 128)
+        tm, tn = (TILE_M, TILE_N) if step == 4 else TILES5[variant]
+        splits = choose_splits(M, N, K, _num_sms(a.device), epilogue, tn, tm)
     splits = splits or 1
     if splits > 1 and epilogue:   # choose_splits returns 1 with an epilogue; kept as a guard
         raise ValueError("kernels.gemm.matmul: split-K cannot fuse bias/gelu (they would be applied once per split)")

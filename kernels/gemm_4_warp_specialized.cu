@@ -31,31 +31,9 @@ using config2 = config<8, 32, false>;
 using config3 = config<8, 32, true>;
 using config4 = config<3, 64, false, 4>;
 
-// Step 4's epilogue: every value passes through gemm::epilogue (bias, GELU) on its way to the
-// staging box; the box is TMA-stored, or TMA reduce-added for split-K. Plain, bias, bias+GELU
-// and split-K are chosen at run time, so each configuration is one kernel per operand layout.
-template <typename OutT>
-struct step4_epilogue {
-    using out_t = OutT;
-    static constexpr int OUTPUTS = 1;
-    struct tile_state {};
-    gemm4::out_gl<OutT> C;
-    gemm::epilogue f;
-
-    __device__ void begin_tile(tile_state&, const gemm4::tile_pos&, const gemm4::shape&) const {}
-    template <typename Acc>
-    __device__ void box(tile_state&, Acc&, int, const gemm4::tile_pos&, const gemm4::shape&) const {}
-    __device__ float2 value(int, float v0, float v1, int col, const gemm4::shape& sh) const {
-        if (!f.identity() && col < sh.N) { v0 = f.apply(v0, col); v1 = f.apply(v1, col + 1); }
-        return make_float2(v0, v1);
-    }
-    __device__ void store(int, gemm4::out_tile<OutT>& buf, int box_row, int box_col, const gemm4::shape& sh) const {
-        if (box_col * gemm4::box_cols<OutT> < sh.N) {
-            if (sh.splits > 1) tma::store_add_async(C, buf, box_row, box_col);
-            else               tma::store_async(C, buf, box_row, box_col);
-        }
-    }
-};
+// Step 4's epilogue is gemm4::linear_epilogue (in the header, shared with step 5): bias and
+// GELU per value, TMA store or split-K reduce-add per box.
+template <typename OutT> using step4_epilogue = gemm4::linear_epilogue<OutT>;
 
 template <typename Cfg, major MA, major MB, typename OutT>
 const char* launch(const gemm::args& g) {

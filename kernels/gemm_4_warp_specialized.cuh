@@ -16,15 +16,19 @@
 //                                   in-place transforms of acc, side outputs (e.g. column sums)
 //   value(o, v0, v1, col, shape)    -> the two values (columns col, col+1) staged for output o
 //   store(o, buf, box_row, box_col, shape)   lane 0: send output o's staged box (TMA store/add)
+// The same policies run in step 5's ping-pong kernel (kernels/gemm_5_pingpong.cuh), where a
+// consumer's tile is 128x128 or 64x256: a policy must take the tile width from tile_pos::cols
+// (or the accumulator's ::cols), never assume step 4's 256.
 //
 // Read in order: configuration, tile shapes, shared memory, work decomposition, the kernel
-// (producer, consumer main loop, epilogue loop), launcher.
+// (producer, consumer main loop, epilogue loop), the plain linear-layer policy, launcher.
 #pragma once
 #include <algorithm>
 #include <string>
 #include <type_traits>
 #include "tk/types/types.cuh"
 #include "tk/ops/group/group.cuh"
+#include "gemm.cuh"                        // gemm::epilogue (bias, GELU) for linear_epilogue
 
 namespace gemm4 {
 using namespace tk;
@@ -64,6 +68,7 @@ struct tile_pos {
     int slab_row;                // first row of this warp's 16-row slab
     int tile_col;                // first column of the tile
     int g, t;                    // lane / 4, lane % 4
+    int cols;                    // the accumulator's width: 256 in step 4, 128 or 256 in step 5
 };
 
 template <typename Cfg, major MA, major MB, typename Epi>
@@ -154,7 +159,7 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
         int it = 0;
         for (int unit = blockIdx.x; unit < p.sh.units; unit += gridDim.x) {
             work w = unit_work(p.sh, unit);
-            const tile_pos pos{w.tm * BM + 64 * c + 16 * warp, w.tn * BN, lane / 4, lane % 4};
+            const tile_pos pos{w.tm * BM + 64 * c + 16 * warp, w.tn * BN, lane / 4, lane % 4, BN};
             typename Epi::tile_state ts;
             p.epi.begin_tile(ts, pos, p.sh);
 
@@ -224,6 +229,33 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
         if (lane == 0) tma::store_wait<0>();
     }
 }
+
+// ---- the plain linear-layer policy (GEMM steps 4 and 5): every value passes through
+// gemm::epilogue (bias, GELU) on its way to the staging box; the box is TMA-stored, or TMA
+// reduce-added for split-K. Plain, bias, bias+GELU and split-K are chosen at run time, so each
+// configuration is one kernel per operand layout.
+template <typename OutT>
+struct linear_epilogue {
+    using out_t = OutT;
+    static constexpr int OUTPUTS = 1;
+    struct tile_state {};
+    out_gl<OutT> C;
+    gemm::epilogue f;
+
+    __device__ void begin_tile(tile_state&, const tile_pos&, const shape&) const {}
+    template <typename Acc>
+    __device__ void box(tile_state&, Acc&, int, const tile_pos&, const shape&) const {}
+    __device__ float2 value(int, float v0, float v1, int col, const shape& sh) const {
+        if (!f.identity() && col < sh.N) { v0 = f.apply(v0, col); v1 = f.apply(v1, col + 1); }
+        return make_float2(v0, v1);
+    }
+    __device__ void store(int, out_tile<OutT>& buf, int box_row, int box_col, const shape& sh) const {
+        if (box_col * box_cols<OutT> < sh.N) {
+            if (sh.splits > 1) tma::store_add_async(C, buf, box_row, box_col);
+            else               tma::store_async(C, buf, box_row, box_col);
+        }
+    }
+};
 
 // ---- launcher: `who` prefixes error messages; make_epi() builds the policy (its gl
 // constructors may throw, so it runs inside the try). Returns nullptr or a message.

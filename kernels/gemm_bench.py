@@ -3,6 +3,7 @@
     python -m kernels.gemm_bench            # all shapes, 5 trials, prints a table
     python -m kernels.gemm_bench --quick    # fewer shapes and trials
     python -m kernels.gemm_bench --variants # step 4's pipeline variants (gemm.VARIANTS) instead of the steps
+    python -m kernels.gemm_bench --steps 0,4,5 --variants5   # auto, 4, 5 and step 5's tiles (gemm.VARIANTS5)
 
 Each trial times torch.matmul and each step on the same inputs (CUDA events around `iters`
 back-to-back launches after a warm-up); the reported ratio is the median over trials of
@@ -57,14 +58,19 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--steps", default="1,2,3,4", help="e.g. 4,5 to time the experimental step 5")
+    ap.add_argument("--steps", default="1,2,3,4", help="e.g. 0,4,5: auto (0), step 4, step 5")
     ap.add_argument("--variants", action="store_true", help="time step 4's variants instead of the steps")
+    ap.add_argument("--variants5", action="store_true", help="also time step 5's variants 1.. (v0 is step5)")
+    ap.add_argument("--shapes", default="", help="comma-separated substrings of the case names to keep")
     args = ap.parse_args()
     steps = [int(s) for s in args.steps.split(",")]
     trials = 2 if args.quick else args.trials
     print(f"GEMM bench on {torch.cuda.get_device_name()}, {trials} interleaved trials of {args.iters} back-to-back launches")
     rows = []
+    keep = [k for k in args.shapes.split(",") if k]
     for name, M, K, N, kind in cases(args.quick):
+        if keep and not any(k in name for k in keep):
+            continue
         a, b = operands(M, K, N, kind)
         flop = 2.0 * M * N * K
         fns = {"torch": lambda: torch.matmul(a, b)}
@@ -73,7 +79,9 @@ def main():
         for s in (() if args.variants else steps):
             if s < 4 and kind == "dW" and M * N * K > 2**36:
                 continue   # steps 1-3 copy-transpose for dW and are slow; timed at the fwd shapes
-            fns[f"step{s}"] = (lambda s=s: gemm.matmul(a, b, step=s))
+            fns["auto" if s == 0 else f"step{s}"] = (lambda s=s: gemm.matmul(a, b, step=s))
+        for v in (sorted(gemm.VARIANTS5)[1:] if args.variants5 else ()):
+            fns[f"5v{v}"] = (lambda v=v: gemm.matmul(a, b, step=5, variant=v))
         per = {k: [] for k in fns}
         for _ in range(trials):
             for k, fn in fns.items():

@@ -20,8 +20,27 @@ struct gemm_args {
     float* bias_grad_partial;   // linear_dgelu only: fp32 [ceil(M/16)][N], column sums per 16 rows
     int splits;                 // weight_grad only: split-K factor (c is fp32, zeroed by the caller)
     int num_sms;                // persistent grid size
+    int schedule;               // which kernel runs it: SCHEDULE_AUTO (0) or one of the values below
     cudaStream_t stream;
 };
+
+// The kernel schedules a GEMM can run on (kernels/NOTES.md, "Session 3: GEMM per shape and the
+// MLP", has what each measured):
+//   STEP4             engineer D's step 4: both consumers on one 128x256 tile (cooperative);
+//                     best where K is long and tile boundaries are rare.
+//   PINGPONG_128x128  step 5: each consumer its own 128x128 tile, main loops alternating, so one
+//                     consumer's epilogue overlaps the other's math; best where K is short
+//                     (K = 768: c_fc forward and the dGELU GEMM, whose epilogues are the heavy ones).
+//   PINGPONG_64x256   step 5 with 64x256 consumer tiles (one m64n256 wgmma per k16).
+// SCHEDULE_AUTO picks by shape (auto_schedule).
+constexpr int SCHEDULE_AUTO = 0, SCHEDULE_STEP4 = 4, SCHEDULE_PINGPONG_128x128 = 5, SCHEDULE_PINGPONG_64x256 = 6;
+inline bool valid_schedule(int s) { return s == 0 || (s >= 4 && s <= 6); }
+// The rule SCHEDULE_AUTO applies: ping-pong when a tile's K loop is short (K <= 1024, i.e. at
+// most 16 k-tiles, where step 4 loses ~30% at every tile boundary), step 4 otherwise and for
+// split-K (the weight gradients: K = tokens).
+inline int auto_schedule(int /*M*/, int /*N*/, int K, int splits) {
+    return (K <= 1024 && splits <= 1) ? SCHEDULE_PINGPONG_128x128 : SCHEDULE_STEP4;
+}
 
 // Each returns nullptr on success, else a message.
 // pre = x·W1ᵀ + b1 (c), h = GELU(pre) (c2). a = x [M][K], b = W1 [N][K].

@@ -36,3 +36,94 @@ def cases(Case, quick):
             yield Case("mlp", f"{name} {M}x{C} bf16", "TFLOP/s", mult * flops, make, step,
                        impls={"tk": mlp_op.mlp, "eager": reference.mlp},
                        note="c_fc -> GELU(tanh) -> c_proj; flops of the GEMMs only")
+
+
+# ---- python -m kernels.mlp_bench: the GEMM schedules against each other and torch eager ---------
+# One process times several schedule choices (kernels/mlp_op.py set_schedule) interleaved with
+# torch eager, so the ratios come from the same run (absolute figures drift ~10% between runs).
+
+DEFAULT_SCHEDULES = ("0", "4", "5", "6", "fc=5,dgelu=5", "fc=5,dgelu=5,dx=5,proj=5", "fc=6,dgelu=6")
+
+
+def time_ms(fn, iters):
+    """Milliseconds per call over `iters` back-to-back calls (GPU time while the queue stays full)."""
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / iters
+
+
+def main(argv=None):
+    import argparse
+    import statistics
+    from kernels import mlp_op, reference
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--M", default="16384,65536", help="token counts")
+    ap.add_argument("--C", type=int, default=768)
+    ap.add_argument("--schedules", default=";".join(DEFAULT_SCHEDULES),
+                    help="';'-separated specs for mlp_op.set_schedule ('0' = auto, 'fc=5,dgelu=5', ...)")
+    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--parts", action="store_true", help="also time the forward and backward halves alone")
+    args = ap.parse_args(argv)
+    specs = [s.strip() for s in args.schedules.split(";") if s.strip()]
+    for spec in specs:
+        mlp_op.parse_schedule(spec)                      # a typo fails before any timing
+    C, H = args.C, 4 * args.C
+    print(f"MLP fwd+bwd on {torch.cuda.get_device_name()}: C={C}, {args.trials} interleaved trials of "
+          f"{args.iters} back-to-back steps; TFLOP/s counts 3 x 2·2·M·C·4C; schedules: fc,proj,dgelu,dx,dw "
+          f"(0 auto, 4 step 4, 5 ping-pong 128x128, 6 ping-pong 64x256)")
+    for M in (int(m) for m in args.M.split(",")):
+        g = torch.Generator(device="cuda").manual_seed(M)
+        def t(*shape, scale=1.0, grad=True):
+            return (torch.randn(*shape, device="cuda", generator=g) * scale).to(torch.bfloat16).requires_grad_(grad)
+        x, w_fc, b_fc, w_proj, b_proj = t(M, C), t(H, C, scale=C ** -0.5), t(H, scale=0.5), t(C, H, scale=H ** -0.5), t(C, scale=0.5)
+        dy = t(M, C, grad=False)
+        params = (x, w_fc, b_fc, w_proj, b_proj)
+
+        def step(f):
+            y = f(*params)
+            torch.autograd.grad(y, params, dy)
+
+        fns = {"eager": lambda: step(reference.mlp)}
+        for spec in specs:
+            fns[f"tk[{spec}]"] = (spec, lambda: step(mlp_op.mlp))
+        parts = {}
+        if args.parts:
+            ext = mlp_op._ext.module
+            xd, w1, b1, w2, b2 = (p.detach() for p in params)
+            _, pre, h = ext.forward(xd, w1, b1, w2, b2)
+            for spec in specs:
+                parts[f"fwd[{spec}]"] = (spec, lambda: ext.forward(xd, w1, b1, w2, b2))
+                parts[f"bwd[{spec}]"] = (spec, lambda: ext.backward(dy, xd, pre, h, w1, w2))
+        per = {k: [] for k in list(fns) + list(parts)}
+        for _ in range(args.trials):
+            for k, v in list(fns.items()) + list(parts.items()):
+                if isinstance(v, tuple):
+                    mlp_op.set_schedule(v[0])
+                    v = v[1]
+                per[k].append(time_ms(v, args.iters))
+        flops = 3 * 2 * 2 * M * C * H
+        eager = per["eager"]
+        print(f"\nM={M}: eager {flops / statistics.median(eager) / 1e9:6.0f} TFLOP/s ({statistics.median(eager):.3f} ms)")
+        print(f"  {'schedule':32s} {'ms':>7s} {'TFLOP/s':>8s} {'x eager':>8s}")
+        for k in fns:
+            if k == "eager":
+                continue
+            ms = statistics.median(per[k])
+            ratio = statistics.median([e / v for e, v in zip(eager, per[k])])
+            print(f"  {k:32s} {ms:7.3f} {flops / ms / 1e9:8.0f} {ratio:8.3f}")
+        for k in parts:
+            ms = statistics.median(per[k])
+            share = flops / 3 if k.startswith("fwd") else 2 * flops / 3
+            print(f"  {k:32s} {ms:7.3f} {share / ms / 1e9:8.0f}")
+    mlp_op.set_schedule("0")
+
+
+if __name__ == "__main__":
+    main()

@@ -101,8 +101,28 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
     return matrix_problem(h, "h", M, H, x);
 }
 
-tk_mlp::gemm_args base_args(const Tensor& x) {
+// Which kernel schedule each of the five GEMMs runs (tk_mlp::SCHEDULE_*; 0 = auto by shape), set
+// from Python (kernels/mlp_op.py set_schedule, or the TK_MLP_SCHEDULE environment variable) so
+// one process can time several. Order: c_fc forward, c_proj forward, dGELU, dx, weight gradients.
+enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
+int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
+
+void set_schedule(const std::vector<int64_t>& s) {
+    using tk_bindings::raise_if;
+    using tk_bindings::value_problem;
+    if (s.size() != PRODUCTS)
+        raise_if(value_problem("tk_mlp: set_schedule takes 5 values (fc, proj, dgelu, dx, dw), got " + std::to_string(s.size())));
+    for (int64_t v : s)
+        if (v < 0 || v > 6 || !tk_mlp::valid_schedule(int(v)))
+            raise_if(value_problem("tk_mlp: a schedule is 0 (auto), 4 (step 4), 5 (ping-pong 128x128) or 6 (ping-pong 64x256), got " +
+                                   std::to_string(v)));
+    for (int i = 0; i < PRODUCTS; ++i) schedules[i] = int(s[i]);
+}
+std::vector<int64_t> get_schedule() { return std::vector<int64_t>(schedules, schedules + PRODUCTS); }
+
+tk_mlp::gemm_args base_args(const Tensor& x, product which) {
     tk_mlp::gemm_args g{};
+    g.schedule = schedules[which];
     cudaDeviceGetAttribute(&g.num_sms, cudaDevAttrMultiProcessorCount, x.device().index());
     g.splits = 1;
     g.stream = c10::cuda::getCurrentCUDAStream().stream();
@@ -121,12 +141,12 @@ std::vector<Tensor> forward(const Tensor& x, const Tensor& w_fc, const c10::opti
     const c10::cuda::CUDAGuard guard(x.device());
 
     Tensor pre = at::empty({M, H}, x.options()), h = at::empty({M, H}, x.options()), y = at::empty({M, C}, x.options());
-    tk_mlp::gemm_args g = base_args(x);
+    tk_mlp::gemm_args g = base_args(x, FC);
     g.a = x.data_ptr(); g.b = w_fc.data_ptr(); g.c = pre.data_ptr(); g.c2 = h.data_ptr();
     g.M = int(M); g.N = int(H); g.K = int(C); g.bias = ptr_or_null(b_fc);
     raise_if_launch_failed(tk_mlp::linear_bias_gelu(g), "c_fc forward (x·w_fcᵀ + b_fc, GELU)");
 
-    g = base_args(x);
+    g = base_args(x, PROJ);
     g.a = h.data_ptr(); g.b = w_proj.data_ptr(); g.c = y.data_ptr();
     g.M = int(M); g.N = int(C); g.K = int(H); g.bias = ptr_or_null(b_proj);
     raise_if_launch_failed(tk_mlp::linear_bias(g), "c_proj forward (h·w_projᵀ + b_proj)");
@@ -137,7 +157,7 @@ std::vector<Tensor> forward(const Tensor& x, const Tensor& w_fc, const c10::opti
 Tensor weight_grad(const Tensor& a, const Tensor& b, const Tensor& x, const char* what) {
     const int64_t tokens = a.size(0), M = a.size(1), N = b.size(1);
     Tensor dw = at::zeros({M, N}, x.options().dtype(at::kFloat));
-    tk_mlp::gemm_args g = base_args(x);
+    tk_mlp::gemm_args g = base_args(x, DW);
     g.a = a.data_ptr(); g.b = b.data_ptr(); g.c = dw.data_ptr();
     g.M = int(M); g.N = int(N); g.K = int(tokens);
     g.splits = tk_mlp::choose_splits(g.M, g.N, g.K, g.num_sms);
@@ -155,14 +175,14 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     // dpre = (dy·w_proj) ⊙ GELU'(pre), with db_fc's partial column sums per 16 rows
     Tensor dpre = at::empty({M, H}, x.options());
     Tensor partial = at::empty({(M + 15) / 16, H}, x.options().dtype(at::kFloat));
-    tk_mlp::gemm_args g = base_args(x);
+    tk_mlp::gemm_args g = base_args(x, DGELU);
     g.a = dy.data_ptr(); g.b = w_proj.data_ptr(); g.c = dpre.data_ptr();
     g.M = int(M); g.N = int(H); g.K = int(C); g.pre = pre.data_ptr(); g.bias_grad_partial = partial.data_ptr<float>();
     raise_if_launch_failed(tk_mlp::linear_dgelu(g), "dGELU (dy·w_proj ⊙ GELU'(pre))");
 
     // dx = dpre·w_fc
     Tensor dx = at::empty({M, C}, x.options());
-    g = base_args(x);
+    g = base_args(x, DX);
     g.a = dpre.data_ptr(); g.b = w_fc.data_ptr(); g.c = dx.data_ptr();
     g.M = int(M); g.N = int(C); g.K = int(H);
     raise_if_launch_failed(tk_mlp::linear_grad_input(g), "dx (dpre·w_fc)");
@@ -194,6 +214,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("x"), py::arg("w_fc"), py::arg("b_fc"), py::arg("w_proj"), py::arg("b_proj"));
     m.def("check_backward", &check_backward, "'' or what backward(dy, x, pre, h, w_fc, w_proj) would raise",
           py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"));
+    m.def("set_schedule", &set_schedule, "set_schedule([fc, proj, dgelu, dx, dw]): each 0 (auto), 4, 5 or 6 (kernels/mlp.h)",
+          py::arg("schedules"));
+    m.def("get_schedule", &get_schedule, "the five schedules set_schedule last set");
     m.def("forward", &forward, "y, pre, h = forward(x, w_fc, b_fc|None, w_proj, b_proj|None)",
           py::arg("x"), py::arg("w_fc"), py::arg("b_fc"), py::arg("w_proj"), py::arg("b_proj"));
     m.def("backward", &backward, "dx, dw_fc, db_fc, dw_proj, db_proj = backward(dy, x, pre, h, w_fc, w_proj)",

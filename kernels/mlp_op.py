@@ -26,6 +26,7 @@ The kernels compute in bfloat16 (fp32 accumulation). Under torch.autocast(dtype=
 fp32 activations and parameters are cast on the way in, as autocast does for F.linear, and the
 casts' own backward returns fp32 gradients to fp32 parameters. Nothing builds at import.
 """
+import os
 import sys
 from typing import Optional
 
@@ -36,7 +37,7 @@ from . import _preflight_checks, checks, register_tk
 from .build import LazyExtension
 from .checks import fail, realign16, require_tensor, shape_str
 
-_ext = LazyExtension("tk_mlp", ["mlp.cu", "mlp_bindings.cpp"], hopper=True)
+_ext = LazyExtension("tk_mlp", ["mlp.cu", "mlp_pingpong.cu", "mlp_bindings.cpp"], hopper=True)
 
 MULTIPLE = 64          # the embedding and hidden sizes must be multiples of this
 OP = "tk_mlp"
@@ -94,13 +95,62 @@ def check_backward(dy, x, pre, h, w_fc, w_proj, cuda=True):
     _check_matrix("h", h, M, H, x, cuda)
 
 
+# ---- 0b. which kernel schedule each GEMM runs (kernels/mlp.h: 0 auto, 4 step 4, 5 and 6 ping-pong)
+
+PRODUCTS = ("fc", "proj", "dgelu", "dx", "dw")   # c_fc fwd, c_proj fwd, dGELU, dx, weight gradients
+SCHEDULES = {0: "auto by shape", 4: "step 4 (cooperative 128x256)", 5: "step 5 ping-pong 128x128",
+             6: "step 5 ping-pong 64x256"}
+SCHEDULE_ENV = "TK_MLP_SCHEDULE"
+
+
+def parse_schedule(spec):
+    """'5' (every GEMM) or 'fc=5,dgelu=5,dx=4' (the rest auto) -> five ints in PRODUCTS order."""
+    out = [0] * len(PRODUCTS)
+    text = str(spec).strip()
+    try:
+        if "=" not in text:
+            out = [int(text)] * len(PRODUCTS)
+        else:
+            for item in filter(None, (t.strip() for t in text.split(","))):
+                name, value = (u.strip() for u in item.split("="))
+                out[PRODUCTS.index(name)] = int(value)
+    except ValueError:
+        raise ValueError(f"{OP}: schedule {spec!r} is not '<n>' or 'name=<n>,...' with names {', '.join(PRODUCTS)}") from None
+    bad = [v for v in out if v not in SCHEDULES]
+    if bad:
+        raise ValueError(f"{OP}: schedule {spec!r}: each value must be one of {sorted(SCHEDULES)} "
+                         f"({'; '.join(f'{k} {v}' for k, v in SCHEDULES.items())}), got {bad[0]}")
+    return out
+
+
+def set_schedule(spec):
+    """Pick the kernel schedule of the five GEMMs for later calls in this process (the bench
+    times several in one run); spec as parse_schedule. The default is auto by shape."""
+    global _env_checked
+    _env_checked = True                           # an explicit choice wins over the environment
+    _ext.module.set_schedule(parse_schedule(spec))
+
+
+_env_checked = False
+
+
+def _module():
+    """The extension, after applying TK_MLP_SCHEDULE (if set) once."""
+    global _env_checked
+    if not _env_checked:
+        _env_checked = True
+        if os.environ.get(SCHEDULE_ENV):
+            _ext.module.set_schedule(parse_schedule(os.environ[SCHEDULE_ENV]))
+    return _ext.module
+
+
 # ---- 1. the extension calls (after the input checks), used by the custom ops and the fast path
 
 def _ext_forward(x, w_fc, b_fc, w_proj, b_proj):
     """x (M, C) bf16. Returns (y, pre, h): y (M, C), pre = x·w_fcᵀ + b_fc and h = GELU(pre), (M, H)."""
     x, w_fc, w_proj = realign16(x), realign16(w_fc), realign16(w_proj)   # odd-offset views: copy
     check_forward(x, w_fc, b_fc, w_proj, b_proj)
-    y, pre, h = _ext.module.forward(x, w_fc, b_fc, w_proj, b_proj)
+    y, pre, h = _module().forward(x, w_fc, b_fc, w_proj, b_proj)
     return y, pre, h
 
 
@@ -108,7 +158,7 @@ def _ext_backward(dy, x, pre, h, w_fc, w_proj):
     """Returns (dx, dw_fc, db_fc, dw_proj, db_proj), all bf16."""
     dy, x, pre, h, w_fc, w_proj = (realign16(t) for t in (dy, x, pre, h, w_fc, w_proj))
     check_backward(dy, x, pre, h, w_fc, w_proj)
-    dx, dw_fc, db_fc, dw_proj, db_proj = _ext.module.backward(dy, x, pre, h, w_fc, w_proj)
+    dx, dw_fc, db_fc, dw_proj, db_proj = _module().backward(dy, x, pre, h, w_fc, w_proj)
     return dx, dw_fc, db_fc, dw_proj, db_proj
 
 

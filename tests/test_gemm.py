@@ -25,10 +25,9 @@ def built():
     assert reason is None, reason   # on a GPU machine the extension must build
 
 
-import os
-# Step 5 (ping-pong) is experimental until it has run on the H200: opt in with TK_GEMM_STEP5=1.
-STEP5 = [pytest.param(5, id="step5", marks=pytest.mark.skipif(os.environ.get("TK_GEMM_STEP5") != "1",
-                                                  reason="step 5 is experimental: set TK_GEMM_STEP5=1"))]
+# Step 5 (ping-pong, kernels/gemm_5_pingpong.cuh) runs every test step 4 runs; step 0 (auto:
+# 4 or 5 by shape) the forward ones.
+STEP5 = [5]
 
 TOL = {torch.bfloat16: 1e-2, torch.float32: 1e-3}   # rel. norm error; bf16 output rounding is ~3e-3
 
@@ -36,7 +35,7 @@ SMALL = [(128, 64, 256), (1, 16, 16), (77, 48, 272), (1000, 320, 528), (300, 102
 GPT2 = [(16384, 768, 3072), (16384, 3072, 768), (16384, 768, 2304), (16384, 768, 768)]
 
 
-@pytest.mark.parametrize("step", [1, 2, 3, 4] + STEP5)
+@pytest.mark.parametrize("step", [0, 1, 2, 3, 4] + STEP5)
 @pytest.mark.parametrize("M,K,N", SMALL + GPT2)
 def test_forward_xWt(step, M, K, N):
     x, W = randn(M, K), randn(N, K)
@@ -86,6 +85,31 @@ def test_step4_variants(variant):
     for splits in (1, 3):
         dW = gemm.matmul(dy.t(), x, variant=variant, splits=splits)
         assert rel_err(dW, dy.float().t() @ x.float()) < 1e-2, (variant, splits)
+
+
+@pytest.mark.parametrize("variant", [1, 2])   # variant 0 is what every other step-5 test runs
+def test_step5_variants(variant):
+    """Step 5's other consumer tiles (64x256) and ring depths, every operand layout, tails,
+    bias+GELU, bf16 and fp32 outputs, split-K."""
+    for M, K, N in [(77, 48, 272), (1000, 320, 528), (16384, 768, 3072), (300, 1024, 96)]:
+        x, W = randn(M, K), randn(N, K)
+        for dtype in (torch.bfloat16, torch.float32):
+            out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+            c = gemm.matmul(x, W.t(), step=5, variant=variant, out=out, out_dtype=dtype)
+            assert rel_err(c, x.float() @ W.float().t()) < TOL[dtype], (variant, M, K, N, dtype)
+    tokens, n_in, n_out = 4096, 768, 2304
+    x, W, dy, bias = randn(tokens, n_in), randn(n_out, n_in), randn(tokens, n_out), randn(n_in)
+    assert rel_err(gemm.matmul(dy, W, step=5, variant=variant, out_dtype=torch.float32), dy.float() @ W.float()) < 1e-3
+    assert rel_err(gemm.matmul(dy, W, step=5, variant=variant, bias=bias, gelu=True),
+                   torch.nn.functional.gelu(dy.float() @ W.float() + bias.float(), approximate="tanh")) < 1e-2
+    for splits in (None, 1, 3):
+        dW = gemm.matmul(dy.t(), x, step=5, variant=variant, splits=splits)
+        assert rel_err(dW, dy.float().t() @ x.float()) < 1e-2, (variant, splits)
+
+
+def test_auto_step_rule():
+    assert gemm.auto_step(16384, 3072, 768) == 5 and gemm.auto_step(16384, 768, 3072) == 4
+    assert gemm.auto_step(768, 3072, 16384) == 4
 
 
 def test_default_splits_are_used_for_weight_gradient():

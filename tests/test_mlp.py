@@ -91,6 +91,49 @@ def test_forward_backward_vs_float64(mlp, M, C, bias):
         assert e < TOL, f"{name}: relative error {e:.2e} (all: {errs})"
 
 
+# Every kernel schedule of kernels/mlp.h on every GEMM (4 step 4, 5 ping-pong 128x128, 6 ping-pong
+# 64x256), then mixtures; tails in M, several widths (C = 1280 makes c_fc's N = 5120 end on a
+# half tile of 128x256), with and without bias.
+SCHEDULE_SHAPES = [(1, 768), (17, 384), (1000, 768), (333, 1600), (4099, 1280), (16384, 768)]
+
+
+@pytest.mark.parametrize("schedule", ["4", "5", "6", "fc=5,dgelu=6,dx=5,proj=6,dw=4", "fc=6,dgelu=5,dw=6"])
+@pytest.mark.parametrize("M,C", SCHEDULE_SHAPES)
+def test_schedules_vs_float64(mlp, schedule, M, C):
+    bias = M % 2 == 1
+    x, w_fc, b_fc, w_proj, b_proj, dy = make(M, C, seed=M + 7 * C, bias=bias)
+    ref = reference64(x, w_fc, b_fc, w_proj, b_proj, dy)
+    H = 4 * C
+    mlp.set_schedule(schedule)
+    try:
+        assert mlp._ext.module.get_schedule() == mlp.parse_schedule(schedule)
+        poison_allocator(2 * M * H, 2 * M * H, 2 * M * C, 4 * H * C)
+        y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+        dx, dw_fc, db_fc, dw_proj, db_proj = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+        torch.cuda.synchronize()
+    finally:
+        mlp.set_schedule("0")
+    pre64 = F.linear(x.double(), w_fc.double(), None if b_fc is None else b_fc.double())
+    errs = {"pre": rel_err(pre, pre64), "h": rel_err(h, F.gelu(pre64, approximate="tanh")), "y": rel_err(y, ref[0]),
+            "dx": rel_err(dx, ref[1]), "dw_fc": rel_err(dw_fc, ref[2]), "dw_proj": rel_err(dw_proj, ref[4])}
+    if bias:
+        errs.update(db_fc=rel_err(db_fc, ref[3]), db_proj=rel_err(db_proj, ref[5]))
+    print(f"schedule {schedule} M={M} C={C}: " + " ".join(f"{k} {v:.1e}" for k, v in errs.items()))
+    for name, e in errs.items():
+        assert e < TOL, f"schedule {schedule}, {name}: relative error {e:.2e} (all: {errs})"
+
+
+def test_set_schedule_refuses_bad_values(mlp):
+    for bad in ["7", "fc=3", "conv=5", "fc:5"]:
+        with pytest.raises(ValueError, match="schedule"):
+            mlp.set_schedule(bad)
+    with pytest.raises(ValueError, match="5 values"):
+        mlp._ext.module.set_schedule([4, 4])
+    with pytest.raises(ValueError, match="schedule is 0"):
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 9])
+    assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0]
+
+
 def test_intermediates_pre_and_h(mlp):
     """The c_fc epilogue's two outputs: pre = x·W1ᵀ + b1 and h = GELU(pre), checked directly."""
     x, w_fc, b_fc, w_proj, b_proj, _ = make(1000, 768, seed=7)

@@ -1,0 +1,199 @@
+// kernels/mlp_epilogues.cuh — the MLP's GELU math and its four epilogue policies (bias,
+// bias_gelu, dgelu, reduce_add), shared by the two translation units that instantiate them:
+// kernels/mlp.cu (step 4's cooperative schedule, and the dispatch) and kernels/mlp_pingpong.cu
+// (step 5's ping-pong schedule). Read kernels/mlp.cu's opening comment first: it says what each
+// policy computes and why; the policy interface is in kernels/gemm_4_warp_specialized.cuh.
+// A policy must work for any tile width (step 4: 256 columns; step 5: 128 or 256), so it takes
+// the width from tile_pos::cols or the accumulator's ::cols.
+//
+// Read in order: GELU math, the policies, the cross-file launcher declaration.
+#pragma once
+#include "mlp.h"
+#include "gemm_4_warp_specialized.cuh"
+
+namespace tk_mlp::detail {
+using namespace tk;
+using wgmma::major;
+
+// ---- GELU(tanh) and its derivative, in fp32 --------------------------------------------------
+constexpr float SQRT_2_OVER_PI = 0.7978845608028654f, GELU_C = 0.044715f;
+
+__device__ __forceinline__ float tanh_approx(float x) {
+    float y;
+#ifdef TK_SM90
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+#else
+    y = tanhf(x);
+#endif
+    return y;
+}
+// GELU(x) = x/2 · (1 + tanh(u)),  u = sqrt(2/pi) · (x + 0.044715 x³)
+__device__ __forceinline__ float gelu(float x) {
+    float u = SQRT_2_OVER_PI * fmaf(GELU_C * x, x * x, x);
+    return 0.5f * x * (1.0f + tanh_approx(u));
+}
+// GELU'(x) = (1 + T)/2 + x/2 · (1 - T²) · sqrt(2/pi) · (1 + 3·0.044715 x²),  T = tanh(u)
+__device__ __forceinline__ float gelu_grad(float x) {
+    float x2 = x * x;
+    float T = tanh_approx(SQRT_2_OVER_PI * fmaf(GELU_C * x, x2, x));
+    return 0.5f * (1.0f + T) + 0.5f * x * (1.0f - T * T) * SQRT_2_OVER_PI * fmaf(3.0f * GELU_C, x2, 1.0f);
+}
+
+// ---- the epilogue policies (the interface: kernels/gemm_4_warp_specialized.cuh) ---------------
+using gemm4::tile_pos;
+using gemm4::shape;
+constexpr int CC = gemm4::box_cols<bf16>;    // columns per accumulator box (bf16 outputs)
+
+__device__ __forceinline__ float2 unpack_bf16x2(uint32_t v) {
+    return __bfloat1622float2(*reinterpret_cast<const bf16_2*>(&v));
+}
+
+// Adds bias (if any) to this thread's values of accumulator box ch, in place.
+template <typename Acc>
+__device__ __forceinline__ void add_bias(Acc& acc, const bf16* bias, int ch, const tile_pos& pos, const shape& sh) {
+    if (!bias) return;
+#pragma unroll
+    for (int j = 0; j < CC / 8; ++j) {
+        const int blk = ch * CC / 8 + j, col = pos.tile_col + 2 * pos.t + 8 * blk;
+        if (col < sh.N) {
+            float2 b = __bfloat1622float2(*reinterpret_cast<const bf16_2*>(bias + col));
+#pragma unroll
+            for (int h = 0; h < 2; ++h) { acc.d[4 * blk + 2 * h] += b.x; acc.d[4 * blk + 2 * h + 1] += b.y; }
+        }
+    }
+}
+
+// The output view of C (or C2) as the epilogue's TMA stores see it. May throw (a bad TMA
+// descriptor): the policies' make() run inside the launchers' try.
+template <typename OutT> gemm4::out_gl<OutT> out_view(void* c, const gemm_args& g) {
+    return gemm4::out_gl<OutT>(static_cast<OutT*>(c), 1, g.M, g.N);
+}
+
+// What every policy here shares: no per-tile state, values staged as they are, and a plain TMA
+// store of output 0 (or of C2 for output 1) for boxes inside C.
+template <typename OutT>
+struct base_epilogue {
+    using out_t = OutT;
+    struct tile_state {};
+    gemm4::out_gl<OutT> C;
+    __device__ void begin_tile(tile_state&, const tile_pos&, const shape&) const {}
+    __device__ float2 value(int, float v0, float v1, int, const shape&) const { return make_float2(v0, v1); }
+    __device__ static bool inside(int box_row, int box_col, const shape& sh) {
+        return box_col * gemm4::box_cols<OutT> < sh.N && box_row * 16 < sh.M;
+    }
+};
+
+// c_proj forward (y = acc + b2) and dx (no bias).
+struct bias_epilogue : base_epilogue<bf16> {
+    static constexpr int OUTPUTS = 1;
+    const bf16* bias;                                  // [N] or nullptr
+    static bias_epilogue make(const gemm_args& g) { return {{out_view<bf16>(g.c, g)}, static_cast<const bf16*>(g.bias)}; }
+    template <typename Acc>
+    __device__ void box(tile_state&, Acc& acc, int ch, const tile_pos& pos, const shape& sh) const {
+        add_bias(acc, bias, ch, pos, sh);
+    }
+    __device__ void store(int, gemm4::out_tile<bf16>& buf, int box_row, int box_col, const shape& sh) const {
+        if (inside(box_row, box_col, sh)) tma::store_async(C, buf, box_row, box_col);
+    }
+};
+
+// c_fc forward: pre = acc + b1 (output 0, C), h = GELU(pre) (output 1, C2).
+struct bias_gelu_epilogue : base_epilogue<bf16> {
+    static constexpr int OUTPUTS = 2;
+    gemm4::out_gl<bf16> C2;
+    const bf16* bias;                                  // [N] or nullptr
+    static bias_gelu_epilogue make(const gemm_args& g) {
+        return {{out_view<bf16>(g.c, g)}, out_view<bf16>(g.c2, g), static_cast<const bf16*>(g.bias)};
+    }
+    template <typename Acc>
+    __device__ void box(tile_state&, Acc& acc, int ch, const tile_pos& pos, const shape& sh) const {
+        add_bias(acc, bias, ch, pos, sh);
+    }
+    __device__ float2 value(int o, float v0, float v1, int, const shape&) const {
+        if (o == 1) { v0 = gelu(v0); v1 = gelu(v1); }
+        return make_float2(v0, v1);
+    }
+    __device__ void store(int o, gemm4::out_tile<bf16>& buf, int box_row, int box_col, const shape& sh) const {
+        if (inside(box_row, box_col, sh)) tma::store_async(o == 0 ? C : C2, buf, box_row, box_col);
+    }
+};
+
+// The backward's dh = dy·W2 GEMM: dpre = acc ⊙ GELU'(pre), plus db1 partials (column sums of
+// dpre over each 16-row slab).
+struct dgelu_epilogue : base_epilogue<bf16> {
+    static constexpr int OUTPUTS = 1;
+    const bf16* pre;                                   // [M][N]
+    float* bias_grad_partial;                          // [ceil(M/16)][N]
+    static dgelu_epilogue make(const gemm_args& g) {
+        return {{out_view<bf16>(g.c, g)}, static_cast<const bf16*>(g.pre), g.bias_grad_partial};
+    }
+
+    // This thread reads pre at its accumulator positions. Box 0 goes into registers when the
+    // tile starts and the rest of its rows into L2, so the loads land while the wgmmas run; each
+    // later box is fetched from L2 one box ahead of its use (registers are too few to hold all
+    // 128 values next to the 128 accumulators).
+    struct tile_state { uint32_t pre[2][CC / 8][2]; };   // [box % 2][8-column block][row g / g+8]
+    __device__ void load_pre(int ch, uint32_t (&dst)[CC / 8][2], const tile_pos& pos, const shape& sh) const {
+#pragma unroll
+        for (int j = 0; j < CC / 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = pos.slab_row + pos.g + 8 * h, col = pos.tile_col + 2 * pos.t + ch * CC + 8 * j;
+                dst[j][h] = (r < sh.M && col < sh.N)
+                    ? __ldg(reinterpret_cast<const unsigned int*>(pre + size_t(r) * sh.N + col)) : 0u;
+            }
+    }
+    __device__ void begin_tile(tile_state& st, const tile_pos& pos, const shape& sh) const {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {                // lane t prefetches the t-th 128-byte line of each row
+            const int r = pos.slab_row + pos.g + 8 * h, col = pos.tile_col + 64 * pos.t;
+            if (r < sh.M && col < sh.N && 64 * pos.t < pos.cols) asm volatile("prefetch.global.L2 [%0];" :: "l"(pre + size_t(r) * sh.N + col));
+        }
+        load_pre(0, st.pre[0], pos, sh);
+    }
+    template <typename Acc>
+    __device__ void box(tile_state& st, Acc& acc, int ch, const tile_pos& pos, const shape& sh) const {
+        if (ch + 1 < Acc::cols / CC) load_pre(ch + 1, st.pre[(ch + 1) % 2], pos, sh);   // in flight during this box
+#pragma unroll
+        for (int j = 0; j < CC / 8; ++j) {
+            const int blk = ch * CC / 8 + j, col = pos.tile_col + 2 * pos.t + 8 * blk;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float2 x = unpack_bf16x2(st.pre[ch % 2][j][h]);
+                acc.d[4 * blk + 2 * h] *= gelu_grad(x.x);
+                acc.d[4 * blk + 2 * h + 1] *= gelu_grad(x.y);
+            }
+            // db1: sum this warp's 16 rows of columns (col, col+1). Rows past M hold 0
+            // (zero-filled A rows, pre read as 0), so they add nothing.
+            float s0 = acc.d[4 * blk] + acc.d[4 * blk + 2], s1 = acc.d[4 * blk + 1] + acc.d[4 * blk + 3];
+#pragma unroll
+            for (int m = 4; m < 32; m *= 2) {        // lanes with equal t, across g = 0..7
+                s0 += __shfl_xor_sync(0xffffffffu, s0, m);
+                s1 += __shfl_xor_sync(0xffffffffu, s1, m);
+            }
+            if (pos.g == 0 && pos.slab_row < sh.M && col < sh.N)
+                *reinterpret_cast<float2*>(bias_grad_partial + size_t(pos.slab_row / 16) * sh.N + col) = make_float2(s0, s1);
+        }
+    }
+    __device__ void store(int, gemm4::out_tile<bf16>& buf, int box_row, int box_col, const shape& sh) const {
+        if (inside(box_row, box_col, sh)) tma::store_async(C, buf, box_row, box_col);
+    }
+};
+
+// Weight gradients: fp32 partial tiles of the split token range, TMA reduce-added into zeroed dW.
+struct reduce_add_epilogue : base_epilogue<float> {
+    static constexpr int OUTPUTS = 1;
+    static reduce_add_epilogue make(const gemm_args& g) { return {{out_view<float>(g.c, g)}}; }
+    template <typename Acc>
+    __device__ void box(tile_state&, Acc&, int, const tile_pos&, const shape&) const {}
+    __device__ void store(int, gemm4::out_tile<float>& buf, int box_row, int box_col, const shape& sh) const {
+        if (inside(box_row, box_col, sh)) tma::store_add_async(C, buf, box_row, box_col);
+    }
+};
+
+// The ping-pong launcher, defined (and instantiated for the five products) in kernels/mlp_pingpong.cu
+// so its kernels compile in parallel with step 4's. schedule: SCHEDULE_PINGPONG_128x128 or _64x256.
+template <major MA, major MB, typename Epi>
+const char* launch_pingpong(const gemm_args& g, int schedule);
+
+}  // namespace tk_mlp::detail

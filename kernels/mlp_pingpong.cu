@@ -1,0 +1,32 @@
+// kernels/mlp_pingpong.cu — the MLP's five GEMMs on step 5's ping-pong schedule
+// (kernels/gemm_5_pingpong.cuh) with the MLP's epilogue policies (kernels/mlp_epilogues.cuh).
+// kernels/mlp.cu dispatches here when a GEMM's schedule is PINGPONG_128x128 or PINGPONG_64x256;
+// a file of its own so nvcc builds these kernels in parallel with step 4's.
+#include <algorithm>
+#include "mlp.h"
+#include "mlp_epilogues.cuh"
+#include "gemm_5_pingpong.cuh"
+
+namespace tk_mlp::detail {
+
+template <major MA, major MB, typename Epi>
+const char* launch_pingpong(const gemm_args& g, int schedule) {
+    auto make = [&] { return Epi::make(g); };
+    const int splits = std::max(g.splits, 1);
+    if (schedule == SCHEDULE_PINGPONG_128x128)
+        return gemm5::launch<gemm5::pingpong_128x128, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
+                                                                   g.num_sms, g.stream, make);
+    if (schedule == SCHEDULE_PINGPONG_64x256)
+        return gemm5::launch<gemm5::pingpong_64x256, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
+                                                                  g.num_sms, g.stream, make);
+    return "tk_mlp: unknown ping-pong schedule";
+}
+
+// The five products (operand layouts as in kernels/mlp.cu's launchers).
+template const char* launch_pingpong<major::K, major::K, bias_gelu_epilogue>(const gemm_args&, int);
+template const char* launch_pingpong<major::K, major::K, bias_epilogue>(const gemm_args&, int);
+template const char* launch_pingpong<major::K, major::MN, dgelu_epilogue>(const gemm_args&, int);
+template const char* launch_pingpong<major::K, major::MN, bias_epilogue>(const gemm_args&, int);
+template const char* launch_pingpong<major::MN, major::MN, reduce_add_epilogue>(const gemm_args&, int);
+
+}  // namespace tk_mlp::detail
