@@ -325,7 +325,7 @@ def main_profile(args, env):
                   file=sys.stderr)
             return 2
         spec = {"model": model, "kernels": args.kernels, "compile": args.profile_compile or None,
-                "device": args.device, "dtype": args.dtype, "warmup": args.warmup}
+                "device": args.device, "dtype": args.dtype, "warmup": args.warmup, "dropout": args.dropout}
         path = f"{stem}_profile_{model}_{args.kernels}{'_compile' if args.profile_compile else ''}.txt"
         text = e2e_bench.profile(spec, args.profile_steps, args.profile_rows, path, env_line(env))
         print(text)
@@ -353,6 +353,8 @@ def main(argv=None):
     e2e.add_argument("--kernels", default="tk", choices=["tk", "torch", "auto"], help="--profile's kernels")
     e2e.add_argument("--profile-compile", default="", help="--profile under this torch.compile mode")
     e2e.add_argument("--profile-steps", type=int, default=3)
+    e2e.add_argument("--dropout", type=float, default=0.0,
+                     help="--profile's residual/embedding dropout (0 as the e2e timings; shakespeare trains with 0.2)")
     e2e.add_argument("--profile-rows", type=int, default=30)
     e2e.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     e2e.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"])

@@ -78,7 +78,8 @@ def training_step(spec):
     switch.reset_used()
     torch.manual_seed(1337)
     model = GPT(GPTConfig(block_size=T, vocab_size=V, n_layer=shape["n_layer"], n_head=shape["n_head"],
-                          n_embd=shape["n_embd"], dropout=0.0, attn_dropout=0.0, bias=False)).to(dev)
+                          n_embd=shape["n_embd"], dropout=spec.get("dropout", 0.0), attn_dropout=0.0,
+                          bias=False)).to(dev)
     # kernels=tk raises KernelUnavailable here, naming the op, if a kernel cannot run these shapes
     plan = switch.preflight(B, T, shape["n_embd"], shape["n_head"], dtype, dev, attn_dropout=0.0, bias=False)
     d = train.DEFAULTS
@@ -307,7 +308,7 @@ def profile(spec, steps, rows, path, env_line=""):
                 and e.name != "training_step" and not e.name.startswith("Optimizer.")]
     sort_by = "self_cuda_time_total" if cuda else "self_cpu_time_total"
     text = (f"bench.py --profile: {spec['model']} (B={info['batch_size']}, T={info['block_size']}, "
-            f"{info['dtype']}), kernels={spec['kernels']} (plan {info['plan']}), "
+            f"dropout {spec.get('dropout', 0.0)}, {info['dtype']}), kernels={spec['kernels']} (plan {info['plan']}), "
             f"compile={spec.get('compile') or 'off'}, {steps} steps profiled after {spec['warmup']} warm-up\n"
             f"{env_line}\n\n"
             + (kernel_table(launches, steps, rows) if launches else "GPU kernels: none (a CPU run)")
