@@ -26,8 +26,18 @@ def built():
 
 
 # Step 5 (ping-pong, kernels/gemm_5_pingpong.cuh) runs every test step 4 runs; step 0 (auto:
-# 4 or 5 by shape) the forward ones.
-STEP5 = [5]
+# 4 or 5 by shape) the forward ones. GEMM_TEST_STEPS=0,5 (say) keeps only those steps' cases of
+# the per-step tests (a GPU script with little time; every test without a step runs as always).
+import os
+_only = {int(s) for s in os.environ.get("GEMM_TEST_STEPS", "").split(",") if s.strip()}
+
+
+def steps(*wanted):
+    return [pytest.param(s, marks=pytest.mark.skipif(bool(_only) and s not in _only, reason="GEMM_TEST_STEPS"))
+            for s in wanted]
+
+
+STEP5 = steps(5)
 
 TOL = {torch.bfloat16: 1e-2, torch.float32: 1e-3}   # rel. norm error; bf16 output rounding is ~3e-3
 
@@ -35,7 +45,7 @@ SMALL = [(128, 64, 256), (1, 16, 16), (77, 48, 272), (1000, 320, 528), (300, 102
 GPT2 = [(16384, 768, 3072), (16384, 3072, 768), (16384, 768, 2304), (16384, 768, 768)]
 
 
-@pytest.mark.parametrize("step", [0, 1, 2, 3, 4] + STEP5)
+@pytest.mark.parametrize("step", steps(0, 1, 2, 3, 4) + STEP5)
 @pytest.mark.parametrize("M,K,N", SMALL + GPT2)
 def test_forward_xWt(step, M, K, N):
     x, W = randn(M, K), randn(N, K)
@@ -47,7 +57,7 @@ def test_forward_xWt(step, M, K, N):
         assert rel_err(c, ref) < TOL[dtype], (step, M, K, N, dtype)
 
 
-@pytest.mark.parametrize("step", [1, 2, 3, 4] + STEP5)
+@pytest.mark.parametrize("step", steps(1, 2, 3, 4) + STEP5)
 @pytest.mark.parametrize("tokens,n_in,n_out", [(16384, 768, 3072), (16384, 3072, 768), (4096, 768, 2304), (333, 768, 768)])
 def test_backward_products(step, tokens, n_in, n_out):
     x, W, dy = randn(tokens, n_in), randn(n_out, n_in), randn(tokens, n_out)

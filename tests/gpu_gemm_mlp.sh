@@ -1,0 +1,95 @@
+#!/bin/bash
+# tests/gpu_gemm_mlp.sh OUT — one H200 call for the GEMM lessons (steps 4/5, auto) and the MLP's
+# kernel schedules (engineer H3, session 3): build both extensions, a smoke check of every new
+# kernel with a short timeout (a protocol bug hangs), the GEMM and MLP GPU tests, the GEMM bench
+# at GPT-2's shapes with cuBLAS beside, the MLP schedule bench, bench.py's MLP rows, memcheck.
+# Expected runtime ~3.5 min on one warm H200 (builds ~45 s of it); every step is bounded and the
+# whole script stays under LANE_LIMIT (default 235 s). Results: OUT/summary.txt (the compact
+# tables) and OUT/logs.tgz (every log). One GPU is enough.
+cd "$(dirname "$0")/.."
+export LANE_LIMIT=${LANE_LIMIT:-235}
+source tests/gpu_lib.sh "${1:-/tmp/gemm_mlp_out}"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+note "gpu_gemm_mlp.sh on $(nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | head -1), commit $(git rev-parse --short HEAD 2>/dev/null)"
+
+# 1. both extensions at once (separate ninja builds, ~45 s together)
+step 150 build_gemm.log python3 -c "from kernels import gemm; r = gemm.why_not(); print('build:', r); assert r is None" &
+pg=$!
+step 150 build_mlp.log python3 -c "from kernels import mlp_op; r = mlp_op._ext.why_not(); print('build:', r); assert r is None" &
+pm=$!
+wait $pg; rg=$?; wait $pm; rm_=$?
+note "build: tk_gemm rc=$rg, tk_mlp rc=$rm_"
+
+# 2. smoke: each new kernel once, errors vs fp32/float64 (small; 40 s limit: a hang shows here)
+cat > /tmp/smoke_gemm_mlp.py <<'PY'
+import torch, torch.nn.functional as F
+from kernels import gemm, mlp_op
+def rel(a, b): return ((a.double() - b.double()).norm() / b.double().norm()).item()
+r = lambda *s, sc=1.0: (torch.randn(*s, device="cuda") * sc).to(torch.bfloat16)
+x, W, dy = r(1000, 768), r(3072, 768), r(4096, 2304)
+x2 = r(4096, 768)
+for step, v in [(4, 0), (5, 0), (5, 1), (5, 2), (0, 0)]:
+    c = gemm.matmul(x, W.t(), step=step, variant=v, out_dtype=torch.float32); torch.cuda.synchronize()
+    d = gemm.matmul(dy.t(), x2, step=step, variant=v); torch.cuda.synchronize()
+    print(f"smoke gemm step {step} v{v}: fwd {rel(c, x.float() @ W.float().t()):.1e} dW {rel(d, dy.float().t() @ x2.float()):.1e}", flush=True)
+for sched in ("4", "5", "6"):
+    mlp_op.set_schedule(sched)
+    M, C = 1000, 768
+    xs, w1, b1, w2, b2, g = r(M, C), r(4 * C, C, sc=C ** -0.5), r(4 * C, sc=0.5), r(C, 4 * C, sc=(4 * C) ** -0.5), r(C, sc=0.5), r(M, C)
+    y, pre, h = mlp_op.mlp_fwd(xs, w1, b1, w2, b2)
+    dx, dw1, db1, dw2, db2 = mlp_op.mlp_bwd(g, xs, pre, h, w1, w2); torch.cuda.synchronize()
+    L = [t.double().requires_grad_() for t in (xs, w1, b1, w2, b2)]
+    y64 = F.linear(F.gelu(F.linear(L[0], L[1], L[2]), approximate="tanh"), L[3], L[4]); y64.backward(g.double())
+    errs = [rel(a, b) for a, b in [(y, y64), (dx, L[0].grad), (dw1, L[1].grad), (db1, L[2].grad), (dw2, L[3].grad), (db2, L[4].grad)]]
+    print(f"smoke mlp schedule {sched}: y dx dw1 db1 dw2 db2 " + " ".join(f"{e:.1e}" for e in errs), flush=True)
+mlp_op.set_schedule("0")
+print("smoke done", flush=True)
+PY
+step 40 smoke.log python3 /tmp/smoke_gemm_mlp.py
+grep -E "^smoke" "$L/smoke.log" | tee -a "$S"
+if grep -q "smoke done" "$L/smoke.log"; then
+  GEMM_STEPS=0,5; MLP_ENV=""; MLP_K="not torch_compile_module"
+else
+  note "SMOKE FAILED (see above): step-5 paths skipped below, MLP forced to step 4"
+  GEMM_STEPS=4; MLP_ENV="TK_MLP_SCHEDULE=4"; MLP_K="not torch_compile_module and not schedules"
+fi
+
+# 3. GPU tests (steps 1-3 unchanged this session: only steps 0/4/5 cases here)
+step 70 pytest_gemm.log env GEMM_TEST_STEPS=$GEMM_STEPS python3 -m pytest -q --maxfail=8 --tb=short tests/test_gemm.py
+note "pytest test_gemm.py (steps $GEMM_STEPS): $(grep -E 'passed|failed|error|skipped' "$L/pytest_gemm.log" | tail -1)"
+step 90 pytest_mlp.log env $MLP_ENV python3 -m pytest -q --maxfail=8 --tb=short tests/test_mlp.py -k "$MLP_K"
+note "pytest test_mlp.py: $(grep -E 'passed|failed|error|skipped' "$L/pytest_mlp.log" | tail -1)"
+grep -E "^FAILED|Error" "$L/pytest_gemm.log" "$L/pytest_mlp.log" | head -12 | tee -a "$S"
+
+# 4. speed: GEMM steps vs cuBLAS at GPT-2's shapes (5 interleaved trials), the MLP's schedules vs
+#    eager in one process, then bench.py's MLP rows (tk vs eager vs torch.compile)
+if [ "$GEMM_STEPS" = "0,5" ]; then
+  step 45 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4,5 --variants5 --trials 5 --iters 20
+  step 40 mlp_bench.log python3 -m kernels.mlp_bench --parts --trials 5 --iters 10
+else
+  step 45 gemm_bench.log python3 -m kernels.gemm_bench --steps 4 --trials 5 --iters 20
+fi
+{ echo "--- gemm_bench (TFLOP/s, ratio to torch in the same trials)"; grep -vE "^===|^rc=" "$L/gemm_bench.log"
+  echo "--- mlp_bench"; grep -vE "^===|^rc=" "$L/mlp_bench.log" 2>/dev/null; } | tee -a "$S"
+step 80 bench_mlp.log env $MLP_ENV python3 bench.py --ops mlp --quick --compile-modes default --reps 30 --json "$OUT/bench_mlp.json"
+{ echo "--- bench.py --ops mlp"; grep -vE "^===|^\s*$" "$L/bench_mlp.log" | tail -14; } | tee -a "$S"
+
+# 5. memcheck on small calls of the new kernels, if time is left
+cat > /tmp/san_gemm_mlp.py <<'PY'
+import torch
+from kernels import gemm, mlp_op
+r = lambda *s: (torch.randn(*s, device="cuda") * 0.1).to(torch.bfloat16)
+x, W, dy = r(200, 256), r(272, 256), r(512, 256)
+for v in (0, 1, 2):
+    gemm.matmul(x, W.t(), step=5, variant=v, bias=r(272), gelu=True)
+    gemm.matmul(dy.t(), r(512, 192), step=5, variant=v, splits=3)
+for s in ("5", "6"):
+    mlp_op.set_schedule(s)
+    xs, w1, b1, w2, b2, g = r(333, 384), r(1536, 384), r(1536), r(384, 1536), r(384), r(333, 384)
+    y, pre, h = mlp_op.mlp_fwd(xs, w1, b1, w2, b2); mlp_op.mlp_bwd(g, xs, pre, h, w1, w2)
+torch.cuda.synchronize(); print("sanitizer script done")
+PY
+step 60 memcheck.log compute-sanitizer --tool memcheck --print-limit 5 python3 /tmp/san_gemm_mlp.py
+note "memcheck: $(grep -E 'ERROR SUMMARY|sanitizer script done' "$L/memcheck.log" | tr '\n' ' ')"
+note "done in $(( $(date +%s) - START )) s"
+pack
