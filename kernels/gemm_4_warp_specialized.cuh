@@ -16,6 +16,10 @@
 //                                   in-place transforms of acc, side outputs (e.g. column sums)
 //   value(o, v0, v1, col, shape)    -> the two values (columns col, col+1) staged for output o
 //   store(o, buf, box_row, box_col, shape)   lane 0: send output o's staged box (TMA store/add)
+//   side_job(thread, threads, shape)         run by the producer warpgroup's three idle warps
+//                                   (96 threads, 40 registers each) beside the GEMM: independent
+//                                   work such as zeroing a buffer a later kernel needs (most
+//                                   policies: nothing)
 // The same policies run in step 5's ping-pong kernel (kernels/gemm_5_pingpong.cuh), where a
 // consumer's tile is 128x128 or 64x256: a policy must take the tile width from tile_pos::cols
 // (or the accumulator's ::cols), never assume step 4's 256.
@@ -150,6 +154,7 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
         // ================= producer: one thread issues every TMA load =================
         warpgroup_decrease_registers<40>();
         if (threadIdx.x == 0) produce<STAGES, MA, MB>(s, p.A, p.B, p.sh);
+        else if (threadIdx.x >= 32) p.epi.side_job(threadIdx.x - 32, 96, p.sh);   // warps 1-3 are otherwise idle
     } else {
         // ================= consumers: wgmma on the ring, then the epilogue =================
         warpgroup_increase_registers<232>();
@@ -243,6 +248,7 @@ struct linear_epilogue {
     gemm::epilogue f;
 
     __device__ void begin_tile(tile_state&, const tile_pos&, const shape&) const {}
+    __device__ void side_job(int, int, const shape&) const {}
     template <typename Acc>
     __device__ void box(tile_state&, Acc&, int, const tile_pos&, const shape&) const {}
     __device__ float2 value(int, float v0, float v1, int col, const shape& sh) const {

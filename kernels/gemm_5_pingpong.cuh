@@ -81,6 +81,7 @@ gemm_pingpong_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::
     if (wg == 0) {
         warpgroup_decrease_registers<40>();
         if (threadIdx.x == 0) gemm4::produce<STAGES, MA, MB>(s, p.A, p.B, p.sh);   // step 4's producer
+        else if (threadIdx.x >= 32) p.epi.side_job(threadIdx.x - 32, 96, p.sh);   // the policy's extra work
     } else {
         warpgroup_increase_registers<232>();
         const int c = wg - 1;

@@ -87,8 +87,10 @@ const char* weight_grad(const gemm_args& g) { return launch<major::MN, major::MN
 
 // Split-K for few output tiles (engineer D's cost model from kernels/gemm.py): time ~ waves x
 // (k-tiles per unit + the epilogue, worth ~3 k-tiles when it reduce-adds fp32); take the cheapest.
-int choose_splits(int M, int N, int K, int num_sms) {
-    const int tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+int choose_splits(int M, int N, int K, int num_sms, int schedule) {
+    const int tm = schedule == SCHEDULE_PINGPONG_128x128 ? 128 : schedule == SCHEDULE_PINGPONG_64x256 ? 64 : BM;
+    const int tn = schedule == SCHEDULE_PINGPONG_128x128 ? 128 : BN;
+    const int tiles = ((M + tm - 1) / tm) * ((N + tn - 1) / tn);
     const int k_tiles = (K + BK - 1) / BK;
     if (tiles >= 2 * num_sms || k_tiles < 16) return 1;
     int best = 1;

@@ -18,7 +18,11 @@ struct gemm_args {
     const void* bias;           // bf16 [N] added to every row, or nullptr
     const void* pre;            // linear_dgelu only: bf16 [M][N] pre-activation saved by the forward
     float* bias_grad_partial;   // linear_dgelu only: fp32 [ceil(M/16)][N], column sums per 16 rows
-    int splits;                 // weight_grad only: split-K factor (c is fp32, zeroed by the caller)
+    float* zero;                // linear_dgelu only, optional: an fp32 buffer its idle warps zero
+    long long zero_floats;      //   (its length, a multiple of 4; 16-byte aligned)
+    float* a_colsum;            // linear_dgelu only, optional: fp32 [num_sms][K], column sums of A
+                                //   (dy) per CTA: db_proj = the sum of its rows
+    int splits;                 // weight_grad only: split-K factor (c is fp32, zeroed beforehand)
     int num_sms;                // persistent grid size
     int schedule;               // which kernel runs it: SCHEDULE_AUTO (0) or one of the values below
     cudaStream_t stream;
@@ -55,7 +59,8 @@ const char* linear_grad_input(const gemm_args&);
 // a = dy or dpre stored [K=tokens][M], b = h or x stored [K=tokens][N].
 const char* weight_grad(const gemm_args&);
 
-// The split-K factor weight_grad should use for an M x N output with K tokens on num_sms SMs.
-int choose_splits(int M, int N, int K, int num_sms);
+// The split-K factor weight_grad should use for an M x N output with K tokens on num_sms SMs,
+// for the tile of `schedule` (SCHEDULE_AUTO: what auto picks for split-K, step 4).
+int choose_splits(int M, int N, int K, int num_sms, int schedule = SCHEDULE_AUTO);
 
 }  // namespace tk_mlp

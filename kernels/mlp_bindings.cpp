@@ -101,24 +101,36 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
     return matrix_problem(h, "h", M, H, x);
 }
 
-// Which kernel schedule each of the five GEMMs runs (tk_mlp::SCHEDULE_*; 0 = auto by shape), set
-// from Python (kernels/mlp_op.py set_schedule, or the TK_MLP_SCHEDULE environment variable) so
-// one process can time several. Order: c_fc forward, c_proj forward, dGELU, dx, weight gradients.
+// Which kernel schedule each of the five GEMMs runs (tk_mlp::SCHEDULE_*; 0 = auto by shape), and
+// whether the dGELU GEMM's idle producer warps do the backward's side jobs (zero the weight
+// gradients' split-K buffer, sum dy's columns for db_proj) instead of separate fill and
+// reduction kernels. Set from Python (kernels/mlp_op.py set_schedule, or the TK_MLP_SCHEDULE
+// environment variable) so one process can time several. Order: c_fc forward, c_proj
+// forward, dGELU, dx, weight gradients, side jobs (1 on, 0 off).
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
+bool side_jobs = true;
 
 void set_schedule(const std::vector<int64_t>& s) {
     using tk_bindings::raise_if;
     using tk_bindings::value_problem;
-    if (s.size() != PRODUCTS)
-        raise_if(value_problem("tk_mlp: set_schedule takes 5 values (fc, proj, dgelu, dx, dw), got " + std::to_string(s.size())));
-    for (int64_t v : s)
-        if (v < 0 || v > 6 || !tk_mlp::valid_schedule(int(v)))
+    if (s.size() != PRODUCTS + 1)
+        raise_if(value_problem("tk_mlp: set_schedule takes 6 values (fc, proj, dgelu, dx, dw, side jobs), got " +
+                               std::to_string(s.size())));
+    for (int i = 0; i < PRODUCTS; ++i)
+        if (s[i] < 0 || s[i] > 6 || !tk_mlp::valid_schedule(int(s[i])))
             raise_if(value_problem("tk_mlp: a schedule is 0 (auto), 4 (step 4), 5 (ping-pong 128x128) or 6 (ping-pong 64x256), got " +
-                                   std::to_string(v)));
+                                   std::to_string(s[i])));
+    if (s[PRODUCTS] != 0 && s[PRODUCTS] != 1)
+        raise_if(value_problem("tk_mlp: the side-jobs flag is 0 or 1, got " + std::to_string(s[PRODUCTS])));
     for (int i = 0; i < PRODUCTS; ++i) schedules[i] = int(s[i]);
+    side_jobs = s[PRODUCTS] == 1;
 }
-std::vector<int64_t> get_schedule() { return std::vector<int64_t>(schedules, schedules + PRODUCTS); }
+std::vector<int64_t> get_schedule() {
+    std::vector<int64_t> out(schedules, schedules + PRODUCTS);
+    out.push_back(side_jobs ? 1 : 0);
+    return out;
+}
 
 tk_mlp::gemm_args base_args(const Tensor& x, product which) {
     tk_mlp::gemm_args g{};
@@ -153,14 +165,14 @@ std::vector<Tensor> forward(const Tensor& x, const Tensor& w_fc, const c10::opti
     return {y, pre, h};
 }
 
-// dW = Aᵀ·B over the tokens, split-K into fp32, returned in bf16 (the weights' dtype here).
-Tensor weight_grad(const Tensor& a, const Tensor& b, const Tensor& x, const char* what) {
+// dW = Aᵀ·B over the tokens, split-K reduce-added into dw (fp32, zeroed), returned in bf16 (the
+// weights' dtype here).
+Tensor weight_grad(const Tensor& a, const Tensor& b, const Tensor& x, const Tensor& dw, const char* what) {
     const int64_t tokens = a.size(0), M = a.size(1), N = b.size(1);
-    Tensor dw = at::zeros({M, N}, x.options().dtype(at::kFloat));
     tk_mlp::gemm_args g = base_args(x, DW);
     g.a = a.data_ptr(); g.b = b.data_ptr(); g.c = dw.data_ptr();
     g.M = int(M); g.N = int(N); g.K = int(tokens);
-    g.splits = tk_mlp::choose_splits(g.M, g.N, g.K, g.num_sms);
+    g.splits = tk_mlp::choose_splits(g.M, g.N, g.K, g.num_sms, g.schedule);
     raise_if_launch_failed(tk_mlp::weight_grad(g), what);
     return dw.to(at::kBFloat16);
 }
@@ -172,12 +184,24 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     const int64_t M = x.size(0), C = x.size(1), H = w_fc.size(0);
     const c10::cuda::CUDAGuard guard(x.device());
 
+    // Both weight gradients' fp32 split-K buffers in one allocation, zeroed by the dGELU GEMM's
+    // idle warps (side jobs on) or by one fill; with side jobs the same warps also sum dy's
+    // columns per CTA for db_proj, so no kernel re-reads dy for it.
+    const int64_t HC = H * C;
+    Tensor dw_buf = side_jobs ? at::empty({2 * HC}, x.options().dtype(at::kFloat))
+                              : at::zeros({2 * HC}, x.options().dtype(at::kFloat));
+
     // dpre = (dy·w_proj) ⊙ GELU'(pre), with db_fc's partial column sums per 16 rows
     Tensor dpre = at::empty({M, H}, x.options());
     Tensor partial = at::empty({(M + 15) / 16, H}, x.options().dtype(at::kFloat));
     tk_mlp::gemm_args g = base_args(x, DGELU);
+    Tensor colsum = side_jobs ? at::empty({g.num_sms, C}, x.options().dtype(at::kFloat)) : Tensor();
     g.a = dy.data_ptr(); g.b = w_proj.data_ptr(); g.c = dpre.data_ptr();
     g.M = int(M); g.N = int(H); g.K = int(C); g.pre = pre.data_ptr(); g.bias_grad_partial = partial.data_ptr<float>();
+    if (side_jobs) {
+        g.zero = dw_buf.data_ptr<float>(); g.zero_floats = 2 * HC;
+        g.a_colsum = colsum.data_ptr<float>();
+    }
     raise_if_launch_failed(tk_mlp::linear_dgelu(g), "dGELU (dy·w_proj ⊙ GELU'(pre))");
 
     // dx = dpre·w_fc
@@ -187,10 +211,11 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     g.M = int(M); g.N = int(C); g.K = int(H);
     raise_if_launch_failed(tk_mlp::linear_grad_input(g), "dx (dpre·w_fc)");
 
-    Tensor dw_proj = weight_grad(dy, h, x, "dw_proj (dyᵀ·h)");
-    Tensor dw_fc = weight_grad(dpre, x, x, "dw_fc (dpreᵀ·x)");
+    Tensor dw_proj = weight_grad(dy, h, x, dw_buf.narrow(0, HC, HC).view({C, H}), "dw_proj (dyᵀ·h)");
+    Tensor dw_fc = weight_grad(dpre, x, x, dw_buf.narrow(0, 0, HC).view({H, C}), "dw_fc (dpreᵀ·x)");
     Tensor db_fc = partial.sum(0).to(at::kBFloat16);
-    Tensor db_proj = dy.sum(0, /*keepdim=*/false, at::kFloat).to(at::kBFloat16);
+    Tensor db_proj = side_jobs ? colsum.sum(0).to(at::kBFloat16)
+                               : dy.sum(0, /*keepdim=*/false, at::kFloat).to(at::kBFloat16);
     return {dx, dw_fc, db_fc, dw_proj, db_proj};
 }
 
@@ -214,9 +239,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("x"), py::arg("w_fc"), py::arg("b_fc"), py::arg("w_proj"), py::arg("b_proj"));
     m.def("check_backward", &check_backward, "'' or what backward(dy, x, pre, h, w_fc, w_proj) would raise",
           py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"));
-    m.def("set_schedule", &set_schedule, "set_schedule([fc, proj, dgelu, dx, dw]): each 0 (auto), 4, 5 or 6 (kernels/mlp.h)",
+    m.def("set_schedule", &set_schedule,
+          "set_schedule([fc, proj, dgelu, dx, dw, side_jobs]): schedules 0 (auto), 4, 5 or 6 (kernels/mlp.h), side jobs 0/1",
           py::arg("schedules"));
-    m.def("get_schedule", &get_schedule, "the five schedules set_schedule last set");
+    m.def("get_schedule", &get_schedule, "the six values set_schedule last set");
     m.def("forward", &forward, "y, pre, h = forward(x, w_fc, b_fc|None, w_proj, b_proj|None)",
           py::arg("x"), py::arg("w_fc"), py::arg("b_fc"), py::arg("w_proj"), py::arg("b_proj"));
     m.def("backward", &backward, "dx, dw_fc, db_fc, dw_proj, db_proj = backward(dy, x, pre, h, w_fc, w_proj)",

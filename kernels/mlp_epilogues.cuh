@@ -77,6 +77,7 @@ struct base_epilogue {
     struct tile_state {};
     gemm4::out_gl<OutT> C;
     __device__ void begin_tile(tile_state&, const tile_pos&, const shape&) const {}
+    __device__ void side_job(int, int, const shape&) const {}
     __device__ float2 value(int, float v0, float v1, int, const shape&) const { return make_float2(v0, v1); }
     __device__ static bool inside(int box_row, int box_col, const shape& sh) {
         return box_col * gemm4::box_cols<OutT> < sh.N && box_row * 16 < sh.M;
@@ -124,8 +125,44 @@ struct dgelu_epilogue : base_epilogue<bf16> {
     static constexpr int OUTPUTS = 1;
     const bf16* pre;                                   // [M][N]
     float* bias_grad_partial;                          // [ceil(M/16)][N]
+    // Side jobs for the producer's idle warps (null pointers: none): zero the weight gradients'
+    // fp32 split-K buffer (the dW GEMMs run after this one) and sum this GEMM's A operand, dy
+    // [M][K], down its rows for db_proj: CTA b writes its rows' column sums to colsum[b][K], and
+    // rows gridDim.x .. colsum_rows-1 get zeros, so the host sums all colsum_rows rows.
+    float* zero;                                       // fp32 buffer to zero, or nullptr
+    long long zero_floats;                             // a multiple of 4, 16-byte aligned start
+    const bf16* a_rows;                                // dy: this GEMM's A, [M][K]
+    float* colsum;                                     // [colsum_rows][K] fp32, or nullptr
+    int colsum_rows;                                   // >= gridDim.x (the launch's SM count)
     static dgelu_epilogue make(const gemm_args& g) {
-        return {{out_view<bf16>(g.c, g)}, static_cast<const bf16*>(g.pre), g.bias_grad_partial};
+        return {{out_view<bf16>(g.c, g)}, static_cast<const bf16*>(g.pre), g.bias_grad_partial,
+                g.zero, g.zero_floats, static_cast<const bf16*>(g.a), g.a_colsum, g.num_sms};
+    }
+    __device__ void side_job(int tid, int threads, const shape& sh) const {
+        const int G = gridDim.x, b = blockIdx.x;
+        if (zero) {                                    // this CTA's slice, in float4s (< 2^31 of them)
+            const int n4 = int(zero_floats / 4), begin = int((long long)n4 * b / G), end = int((long long)n4 * (b + 1) / G);
+            float4* z = reinterpret_cast<float4*>(zero) + begin;
+            for (int i = tid; i < end - begin; i += threads) z[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        if (colsum) {
+            const int r0 = int((long long)sh.M * b / G), r1 = int((long long)sh.M * (b + 1) / G);
+            for (int c4 = tid; c4 < sh.K / 4; c4 += threads) {    // 4 columns (8 bytes) per thread: 40 registers
+                float acc[4] = {0.f, 0.f, 0.f, 0.f};
+                const bf16* src = a_rows + size_t(r0) * sh.K + 4 * c4;
+#pragma unroll 1
+                for (int r = r0; r < r1; ++r, src += sh.K) {
+                    uint2 v = __ldg(reinterpret_cast<const uint2*>(src));
+                    float2 f0 = unpack_bf16x2(v.x), f1 = unpack_bf16x2(v.y);
+                    acc[0] += f0.x; acc[1] += f0.y; acc[2] += f1.x; acc[3] += f1.y;
+                }
+                *reinterpret_cast<float4*>(colsum + size_t(b) * sh.K + 4 * c4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+            }
+            if (b == 0) {                              // rows of CTAs this launch does not have
+                float4* z = reinterpret_cast<float4*>(colsum + size_t(G) * sh.K);
+                for (int i = tid; i < (colsum_rows - G) * (sh.K / 4); i += threads) z[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+        }
     }
 
     // This thread reads pre at its accumulator positions. Box 0 goes into registers when the

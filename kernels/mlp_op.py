@@ -104,22 +104,27 @@ SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 
 
 def parse_schedule(spec):
-    """'5' (every GEMM) or 'fc=5,dgelu=5,dx=4' (the rest auto) -> five ints in PRODUCTS order."""
-    out = [0] * len(PRODUCTS)
+    """'5' (every GEMM) or 'fc=5,dgelu=5,dx=4' (the rest auto), optionally with 'side=0' (the
+    dGELU GEMM's side jobs off: separate fill and dy reduction kernels) -> six ints: the five
+    schedules in PRODUCTS order, then the side-jobs flag (default 1)."""
+    out = [0] * len(PRODUCTS) + [1]
+    names = PRODUCTS + ("side",)
     text = str(spec).strip()
     try:
-        if "=" not in text:
-            out = [int(text)] * len(PRODUCTS)
-        else:
-            for item in filter(None, (t.strip() for t in text.split(","))):
-                name, value = (u.strip() for u in item.split("="))
-                out[PRODUCTS.index(name)] = int(value)
+        for item in filter(None, (t.strip() for t in text.split(","))):
+            if "=" not in item:
+                out[:len(PRODUCTS)] = [int(item)] * len(PRODUCTS)
+                continue
+            name, value = (u.strip() for u in item.split("="))
+            out[names.index(name)] = int(value)
     except ValueError:
-        raise ValueError(f"{OP}: schedule {spec!r} is not '<n>' or 'name=<n>,...' with names {', '.join(PRODUCTS)}") from None
-    bad = [v for v in out if v not in SCHEDULES]
+        raise ValueError(f"{OP}: schedule {spec!r} is not '<n>' or 'name=<n>,...' with names {', '.join(names)}") from None
+    bad = [v for v in out[:len(PRODUCTS)] if v not in SCHEDULES]
     if bad:
         raise ValueError(f"{OP}: schedule {spec!r}: each value must be one of {sorted(SCHEDULES)} "
                          f"({'; '.join(f'{k} {v}' for k, v in SCHEDULES.items())}), got {bad[0]}")
+    if out[-1] not in (0, 1):
+        raise ValueError(f"{OP}: schedule {spec!r}: side must be 0 or 1, got {out[-1]}")
     return out
 
 

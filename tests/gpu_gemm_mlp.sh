@@ -32,7 +32,7 @@ for step, v in [(4, 0), (5, 0), (5, 1), (5, 2), (0, 0)]:
     c = gemm.matmul(x, W.t(), step=step, variant=v, out_dtype=torch.float32); torch.cuda.synchronize()
     d = gemm.matmul(dy.t(), x2, step=step, variant=v); torch.cuda.synchronize()
     print(f"smoke gemm step {step} v{v}: fwd {rel(c, x.float() @ W.float().t()):.1e} dW {rel(d, dy.float().t() @ x2.float()):.1e}", flush=True)
-for sched in ("4", "5", "6"):
+for sched in ("4", "5", "6", "0,side=0"):
     mlp_op.set_schedule(sched)
     M, C = 1000, 768
     xs, w1, b1, w2, b2, g = r(M, C), r(4 * C, C, sc=C ** -0.5), r(4 * C, sc=0.5), r(C, 4 * C, sc=(4 * C) ** -0.5), r(C, sc=0.5), r(M, C)

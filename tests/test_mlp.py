@@ -92,12 +92,13 @@ def test_forward_backward_vs_float64(mlp, M, C, bias):
 
 
 # Every kernel schedule of kernels/mlp.h on every GEMM (4 step 4, 5 ping-pong 128x128, 6 ping-pong
-# 64x256), then mixtures; tails in M, several widths (C = 1280 makes c_fc's N = 5120 end on a
-# half tile of 128x256), with and without bias.
+# 64x256), then mixtures, with the dGELU GEMM's side jobs (zeroing the dW buffer, dy's column
+# sums for db_proj) on and off; tails in M, several widths (C = 1280 makes c_fc's N = 5120 end on
+# a half tile of 128x256), with and without bias.
 SCHEDULE_SHAPES = [(1, 768), (17, 384), (1000, 768), (333, 1600), (4099, 1280), (16384, 768)]
 
 
-@pytest.mark.parametrize("schedule", ["4", "5", "6", "fc=5,dgelu=6,dx=5,proj=6,dw=4", "fc=6,dgelu=5,dw=6"])
+@pytest.mark.parametrize("schedule", ["4", "5", "6", "fc=5,dgelu=6,dx=5,proj=6,dw=4", "fc=6,dgelu=5,dw=6,side=0", "4,side=0"])
 @pytest.mark.parametrize("M,C", SCHEDULE_SHAPES)
 def test_schedules_vs_float64(mlp, schedule, M, C):
     bias = M % 2 == 1
@@ -127,11 +128,16 @@ def test_set_schedule_refuses_bad_values(mlp):
     for bad in ["7", "fc=3", "conv=5", "fc:5"]:
         with pytest.raises(ValueError, match="schedule"):
             mlp.set_schedule(bad)
-    with pytest.raises(ValueError, match="5 values"):
+    for bad in ["side=2", "fc=5,side=x"]:
+        with pytest.raises(ValueError, match="side"):
+            mlp.set_schedule(bad)
+    with pytest.raises(ValueError, match="6 values"):
         mlp._ext.module.set_schedule([4, 4])
     with pytest.raises(ValueError, match="schedule is 0"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 9])
-    assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0]
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 9, 1])
+    with pytest.raises(ValueError, match="side-jobs flag"):
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 2])
+    assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1]
 
 
 def test_intermediates_pre_and_h(mlp):
