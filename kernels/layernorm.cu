@@ -54,6 +54,8 @@
 //
 // Read in this order: Chunk, RowGroup (who holds which columns), group_sum, forward_kernel,
 // backward_kernel, column_sum_kernel, then the launchers at the bottom (grid sizing, dispatch).
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "layernorm.h"
@@ -71,12 +73,13 @@ constexpr int MAX_CHUNKS = 4;   // chunks per thread per row: at most 32 bf16 or
 
 // E consecutive columns of one row of a T tensor, kept as loaded (E * sizeof(T) bytes in 32-bit
 // words) and moved with ONE vector instruction each way. tk::chunk16 (tk/ops/chunk16.cuh) is the
-// 16-byte case; here a chunk of a bf16 tensor beside fp32 h is 4 columns = 8 bytes, so the size
-// is a template argument. Elements widen to float on use (exact for bf16: a float's top half).
+// 16-byte case; here a chunk of a bf16 tensor beside fp32 h is 4 columns = 8 bytes, and the
+// narrow variant (below) halves every chunk, so the size is a template argument. Elements widen
+// to float on use (exact for bf16: a float's top half).
 template <typename T, int E> struct Chunk {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, bf16>, "Chunk: float or bf16");
     static constexpr int WORDS = E * int(sizeof(T)) / 4;
-    static_assert(WORDS == 4 || WORDS == 2, "Chunk: 16 or 8 bytes, one vector instruction");
+    static_assert(WORDS == 4 || WORDS == 2 || WORDS == 1, "Chunk: 16, 8 or 4 bytes, one instruction");
     uint32_t word[WORDS];
 
     // Element e (0 = lowest address) as a float; use with a compile-time e (unrolled loops).
@@ -92,14 +95,16 @@ template <typename T, int E> struct Chunk {
 #pragma unroll
         for (int i = 0; i < WORDS; ++i) word[i] = 0u;
     }
-    // One ld.global.nc.v4 (16 bytes) or .v2 (8 bytes); src aligned to the chunk's size.
+    // One ld.global.nc.v4 (16 bytes), .v2 (8) or plain 4-byte load; src aligned to the chunk's size.
     __device__ __forceinline__ void load(const T* src) {
         if constexpr (WORDS == 4) {
             const uint4 raw = __ldg(reinterpret_cast<const uint4*>(src));
             word[0] = raw.x; word[1] = raw.y; word[2] = raw.z; word[3] = raw.w;
-        } else {
+        } else if constexpr (WORDS == 2) {
             const uint2 raw = __ldg(reinterpret_cast<const uint2*>(src));
             word[0] = raw.x; word[1] = raw.y;
+        } else {
+            word[0] = __ldg(reinterpret_cast<const uint32_t*>(src));
         }
     }
 };
@@ -118,7 +123,8 @@ template <typename T, int E> __device__ __forceinline__ void store(T* dst, const
         }
     }
     if constexpr (WORDS == 4) *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-    else *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+    else if constexpr (WORDS == 2) *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+    else *reinterpret_cast<uint32_t*>(dst) = w[0];
 }
 
 // A block's 8 warps split into row groups of G warps; each group normalizes one row at a time,
@@ -141,54 +147,78 @@ struct RowGroup {
 __device__ __forceinline__ float add(float a, float b) { return a + b; }
 __device__ __forceinline__ float2 add(float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); }
 
+// Waits for the G warps of this thread's row group only: named barrier 1 + slot (barrier 0 is
+// __syncthreads'), so the block's other groups keep streaming their own rows meanwhile.
+__device__ __forceinline__ void group_barrier(const RowGroup& g) {
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + g.slot), "r"(g.threads) : "memory");
+}
+
 // The sum of v over the row group's G warps, returned to every thread of the group. Every thread
-// of the block must call it at the same time: with G > 1 it crosses warps through shared memory
-// and __syncthreads. Each thread adds the G warp sums in the same order, so all agree exactly.
+// of the group must call it at the same time: with G > 1 it crosses warps through shared memory
+// and the group's barrier. Each thread adds the G warp sums in the same order, so all agree exactly.
 template <typename V> __device__ V group_sum(V v, const RowGroup& g, V* scratch /* [BLOCK_WARPS] */) {
     v = tk::warp_sum(v);
     if (g.G == 1) return v;
     if (tk::laneid() == 0) scratch[threadIdx.x / 32] = v;
-    __syncthreads();
+    group_barrier(g);
     V total = scratch[g.slot * g.G];
     for (int w = 1; w < g.G; ++w) total = add(total, scratch[g.slot * g.G + w]);
-    __syncthreads();   // scratch is reused by the next call
+    group_barrier(g);   // scratch is reused by the next call
     return total;
+}
+
+// E consecutive elements of a T vector, widened to float, in as few vector loads as the size
+// allows (16 bytes at most each).
+template <typename T, int E> __device__ __forceinline__ void load_floats(float (&p)[E], const T* src) {
+    constexpr int PIECE = E * int(sizeof(T)) >= 16 ? 16 / int(sizeof(T)) : E;   // elements per load
+#pragma unroll
+    for (int k = 0; k < E / PIECE; ++k) {
+        Chunk<T, PIECE> c;
+        c.load(src + k * PIECE);
+#pragma unroll
+        for (int e = 0; e < PIECE; ++e) p[k * PIECE + e] = c[e];
+    }
 }
 
 // weight or bias for the E columns of one chunk, widened to float. Parameters are fp32 or bf16
 // (one runtime flag, the same for every thread: no divergence, no extra template instances).
 // Every row reads the same few KB, so after the first row they come from L1, not DRAM.
+// (The bindings hand over 16-byte-aligned parameters.)
 template <int E> __device__ __forceinline__ void load_params(float (&p)[E], const void* src, int col, bool is_bf16) {
-    if (is_bf16) {   // E bf16 = E/2 words; the lower column is the low half of each word
-        const uint32_t* s = reinterpret_cast<const uint32_t*>(static_cast<const bf16*>(src) + col);
-#pragma unroll
-        for (int j = 0; j < E / 2; ++j) {
-            const uint32_t word = __ldg(s + j);
-            p[2 * j] = __uint_as_float(word << 16);
-            p[2 * j + 1] = __uint_as_float(word & 0xffff0000u);
-        }
-    } else {
-        const float4* s = reinterpret_cast<const float4*>(static_cast<const float*>(src) + col);
-#pragma unroll
-        for (int j = 0; j < E / 4; ++j) {
-            const float4 q = __ldg(s + j);
-            p[4 * j] = q.x; p[4 * j + 1] = q.y; p[4 * j + 2] = q.z; p[4 * j + 3] = q.w;
-        }
-    }
+    if (is_bf16) load_floats<bf16, E>(p, static_cast<const bf16*>(src) + col);
+    else load_floats<float, E>(p, static_cast<const float*>(src) + col);
+}
+
+// Programmatic dependent launch (sm_90): the column sum is launched while the backward still runs
+// and waits here for it to finish and flush. Without that launch attribute (or before sm_90) these
+// are no-ops.
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_next_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 // ---- forward: one read of x and r, one write of h and y ----------------------------------------
-template <typename TH, typename TR, typename TY, int CHUNKS>
-__global__ void __launch_bounds__(BLOCK_THREADS)
+// CB: bytes of h per chunk, 16 (the default) or 8 (the narrow variant: twice the threads a row,
+// half the registers a thread, so more warps fit on an SM).
+// Up to 48 bytes of h a thread: at least four blocks (32 warps) an SM, <= 64 registers.
+template <typename TH, typename TR, typename TY, int CB, int CHUNKS>
+__global__ void __launch_bounds__(BLOCK_THREADS, CB * CHUNKS <= 48 ? 4 : 1)
 forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* __restrict__ w,
                const void* __restrict__ b, bool params_bf16, TY* __restrict__ y, TH* __restrict__ h,
                float* __restrict__ mean_out, float* __restrict__ rstd_out,
                int64_t rows, int cols, int G, float eps) {
-    constexpr int E = 16 / int(sizeof(TH));   // columns per chunk: 16 bytes of h
+    constexpr int E = CB / int(sizeof(TH));   // columns per chunk
     __shared__ float scratch[BLOCK_WARPS];
     const RowGroup g(G, cols / E);
-    // Persistent loop. Its trip count depends only on blockIdx, so every thread of the block runs
-    // it equally often and group_sum's __syncthreads is safe; rows past the end are "not live".
+    // Persistent loop (or one trip, when the grid has a block per row step). Its trip count
+    // depends only on blockIdx, so every group runs it equally often and group_sum's barriers
+    // are safe; rows past the end are "not live".
     for (int64_t first = int64_t(blockIdx.x) * g.rows_per_step; first < rows;
          first += int64_t(gridDim.x) * g.rows_per_step) {
         const int64_t row = first + g.slot;
@@ -251,19 +281,24 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
 }
 
 // ---- backward: one read of h, dy and dh, one write of dh_out (and dr); dw, db summed on the way -
-// Two blocks (16 warps) per SM need <= 128 registers a thread; we ask for that where it costs no
-// spills (up to 3 chunks: 24 bf16 a lane, C = 768 with one warp a row). With 4 chunks the
-// 64 fp32 dw/db accumulators alone would not fit, so those instances get one block per SM.
+// Registers decide how many warps (so how many loads) are in flight. The default 16-byte chunks
+// ask for two blocks (16 warps) per SM, <= 128 registers a thread, where that costs no spills (up
+// to 3 chunks: 24 bf16 a lane, C = 768 with one warp a row); with 4 chunks the 64 fp32 dw/db
+// accumulators alone would not fit, so those get one block per SM. The narrow variant (8-byte
+// chunks) holds half as much a thread and asks for three blocks (24 warps).
 // When TR differs from TH (a bf16 residual beside fp32 h) the residual's gradient is the same
 // dh_out rounded to bf16: written here, next to dh_out, instead of by a cast kernel that would
 // read dh_out back.
-template <typename TH, typename TR, typename TY, int CHUNKS>
-__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 2 : 1)
+// reverse: walk the rows from the last to the first. The forward's persistent grid writes h from
+// the first row to the last, so right after it the LAST rows of h are the ones still in L2.
+template <typename TH, typename TR, typename TY, int CB, int CHUNKS>
+__global__ void __launch_bounds__(BLOCK_THREADS, CB == 8 ? 3 : (CHUNKS <= 3 ? 2 : 1))
 backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* __restrict__ h,
                 const float* __restrict__ mean, const float* __restrict__ rstd,
                 const void* __restrict__ w, bool params_bf16, TH* __restrict__ dh_out,
-                TR* __restrict__ dr_out, float* __restrict__ partial, int64_t rows, int cols, int G) {
-    constexpr int E = 16 / int(sizeof(TH));
+                TR* __restrict__ dr_out, float* __restrict__ partial, int64_t rows, int cols, int G,
+                bool reverse) {
+    constexpr int E = CB / int(sizeof(TH));
     constexpr bool WRITE_DR = !std::is_same_v<TH, TR>;
     __shared__ float2 scratch[BLOCK_WARPS];
     __shared__ float col_sums[2 * MAX_COLS];   // this block's dw (first cols) and db (next cols)
@@ -276,8 +311,9 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
 
     for (int64_t first = int64_t(blockIdx.x) * g.rows_per_step; first < rows;
          first += int64_t(gridDim.x) * g.rows_per_step) {
-        const int64_t row = first + g.slot;
-        const bool live = row < rows;
+        const int64_t step_row = first + g.slot;
+        const bool live = step_row < rows;
+        const int64_t row = reverse ? rows - 1 - step_row : step_row;
         const int64_t base = row * cols;
 
         // 1. The one read (all loads in flight together), kept as loaded.
@@ -337,6 +373,7 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
             if constexpr (WRITE_DR) store<TR, E>(dr_out + base + g.col(i, E), out);   // = bf16(dh_out)
         }
     }
+    allow_next_grid();   // the column sum may launch now; it waits for this grid to finish
 
     // 4. The block's dw, db: its row groups hold sums for the same columns; add them one group
     //    after another (a fixed order, so the result is reproducible), then write one row.
@@ -370,6 +407,7 @@ __global__ void __launch_bounds__(COLSUM_WARPS * 32)
 column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void* __restrict__ dw,
                   void* __restrict__ db, bool params_bf16) {
     __shared__ float sums[COLSUM_WARPS][33];
+    wait_for_previous_grid();   // launched early (programmatic dependent launch): partial is ready now
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int c = blockIdx.x * 32 + lane;   // 0 .. 2*cols-1: dw columns, then db columns
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -391,62 +429,141 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
     else static_cast<float*>(out)[col] = total;
 }
 
-// ---- launchers: pick G and CHUNKS, size the persistent grid, launch -------------------------
+// ---- variants: runtime choices for measuring (set_variant / TK_LAYERNORM_VARIANT) -------------
+// The default (no flag) is the plan measured best on the H200; kernels/NOTES.md ("Session 3:
+// LayerNorm speed") has the table. Each flag changes one thing:
+//   fwd_full     forward grid: a block per row step (the hardware fills SMs as blocks finish)
+//                instead of a persistent grid of as many blocks as fit at once
+//   fwd_narrow   forward with 8-byte chunks of h: twice the threads a row, fewer registers each
+//   bwd_narrow   the same for the backward (its dw/db accumulators halve too)
+//   bwd_reverse  backward walks rows from the end (see backward_kernel)
+//   pdl          the column sum launched as a programmatic dependent of the backward (sm_90)
+struct Flag {
+    const char* name;
+    bool Variant::*field;
+};
+constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
+                          {"fwd_narrow", &Variant::fwd_narrow},
+                          {"bwd_narrow", &Variant::bwd_narrow},
+                          {"bwd_reverse", &Variant::bwd_reverse},
+                          {"pdl", &Variant::colsum_pdl}};
+
+Variant parse_or_default(const char* spec, std::string* error) {
+    Variant v{};
+    if (spec == nullptr) return v;
+    std::string s(spec), token;
+    s += ',';
+    for (char ch : s) {
+        if (ch != ',' && ch != ' ') { token += ch; continue; }
+        if (token.empty() || token == "default" || token == "base") { token.clear(); continue; }
+        bool known = false;
+        for (const Flag& f : FLAGS)
+            if (token == f.name) { v.*(f.field) = true; known = true; }
+        if (!known && error != nullptr && error->empty()) {
+            *error = "unknown layernorm variant flag '" + token + "'; known:";
+            for (const Flag& f : FLAGS) *error += std::string(" ") + f.name;
+        }
+        token.clear();
+    }
+    return v;
+}
+
+Variant& current_variant() {
+    static Variant v = parse_or_default(std::getenv("TK_LAYERNORM_VARIANT"), nullptr);   // unknown flags ignored
+    return v;
+}
+
+// ---- launchers: pick G and CHUNKS, size the grid, launch ----------------------------------------
 
 struct Plan {
     int G;        // warps per row
     int chunks;   // chunks per thread (the CHUNKS template argument)
+    int bytes;    // bytes of h per chunk (the CB template argument)
 };
 
-Plan plan_for(int cols, DType h_dtype) {
-    const int elems = h_dtype == DType::bf16 ? 8 : 4;   // a chunk is 16 bytes of h
-    const int row_chunks = cols / elems;
-    int G = 1;
-    while (G * 32 * MAX_CHUNKS < row_chunks) G *= 2;   // <= 8 because cols <= 4096
-    return {G, (row_chunks + 32 * G - 1) / (32 * G)};
+Plan plan_for(int cols, DType h_dtype, bool narrow) {
+    const int size = h_dtype == DType::bf16 ? 2 : 4;
+    for (int bytes : {narrow ? 8 : 16, 16}) {
+        const int row_chunks = cols / (bytes / size);
+        int G = 1;
+        while (G * 32 * MAX_CHUNKS < row_chunks) G *= 2;
+        if (G <= BLOCK_WARPS) return {G, (row_chunks + 32 * G - 1) / (32 * G), bytes};   // narrow C=4096 fp32: wide
+    }
+    return {BLOCK_WARPS, MAX_CHUNKS, 16};   // not reached: cols <= 4096
 }
 
-// Blocks of the persistent grid: as many as fit on the GPU at once, but no more than there are
-// row steps. Occupancy is asked of the runtime once per kernel (registers decide it).
-template <auto kernel> int grid_for(int64_t rows, int G) {
-    static int per_sm = 0;   // one per kernel instance (the template argument)
-    static int sms = 0;
-    if (per_sm == 0) {
+int sm_count_and_cc(int* cc_major) {
+    static int sms = 0, major = 0;
+    if (sms == 0) {
         int device = 0;
         cudaGetDevice(&device);
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    }
+    if (cc_major != nullptr) *cc_major = major;
+    return sms;
+}
+
+// Blocks of the persistent grid: as many as fit on the GPU at once, but no more than there are
+// row steps (all of them when `full`). Occupancy is asked of the runtime once per kernel
+// (registers decide it).
+template <auto kernel> int grid_for(int64_t rows, int G, bool full = false) {
+    static int per_sm = 0;   // one per kernel instance (the template argument)
+    if (per_sm == 0) {
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, BLOCK_THREADS, 0);
         if (per_sm < 1) per_sm = 1;
     }
     const int64_t steps = (rows + BLOCK_WARPS / G - 1) / (BLOCK_WARPS / G);
-    return int(steps < int64_t(sms) * per_sm ? steps : int64_t(sms) * per_sm);
+    const int64_t resident = int64_t(sm_count_and_cc(nullptr)) * per_sm;
+    if (full) return int(steps < int64_t(1) << 30 ? steps : int64_t(1) << 30);   // the loop takes the rest
+    return int(steps < resident ? steps : resident);
 }
 
-template <typename TH, typename TR, typename TY, int CHUNKS>
+template <typename TH, typename TR, typename TY, int CB, int CHUNKS>
 cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
-    constexpr auto kernel = forward_kernel<TH, TR, TY, CHUNKS>;
-    kernel<<<grid_for<kernel>(a.rows, G), BLOCK_THREADS, 0, stream>>>(
+    constexpr auto kernel = forward_kernel<TH, TR, TY, CB, CHUNKS>;
+    kernel<<<grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, 0, stream>>>(
         static_cast<const TH*>(a.x), static_cast<const TR*>(a.residual), a.weight, a.bias, a.params_bf16,
         static_cast<TY*>(a.y), static_cast<TH*>(a.h), a.mean, a.rstd, a.rows, a.cols, G, a.eps);
     return cudaGetLastError();
 }
 
-template <typename TH, typename TR, typename TY, int CHUNKS> int backward_grid(const BackwardArgs& a, int G) {
-    return grid_for<backward_kernel<TH, TR, TY, CHUNKS>>(a.rows, G);
+template <typename TH, typename TR, typename TY, int CB, int CHUNKS> int backward_grid(const BackwardArgs& a, int G) {
+    return grid_for<backward_kernel<TH, TR, TY, CB, CHUNKS>>(a.rows, G);
 }
 
-template <typename TH, typename TR, typename TY, int CHUNKS>
+cudaError_t launch_column_sum(const BackwardArgs& a, int blocks, cudaStream_t stream) {
+    const dim3 grid((2 * a.cols + 31) / 32), block(COLSUM_WARPS * 32);
+    int major = 0;
+    sm_count_and_cc(&major);
+    if (!current_variant().colsum_pdl || major < 9) {
+        column_sum_kernel<<<grid, block, 0, stream>>>(a.partial, blocks, a.cols, a.dweight, a.dbias, a.params_bf16);
+        return cudaGetLastError();
+    }
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, column_sum_kernel, static_cast<const float*>(a.partial), blocks, a.cols,
+                              a.dweight, a.dbias, a.params_bf16);
+}
+
+template <typename TH, typename TR, typename TY, int CB, int CHUNKS>
 cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
-    const int blocks = backward_grid<TH, TR, TY, CHUNKS>(a, G);
-    backward_kernel<TH, TR, TY, CHUNKS><<<blocks, BLOCK_THREADS, 0, stream>>>(
+    const int blocks = backward_grid<TH, TR, TY, CB, CHUNKS>(a, G);
+    backward_kernel<TH, TR, TY, CB, CHUNKS><<<blocks, BLOCK_THREADS, 0, stream>>>(
         static_cast<const TY*>(a.dy), static_cast<const TH*>(a.dh), static_cast<const TH*>(a.h), a.mean, a.rstd,
         a.weight, a.params_bf16, static_cast<TH*>(a.dh_out), static_cast<TR*>(a.dresidual_out), a.partial,
-        a.rows, a.cols, G);
+        a.rows, a.cols, G, current_variant().bwd_reverse);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
-    column_sum_kernel<<<(2 * a.cols + 31) / 32, COLSUM_WARPS * 32, 0, stream>>>(a.partial, blocks, a.cols, a.dweight,
-                                                                                a.dbias, a.params_bf16);
-    return cudaGetLastError();
+    return launch_column_sum(a, blocks, stream);
 }
 
 // The dtype combinations there are kernels for: fp32 h with a float or bf16 residual and y, or
@@ -456,22 +573,27 @@ bool supported(DType h, DType r, DType y) {
     return h == DType::f32 || (r == DType::bf16 && y == DType::bf16);
 }
 
-// Calls f.template operator()<TH, TR, TY, CHUNKS>() for one instance: 5 dtype combinations x 4
-// chunk counts. The caller has checked supported(h, r, y).
-template <typename TH, typename TR, typename TY, typename F> auto with_chunks(int chunks, F& f) {
+// Calls f.template operator()<TH, TR, TY, CB, CHUNKS>() for one instance: 5 dtype combinations x
+// 2 chunk sizes x 4 chunk counts. The caller has checked supported(h, r, y).
+template <typename TH, typename TR, typename TY, int CB, typename F> auto with_chunks(int chunks, F& f) {
     switch (chunks) {
-        case 1: return f.template operator()<TH, TR, TY, 1>();
-        case 2: return f.template operator()<TH, TR, TY, 2>();
-        case 3: return f.template operator()<TH, TR, TY, 3>();
-        default: return f.template operator()<TH, TR, TY, 4>();
+        case 1: return f.template operator()<TH, TR, TY, CB, 1>();
+        case 2: return f.template operator()<TH, TR, TY, CB, 2>();
+        case 3: return f.template operator()<TH, TR, TY, CB, 3>();
+        default: return f.template operator()<TH, TR, TY, CB, 4>();
     }
 }
 
-template <typename F> auto dispatch(DType h, DType r, DType y, int chunks, F&& f) {
-    if (h == DType::bf16) return with_chunks<bf16, bf16, bf16>(chunks, f);
+template <typename TH, typename TR, typename TY, typename F> auto with_plan(const Plan& p, F& f) {
+    if (p.bytes == 8) return with_chunks<TH, TR, TY, 8>(p.chunks, f);
+    return with_chunks<TH, TR, TY, 16>(p.chunks, f);
+}
+
+template <typename F> auto dispatch(DType h, DType r, DType y, const Plan& p, F&& f) {
+    if (h == DType::bf16) return with_plan<bf16, bf16, bf16>(p, f);
     if (r == DType::bf16)
-        return y == DType::bf16 ? with_chunks<float, bf16, bf16>(chunks, f) : with_chunks<float, bf16, float>(chunks, f);
-    return y == DType::bf16 ? with_chunks<float, float, bf16>(chunks, f) : with_chunks<float, float, float>(chunks, f);
+        return y == DType::bf16 ? with_plan<float, bf16, bf16>(p, f) : with_plan<float, bf16, float>(p, f);
+    return y == DType::bf16 ? with_plan<float, float, bf16>(p, f) : with_plan<float, float, float>(p, f);
 }
 
 // Without a residual there is no r: run the instance whose TR is TH (r is nullptr, never read).
@@ -479,20 +601,37 @@ DType residual_or_h(const ForwardArgs& a) { return a.residual != nullptr ? a.res
 
 }  // namespace
 
+std::string set_variant(const char* spec) {
+    std::string error;
+    const Variant v = parse_or_default(spec, &error);
+    if (error.empty()) current_variant() = v;
+    return error;
+}
+
+std::string variant_name() {
+    std::string s;
+    for (const Flag& f : FLAGS)
+        if (current_variant().*(f.field)) s += (s.empty() ? "" : ",") + std::string(f.name);
+    return s.empty() ? "default" : s;
+}
+
 int backward_partial_blocks(const BackwardArgs& a) {
     if (!supported(a.h_dtype, a.residual_dtype, a.y_dtype)) return -1;
-    const Plan p = plan_for(a.cols, a.h_dtype);
-    return dispatch(a.h_dtype, a.residual_dtype, a.y_dtype, p.chunks,
-                    [&]<typename TH, typename TR, typename TY, int CHUNKS>() { return backward_grid<TH, TR, TY, CHUNKS>(a, p.G); });
+    const Plan p = plan_for(a.cols, a.h_dtype, current_variant().bwd_narrow);
+    return dispatch(a.h_dtype, a.residual_dtype, a.y_dtype, p,
+                    [&]<typename TH, typename TR, typename TY, int CB, int CHUNKS>() {
+                        return backward_grid<TH, TR, TY, CB, CHUNKS>(a, p.G);
+                    });
 }
 
 cudaError_t forward(const ForwardArgs& a, cudaStream_t stream) {
     const DType r = residual_or_h(a);
     if (!supported(a.x_dtype, r, a.y_dtype)) return cudaErrorInvalidValue;
     if (a.rows == 0) return cudaSuccess;
-    const Plan p = plan_for(a.cols, a.x_dtype);
-    return dispatch(a.x_dtype, r, a.y_dtype, p.chunks,
-                    [&]<typename TH, typename TR, typename TY, int CHUNKS>() { return launch_forward<TH, TR, TY, CHUNKS>(a, p.G, stream); });
+    const Plan p = plan_for(a.cols, a.x_dtype, current_variant().fwd_narrow);
+    return dispatch(a.x_dtype, r, a.y_dtype, p, [&]<typename TH, typename TR, typename TY, int CB, int CHUNKS>() {
+        return launch_forward<TH, TR, TY, CB, CHUNKS>(a, p.G, stream);
+    });
 }
 
 cudaError_t backward(const BackwardArgs& a, cudaStream_t stream) {
@@ -500,9 +639,10 @@ cudaError_t backward(const BackwardArgs& a, cudaStream_t stream) {
     // dresidual_out is written exactly when the residual's dtype differs from h's.
     if ((a.residual_dtype != a.h_dtype) != (a.dresidual_out != nullptr)) return cudaErrorInvalidValue;
     if (a.rows == 0) return cudaSuccess;
-    const Plan p = plan_for(a.cols, a.h_dtype);
-    return dispatch(a.h_dtype, a.residual_dtype, a.y_dtype, p.chunks,
-                    [&]<typename TH, typename TR, typename TY, int CHUNKS>() { return launch_backward<TH, TR, TY, CHUNKS>(a, p.G, stream); });
+    const Plan p = plan_for(a.cols, a.h_dtype, current_variant().bwd_narrow);
+    return dispatch(a.h_dtype, a.residual_dtype, a.y_dtype, p, [&]<typename TH, typename TR, typename TY, int CB, int CHUNKS>() {
+        return launch_backward<TH, TR, TY, CB, CHUNKS>(a, p.G, stream);
+    });
 }
 
 }  // namespace tk_layernorm

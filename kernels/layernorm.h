@@ -6,6 +6,7 @@
 // float32 x with any of those, or bf16 everywhere. Statistics are always fp32.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <cuda_runtime.h>
 
 namespace tk_layernorm {
@@ -53,6 +54,22 @@ struct BackwardArgs {
     DType residual_dtype;   // h_dtype, or bf16 with dresidual_out set
     DType y_dtype;          // dy: h_dtype or bf16
 };
+
+// Runtime choices of grid and chunk size, for measuring them against each other in one process
+// (kernels/layernorm.cu, "variants", says what each does). All false is the default plan.
+struct Variant {
+    bool fwd_full_grid = false;   // "fwd_full"
+    bool fwd_narrow = false;      // "fwd_narrow"
+    bool bwd_narrow = false;      // "bwd_narrow"
+    bool bwd_reverse = false;     // "bwd_reverse"
+    bool colsum_pdl = false;      // "pdl"
+};
+
+// Set the variant from a comma-separated list of flag names ("" or "default": none); returns ""
+// or, for an unknown name, a message (and changes nothing). The process starts with
+// $TK_LAYERNORM_VARIANT. Read at launch time: a CUDA graph keeps the variant it was captured with.
+std::string set_variant(const char* spec);
+std::string variant_name();   // the current flags, comma-separated, or "default"
 
 // Rows of fp32 scratch the backward needs (one per block of its persistent grid). Reads the
 // dtypes, rows and cols of `a`; -1 for a dtype combination the kernels do not take.

@@ -341,7 +341,27 @@ def _contiguous(t):
     return None if t is None else t.contiguous()
 
 
-# ---- 5. the support check and registration ---------------------------------------------------
+# ---- 5. measuring variants of the kernels' plan (kernels/layernorm.cu, "variants") ------------
+
+VARIANT_FLAGS = ("fwd_full", "fwd_narrow", "bwd_narrow", "bwd_reverse", "pdl")
+
+
+def set_variant(spec=""):
+    """Choose the kernels' plan for the launches that follow: a comma-separated list of
+    VARIANT_FLAGS ("" or "default": the default plan). Returns the active flags. For measuring
+    (kernels/layernorm_bench.py); a process starts with $TK_LAYERNORM_VARIANT. A CUDA graph keeps
+    the plan it was captured with."""
+    if not isinstance(spec, str):
+        raise TypeError(f"tk_layernorm: set_variant takes a string of flags, got {type(spec).__name__}")
+    return _ext.module.set_variant(spec)
+
+
+def variant():
+    """The active plan's flags, comma-separated, or 'default'."""
+    return _ext.module.variant()
+
+
+# ---- 6. the support check and registration ---------------------------------------------------
 
 @torch.compiler.assume_constant_result
 def _build_reason():

@@ -128,6 +128,13 @@ Problem backward_problem(const Tensor& dy, const c10::optional<Tensor>& dh, cons
     return param_problem(weight, "weight", h, Tensor());
 }
 
+// weight or bias as the kernel reads it: contiguous and 16-byte aligned (it loads up to 16 bytes
+// of parameters at once). Parameters always are; a view at an odd offset is copied.
+Tensor param_for_kernel(const Tensor& p) {
+    const Tensor c = p.contiguous();
+    return tk_bindings::aligned16(c) ? c : c.clone();
+}
+
 void raise_if_launch_failed(cudaError_t err, const char* what) {
     tk_bindings::raise_if_failed(err == cudaSuccess ? nullptr : cudaGetErrorString(err), "tk_layernorm", what);
 }
@@ -138,8 +145,8 @@ std::vector<Tensor> forward(const Tensor& x, const c10::optional<Tensor>& residu
                             const c10::optional<Tensor>& bias, double eps, bool y_bf16) {
     tk_bindings::raise_if(forward_problem(x, residual, weight, bias, eps));
     c10::cuda::CUDAGuard guard(x.device());
-    const Tensor w = weight.contiguous();                 // a no-op for parameters, which always are
-    const Tensor b = bias ? bias->contiguous() : Tensor();
+    const Tensor w = param_for_kernel(weight);
+    const Tensor b = bias ? param_for_kernel(*bias) : Tensor();
 
     Tensor y = at::empty_like(x, x.options().dtype(y_bf16 ? at::kBFloat16 : x.scalar_type()));
     Tensor h = residual ? at::empty_like(x) : Tensor();
@@ -175,7 +182,7 @@ std::vector<Tensor> backward(const Tensor& dy, const c10::optional<Tensor>& dh, 
                              const Tensor& rstd, const Tensor& weight, bool residual_grad_bf16) {
     tk_bindings::raise_if(backward_problem(dy, dh, h, mean, rstd, weight, residual_grad_bf16));
     c10::cuda::CUDAGuard guard(h.device());
-    const Tensor w = weight.contiguous();
+    const Tensor w = param_for_kernel(weight);
 
     tk_layernorm::BackwardArgs a{};
     a.cols = int(h.size(-1));
@@ -220,6 +227,14 @@ std::string check_backward(const Tensor& dy, const c10::optional<Tensor>& dh, co
     return backward_problem(dy, dh, h, mean, rstd, weight, residual_grad_bf16).message;
 }
 
+// Measuring variants (kernels/layernorm.cu, "variants"): set_variant("bwd_narrow,pdl") and the
+// launches that follow use that plan; "" or "default" is the default. Returns the active flags.
+std::string set_variant(const std::string& spec) {
+    const std::string error = tk_layernorm::set_variant(spec.c_str());
+    tk_bindings::raise_if(error.empty() ? Problem{} : tk_bindings::value_problem("tk_layernorm: " + error));
+    return tk_layernorm::variant_name();
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -229,6 +244,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("check_backward", &check_backward, "'' or what backward(dy, dh, h, mean, rstd, weight, ...) would raise",
           py::arg("dy"), py::arg("dh"), py::arg("h"), py::arg("mean"), py::arg("rstd"), py::arg("weight"),
           py::arg("residual_grad_bf16") = false);
+    m.def("set_variant", &set_variant, "set_variant('fwd_full,bwd_narrow,...' or '') -> the active flags",
+          py::arg("spec"));
+    m.def("variant", &tk_layernorm::variant_name, "the active variant flags, or 'default'");
     m.def("forward", &forward, "y, h, mean, rstd = forward(x, residual|None, weight, bias|None, eps, y_bf16=False)",
           py::arg("x"), py::arg("residual"), py::arg("weight"), py::arg("bias"), py::arg("eps"),
           py::arg("y_bf16") = false);

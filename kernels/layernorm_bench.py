@@ -1,0 +1,245 @@
+"""The LayerNorm kernels' plan variants against each other, in ONE process on one GPU.
+
+    python -m kernels.layernorm_bench --json out/ln_variants.json    # ~30 s on an H200
+
+What it measures (CUDA-graph replay, inputs rotating through enough sets to exceed twice the
+L2 cache: bench.py's own timer), for each variant of kernels/layernorm.cu ("variants"):
+  1. the forward kernel alone and the backward (its kernel + the column sum) alone, called
+     through the extension, at bench.py's rows (all bf16, bf16 parameters: 16384x768 and
+     65536x768) and at the model's shapes under bf16 autocast (fp32 residual stream h, bf16
+     branch and y, fp32 parameters: GPT-2 32768x768, shakespeare 16384x384). The bytes each
+     kernel must move are counted per dtype (the "floor" column: that many bytes at 4.0 TB/s);
+  2. picks the forward and the backward flags with the least time summed over the four shapes
+     (each shape's time relative to the default's, so every shape weighs the same);
+  3. bench.py's fwd+bwd row (the public op under autograd, tk vs eager in the same run) for the
+     default plan, the picked one, and the picked one with bwd_reverse;
+  4. a torch.profiler breakdown of that row (kernel by kernel) for eager, the default and the pick.
+Prints compact tables and a last line `BEST=<flags>` (tests/gpu_layernorm_speed.sh hands it to
+bench.py through TK_LAYERNORM_VARIANT). No correctness checks here: tests/test_layernorm_variants.py.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+FLOOR_TBS = 4.0   # achievable H200 bandwidth for these mixes (copy ceiling 4.16 TB/s, peak 4.8)
+
+F32, BF16 = torch.float32, torch.bfloat16
+# name: (rows, cols, h dtype, branch dtype, y dtype, parameter dtype)
+SHAPES = {
+    "bench bf16 16384x768": (16384, 768, BF16, BF16, BF16, BF16),
+    "bench bf16 65536x768": (65536, 768, BF16, BF16, BF16, BF16),
+    "gpt2 mixed 32768x768": (32768, 768, F32, BF16, BF16, F32),
+    "shakesp mixed 16384x384": (16384, 384, F32, BF16, BF16, F32),
+}
+FWD_VARIANTS = ["default", "fwd_full", "fwd_narrow", "fwd_full,fwd_narrow"]
+BWD_VARIANTS = ["default", "bwd_narrow", "pdl", "bwd_narrow,pdl", "bwd_reverse"]
+
+
+def kernel_bytes(rows, cols, th, tr, ty):
+    """Bytes each kernel must move: forward reads x (h's dtype) and r, writes h and y; backward reads
+    dy, dh and h, writes dh_out (and the bf16 branch's gradient when its dtype differs from h's)."""
+    s = lambda dt: torch.finfo(dt).bits // 8
+    n = rows * cols
+    fwd = n * (s(th) + s(tr) + s(th) + s(ty))
+    bwd = n * (s(ty) + s(th) + s(th) + s(th) + (s(tr) if tr != th else 0))
+    return fwd, bwd
+
+
+def make_sets(ext, rows, cols, th, tr, ty, tp, l2_bytes):
+    """Input sets for the extension calls, each with its forward's h, mean and rstd."""
+    def one(seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        rnd = lambda *shape, dt: torch.randn(*shape, generator=g, device="cuda").to(dt)
+        x, r = rnd(rows, cols, dt=th), rnd(rows, cols, dt=tr)
+        w, b = rnd(cols, dt=tp), rnd(cols, dt=tp)
+        dy, dh = rnd(rows, cols, dt=ty), rnd(rows, cols, dt=th)
+        _, h, mean, rstd = ext.forward(x, r, w, b, 1e-5, y_bf16=(ty == BF16 and th == F32))
+        return dict(x=x, r=r, w=w, b=b, dy=dy, dh=dh, h=h, mean=mean, rstd=rstd)
+    first = one(0)
+    size = sum(t.numel() * t.element_size() for t in first.values())
+    n = max(2, min(6, -(-2 * l2_bytes // size)))
+    return [first] + [one(i) for i in range(1, n)]
+
+
+def kernel_rows(args, ln, l2_bytes):
+    """Step 1: forward and backward alone, every variant, every shape. Returns {shape: {...}}."""
+    from bench import time_graph_ms
+    ext = ln._ext.module
+    out = {}
+    for name, (rows, cols, th, tr, ty, tp) in SHAPES.items():
+        sets = make_sets(ext, rows, cols, th, tr, ty, tp, l2_bytes)
+        mixed, y_bf16 = tr != th, (ty == BF16 and th == F32)
+        fwd_bytes, bwd_bytes = kernel_bytes(rows, cols, th, tr, ty)
+        row = {"fwd_bytes": fwd_bytes, "bwd_bytes": bwd_bytes, "fwd_us": {}, "bwd_us": {}}
+
+        def fwd(s):
+            ext.forward(s["x"], s["r"], s["w"], s["b"], 1e-5, y_bf16=y_bf16)
+
+        def bwd(s):
+            ext.backward(s["dy"], s["dh"], s["h"], s["mean"], s["rstd"], s["w"], residual_grad_bf16=mixed)
+
+        for kind, fn, variants in (("fwd_us", fwd, FWD_VARIANTS), ("bwd_us", bwd, BWD_VARIANTS)):
+            for v in variants:
+                ln.set_variant("" if v == "default" else v)
+                try:
+                    row[kind][v] = 1e3 * time_graph_ms(fn, sets, args.warmup, args.reps)
+                except Exception as e:   # one failing variant must not hide the others
+                    row.setdefault("errors", {})[f"{kind} {v}"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        ln.set_variant("")
+        out[name] = row
+        del sets
+        torch.cuda.empty_cache()
+    return out
+
+
+def pick(rows, kind, variants):
+    """The variant with the least time summed over the shapes, each relative to the default's."""
+    score = {}
+    for v in variants:
+        rel = [r[kind][v] / r[kind]["default"] for r in rows.values() if v in r[kind] and "default" in r[kind]]
+        if len(rel) == len(rows):
+            score[v] = sum(rel) / len(rel)
+    best = min(score, key=score.get) if score else "default"
+    return best, score
+
+
+def combine(*specs):
+    flags = [f for s in specs for f in s.split(",") if f and f != "default"]
+    return ",".join(dict.fromkeys(flags)) or "default"
+
+
+def step_rows(args, ln, l2_bytes, plans):
+    """Step 3: bench.py's fwd+bwd cases (the public op under autograd; eager beside), per plan."""
+    import bench
+    out = {}
+    for case in bench.layernorm_cases(quick=True):
+        if not case.name.startswith("fwd+bwd"):
+            continue
+        sets = bench.input_sets(case, l2_bytes)
+        row = {"bytes": case.work, "us": {}}
+        row["us"]["eager"] = 1e3 * bench.time_graph_ms(lambda inp: case.step(case.impls["eager"], inp), sets,
+                                                       args.warmup, args.reps)
+        for plan in plans:
+            ln.set_variant("" if plan == "default" else plan)
+            row["us"][plan] = 1e3 * bench.time_graph_ms(lambda inp: case.step(case.impls["tk"], inp), sets,
+                                                        args.warmup, args.reps)
+        ln.set_variant("")
+        out[case.name] = row
+        del sets
+        torch.cuda.empty_cache()
+    return out
+
+
+def profile_rows(ln, plans):
+    """Step 4: kernel-by-kernel GPU time of bench.py's fwd+bwd step (one call, after warm-up)."""
+    import bench
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    out = {}
+    for case in bench.layernorm_cases(quick=True):
+        if not case.name.startswith("fwd+bwd"):
+            continue
+        inp = case.make_inputs()
+        for impl, plan in [("eager", None)] + [("tk", p) for p in plans]:
+            if plan is not None:
+                ln.set_variant("" if plan == "default" else plan)
+            fn = case.impls[impl]
+            for _ in range(3):
+                case.step(fn, inp)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(5):
+                    case.step(fn, inp)
+                torch.cuda.synchronize()
+            kernels = {}
+            for e in prof.events():
+                if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False):
+                    kernels.setdefault(e.name, []).append(e.device_time_total)
+            out[f"{case.name} {impl if plan is None else plan}"] = {
+                k[:90]: (len(v) / 5, statistics.median(v)) for k, v in kernels.items()}
+        ln.set_variant("")
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--json", default="")
+    ap.add_argument("--no-profile", action="store_true")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("kernels.layernorm_bench needs a CUDA GPU", file=sys.stderr)
+        return 1
+    from kernels import layernorm as ln
+    reason = ln._ext.why_not()
+    if reason:
+        print(f"tk_layernorm unavailable: {reason}", file=sys.stderr)
+        return 1
+    props = torch.cuda.get_device_properties(0)
+    l2 = getattr(props, "L2_cache_size", 0) or 50 * 2**20
+    print(f"{props.name}, {props.multi_processor_count} SMs, L2 {l2 / 2**20:.0f} MiB, torch {torch.__version__}; "
+          f"floor = bytes at {FLOOR_TBS} TB/s; TK_LAYERNORM_VARIANT={os.environ.get('TK_LAYERNORM_VARIANT', '')!r}")
+    t0 = time.time()
+
+    rows = kernel_rows(args, ln, l2)
+    for kind, label in (("fwd_us", "forward kernel"), ("bwd_us", "backward kernel + column sum")):
+        variants = FWD_VARIANTS if kind == "fwd_us" else BWD_VARIANTS
+        print(f"\n{label}: us (TB/s)")
+        print(f"{'shape':<25}{'floor':>8}" + "".join(f"{v:>22}" for v in variants))
+        for name, r in rows.items():
+            nbytes = r[kind.replace("_us", "_bytes")]
+            line = f"{name:<25}{nbytes / FLOOR_TBS / 1e6:8.1f}"
+            for v in variants:
+                us = r[kind].get(v)
+                line += f"{us:10.1f} ({nbytes / us / 1e6:4.2f} TB/s)" if us else f"{'failed':>22}"
+            print(line)
+            for k, e in r.get("errors", {}).items():
+                print(f"   ! {k}: {e}")
+    best_fwd, fwd_score = pick(rows, "fwd_us", FWD_VARIANTS)
+    best_bwd, bwd_score = pick(rows, "bwd_us", BWD_VARIANTS)
+    print(f"\nmean time relative to default, forward: { {k: round(v, 3) for k, v in fwd_score.items()} }")
+    print(f"mean time relative to default, backward: { {k: round(v, 3) for k, v in bwd_score.items()} }")
+    best = combine(best_fwd, best_bwd)
+    plans = list(dict.fromkeys(["default", best, combine(best, "bwd_reverse")]))
+
+    steps = step_rows(args, ln, l2, plans)
+    print("\nbench.py's fwd+bwd row (public op under autograd), us (TB/s counted as bench.py does), eager/tk")
+    print(f"{'case':<28}{'eager':>10}" + "".join(f"{p:>34}" for p in plans))
+    for name, r in steps.items():
+        eager = r["us"]["eager"]
+        line = f"{name:<28}{eager:10.1f}"
+        for p in plans:
+            us = r["us"][p]
+            line += f"{us:10.1f} ({r['bytes'] / us / 1e6:4.2f} TB/s, {eager / us:4.2f}x)"
+        print(line)
+
+    prof = {} if args.no_profile else profile_rows(ln, plans[:2])
+    for name, kernels in prof.items():
+        total = sum(n * us for n, us in kernels.values())
+        print(f"\nprofile {name}: {total:.1f} us of kernels per step")
+        for k, (n, us) in sorted(kernels.items(), key=lambda kv: -kv[1][0] * kv[1][1]):
+            print(f"   {us:8.1f} us x{n:g}  {k}")
+
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump({"gpu": props.name, "torch": torch.__version__, "floor_tbs": FLOOR_TBS, "kernels": rows,
+                       "best_fwd": best_fwd, "best_bwd": best_bwd, "steps": steps, "profile": prof}, f, indent=1)
+        print(f"wrote {args.json}")
+    print(f"({time.time() - t0:.0f} s)")
+    print(f"BEST={'' if best == 'default' else best}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

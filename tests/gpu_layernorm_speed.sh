@@ -1,0 +1,78 @@
+#!/bin/bash
+# LayerNorm speed (session 3, engineer H4): one H200 call, logs in "$1".
+#   1. build tk_layernorm (timed)                                         -> build.log
+#   2. python -m kernels.layernorm_bench: every plan variant of the kernels, forward and backward
+#      alone at bench.py's bf16 shapes and the model's mixed-dtype shapes, the picked plan, then
+#      bench.py's fwd+bwd row (tk vs eager, same process) for default / picked / picked+bwd_reverse,
+#      and a per-kernel profile of that row                               -> variants.log, variants.json
+#   3. bench.py --ops layernorm --quick with the picked plan (TK_LAYERNORM_VARIANT), eager and
+#      torch.compile (default mode) beside                                -> bench.log, bench_layernorm.json
+#   4. GPU tests: test_layernorm.py, test_layernorm_variants.py (every variant vs float64),
+#      test_layernorm_model.py                                            -> pytest.log
+#   5. compute-sanitizer memcheck + racecheck of every variant on small shapes -> sanitizer.log
+# Usage: bash tests/gpu_layernorm_speed.sh OUT_DIR. Expected ~3 min (build ~45 s cold, variants
+# ~30 s, bench.py ~60 s with its two compiles, tests ~50 s, sanitizer ~20 s); each step has its
+# own time limit, so the script ends within ~5 min whatever happens. The summary is summary.txt.
+# Exit status: non-zero if any step failed (each still runs).
+OUT=${1:?usage: bash tests/gpu_layernorm_speed.sh OUT_DIR}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/ext}
+cd "$(dirname "$0")/.."
+status=0
+START=$(date +%s)
+note() { echo "[$(date -u +%T) +$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/summary.txt"; }
+run() {   # run SECONDS LOG CMD...: CMD's output to OUT/LOG, its status noted
+    local seconds=$1 log=$2; shift 2
+    timeout -k 5 "$seconds" "$@" >> "$OUT/$log" 2>&1
+    local rc=$?
+    note "rc=$rc ($log): $*"
+    [ $rc -eq 0 ] || status=1
+    return $rc
+}
+
+note "start, commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD -- kernels tests 2>/dev/null || echo ' (dirty)')"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader >> "$OUT/summary.txt" 2>&1
+
+run 240 build.log python3 -c "from kernels import layernorm; r = layernorm._ext.why_not(); print('build:', r or 'ok'); assert r is None"
+
+run 120 variants.log python3 -m kernels.layernorm_bench --json "$OUT/variants.json"
+BEST=$(sed -n 's/^BEST=//p' "$OUT/variants.log" | tail -1)
+note "picked plan: '${BEST:-default}'"
+grep -A 12 "^bench.py's fwd+bwd row" "$OUT/variants.log" | head -4 >> "$OUT/summary.txt"
+
+export TK_LAYERNORM_VARIANT="$BEST"   # read by the extension at its first launch
+run 150 bench.log python3 bench.py --ops layernorm --quick --compile-modes default --json "$OUT/bench_layernorm.json"
+unset TK_LAYERNORM_VARIANT
+grep -A 8 "^CUDA-graph replay" "$OUT/bench.log" >> "$OUT/summary.txt"
+
+run 150 pytest.log python3 -m pytest -q -rfEsx --tb=short tests/test_layernorm.py tests/test_layernorm_variants.py \
+    tests/test_layernorm_model.py
+tail -3 "$OUT/pytest.log" >> "$OUT/summary.txt"
+
+SAN_PY='
+import torch
+from kernels import layernorm as ln
+assert ln._ext.why_not() is None
+ext = ln._ext.module
+F, B = torch.float32, torch.bfloat16
+for spec in ["", "fwd_full,fwd_narrow,bwd_narrow,bwd_reverse,pdl"]:
+    ln.set_variant(spec)
+    for rows, cols, th, tr, ty in [(37, 768, B, B, B), (37, 768, F, B, B), (9, 4096, F, F, F), (5, 1600, B, B, B)]:
+        x, r = torch.randn(rows, cols, device="cuda").to(th), torch.randn(rows, cols, device="cuda").to(tr)
+        w, b = torch.randn(cols, device="cuda"), torch.randn(cols, device="cuda")
+        y, h, m, s = ext.forward(x, r, w, b, 1e-5, y_bf16=(ty == B and th == F))
+        ext.backward(y, h, h, m, s, w, residual_grad_bf16=(tr != th))
+torch.cuda.synchronize()
+print("sanitizer workload done")
+'
+if command -v compute-sanitizer > /dev/null; then
+    for tool in memcheck racecheck; do
+        run 60 sanitizer.log compute-sanitizer --tool $tool --error-exitcode 3 python3 -c "$SAN_PY"
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log" | tail -1 >> "$OUT/summary.txt"
+    done
+else
+    note "compute-sanitizer not found: skipped"
+fi
+
+note "done, status $status"
+exit $status

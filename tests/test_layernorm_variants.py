@@ -1,0 +1,193 @@
+"""The LayerNorm kernels' plan variants (kernels/layernorm.cu, "variants"; set_variant): every
+variant must give the same answers as the default, so any of them can become the default.
+
+GPU (skipped without CUDA): each flag alone and all together, forward and backward against the
+float64 reference (test_layernorm.check: every dtype combination, awkward row counts, poisoned
+outputs, with and without residual and bias, bf16 parameters); the backward bitwise reproducible
+under each; the chosen plan really launched (kernel names); the programmatic-dependent-launch
+column sum inside a CUDA graph; TK_LAYERNORM_VARIANT at start-up; bad flags refused.
+CPU: the flag lists of layernorm.cu, layernorm.py and the bench script agree.
+No timing here: kernels/layernorm_bench.py."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import test_layernorm as base  # noqa: E402  (tests/ is on sys.path: conftest.py lives there)
+
+REPO = base.REPO
+needs_cuda = base.needs_cuda
+BF16, F32 = base.BF16, base.F32
+
+VARIANTS = ["fwd_full", "fwd_narrow", "bwd_narrow", "bwd_reverse", "pdl",
+            "fwd_full,fwd_narrow,bwd_narrow,bwd_reverse,pdl"]
+# (rows, cols): 1 and 7 rows (fewer rows than a block takes), a tail of a few rows past a
+# block step, widths where narrow chunks change the warps per row (384, 768, 1600 with idle
+# lanes) or cannot (4096 fp32 keeps 16-byte chunks), and more rows than one wave of blocks.
+SHAPES = [(1, 64), (7, 768), (333, 4096), (1000, 768), (4099, 384), (5, 1600), (16387, 768)]
+
+
+@pytest.fixture(scope="module")
+def ln():
+    from kernels import layernorm
+    reason = layernorm._ext.why_not()
+    assert reason is None, reason
+    yield layernorm
+    layernorm.set_variant("")
+
+
+@pytest.fixture
+def variant(ln, request):
+    active = ln.set_variant(request.param)
+    assert active == request.param, (active, request.param)
+    yield request.param
+    ln.set_variant("")
+
+
+@needs_cuda
+@pytest.mark.parametrize("variant", VARIANTS, indirect=True)
+@pytest.mark.parametrize("combo", base.COMBO_NAMES)
+def test_variant_matches_float64_reference(variant, combo):
+    for rows, cols in SHAPES:
+        base.check(rows, cols, combo, seed=rows + cols)
+    base.check(513, 768, combo, bias=False, seed=3)
+    base.check(77, 1024, combo, residual=False, seed=4)
+
+
+@needs_cuda
+@pytest.mark.parametrize("variant", VARIANTS, indirect=True)
+def test_variant_bf16_parameters(variant):
+    base.check(513, 768, "bf16", param_dtype=BF16)
+    base.check(1031, 384, "fp32_bf16r_autocast", param_dtype=BF16)
+
+
+@needs_cuda
+@pytest.mark.parametrize("variant", VARIANTS, indirect=True)
+def test_variant_backward_is_bitwise_reproducible_and_equals_default_outputs(ln, variant):
+    x, r, w, b, dy, dh = base.make(4099, 768, base.KERNEL_COMBOS["fp32_bf16r_autocast"], 12)
+    y, h, mean, rstd = ln.add_layernorm_fwd(x, r, w, b, 1e-5, True)
+    first = ln.layernorm_bwd_mixed(dy, dh, h, mean, rstd, w)
+    second = ln.layernorm_bwd_mixed(dy, dh, h, mean, rstd, w)
+    for a, c in zip(first, second):
+        assert torch.equal(a, c), f"{variant}: backward is not bitwise reproducible"
+    ln.set_variant("")
+    y0, h0, mean0, rstd0 = ln.add_layernorm_fwd(x, r, w, b, 1e-5, True)
+    # the per-row arithmetic is the same in every plan: y and h bitwise; mean/rstd within rounding
+    # (narrow chunks add a row's values in another order)
+    assert torch.equal(h, h0)
+    assert (y.float() - y0.float()).abs().max().item() <= 2 ** -6 * y0.float().abs().max().item()
+    torch.testing.assert_close(mean, mean0, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(rstd, rstd0, rtol=1e-5, atol=0)
+
+
+def launched(fn):
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
+
+
+@needs_cuda
+def test_the_variant_is_what_launches(ln):
+    """bwd_narrow / fwd_narrow launch the 8-byte-chunk instances (template argument 8) for bf16
+    C=768, the default the 16-byte ones; the variant in force is reported."""
+    x, r, w, b, dy, dh = base.make(2048, 768, base.KERNEL_COMBOS["bf16"], 1)
+
+    def call():
+        y, h, mean, rstd = ln.add_layernorm_fwd(x, r, w, b, 1e-5)
+        ln.layernorm_bwd(dy, dh, h, mean, rstd, w)
+
+    chunk_bytes = lambda names, kernel: {int(m) for n in names for m in re.findall(kernel + r"<[^>]*?, (\d+), \d>", n)}
+    try:
+        assert ln.set_variant("") == "default" and ln.variant() == "default"
+        names = launched(call)
+        assert chunk_bytes(names, "forward_kernel") == {16} and chunk_bytes(names, "backward_kernel") == {16}, names
+        assert ln.set_variant("bwd_narrow") == "bwd_narrow"
+        names = launched(call)
+        assert chunk_bytes(names, "forward_kernel") == {16} and chunk_bytes(names, "backward_kernel") == {8}, names
+        assert ln.set_variant("fwd_narrow, pdl") == "fwd_narrow,pdl"
+        names = launched(call)
+        assert chunk_bytes(names, "forward_kernel") == {8} and chunk_bytes(names, "backward_kernel") == {16}, names
+        assert sum("column_sum_kernel" in n for n in names) == 1, names
+    finally:
+        ln.set_variant("")
+
+
+@needs_cuda
+def test_pdl_column_sum_inside_a_cuda_graph(ln):
+    """bench.py and train.py's cuda_graphs replay the backward from a graph: the column sum launched
+    as a programmatic dependent must be captured with its dependency (dw, db exact)."""
+    x, r, w, b, dy, dh = base.make(8191, 768, base.KERNEL_COMBOS["fp32_bf16r_autocast"], 7)
+    y, h, mean, rstd = ln.add_layernorm_fwd(x, r, w, b, 1e-5, True)
+    expected = ln.layernorm_bwd_mixed(dy, dh, h, mean, rstd, w)
+    try:
+        ln.set_variant("pdl")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            ln.layernorm_bwd_mixed(dy, dh, h, mean, rstd, w)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            got = ln.layernorm_bwd_mixed(dy, dh, h, mean, rstd, w)
+        for _ in range(3):
+            for t in got:
+                t.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            for a, c in zip(got, expected):
+                assert torch.equal(a, c)
+    finally:
+        ln.set_variant("")
+
+
+@needs_cuda
+def test_bad_variant_flags_are_refused(ln):
+    with pytest.raises(ValueError, match="unknown layernorm variant flag 'wide'.*bwd_narrow"):
+        ln.set_variant("bwd_narrow,wide")
+    assert ln.variant() == "default"   # unchanged
+    with pytest.raises(TypeError, match="string"):
+        ln.set_variant(3)
+
+
+@needs_cuda
+def test_environment_variable_sets_the_start_up_variant():
+    code = ("from kernels import layernorm as ln; assert ln._ext.why_not() is None; "
+            "import torch; x = torch.randn(4, 256, device='cuda'); w = torch.ones(256, device='cuda'); "
+            "ln.add_layernorm_fwd(x, x, w, None, 1e-5); print('VARIANT', ln.variant())")
+    env = dict(os.environ, TK_LAYERNORM_VARIANT="bwd_narrow,pdl")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "VARIANT bwd_narrow,pdl" in out.stdout, out.stdout
+
+
+# ---- CPU ---------------------------------------------------------------------------------------
+
+def test_cpu_flag_lists_agree():
+    """layernorm.cu's FLAGS table, layernorm.py's VARIANT_FLAGS, this file's VARIANTS and the bench
+    script's lists name the same flags."""
+    from kernels import layernorm, layernorm_bench
+    src = open(os.path.join(REPO, "kernels", "layernorm.cu")).read()
+    table = re.search(r"constexpr Flag FLAGS\[\] = \{(.*?)\};", src, re.S).group(1)
+    cu_flags = re.findall(r'\{"(\w+)", &Variant::\w+\}', table)
+    assert tuple(cu_flags) == layernorm.VARIANT_FLAGS
+    assert set(VARIANTS[-1].split(",")) == set(cu_flags)
+    for spec in layernorm_bench.FWD_VARIANTS + layernorm_bench.BWD_VARIANTS:
+        assert spec == "default" or set(spec.split(",")) <= set(cu_flags), spec
+    assert all(v.startswith("fwd") for v in layernorm_bench.FWD_VARIANTS[1:])
+    assert all(not v.startswith("fwd") for v in layernorm_bench.BWD_VARIANTS)
+
+
+def test_cpu_bench_counts_the_bytes_each_kernel_must_move():
+    from kernels.layernorm_bench import kernel_bytes
+    n = 16384 * 768
+    assert kernel_bytes(16384, 768, BF16, BF16, BF16) == (8 * n, 8 * n)          # bench.py's 8 passes of bf16
+    assert kernel_bytes(16384, 768, F32, BF16, BF16) == (12 * n, 16 * n)         # NOTES: 12 + 16 bytes
+    assert kernel_bytes(16384, 768, F32, F32, F32) == (16 * n, 16 * n)
