@@ -115,11 +115,18 @@ _bwd_ext = LazyExtension("tk_attention_hopper_bwd", ["attention_hopper_bwd.cu", 
 BACKWARD_HEAD_DIMS = (64, 128)
 
 
-def backward(grad_out, q, k, v, o, lse, causal=True, scale=None, out=None):
+# The backward's variants (attention_hopper_backward_variant in the .cu); 0 is the default.
+BACKWARD_VARIANTS = {0: "default", 1: "five products in turn, 2 slots",
+                     2: "next block's S, dP under this block's dQ store, 3 slots (D=64; D=128 runs 1)"}
+
+
+def backward(grad_out, q, k, v, o, lse, causal=True, scale=None, out=None, variant=0):
     """(dq, dk, dv) of causal (or full) attention from the forward's o and lse (natural log).
 
     out=(dq, dk, dv): bf16 (B, H, T, D) views to write (e.g. the three slices of one packed
     (B, T, 3, H, D) gradient); they are returned. Without it, each is allocated (B, T, H, D)."""
+    if variant not in BACKWARD_VARIANTS:
+        fail(OP, f"variant must be one of {sorted(BACKWARD_VARIANTS)} (0 is the default); got {variant}")
     from .attention_op import _check_input, _empty_bthd, check_backward_inputs
     if scale is None and isinstance(q, torch.Tensor) and q.dim() > 0 and q.shape[-1] > 0:
         scale = 1.0 / math.sqrt(q.shape[-1])
@@ -135,7 +142,7 @@ def backward(grad_out, q, k, v, o, lse, causal=True, scale=None, out=None):
     problem = _bwd_ext.module.check_backward(grad_out, q, k, v, o, lse, float(scale), *out)
     if problem:
         raise ValueError(problem)
-    _bwd_ext.module.backward_into(grad_out, q, k, v, o, lse, bool(causal), float(scale), *out)
+    _bwd_ext.module.backward_into(grad_out, q, k, v, o, lse, bool(causal), float(scale), *out, int(variant))
     return out
 
 

@@ -70,6 +70,17 @@
 // The two consumers do not wait on each other; while one does its exponentials the other's
 // wgmmas keep the tensor cores busy (no explicit ping-pong). Phases: query block i uses slot
 // i % STAGES with parity (i / STAGES) & 1; the producer waits on empty with the opposite parity.
+//
+// ---- Variants (attention_hopper_backward_variant at the bottom; figures in kernels/NOTES.md) ----
+//   1  as pictured: 2 slots, one dQ buffer per consumer (thread 0 waits until the previous
+//      reduce-add has read it, then two bar.syncs around the write). D = 128 always runs this,
+//      with dQ issued only after dV and dK finished (register budget: see ds_dk_dq).
+//   2  (D = 64, default) 3 slots, two dQ buffers per consumer (one bar.sync, and the wait is
+//      for the copy before last), and consumer 1 skips the first query block, which lies
+//      entirely left of its keys (causal).
+// Tried and dropped, because ptxas then serializes every wgmma: issuing block i+1's Sᵀ, dPᵀ
+// before waiting for block i's products (wgmmas in flight across the loop's back edge, C7514),
+// and writing block i-1's dQ registers while block i's Sᵀ, dPᵀ run (C7517/C7518).
 #include <cstdint>
 #include <cmath>
 #include <string>
@@ -84,27 +95,29 @@
 namespace attention_hopper_bwd {
 
 // ---- Configuration ---------------------------------------------------------------------------
-template <int D>
+template <int D, bool PIPELINED = false>
 struct config {
     static_assert(D == 64 || D == 128, "head_dim 64 or 128");
     static constexpr int block_n = 128;                 // keys per CTA (64 per consumer)
     static constexpr int block_m = 64;                  // queries per step
     static constexpr int consumers = 2;
     static constexpr int threads = 128 * (consumers + 1);
-    static constexpr int stages = 2;                    // slots of (Q, dO, lse, Di)
+    static constexpr int stages = PIPELINED ? 3 : 2;    // slots of (Q, dO, lse, Di)
     static constexpr int col_blocks = D / 64;           // 128-byte (64-element) column blocks
     static constexpr int kv_bytes = block_n * D * 2;    // one K or V tile
     static constexpr int q_bytes = block_m * D * 2;     // one Q or dO tile
     static constexpr int ds_bytes = block_m * 64 * 2;   // one consumer's dS (64 queries x 64 keys)
     static constexpr int dq_bytes = block_m * D * 4;    // one consumer's fp32 dQ partial
+    static constexpr int dq_buffers = PIPELINED ? 2 : 1;
     // offsets from the 1024-aligned base; every tile 1024-aligned (128B swizzle)
     static constexpr int k_off = 0, v_off = kv_bytes, q_off = 2 * kv_bytes;
     static constexpr int do_off = q_off + stages * q_bytes;
     static constexpr int ds_off = do_off + stages * q_bytes;
     static constexpr int dq_off = ds_off + consumers * ds_bytes;
-    static constexpr int vec_off = dq_off + consumers * dq_bytes;   // lse2[stages][64], di[stages][64]
+    static constexpr int vec_off = dq_off + consumers * dq_buffers * dq_bytes;   // lse2[stages][64], di[stages][64]
     static constexpr int smem_bytes = vec_off + 2 * stages * block_m * 4 + 1024;   // + alignment slack
     static constexpr int producer_regs = 24, consumer_regs = 240;
+    static_assert(!PIPELINED || D == 64, "the pipelined variant keeps two more accumulators live: D = 64 only");
     static_assert(128 * (producer_regs + consumers * consumer_regs) <= 65536, "register budget");
     static_assert(smem_bytes <= 227 * 1024, "shared memory");
 };
@@ -123,6 +136,7 @@ struct kernel_params {
 };
 
 constexpr float LOG2E = 1.4426950408889634f;
+constexpr int DEFAULT_VARIANT_D64 = 2;   // see attention_hopper_backward_variant at the bottom
 
 __device__ inline float exp2_ftz(float x) {
     float y;
@@ -166,11 +180,13 @@ __device__ inline void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t by
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 #endif
 }
-__device__ inline void bulk_wait_read_all() {
+template <int N>
+__device__ inline void bulk_wait_read() {
 #ifdef TK_HOPPER
-    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
 #endif
 }
+__device__ inline void bulk_wait_read_all() { bulk_wait_read<0>(); }
 __device__ inline void bulk_wait_all() {
 #ifdef TK_HOPPER
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
@@ -208,9 +224,9 @@ __global__ void __launch_bounds__(256) rowsum_kernel(const AttentionBackwardPara
 }
 
 // ---- Kernel 2: dK, dV and the dQ partials -------------------------------------------------------
-template <int D>
-__global__ void __launch_bounds__(config<D>::threads, 1) backward_kernel(const __grid_constant__ kernel_params p) {
-    using C = config<D>;
+template <int D, bool PIPELINED>
+__global__ void __launch_bounds__(config<D, PIPELINED>::threads, 1) backward_kernel(const __grid_constant__ kernel_params p) {
+    using C = config<D, PIPELINED>;
     using namespace tk;
     constexpr int BN = C::block_n, BM = C::block_m, S = C::stages;
 
@@ -254,19 +270,21 @@ __global__ void __launch_bounds__(config<D>::threads, 1) backward_kernel(const _
             mbar::arrive_expect_bytes(kv_full, 2 * C::kv_bytes);
             load(k_tile, &p.k_map, BN, kv0, kv_full);
             load(v_tile, &p.v_map, BN, kv0, kv_full);
-            for (int i = 0; i < n_iter; ++i) {
-                const int s = i % S, m0 = (m_begin + i) * BM;
-                mbar::wait(empty[s], ((i / S) & 1) ^ 1);
+            // slot s = i % S and its phase bit, kept as counters (24 registers here: no divisions)
+            for (int i = 0, s = 0, phase = 0; i < n_iter; ++i) {
+                const int m0 = (m_begin + i) * BM;
+                mbar::wait(empty[s], phase ^ 1);
                 mbar::arrive_expect_bytes(full[s], 2 * C::q_bytes);
                 load(q_tile(s), &p.q_map, BM, m0, full[s]);
                 load(do_tile(s), &p.do_map, BM, m0, full[s]);
+                if (++s == S) { s = 0; phase ^= 1; }
             }
         } else if (warp == 1) {
             const float* lse = p.lse + int64_t(bh) * p.seq_len;
             const float* di = p.d_rowsum + int64_t(bh) * p.seq_len;
-            for (int i = 0; i < n_iter; ++i) {
-                const int s = i % S, m0 = (m_begin + i) * BM;
-                mbar::wait(empty[s], ((i / S) & 1) ^ 1);
+            for (int i = 0, s = 0, phase = 0; i < n_iter; ++i) {
+                const int m0 = (m_begin + i) * BM;
+                mbar::wait(empty[s], phase ^ 1);
 #pragma unroll
                 for (int r = lane; r < BM; r += 32) {
                     const int q = m0 + r;
@@ -275,6 +293,7 @@ __global__ void __launch_bounds__(config<D>::threads, 1) backward_kernel(const _
                     di_s[s * BM + r] = q < p.seq_len ? di[q] : 0.f;
                 }
                 mbar::arrive(full[s]);                  // release: the writes above are visible
+                if (++s == S) { s = 0; phase ^= 1; }
             }
         }
         return;
@@ -287,18 +306,17 @@ __global__ void __launch_bounds__(config<D>::threads, 1) backward_kernel(const _
     const int key0 = kv0 + 64 * c + 16 * warp + lane / 4;   // this thread's keys: key0, key0 + 8
     const int first_key = kv0 + 64 * c, last_key = first_key + 63;
     const uint32_t ds_tile = smem + C::ds_off + c * C::ds_bytes;
-    const uint32_t dq_tile = smem + C::dq_off + c * C::dq_bytes;
-    float4* dq_smem = reinterpret_cast<float4*>(smem_ptr + C::dq_off + c * C::dq_bytes);
+    const uint32_t dq_tile = smem + C::dq_off + c * C::dq_buffers * C::dq_bytes;
+    float4* dq_smem = reinterpret_cast<float4*>(smem_ptr + C::dq_off + c * C::dq_buffers * C::dq_bytes);
 
     wgmma::accumulator<64> s_acc, dp_acc;                // Sᵀ -> P, dPᵀ -> dS (64 keys x 64 queries)
     wgmma::accumulator<D> dv_acc, dk_acc, dq_acc;        // 64 keys x D (dq: 64 queries x D)
     uint32_t p_frag[4][4], ds_frag[4][4];                // bf16 A operands of dV and dK
 
-    mbar::wait(kv_full, 0);
-    for (int i = 0; i < n_iter; ++i) {
-        const int s = i % S, m = m_begin + i, m0 = m * BM;
+    // ---- the steps of one query block i (slot s = i % S); both variants below call them ----
+    auto issue_s_dp = [&](int i) {                       // Sᵀ = K_c·Qᵀ, dPᵀ = V_c·dOᵀ: two groups
+        const int s = i % S;
         mbar::wait(full[s], (i / S) & 1);
-        // Sᵀ = K_c·Qᵀ and dPᵀ = V_c·dOᵀ, both operands K-major in shared memory
         wgmma::fence();
 #pragma unroll
         for (int k = 0; k < D / 16; ++k)
@@ -312,12 +330,13 @@ __global__ void __launch_bounds__(config<D>::threads, 1) backward_kernel(const _
                 dp_acc, wgmma::desc<wgmma::major::K, BN, 128>(v_tile, 64 * c, k),
                 wgmma::desc<wgmma::major::K, BM, 128>(do_tile(s), 0, k), k > 0);
         wgmma::commit_group();
-
-        // P = exp2(S·scale·log2e − lse·log2e); thread holds keys key0 (+8) x queries m0 + 8j + 2t (+1)
-        wgmma::wait_group<1>();
+    };
+    // After Sᵀ is done: P = exp2(S·scale·log2e − lse·log2e), masked; issue dV += Pᵀ·dO.
+    // Thread holds keys key0 (+8) x queries m0 + 8j + 2t (+1).
+    auto softmax_and_dv = [&](int i, bool accumulate) {
+        const int s = i % S, m0 = (m_begin + i) * BM;
         wgmma::fence_operand(s_acc);
         const float* lse2 = lse2_s + s * BM;
-        const float* di = di_s + s * BM;
         const bool mask = p.causal ? (last_key > m0) : (last_key >= p.seq_len);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
@@ -339,12 +358,15 @@ __global__ void __launch_bounds__(config<D>::threads, 1) backward_kernel(const _
 #pragma unroll
         for (int k = 0; k < BM / 16; ++k)
             wgmma::mma_rs<wgmma::major::MN>(dv_acc, p_frag[k], wgmma::desc<wgmma::major::MN, BM, 128>(do_tile(s), 0, k),
-                                            i > 0 || k > 0);
+                                            accumulate || k > 0);
         wgmma::commit_group();
-
-        // dS = P ∘ (dP − Di)
-        wgmma::wait_group<1>();                          // dPᵀ done (dV may still run)
+    };
+    // After dPᵀ is done: dS = P ∘ (dP − Di); dS to shared memory; issue dK += dSᵀ·Q, then (after
+    // the warpgroup's bar.sync) dQ_c = dS·K_c.
+    auto ds_dk_dq = [&](int i, bool accumulate) {
+        const int s = i % S;
         wgmma::fence_operand(dp_acc);
+        const float* di = di_s + s * BM;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             const float2 d2 = *reinterpret_cast<const float2*>(di + 8 * j + 2 * t);
@@ -374,9 +396,19 @@ __global__ void __launch_bounds__(config<D>::threads, 1) backward_kernel(const _
 #pragma unroll
         for (int k = 0; k < BM / 16; ++k)
             wgmma::mma_rs<wgmma::major::MN>(dk_acc, ds_frag[k], wgmma::desc<wgmma::major::MN, BM, 128>(q_tile(s), 0, k),
-                                            i > 0 || k > 0);
+                                            accumulate || k > 0);
         wgmma::commit_group();
         named_sync<128>(1 + c);                          // the whole dS_c tile is in shared memory
+        if constexpr (D == 128) {
+            // 64 more accumulators (dQ) on top of dV, dK, P, dS and both A operands do not fit
+            // in 240 registers: let dV and dK finish first, which frees P and dS.
+            wgmma::wait_group<0>();
+            wgmma::fence_operand(dv_acc);
+            wgmma::fence_operand(dk_acc);
+            keep_alive(p_frag);
+            keep_alive(ds_frag);
+            wgmma::fence();
+        }
         // dQ_c = dS·K_c: A = dS (K-major, 64 keys), B = K_c rows (keys x D: MN-major)
 #pragma unroll
         for (int k = 0; k < 4; ++k)
@@ -384,25 +416,89 @@ __global__ void __launch_bounds__(config<D>::threads, 1) backward_kernel(const _
                 dq_acc, wgmma::desc<wgmma::major::K, BM, 128>(ds_tile, 0, k),
                 wgmma::desc<wgmma::major::MN, BN, 128>(k_tile, 0, 4 * c + k), k > 0);
         wgmma::commit_group();
-        wgmma::wait_group<0>();
+    };
+    // After dV, dK, dQ are done: slot s is free.
+    auto release = [&](int i) {
         wgmma::fence_operand(dv_acc);
         wgmma::fence_operand(dk_acc);
         wgmma::fence_operand(dq_acc);
         keep_alive(p_frag);
         keep_alive(ds_frag);
-        if (lane == 0) mbar::arrive(empty[s]);          // Q, dO, lse, Di of slot s are free
-
-        // dQ partial -> shared memory (register order) -> one bulk reduce-add into dq_accum
-        if (tid == 0) bulk_wait_read_all();              // the previous reduce has read dq_smem
-        named_sync<128>(1 + c);
+        if (lane == 0) mbar::arrive(empty[i % S]);      // Q, dO, lse, Di of slot s are free
+    };
+    // Add query block i's dQ partial into dq_accum: registers -> shared memory (register order)
+    // -> one bulk reduce-add, in flight while the loop goes on. Split in three for variant 2,
+    // which writes the registers while wgmmas run but issues the copy only when none does
+    // (thread 0 alone in a branch with wgmmas in flight makes ptxas serialize them: C7518).
+    auto write_dq = [&](int buffer) {                    // every thread: its registers -> smem
+        float4* dst = dq_smem + buffer * (C::dq_bytes / 16);
 #pragma unroll
         for (int jj = 0; jj < D / 8; ++jj)
-            dq_smem[jj * 128 + tid] = make_float4(dq_acc.d[4 * jj], dq_acc.d[4 * jj + 1], dq_acc.d[4 * jj + 2],
-                                                  dq_acc.d[4 * jj + 3]);
-        fence_proxy_async();
+            dst[jj * 128 + tid] = make_float4(dq_acc.d[4 * jj], dq_acc.d[4 * jj + 1], dq_acc.d[4 * jj + 2],
+                                              dq_acc.d[4 * jj + 3]);
+        fence_proxy_async();                             // generic writes -> the bulk copy's reads
+    };
+    auto reduce_dq = [&](int buffer, int i) {            // thread 0, after a bar.sync of the warpgroup
+        bulk_reduce_add_f32(p.dq_accum + (int64_t(bh) * p.q_blocks + m_begin + i) * (BM * D),
+                            dq_tile + buffer * C::dq_bytes, C::dq_bytes);
+    };
+    auto store_dq = [&](int i) {                         // variant 1: one buffer, all in one go
+        if (tid == 0) bulk_wait_read_all();              // the previous reduce has read dq_smem
         named_sync<128>(1 + c);
-        if (tid == 0)
-            bulk_reduce_add_f32(p.dq_accum + (int64_t(bh) * p.q_blocks + m) * (BM * D), dq_tile, C::dq_bytes);
+        write_dq(0);
+        named_sync<128>(1 + c);
+        if (tid == 0) reduce_dq(0, i);
+    };
+
+    mbar::wait(kv_full, 0);
+    int i0 = 0;
+    if constexpr (PIPELINED) {
+        // Consumer 1's keys are all right of the first query block's queries (causal): nothing to
+        // do there but hand the slot back (after it filled, so the empty phases stay in order).
+        if (p.causal && first_key > m_begin * BM + BM - 1) {
+            mbar::wait(full[0], 0);
+            if (lane == 0) mbar::arrive(empty[0]);
+            i0 = 1;
+        }
+    }
+    if constexpr (!PIPELINED) {
+        // Variant 1: each block's five products in turn; the two consumers overlap each other.
+        for (int i = 0; i < n_iter; ++i) {
+            issue_s_dp(i);
+            wgmma::wait_group<1>();                      // Sᵀ done
+            softmax_and_dv(i, i > 0);
+            wgmma::wait_group<1>();                      // dPᵀ done (dV may still run)
+            ds_dk_dq(i, i > 0);
+            wgmma::wait_group<0>();
+            release(i);
+            store_dq(i);
+        }
+    } else {
+        // Variant 2: two dQ buffers, so no thread waits for a bulk copy still reading the one it
+        // is about to fill (variant 1's wait_read 0), and one bar.sync fewer per block.
+        // (Tried and dropped: writing block i-1's dQ registers to shared memory while block i's
+        // Sᵀ, dPᵀ run makes ptxas serialize the wgmmas (C7517/C7518), and issuing block i+1's
+        // products before waiting for block i's keeps wgmmas in flight across the loop's back
+        // edge, which it serializes too (C7514).)
+        for (int i = i0; i < n_iter; ++i) {
+            issue_s_dp(i);
+            wgmma::wait_group<1>();                      // Sᵀ done
+            softmax_and_dv(i, i > i0);
+            wgmma::wait_group<1>();                      // dPᵀ done (dV may still run)
+            ds_dk_dq(i, i > i0);
+            wgmma::wait_group<0>();
+            release(i);
+            write_dq(i % 2);                             // buffer i % 2 was freed by the wait_read
+            named_sync<128>(1 + c);                      // of block i-1 (before the bar.sync of
+            if (tid == 0) {                              // this block's ds_dk_dq)
+                reduce_dq(i % 2, i);
+                bulk_wait_read<1>();                     // block i-1's copy has read its buffer
+            }
+        }
+        if (i0 == n_iter) {                              // nothing at all for these keys: zeros
+#pragma unroll
+            for (int x = 0; x < D / 2; ++x) dv_acc.d[x] = dk_acc.d[x] = 0.f;
+        }
     }
 
     // ---- epilogue: dK·scale and dV to global memory (bf16), rows key0 and key0 + 8 ----
@@ -447,9 +543,9 @@ __global__ void __launch_bounds__(256) convert_dq_kernel(const AttentionBackward
 // ---- Host side ---------------------------------------------------------------------------------
 inline int query_blocks(int seq_len) { return (seq_len + 63) / 64; }
 
-template <int D>
+template <int D, bool PIPELINED>
 cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream) {
-    using C = config<D>;
+    using C = config<D, PIPELINED>;
     const AttentionShape& sh = a.shape;
     const int q_blocks = query_blocks(sh.seq_len);
     const int64_t rows = int64_t(sh.batch) * sh.heads * sh.seq_len;
@@ -484,7 +580,7 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream) {
     kp.scale_log2 = sh.scale * LOG2E;
     kp.causal = sh.causal ? 1 : 0;
 
-    auto kernel = backward_kernel<D>;
+    auto kernel = backward_kernel<D, PIPELINED>;
     static cudaError_t configured = [&] {
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::smem_bytes);
         if (e == cudaSuccess)
@@ -530,10 +626,21 @@ int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_
     return int64_t(batch) * heads * attention_hopper_bwd::query_blocks(seq_len) * 64 * head_dim;
 }
 
+// The variants, numbered as in kernels/NOTES.md (Session 3, Hopper backward); 0 = the default.
+//   1: each query block's five products in turn (2 slots)
+//   2: the next block's Sᵀ, dPᵀ issued under this block's dQ store; consumer 1 skips the fully
+//      masked first block; 3 slots (head_dim 64 only: with D = 128 the extra live accumulators
+//      do not fit in 240 registers, so 128 runs variant 1)
 // Runs the three kernels on `cuda_stream`; returns the CUDA error (0 = ok).
-int attention_hopper_backward(const AttentionBackwardParams& p, void* cuda_stream) {
+int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cuda_stream, int variant) {
     using namespace attention_hopper_bwd;
     if (attention_hopper_backward_why_not(p)) return cudaErrorInvalidValue;
     auto stream = static_cast<cudaStream_t>(cuda_stream);
-    return p.shape.head_dim == 64 ? launch<64>(p, stream) : launch<128>(p, stream);
+    if (p.shape.head_dim == 128) return variant >= 0 && variant <= 2 ? launch<128, false>(p, stream) : cudaErrorInvalidValue;
+    if (variant == 0) variant = DEFAULT_VARIANT_D64;
+    switch (variant) {
+    case 1: return launch<64, false>(p, stream);
+    case 2: return launch<64, true>(p, stream);
+    default: return cudaErrorInvalidValue;
+    }
 }

@@ -16,7 +16,7 @@
 // From attention_hopper_bwd.cu.
 const char* attention_hopper_backward_why_not(const AttentionBackwardParams& p);
 int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_len, int head_dim);
-int attention_hopper_backward(const AttentionBackwardParams& p, void* cuda_stream);
+int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cuda_stream, int variant);
 
 namespace {
 
@@ -93,8 +93,11 @@ std::string check_backward(const at::Tensor& d_o, const at::Tensor& q, const at:
 // Writes dq, dk, dv (bf16 (B, H, T, D) views, e.g. three slices of one (B, T, 3, H, D) buffer).
 void backward_into(const at::Tensor& d_o, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                    const at::Tensor& o, const at::Tensor& lse, bool causal, double scale, const at::Tensor& dq,
-                   const at::Tensor& dk, const at::Tensor& dv) {
+                   const at::Tensor& dk, const at::Tensor& dv, int64_t variant) {
     tk_bindings::raise_if(backward_problem(d_o, q, k, v, o, lse, scale, dq, dk, dv));
+    if (variant < 0 || variant > 2)
+        tk_bindings::raise_if(tk_bindings::value_problem("tk Hopper attention backward: variant must be 0 (the default), 1 or 2, got " +
+                                                         std::to_string(variant)));
     const int B = int(q.size(0)), H = int(q.size(1)), T = int(q.size(2)), D = int(q.size(3));
     const c10::cuda::CUDAGuard guard(q.device());
     at::Tensor d_rowsum = at::empty({B, H, T}, q.options().dtype(at::kFloat));
@@ -107,7 +110,7 @@ void backward_into(const at::Tensor& d_o, const at::Tensor& q, const at::Tensor&
     p.d_rowsum = d_rowsum.data_ptr<float>();
     p.dq_accum = dq_accum.data_ptr<float>();
     auto stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
-    const int err = attention_hopper_backward(p, stream);
+    const int err = attention_hopper_backward_variant(p, stream, int(variant));
     tk_bindings::raise_if_failed(err == 0 ? nullptr : cudaGetErrorString(static_cast<cudaError_t>(err)),
                                  "tk Hopper attention", "backward launch");
 }
@@ -119,5 +122,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("dv"));
     m.def("backward_into", &backward_into, "(grad_out, q, k, v, o, lse, causal, scale, dq, dk, dv): writes dq, dk, dv",
           py::arg("grad_out"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"), py::arg("lse"), py::arg("causal"),
-          py::arg("scale"), py::arg("dq"), py::arg("dk"), py::arg("dv"));
+          py::arg("scale"), py::arg("dq"), py::arg("dk"), py::arg("dv"), py::arg("variant") = 0);
 }

@@ -4,7 +4,7 @@
 # must not eat the call), the pytest suite, compute-sanitizer memcheck on a small case, the model's
 # tk-vs-torch check, and the attention bench rows (tk = hopper fwd + hopper bwd on sm_90).
 # Usage: tests/gpu_attention_hopper_bwd.sh OUT_DIR        (~70 s warm after ~35 s of builds)
-# SKIP="bench sanitizer" leaves parts out.
+# SKIP="quick bench sanitizer" leaves parts out (quick = tests/bench_attention_hopper_bwd.py).
 set -u
 OUT=${1:-/tmp/attention_hopper_bwd_out}; mkdir -p "$OUT"
 SKIP=${SKIP:-}
@@ -45,6 +45,9 @@ torch.cuda.synchronize(); print("sanitize case ran")
 PY
   timeout -s KILL 90 compute-sanitizer --tool memcheck python3 "$OUT/sanitize_case.py" > "$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|sanitize case ran" "$OUT/memcheck.log"
+fi
+if [[ " $SKIP " != *" quick "* ]]; then
+  timeout -s KILL 60 python3 tests/bench_attention_hopper_bwd.py --json "$OUT/quick_bench.json" 2>&1 | tee "$OUT/quick_bench.log"
 fi
 if [[ " $SKIP " != *" bench "* ]]; then
   TK_BENCH_ATTENTION_IMPLS=${TK_BENCH_ATTENTION_IMPLS:-tk,tk-portable,sdpa-cudnn,sdpa-flash} \

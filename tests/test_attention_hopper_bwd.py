@@ -61,11 +61,15 @@ def poison(*ts):
         t.fill_(float("nan"))
 
 
-def rel_err(x, ref):
-    return ((x.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+def rel_err(x, ref, floor=1e-30):
+    return ((x.double() - ref).norm() / ref.norm().clamp_min(floor)).item()
 
 
-def check(B, H, T, D, causal=True, scale=None, std=1.0, packed=False, seed=0, o_from="reference"):
+# D = 64 runs both kernel variants (attention_hopper_backward_variant); D = 128 has one.
+VARIANTS = [int(v) for v in os.environ.get("TK_ATTENTION_HOPPER_BWD_VARIANTS", "1 2").split()]
+
+
+def check(B, H, T, D, causal=True, scale=None, std=1.0, packed=False, seed=0, o_from="reference", variant=0):
     from kernels import attention_hopper
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     qkv, q, k, v, d_o = make_inputs(B, H, T, D, std, packed, seed)
@@ -79,17 +83,19 @@ def check(B, H, T, D, causal=True, scale=None, std=1.0, packed=False, seed=0, o_
         dqkv = torch.empty_like(qkv)
         poison(dqkv)
         out = tuple(dqkv.permute(2, 0, 3, 1, 4).unbind(0))
-        got = attention_hopper.backward(d_o, q, k, v, o, lse, causal, scale, out=out)
+        got = attention_hopper.backward(d_o, q, k, v, o, lse, causal, scale, out=out, variant=variant)
         assert all(a is b for a, b in zip(got, out))
     else:
         out = tuple(torch.empty(B, T, H, D, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(3))
         poison(*out)
-        got = attention_hopper.backward(d_o, q, k, v, o, lse, causal, scale, out=out)
+        got = attention_hopper.backward(d_o, q, k, v, o, lse, causal, scale, out=out, variant=variant)
     torch.cuda.synchronize()
     for name, x, ref in zip(("dq", "dk", "dv"), got, grads_ref):
         assert x.shape == ref.shape and x.dtype == torch.bfloat16
         assert not torch.isnan(x).any(), f"{name} has NaN (unwritten or overflowed elements)"
-        err = rel_err(x, ref)
+        # With one key (T = 1) P = 1 and dS = P·(dP - Di) = 0 exactly, so the true dq is 0 and
+        # its own norm is rounding noise: measure dq's error against dv's scale there instead.
+        err = rel_err(x, ref, floor=1e-2 * grads_ref[2].norm().item())
         assert err < GRAD_TOL, f"{name}: relative error {err:.2e} >= {GRAD_TOL} (B={B} H={H} T={T} D={D})"
     return got
 
@@ -98,17 +104,21 @@ SEQ_LENS = [1, 17, 64, 255, 256, 1000, 1024]
 
 
 @gpu
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("T", SEQ_LENS)
-def test_causal(T, D):
-    check(2, 3, T, D, seed=T + D)
+def test_causal(T, D, variant):
+    if D == 128 and variant != VARIANTS[0]:
+        pytest.skip("D = 128 has one variant")
+    check(2, 3, T, D, seed=T + D, variant=variant)
 
 
 @gpu
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("BH", [(1, 1), (1, 5), (4, 3)])
 def test_batch_heads(BH, D):
-    check(*BH, 300, D, seed=BH[0] * 10 + BH[1])
+    for variant in VARIANTS if D == 64 else [0]:
+        check(*BH, 300, D, seed=BH[0] * 10 + BH[1], variant=variant)
 
 
 @gpu
@@ -116,22 +126,25 @@ def test_batch_heads(BH, D):
 @pytest.mark.parametrize("T", [255, 1024])
 def test_large_logits(T, D):
     # std-4 inputs: logits spread over tens of units; P is ~one-hot, exp overflow shows at once.
-    check(1, 2, T, D, std=4.0, seed=11 * T + D)
-    check(1, 2, T, D, std=2.0, scale=1.0, seed=13 * T + D)   # explicit scale, 8-11x the default
+    for variant in VARIANTS if D == 64 else [0]:
+        check(1, 2, T, D, std=4.0, seed=11 * T + D, variant=variant)
+        check(1, 2, T, D, std=2.0, scale=1.0, seed=13 * T + D, variant=variant)   # explicit scale, 8-11x the default
 
 
 @gpu
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("T", [17, 1000])
 def test_packed_views_out_slices(T, D):
-    check(2, 3, T, D, packed=True, seed=5 * T + D)
+    for variant in VARIANTS if D == 64 else [0]:
+        check(2, 3, T, D, packed=True, seed=5 * T + D, variant=variant)
 
 
 @gpu
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("T", [1, 100, 1000])
 def test_full_attention(T, D):
-    check(1, 2, T, D, causal=False, seed=7 * T + D)
+    for variant in VARIANTS if D == 64 else [0]:
+        check(1, 2, T, D, causal=False, seed=7 * T + D, variant=variant)
 
 
 @gpu
@@ -175,6 +188,8 @@ def test_bad_inputs_raise():
         attention_hopper.backward(d_o.float(), q, k, v, o, lse, True, 0.125)
     with pytest.raises(ValueError, match="dq"):
         attention_hopper.backward(d_o, q, k, v, o, lse, True, 0.125, out=(q[:, :, :32], k, v))
+    with pytest.raises(ValueError, match="variant"):
+        attention_hopper.backward(d_o, q, k, v, o, lse, True, 0.125, variant=7)
 
 
 @gpu
@@ -210,10 +225,10 @@ def test_nvcc_sm90a(tmp_path):
     assert "spill stores" in log
     assert not re.search(r"[1-9]\d* bytes spill stores", log), log
     assert "setmaxnreg' ignored" not in log and "C7508" not in log, log
-    # D = 64 must not serialize its wgmmas (C7512/C7515); D = 128 may, for want of registers
-    # (kernels/NOTES.md, Session 3), so only the D = 64 kernel's name is checked.
-    d64 = [line for line in log.splitlines() if "C751" in line and "backward_kernelILi64" in line]
-    assert not d64, "\n".join(d64)
+    # no serialized wgmmas (C7512 registers, C7514/C7515 accumulator access, C7517/C7518 waits
+    # the compiler had to insert): each of those lost a variant tried here (kernels/NOTES.md)
+    serialized = [line for line in log.splitlines() if "C751" in line]
+    assert not serialized, "\n".join(serialized)
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found")
