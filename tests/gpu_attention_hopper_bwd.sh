@@ -28,13 +28,15 @@ fi
 tail -2 "$OUT/smoke.log"
 timeout -s KILL 150 $PYT tests/test_attention_hopper_bwd.py 2>&1 | tee "$OUT/pytest.log" | tail -25
 timeout -s KILL 90 $PYT tests/test_attention.py -k "model_loss or torch_compile or opcheck" tests/test_attention_hopper_dispatch.py 2>&1 | tee "$OUT/pytest_model.log" | tail -8
+if [[ " $SKIP " != *" quick "* ]]; then
+  timeout -s KILL 60 python3 tests/bench_attention_hopper_bwd.py --json "$OUT/quick_bench.json" 2>&1 | tee "$OUT/quick_bench.log"
+fi
 if [[ " $SKIP " != *" sanitizer "* ]]; then
   cat > "$OUT/sanitize_case.py" <<'PY'
 import sys, torch
 sys.path.insert(0, ".")
 from kernels import attention_hopper as H
-for D in (64, 128):
-    for T in (70, 200):
+for D, T in ((64, 70), (64, 200), (128, 200)):
         qkv = torch.randn(1, T, 3, 2, D, device="cuda").bfloat16()
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
         o, lse = H.forward(q, k, v, True, D ** -0.5)
@@ -43,11 +45,8 @@ for D in (64, 128):
         H.backward(d_o, q, k, v, o, lse, True, D ** -0.5, out=tuple(dqkv.permute(2, 0, 3, 1, 4).unbind(0)))
 torch.cuda.synchronize(); print("sanitize case ran")
 PY
-  timeout -s KILL 90 compute-sanitizer --tool memcheck python3 "$OUT/sanitize_case.py" > "$OUT/memcheck.log" 2>&1
+  timeout -s KILL ${SANITIZER_TIMEOUT:-90} compute-sanitizer --tool memcheck python3 "$OUT/sanitize_case.py" > "$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|sanitize case ran" "$OUT/memcheck.log"
-fi
-if [[ " $SKIP " != *" quick "* ]]; then
-  timeout -s KILL 60 python3 tests/bench_attention_hopper_bwd.py --json "$OUT/quick_bench.json" 2>&1 | tee "$OUT/quick_bench.log"
 fi
 if [[ " $SKIP " != *" bench "* ]]; then
   TK_BENCH_ATTENTION_IMPLS=${TK_BENCH_ATTENTION_IMPLS:-tk,tk-portable,sdpa-cudnn,sdpa-flash} \
