@@ -80,7 +80,9 @@
 //      entirely left of its keys (causal).
 // Tried and dropped, because ptxas then serializes every wgmma: issuing block i+1's Sᵀ, dPᵀ
 // before waiting for block i's products (wgmmas in flight across the loop's back edge, C7514),
-// and writing block i-1's dQ registers while block i's Sᵀ, dPᵀ run (C7517/C7518).
+// and writing block i-1's dQ registers while block i's Sᵀ, dPᵀ run (C7517/C7518). Also
+// dropped: three consumers (192 keys per CTA, 512 threads): ptxas allocated the kernel within
+// the entry cap of 128 registers despite setmaxnreg 160, spilled, and serialized (C7512).
 #include <cstdint>
 #include <cmath>
 #include <string>
@@ -98,9 +100,9 @@ namespace attention_hopper_bwd {
 template <int D, bool PIPELINED = false>
 struct config {
     static_assert(D == 64 || D == 128, "head_dim 64 or 128");
-    static constexpr int block_n = 128;                 // keys per CTA (64 per consumer)
-    static constexpr int block_m = 64;                  // queries per step
     static constexpr int consumers = 2;
+    static constexpr int block_n = 64 * consumers;      // keys per CTA (64 per consumer)
+    static constexpr int block_m = 64;                  // queries per step
     static constexpr int threads = 128 * (consumers + 1);
     static constexpr int stages = PIPELINED ? 3 : 2;    // slots of (Q, dO, lse, Di)
     static constexpr int col_blocks = D / 64;           // 128-byte (64-element) column blocks
@@ -116,7 +118,13 @@ struct config {
     static constexpr int dq_off = ds_off + consumers * ds_bytes;
     static constexpr int vec_off = dq_off + consumers * dq_buffers * dq_bytes;   // lse2[stages][64], di[stages][64]
     static constexpr int smem_bytes = vec_off + 2 * stages * block_m * 4 + 1024;   // + alignment slack
+    // setmaxnreg moves registers to the consumers (128·(24 + 2·240) = 64512), but ptxas reports
+    // (and, as far as we saw, allocates within) the entry cap of __launch_bounds__(384, 1): 168
+    // per thread. A 3-consumer version (512 threads) spilled at its cap of 128 despite
+    // setmaxnreg 160; so the consumer code here is written to fit 168.
     static constexpr int producer_regs = 24, consumer_regs = 240;
+    // D = 128: dQ is issued only after dV and dK finished (frees P's and dS's A operands).
+    static constexpr bool dq_after_dk = D == 128;
     static_assert(!PIPELINED || D == 64, "the pipelined variant keeps two more accumulators live: D = 64 only");
     static_assert(128 * (producer_regs + consumers * consumer_regs) <= 65536, "register budget");
     static_assert(smem_bytes <= 227 * 1024, "shared memory");
@@ -399,9 +407,9 @@ __global__ void __launch_bounds__(config<D, PIPELINED>::threads, 1) backward_ker
                                             accumulate || k > 0);
         wgmma::commit_group();
         named_sync<128>(1 + c);                          // the whole dS_c tile is in shared memory
-        if constexpr (D == 128) {
-            // 64 more accumulators (dQ) on top of dV, dK, P, dS and both A operands do not fit
-            // in 240 registers: let dV and dK finish first, which frees P and dS.
+        if constexpr (C::dq_after_dk) {
+            // D = 128: 64 more accumulators (dQ) on top of dV, dK, P, dS and both A operands
+            // do not fit in the registers: let dV and dK finish first.
             wgmma::wait_group<0>();
             wgmma::fence_operand(dv_acc);
             wgmma::fence_operand(dk_acc);
