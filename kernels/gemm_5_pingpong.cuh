@@ -9,8 +9,17 @@
 // turn, and "turn" mbarriers make their main loops alternate, so one consumer's epilogue runs
 // while the other's wgmmas keep the tensor cores busy.
 //
-// Read in order: configuration, shared memory, the kernel (producer = step 4's; consumer: which
-// tiles are mine, the turn barriers, the main loop, the epilogue per 64-row slab), launcher.
+// A configuration may also pair CTAs in 2-CTA CLUSTERS: the two CTAs of a cluster work on
+// vertically adjacent tiles (same columns, so the same B tile) in lock step, each loads its own A
+// tile and HALF of the shared B tile and multicasts that half into both CTAs' shared memory, so
+// L2 delivers 24 KB per 128x128 k-step instead of 32 KB. The price is coupling: a stage may only
+// be refilled when the consumers of BOTH CTAs have freed it (each consumer warp arrives on its
+// own and on the peer's "empty" barrier), and neither CTA may exit while the other can still
+// reach its shared memory (a cluster barrier at the end).
+//
+// Read in order: configuration, shared memory, cluster helpers, the producers (step 4's, and the
+// cluster one), the kernel (consumer: which tiles are mine, the turn barriers, the main loop, the
+// epilogue per 64-row slab), launcher.
 #pragma once
 #include <algorithm>
 #include <string>
@@ -26,14 +35,17 @@ using gemm4::unit_work;
 
 // A configuration: one consumer's tile (SLABS x 64 rows by BN columns, 128 fp32 accumulators a
 // thread either way), the ring depth, and the output staging boxes per consumer warp.
-template <int SLABS_, int STAGES_, int NBUF_ = 2> struct config {
+template <int SLABS_, int STAGES_, int NBUF_ = 2, int CLUSTER_ = 1> struct config {
     static constexpr int SLABS = SLABS_;                 // 64-row slabs per consumer tile: 1 or 2
     static constexpr int BM = 64 * SLABS_, BN = 256 / SLABS_, BK = 64;
     static constexpr int STAGES = STAGES_, NBUF = NBUF_;
+    static constexpr int CLUSTER = CLUSTER_;             // 1, or 2: B tiles multicast to CTA pairs
     static_assert(SLABS_ == 1 || SLABS_ == 2, "a consumer tile is 64x256 or 128x128");
+    static_assert(CLUSTER_ == 1 || CLUSTER_ == 2, "clusters of 1 or 2 CTAs");
 };
 using pingpong_128x128 = config<2, 6>;   // step 5 as first measured (6 x 32 KB stages)
 using pingpong_64x256 = config<1, 4>;    // one m64n256 wgmma per k16 (4 x 40 KB stages)
+using pingpong_128x128_cluster2 = config<2, 6, 2, 2>;   // 128x128, B multicast across a CTA pair
 
 constexpr int CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
 
@@ -41,9 +53,13 @@ template <typename Cfg, major MA, major MB, typename Epi>
 struct layout {
     using a_tile = gemm4::operand_tile<MA, Cfg::BM, Cfg::BK>;
     using b_tile = gemm4::operand_tile<MB, Cfg::BN, Cfg::BK>;
+    using b_half = gemm4::operand_tile<MB, Cfg::BN / 2, Cfg::BK>;   // what one CTA of a pair loads
     using c_tile = gemm4::out_tile<typename Epi::out_t>;
     using a_gl = gl<bf16, runtime, runtime, a_tile>;
-    using b_gl = gl<bf16, runtime, runtime, b_tile>;
+    using b_gl = gl<bf16, runtime, runtime, b_tile, b_half>;
+    // Half h of a B tile is the tile's bytes [h·size, (h+1)·size): K-major halves are row
+    // ranges, N-major halves column blocks, both contiguous and 1024-byte aligned.
+    static_assert(sizeof(b_half) * 2 == sizeof(b_tile) && sizeof(b_half) % 1024 == 0, "B halves must tile B");
     struct smem {
         a_tile a[Cfg::STAGES];
         b_tile b[Cfg::STAGES];
@@ -58,6 +74,91 @@ struct layout {
     };
 };
 
+// ---- cluster helpers (sm_90): rank, whole-cluster barrier, arrive on the peer's mbarrier,
+// TMA load multicast to the CTAs of a mask (same shared offsets and mbarrier in each) ----------
+__device__ inline uint32_t cluster_rank() {
+    uint32_t r = 0;
+#ifdef TK_SM90
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+    return r;
+}
+__device__ inline int cluster_id() {               // which cluster of the grid, and how many
+    uint32_t r = 0;
+#ifdef TK_SM90
+    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+#endif
+    return int(r);
+}
+__device__ inline int cluster_count() {
+    uint32_t r = 1;
+#ifdef TK_SM90
+    asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
+#endif
+    return int(r);
+}
+__device__ inline void cluster_sync() {        // every thread of both CTAs; warps may be diverged
+#ifdef TK_SM90
+    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+#endif
+}
+__device__ inline void arrive_on_cta(mbarrier& bar, uint32_t cta) {
+#ifdef TK_SM90
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(&bar)), "r"(cta));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(remote) : "memory");
+#endif
+}
+template <tma_tile S, typename G>
+__device__ inline void load_multicast(S& dst, const G& src, int row, int col, mbarrier& bar, uint16_t cta_mask) {
+    using box = tma_box<S>;
+#pragma unroll
+    for (int b = 0; b < box::blocks; ++b) {
+#ifdef TK_SM90
+        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                     " [%0], [%1, {%2, %3, %4}], [%5], %6;"
+                     :: "r"(smem_addr(&dst) + b * box::block_bytes), "l"(src.template tma<S>()),
+                        "r"(col * S::cols + b * box::cols), "r"(row * S::rows), "r"(0), "r"(smem_addr(&bar)), "h"(cta_mask)
+                     : "memory");
+#endif
+    }
+}
+
+// Units of a CTA pair: the pair walks step 4's order over PAIRS of tile rows; rank r of the
+// cluster takes tile row 2·(pair row) + r (past the last row when tiles_m is odd: its loads read
+// zeros, its stores are clipped away).
+__device__ inline work pair_work(const shape& sh, int unit, int rank) {
+    shape pairs = sh;
+    pairs.tiles_m = (sh.tiles_m + 1) / 2;
+    work w = unit_work(pairs, unit);
+    w.tm = 2 * w.tm + rank;
+    return w;
+}
+
+// The cluster producer: as gemm4::produce, over the pair's units; A alone, B's half `rank`
+// multicast to both CTAs. The stage's "empty" barrier counts the consumers of BOTH CTAs, since
+// this CTA's copy also writes into the peer's stage.
+template <int STAGES, major MA, major MB, typename L, typename Smem>
+__device__ inline void produce_pair(Smem& s, const typename L::params& p, int rank, int cluster, int clusters) {
+    using a_tile = typename L::a_tile;
+    using b_tile = typename L::b_tile;
+    using b_half = typename L::b_half;
+    int it = 0;
+    for (int unit = cluster; unit < p.sh.units; unit += clusters) {
+        work w = pair_work(p.sh, unit, rank);
+        for (int kt = w.k_begin; kt < w.k_end; ++kt, ++it) {
+            int stage = it % STAGES;
+            mbar::wait(s.empty[stage], ((it / STAGES) & 1) ^ 1);
+            mbar::arrive_expect_bytes(s.full[stage], tma::bytes<a_tile> + tma::bytes<b_tile>);
+            if constexpr (MA == major::K) tma::load_async(s.a[stage], p.A, w.tm, kt, s.full[stage]);
+            else                          tma::load_async(s.a[stage], p.A, kt, w.tm, s.full[stage]);
+            b_half& half = *reinterpret_cast<b_half*>(reinterpret_cast<char*>(&s.b[stage]) + rank * sizeof(b_half));
+            if constexpr (MB == major::K) load_multicast(half, p.B, 2 * w.tn + rank, kt, s.full[stage], uint16_t(3));
+            else                          load_multicast(half, p.B, kt, 2 * w.tn + rank, s.full[stage], uint16_t(3));
+        }
+    }
+}
+
 template <typename Cfg, major MA, major MB, typename Epi>
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_pingpong_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params p) {
@@ -67,31 +168,45 @@ gemm_pingpong_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::
     shared_allocator alloc(smem_raw);
     auto& s = alloc.template allocate<typename L::smem>();
 
+    constexpr int CLUSTER = Cfg::CLUSTER;
+    const int rank = CLUSTER == 2 ? int(cluster_rank()) : 0;
+    const int first_unit = CLUSTER == 2 ? cluster_id() : int(blockIdx.x);             // per CTA or per pair
+    const int unit_step = CLUSTER == 2 ? cluster_count() : int(gridDim.x);
     if (threadIdx.x == 0) {
         for (int i = 0; i < STAGES; ++i) {
             mbar::init(s.full[i], 1);
-            mbar::init(s.empty[i], 4);               // a stage is read by ONE consumer: its 4 warps
+            mbar::init(s.empty[i], 4 * CLUSTER);     // a stage is read by ONE consumer (4 warps) per CTA
         }
         for (int i = 0; i < CONSUMERS; ++i) mbar::init(s.turn[i], 4);
         mbar::fence_init();
     }
-    __syncthreads();
+    if constexpr (CLUSTER == 2) cluster_sync();      // the peer's barriers exist before we multicast
+    else __syncthreads();
 
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         warpgroup_decrease_registers<40>();
-        if (threadIdx.x == 0) gemm4::produce<STAGES, MA, MB>(s, p.A, p.B, p.sh);   // step 4's producer
+        if (threadIdx.x == 0) {
+            if constexpr (CLUSTER == 2) produce_pair<STAGES, MA, MB, L>(s, p, rank, first_unit, unit_step);
+            else gemm4::produce<STAGES, MA, MB>(s, p.A, p.B, p.sh);   // step 4's producer
+        }
         else if (threadIdx.x >= 32) p.epi.side_job(threadIdx.x - 32, 96, p.sh);   // the policy's extra work
     } else {
         warpgroup_increase_registers<232>();
         const int c = wg - 1;
         const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+        // A stage is free once my wgmmas have read it; in a pair, the peer's producer writes its
+        // half of B into my stage too, so its "empty" barrier hears from me as well.
+        auto free_stage = [&](mbarrier& empty) {
+            mbar::arrive(empty);
+            if constexpr (CLUSTER == 2) arrive_on_cta(empty, rank ^ 1);
+        };
         wgmma::accumulator<BN> acc[SLABS];           // slab h: rows 64h .. 64h+63 of my tile
         int it = 0;                                  // ring position, counted over ALL tiles
         int mine = 0;                                // tiles of this CTA seen so far
         int turns = 0;                               // tiles this consumer has multiplied
-        for (int unit = blockIdx.x; unit < p.sh.units; unit += gridDim.x, ++mine) {
-            work w = unit_work(p.sh, unit);
+        for (int unit = first_unit; unit < p.sh.units; unit += unit_step, ++mine) {
+            work w = CLUSTER == 2 ? pair_work(p.sh, unit, rank) : unit_work(p.sh, unit);
             if (mine % CONSUMERS != c) {             // the other consumer's tile: skip its stages
                 it += w.k_end - w.k_begin;
                 continue;
@@ -126,13 +241,13 @@ gemm_pingpong_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::
                 wgmma::commit_group();
                 if (kt > w.k_begin) {
                     wgmma::wait_group<1>();
-                    if (lane == 0) mbar::arrive(s.empty[(it - 1) % STAGES]);
+                    if (lane == 0) free_stage(s.empty[(it - 1) % STAGES]);
                 }
             }
             // All my waits on "full" are done (my last wgmmas may still run): the other's turn.
             if (lane == 0) mbar::arrive(s.turn[1 - c]);
             wgmma::wait_group<0>();
-            if (lane == 0) mbar::arrive(s.empty[(it - 1) % STAGES]);
+            if (lane == 0) free_stage(s.empty[(it - 1) % STAGES]);
 #pragma unroll
             for (int h = 0; h < SLABS; ++h) wgmma::fence_operand(acc[h]);
 
@@ -178,6 +293,8 @@ gemm_pingpong_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::
         }
         if (lane == 0) tma::store_wait<0>();
     }
+    // A pair's CTAs may still arrive on each other's barriers: neither exits before both are done.
+    if constexpr (CLUSTER == 2) cluster_sync();
 }
 
 // ---- launcher: the same contract as gemm4::launch (who, operands, sizes, split-K, make_epi)
@@ -209,9 +326,34 @@ const char* launch(const char* who, const void* a_ptr, const void* b_ptr, int M,
             msg = std::string(who) + ": splits must be in 1..ceil(K/" + std::to_string(Cfg::BK) + ")";
             return msg.c_str();
         }
-        p.sh.units = p.sh.tiles_m * p.sh.tiles_n * p.sh.splits;
-        int grid = std::min(p.sh.units, std::max(num_sms, 1));
-        kernel<<<grid, THREADS, smem_bytes, stream>>>(p);
+        if constexpr (Cfg::CLUSTER == 1) {
+            p.sh.units = p.sh.tiles_m * p.sh.tiles_n * p.sh.splits;
+            int grid = std::min(p.sh.units, std::max(num_sms, 1));
+            kernel<<<grid, THREADS, smem_bytes, stream>>>(p);
+        } else {
+            // units count tile-row PAIRS; one pair per cluster at a time, as many clusters as fit
+            p.sh.units = (p.sh.tiles_m + 1) / 2 * p.sh.tiles_n * p.sh.splits;
+            cudaLaunchConfig_t lc = {};
+            cudaLaunchAttribute attr[1];
+            attr[0].id = cudaLaunchAttributeClusterDimension;
+            attr[0].val.clusterDim.x = 2; attr[0].val.clusterDim.y = 1; attr[0].val.clusterDim.z = 1;
+            lc.blockDim = dim3(THREADS); lc.dynamicSmemBytes = smem_bytes; lc.stream = stream;
+            lc.attrs = attr; lc.numAttrs = 1;
+            static int max_clusters = 0;
+            if (!max_clusters) {
+                lc.gridDim = dim3(2 * std::max(num_sms / 2, 1));
+                if (cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &lc) != cudaSuccess || max_clusters < 1)
+                    max_clusters = std::max(num_sms / 2, 1);
+                cudaGetLastError();
+            }
+            const int clusters = std::min({p.sh.units, std::max(num_sms / 2, 1), max_clusters});
+            lc.gridDim = dim3(2 * clusters);
+            cudaError_t e = cudaLaunchKernelEx(&lc, kernel, p);
+            if (e != cudaSuccess) {
+                msg = std::string(who) + ": cluster launch failed: " + cudaGetErrorString(e);
+                return msg.c_str();
+            }
+        }
     } catch (const std::exception& e) {
         msg = e.what();
         return msg.c_str();

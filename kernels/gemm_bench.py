@@ -3,7 +3,7 @@
     python -m kernels.gemm_bench            # all shapes, 5 trials, prints a table
     python -m kernels.gemm_bench --quick    # fewer shapes and trials
     python -m kernels.gemm_bench --variants # step 4's pipeline variants (gemm.VARIANTS) instead of the steps
-    python -m kernels.gemm_bench --steps 0,4,5 --variants5   # auto, 4, 5 and step 5's tiles (gemm.VARIANTS5)
+    python -m kernels.gemm_bench --steps 0,4,5 --variants5 1,2,3   # auto, 4, 5 and step 5's variants (gemm.VARIANTS5)
 
 Each trial times torch.matmul and each step on the same inputs (CUDA events around `iters`
 back-to-back launches after a warm-up); the reported ratio is the median over trials of
@@ -60,7 +60,7 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--steps", default="1,2,3,4", help="e.g. 0,4,5: auto (0), step 4, step 5")
     ap.add_argument("--variants", action="store_true", help="time step 4's variants instead of the steps")
-    ap.add_argument("--variants5", action="store_true", help="also time step 5's variants 1.. (v0 is step5)")
+    ap.add_argument("--variants5", default="", help="also time these step-5 variants, e.g. 1,2,3 (v0 is step5)")
     ap.add_argument("--shapes", default="", help="comma-separated substrings of the case names to keep")
     args = ap.parse_args()
     steps = [int(s) for s in args.steps.split(",")]
@@ -80,7 +80,7 @@ def main():
             if s < 4 and kind == "dW" and M * N * K > 2**36:
                 continue   # steps 1-3 copy-transpose for dW and are slow; timed at the fwd shapes
             fns["auto" if s == 0 else f"step{s}"] = (lambda s=s: gemm.matmul(a, b, step=s))
-        for v in (sorted(gemm.VARIANTS5)[1:] if args.variants5 else ()):
+        for v in (int(v) for v in args.variants5.split(",") if v.strip()):
             fns[f"5v{v}"] = (lambda v=v: gemm.matmul(a, b, step=5, variant=v))
         per = {k: [] for k in fns}
         for _ in range(trials):

@@ -63,7 +63,7 @@ constexpr int BM = gemm4::BM, BN = gemm4::BN, BK = cfg::BK;
 template <major MA, major MB, typename Epi>
 const char* launch(const tk_mlp::gemm_args& g) {
     if (g.M <= 0 || g.N <= 0 || g.K <= 0) return "tk_mlp: empty GEMM";
-    if (!tk_mlp::valid_schedule(g.schedule)) return "tk_mlp: schedule must be 0 (auto), 4, 5 or 6";
+    if (!tk_mlp::valid_schedule(g.schedule)) return "tk_mlp: schedule must be 0 (auto), 4, 5, 6 or 7";
     const int schedule = g.schedule ? g.schedule : tk_mlp::auto_schedule(g.M, g.N, g.K, g.splits);
     if (schedule != tk_mlp::SCHEDULE_STEP4) return launch_pingpong<MA, MB, Epi>(g, schedule);
     return gemm4::launch<cfg, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, std::max(g.splits, 1),
@@ -88,8 +88,9 @@ const char* weight_grad(const gemm_args& g) { return launch<major::MN, major::MN
 // Split-K for few output tiles (engineer D's cost model from kernels/gemm.py): time ~ waves x
 // (k-tiles per unit + the epilogue, worth ~3 k-tiles when it reduce-adds fp32); take the cheapest.
 int choose_splits(int M, int N, int K, int num_sms, int schedule) {
-    const int tm = schedule == SCHEDULE_PINGPONG_128x128 ? 128 : schedule == SCHEDULE_PINGPONG_64x256 ? 64 : BM;
-    const int tn = schedule == SCHEDULE_PINGPONG_128x128 ? 128 : BN;
+    const bool t128 = schedule == SCHEDULE_PINGPONG_128x128 || schedule == SCHEDULE_PINGPONG_128x128_CLUSTER2;
+    const int tm = t128 ? 128 : schedule == SCHEDULE_PINGPONG_64x256 ? 64 : BM;
+    const int tn = t128 ? 128 : BN;
     const int tiles = ((M + tm - 1) / tm) * ((N + tn - 1) / tn);
     const int k_tiles = (K + BK - 1) / BK;
     if (tiles >= 2 * num_sms || k_tiles < 16) return 1;

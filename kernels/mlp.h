@@ -36,9 +36,11 @@ struct gemm_args {
 //                     consumer's epilogue overlaps the other's math; best where K is short
 //                     (K = 768: c_fc forward and the dGELU GEMM, whose epilogues are the heavy ones).
 //   PINGPONG_64x256   step 5 with 64x256 consumer tiles (one m64n256 wgmma per k16).
+//   PINGPONG_128x128_CLUSTER2  step 5 128x128 with CTA pairs sharing each B tile by TMA multicast.
 // SCHEDULE_AUTO picks by shape (auto_schedule).
-constexpr int SCHEDULE_AUTO = 0, SCHEDULE_STEP4 = 4, SCHEDULE_PINGPONG_128x128 = 5, SCHEDULE_PINGPONG_64x256 = 6;
-inline bool valid_schedule(int s) { return s == 0 || (s >= 4 && s <= 6); }
+constexpr int SCHEDULE_AUTO = 0, SCHEDULE_STEP4 = 4, SCHEDULE_PINGPONG_128x128 = 5, SCHEDULE_PINGPONG_64x256 = 6,
+              SCHEDULE_PINGPONG_128x128_CLUSTER2 = 7;
+inline bool valid_schedule(int s) { return s == 0 || (s >= 4 && s <= 7); }
 // The rule SCHEDULE_AUTO applies: ping-pong when a tile's K loop is short (K <= 1024, i.e. at
 // most 16 k-tiles, where step 4 loses ~30% at every tile boundary), step 4 otherwise and for
 // split-K (the weight gradients: K = tokens).

@@ -42,8 +42,8 @@ def cases(Case, quick):
 # One process times several schedule choices (kernels/mlp_op.py set_schedule) interleaved with
 # torch eager, so the ratios come from the same run (absolute figures drift ~10% between runs).
 
-DEFAULT_SCHEDULES = ("0", "0,side=0", "4", "4,side=0", "5", "6", "fc=5,dgelu=5,dw=5", "fc=5,dgelu=5,dx=5,proj=5",
-                     "fc=6,dgelu=6", "fc=6,dgelu=5", "fc=5,dgelu=6")
+DEFAULT_SCHEDULES = ("0", "0,side=0", "4", "4,side=0", "5", "6", "7", "fc=5,dgelu=5,dw=5", "fc=5,dgelu=5,dx=5,proj=5",
+                     "fc=6,dgelu=6", "fc=7,dgelu=7", "fc=7,dgelu=7,dx=7,proj=7")
 
 
 def time_ms(fn, iters):
@@ -78,7 +78,8 @@ def main(argv=None):
     C, H = args.C, 4 * args.C
     print(f"MLP fwd+bwd on {torch.cuda.get_device_name()}: C={C}, {args.trials} interleaved trials of "
           f"{args.iters} back-to-back steps; TFLOP/s counts 3 x 2·2·M·C·4C; schedules: fc,proj,dgelu,dx,dw "
-          f"(0 auto, 4 step 4, 5 ping-pong 128x128, 6 ping-pong 64x256); side=0: no side jobs in dGELU")
+          f"(0 auto, 4 step 4, 5 ping-pong 128x128, 6 ping-pong 64x256, 7 ping-pong 128x128 in 2-CTA clusters); "
+          f"side=0: no side jobs in dGELU")
     for M in (int(m) for m in args.M.split(",")):
         g = torch.Generator(device="cuda").manual_seed(M)
         def t(*shape, scale=1.0, grad=True):

@@ -1,6 +1,6 @@
 // kernels/mlp_pingpong.cu — the MLP's five GEMMs on step 5's ping-pong schedule
 // (kernels/gemm_5_pingpong.cuh) with the MLP's epilogue policies (kernels/mlp_epilogues.cuh).
-// kernels/mlp.cu dispatches here when a GEMM's schedule is PINGPONG_128x128 or PINGPONG_64x256;
+// kernels/mlp.cu dispatches here when a GEMM's schedule is one of the PINGPONG_* (kernels/mlp.h);
 // a file of its own so nvcc builds these kernels in parallel with step 4's.
 #include <algorithm>
 #include "mlp.h"
@@ -19,6 +19,9 @@ const char* launch_pingpong(const gemm_args& g, int schedule) {
     if (schedule == SCHEDULE_PINGPONG_64x256)
         return gemm5::launch<gemm5::pingpong_64x256, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
                                                                   g.num_sms, g.stream, make);
+    if (schedule == SCHEDULE_PINGPONG_128x128_CLUSTER2)
+        return gemm5::launch<gemm5::pingpong_128x128_cluster2, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
+                                                                            g.num_sms, g.stream, make);
     return "tk_mlp: unknown ping-pong schedule";
 }
 

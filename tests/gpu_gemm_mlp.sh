@@ -3,8 +3,8 @@
 # kernel schedules (engineer H3, session 3): build both extensions, a smoke check of every new
 # kernel with a short timeout (a protocol bug hangs), the GEMM and MLP GPU tests, the GEMM bench
 # at GPT-2's shapes with cuBLAS beside, the MLP schedule bench, bench.py's MLP rows, memcheck.
-# Expected runtime ~3.5 min on one warm H200 (builds ~45 s of it); every step is bounded and the
-# whole script stays under LANE_LIMIT (default 235 s). Results: OUT/summary.txt (the compact
+# Expected runtime ~3.5-4 min on one warm H200 (builds ~50 s of it); every step is bounded and the
+# whole script stays under LANE_LIMIT (default 235 s) plus packing. Results: OUT/summary.txt (the compact
 # tables) and OUT/logs.tgz (every log). One GPU is enough.
 cd "$(dirname "$0")/.."
 export LANE_LIMIT=${LANE_LIMIT:-235}
@@ -47,6 +47,33 @@ print("smoke done", flush=True)
 PY
 step 40 smoke.log python3 /tmp/smoke_gemm_mlp.py
 grep -E "^smoke" "$L/smoke.log" | tee -a "$S"
+# the 2-CTA cluster variant (multicast, cross-CTA barriers) alone: if it hangs, only it is dropped
+cat > /tmp/smoke_cluster.py <<'PY'
+import torch, torch.nn.functional as F
+from kernels import gemm, mlp_op
+def rel(a, b): return ((a.double() - b.double()).norm() / b.double().norm()).item()
+r = lambda *s, sc=1.0: (torch.randn(*s, device="cuda") * sc).to(torch.bfloat16)
+for M in (1000, 4096, 77):
+    x, W = r(M, 768), r(3072, 768)
+    c = gemm.matmul(x, W.t(), step=5, variant=3, out_dtype=torch.float32); torch.cuda.synchronize()
+    print(f"smoke cluster gemm M={M}: {rel(c, x.float() @ W.float().t()):.1e}", flush=True)
+mlp_op.set_schedule("7")
+M, C = 1000, 768
+xs, w1, b1, w2, b2, g = r(M, C), r(4 * C, C, sc=C ** -0.5), r(4 * C, sc=0.5), r(C, 4 * C, sc=(4 * C) ** -0.5), r(C, sc=0.5), r(M, C)
+y, pre, h = mlp_op.mlp_fwd(xs, w1, b1, w2, b2); dx, dw1, db1, dw2, db2 = mlp_op.mlp_bwd(g, xs, pre, h, w1, w2); torch.cuda.synchronize()
+L = [t.double().requires_grad_() for t in (xs, w1, b1, w2, b2)]
+y64 = F.linear(F.gelu(F.linear(L[0], L[1], L[2]), approximate="tanh"), L[3], L[4]); y64.backward(g.double())
+print("smoke cluster mlp schedule 7: y dx dw1 dw2 " + " ".join(f"{rel(a, b):.1e}" for a, b in [(y, y64), (dx, L[0].grad), (dw1, L[1].grad), (dw2, L[3].grad)]), flush=True)
+print("cluster smoke done", flush=True)
+PY
+step 30 smoke_cluster.log python3 /tmp/smoke_cluster.py
+grep -E "^smoke" "$L/smoke_cluster.log" | tee -a "$S"
+if grep -q "cluster smoke done" "$L/smoke_cluster.log"; then
+  export TK_TEST_CLUSTER=1; V5=1,2,3; MLP_SCHEDS="0;0,side=0;4;4,side=0;5;6;7;fc=5,dgelu=5,dw=5;fc=5,dgelu=5,dx=5,proj=5;fc=6,dgelu=6;fc=7,dgelu=7;fc=7,dgelu=7,dx=7,proj=7"
+else
+  note "CLUSTER SMOKE FAILED: the 2-CTA cluster variant (gemm step 5 v3, MLP schedule 7) is left out below"
+  export TK_TEST_CLUSTER=0; V5=1,2; MLP_SCHEDS="0;0,side=0;4;4,side=0;5;6;fc=5,dgelu=5,dw=5;fc=5,dgelu=5,dx=5,proj=5;fc=6,dgelu=6"
+fi
 if grep -q "smoke done" "$L/smoke.log"; then
   GEMM_STEPS=0,5; MLP_ENV=""; MLP_K="not torch_compile_module"
 else
@@ -64,8 +91,8 @@ grep -E "^FAILED|Error" "$L/pytest_gemm.log" "$L/pytest_mlp.log" | head -12 | te
 # 4. speed: GEMM steps vs cuBLAS at GPT-2's shapes (5 interleaved trials), the MLP's schedules vs
 #    eager in one process, then bench.py's MLP rows (tk vs eager vs torch.compile)
 if [ "$GEMM_STEPS" = "0,5" ]; then
-  step 45 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4,5 --variants5 --trials 5 --iters 20
-  step 40 mlp_bench.log python3 -m kernels.mlp_bench --parts --trials 5 --iters 10
+  step 45 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4,5 --variants5 $V5 --trials 5 --iters 20
+  step 40 mlp_bench.log python3 -m kernels.mlp_bench --parts --trials 5 --iters 10 --schedules "$MLP_SCHEDS"
 else
   step 45 gemm_bench.log python3 -m kernels.gemm_bench --steps 4 --trials 5 --iters 20
 fi
@@ -80,10 +107,11 @@ import torch
 from kernels import gemm, mlp_op
 r = lambda *s: (torch.randn(*s, device="cuda") * 0.1).to(torch.bfloat16)
 x, W, dy = r(200, 256), r(272, 256), r(512, 256)
-for v in (0, 1, 2):
+import os
+for v in (0, 1, 2, 3) if os.environ.get("TK_TEST_CLUSTER") != "0" else (0, 1, 2):
     gemm.matmul(x, W.t(), step=5, variant=v, bias=r(272), gelu=True)
     gemm.matmul(dy.t(), r(512, 192), step=5, variant=v, splits=3)
-for s in ("5", "6"):
+for s in ("5", "6", "7") if os.environ.get("TK_TEST_CLUSTER") != "0" else ("5", "6"):
     mlp_op.set_schedule(s)
     xs, w1, b1, w2, b2, g = r(333, 384), r(1536, 384), r(1536), r(384, 1536), r(384), r(333, 384)
     y, pre, h = mlp_op.mlp_fwd(xs, w1, b1, w2, b2); mlp_op.mlp_bwd(g, xs, pre, h, w1, w2)
