@@ -52,8 +52,16 @@
 // beside fp32 h moves the same 4 columns in 8 bytes (a warp: 256 contiguous bytes, still
 // coalesced).
 //
+// PLAN VARIANTS (session 3): how many bytes a thread's chunk holds (16, or 8 = "narrow": more
+// threads a row, fewer registers each), whether a warp issues its next row's loads before
+// reducing the current one ("prefetch"), the grid, the backward's row order and programmatic
+// dependent launches are runtime choices (set_variant, TK_LAYERNORM_VARIANT), so one process can
+// time them against each other (kernels/layernorm_bench.py). The same arithmetic in every plan;
+// kernels/NOTES.md ("Session 3: LayerNorm speed") has the measurements and the default.
+//
 // Read in this order: Chunk, RowGroup (who holds which columns), group_sum, forward_kernel,
-// backward_kernel, column_sum_kernel, then the launchers at the bottom (grid sizing, dispatch).
+// backward_kernel, column_sum_kernel, the variants, then the launchers at the bottom (grid
+// sizing, dispatch).
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -206,9 +214,32 @@ __device__ __forceinline__ void allow_next_grid() {
 // ---- forward: one read of x and r, one write of h and y ----------------------------------------
 // CB: bytes of h per chunk, 16 (the default) or 8 (the narrow variant: twice the threads a row,
 // half the registers a thread, so more warps fit on an SM).
-// Up to 48 bytes of h a thread: at least four blocks (32 warps) an SM, <= 64 registers.
-template <typename TH, typename TR, typename TY, int CB, int CHUNKS>
-__global__ void __launch_bounds__(BLOCK_THREADS, CB * CHUNKS <= 48 ? 4 : 1)
+// PF (prefetch): the loads of the group's NEXT row are issued before the current row's
+// reductions, so every warp always has a row of loads in flight. Without it a warp's loads are
+// in flight only between its load and its first use, and when all warps start together they
+// tend to stay in step: DRAM busy while they wait, idle while they all reduce. The price: a
+// second row's chunks in registers (fewer warps an SM).
+// Occupancy asked of ptxas: up to 48 bytes of h a thread, four blocks (32 warps) an SM without
+// prefetch, three with it; more, no minimum.
+template <typename TH, typename TR, int E, int CHUNKS> struct ForwardRow {
+    Chunk<TH, E> x[CHUNKS];
+    Chunk<TR, E> r[CHUNKS];
+    // Issue every load of the row at `base` (zeros when !live): in flight until first used.
+    __device__ __forceinline__ void issue(const TH* xp, const TR* rp, int64_t base, bool live, const RowGroup& g) {
+#pragma unroll
+        for (int i = 0; i < CHUNKS; ++i) {
+            x[i].zero();
+            r[i].zero();
+            if (live && g.has(i)) {
+                x[i].load(xp + base + g.col(i, E));
+                if (rp != nullptr) r[i].load(rp + base + g.col(i, E));
+            }
+        }
+    }
+};
+
+template <typename TH, typename TR, typename TY, int CB, int CHUNKS, bool PF>
+__global__ void __launch_bounds__(BLOCK_THREADS, CB * CHUNKS <= 48 ? (PF ? 3 : 4) : 1)
 forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* __restrict__ w,
                const void* __restrict__ b, bool params_bf16, TY* __restrict__ y, TH* __restrict__ h,
                float* __restrict__ mean_out, float* __restrict__ rstd_out,
@@ -216,27 +247,23 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
     constexpr int E = CB / int(sizeof(TH));   // columns per chunk
     __shared__ float scratch[BLOCK_WARPS];
     const RowGroup g(G, cols / E);
+    const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
+    wait_for_previous_grid();   // pdl: x and r are written by the kernel before this one
     // Persistent loop (or one trip, when the grid has a block per row step). Its trip count
     // depends only on blockIdx, so every group runs it equally often and group_sum's barriers
     // are safe; rows past the end are "not live".
-    for (int64_t first = int64_t(blockIdx.x) * g.rows_per_step; first < rows;
-         first += int64_t(gridDim.x) * g.rows_per_step) {
+    int64_t first = int64_t(blockIdx.x) * g.rows_per_step;
+    ForwardRow<TH, TR, E, CHUNKS> in;
+    if constexpr (PF) in.issue(x, r, (first + g.slot) * cols, first + g.slot < rows, g);
+    for (; first < rows; first += stride) {
         const int64_t row = first + g.slot;
         const bool live = row < rows;
         const int64_t base = row * cols;
 
         // 1. The one read: every load is issued before any is used, so they are all in flight.
-        Chunk<TH, E> xc[CHUNKS];
-        Chunk<TR, E> rc[CHUNKS];
-#pragma unroll
-        for (int i = 0; i < CHUNKS; ++i) {
-            xc[i].zero();
-            rc[i].zero();
-            if (live && g.has(i)) {
-                xc[i].load(x + base + g.col(i, E));
-                if (r != nullptr) rc[i].load(r + base + g.col(i, E));
-            }
-        }
+        ForwardRow<TH, TR, E, CHUNKS> next;
+        if constexpr (PF) next.issue(x, r, (row + stride) * cols, row + stride < rows, g);
+        else in.issue(x, r, base, live, g);
         float v[CHUNKS][E];   // h = x + r in fp32, rounded to TH: exactly the h we store and the
         float s = 0.0f;       // backward reads, so forward and backward see the same input. A bf16
                               // r widens exactly, so for fp32 h this is torch's promoted x + r.
@@ -244,7 +271,7 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
         for (int i = 0; i < CHUNKS; ++i)
 #pragma unroll
             for (int e = 0; e < E; ++e) {
-                v[i][e] = tk::round_to<TH>(xc[i][e] + rc[i][e]);
+                v[i][e] = tk::round_to<TH>(in.x[i][e] + in.r[i][e]);
                 s += v[i][e];
             }
 
@@ -260,24 +287,27 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
         const float rstd = rsqrtf(group_sum(q, g, scratch) / cols + eps);   // rsqrt.approx: 2^-22.9
 
         // 4. The one write: h (in TH), then y = xhat * w + b, rounded once to TY.
-        if (!live) continue;
+        if (live) {
 #pragma unroll
-        for (int i = 0; i < CHUNKS; ++i) {
-            if (!g.has(i)) continue;
-            const int col = g.col(i, E);
-            if (h != nullptr) store<TH, E>(h + base + col, v[i]);
-            float wv[E], bv[E] = {};
-            load_params<E>(wv, w, col, params_bf16);
-            if (b != nullptr) load_params<E>(bv, b, col, params_bf16);
+            for (int i = 0; i < CHUNKS; ++i) {
+                if (!g.has(i)) continue;
+                const int col = g.col(i, E);
+                if (h != nullptr) store<TH, E>(h + base + col, v[i]);
+                float wv[E], bv[E] = {};
+                load_params<E>(wv, w, col, params_bf16);
+                if (b != nullptr) load_params<E>(bv, b, col, params_bf16);
 #pragma unroll
-            for (int e = 0; e < E; ++e) v[i][e] = (v[i][e] - mean) * rstd * wv[e] + bv[e];
-            store<TY, E>(y + base + col, v[i]);
+                for (int e = 0; e < E; ++e) v[i][e] = (v[i][e] - mean) * rstd * wv[e] + bv[e];
+                store<TY, E>(y + base + col, v[i]);
+            }
+            if (g.t == 0) {
+                mean_out[row] = mean;
+                rstd_out[row] = rstd;
+            }
         }
-        if (g.t == 0) {
-            mean_out[row] = mean;
-            rstd_out[row] = rstd;
-        }
+        if constexpr (PF) in = next;
     }
+    allow_next_grid();
 }
 
 // ---- backward: one read of h, dy and dh, one write of dh_out (and dr); dw, db summed on the way -
@@ -285,14 +315,40 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
 // ask for two blocks (16 warps) per SM, <= 128 registers a thread, where that costs no spills (up
 // to 3 chunks: 24 bf16 a lane, C = 768 with one warp a row); with 4 chunks the 64 fp32 dw/db
 // accumulators alone would not fit, so those get one block per SM. The narrow variant (8-byte
-// chunks) holds half as much a thread and asks for three blocks (24 warps).
+// chunks) holds half as much a thread and asks for three blocks (24 warps); prefetch (PF, as in
+// the forward) holds two rows and asks for one block less.
 // When TR differs from TH (a bf16 residual beside fp32 h) the residual's gradient is the same
 // dh_out rounded to bf16: written here, next to dh_out, instead of by a cast kernel that would
 // read dh_out back.
 // reverse: walk the rows from the last to the first. The forward's persistent grid writes h from
 // the first row to the last, so right after it the LAST rows of h are the ones still in L2.
-template <typename TH, typename TR, typename TY, int CB, int CHUNKS>
-__global__ void __launch_bounds__(BLOCK_THREADS, CB == 8 ? 3 : (CHUNKS <= 3 ? 2 : 1))
+template <typename TH, typename TY, int E, int CHUNKS> struct BackwardRow {
+    Chunk<TH, E> h[CHUNKS], dh[CHUNKS];
+    Chunk<TY, E> dy[CHUNKS];
+    float mu, rs;   // the row's mean and rstd (zeros when not live)
+    // Issue every load of `row` (zeros when !live; missing data reads as zero, which adds nothing
+    // to dw, db or the row sums): in flight until first used.
+    __device__ __forceinline__ void issue(const TY* dyp, const TH* dhp, const TH* hp, const float* mean,
+                                          const float* rstd, int64_t row, int cols, bool live, const RowGroup& g) {
+        const int64_t base = row * cols;
+#pragma unroll
+        for (int i = 0; i < CHUNKS; ++i) {
+            h[i].zero();
+            dy[i].zero();
+            dh[i].zero();
+            if (live && g.has(i)) {
+                h[i].load(hp + base + g.col(i, E));
+                dy[i].load(dyp + base + g.col(i, E));
+                if (dhp != nullptr) dh[i].load(dhp + base + g.col(i, E));
+            }
+        }
+        mu = live ? mean[row] : 0.0f;
+        rs = live ? rstd[row] : 0.0f;
+    }
+};
+
+template <typename TH, typename TR, typename TY, int CB, int CHUNKS, bool PF>
+__global__ void __launch_bounds__(BLOCK_THREADS, (CB == 8 ? 3 : (CHUNKS <= 3 ? 2 : 1)) - (PF && (CB == 8 || CHUNKS <= 3) ? 1 : 0))
 backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* __restrict__ h,
                 const float* __restrict__ mean, const float* __restrict__ rstd,
                 const void* __restrict__ w, bool params_bf16, TH* __restrict__ dh_out,
@@ -309,30 +365,23 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
 #pragma unroll
         for (int e = 0; e < E; ++e) dw[i][e] = db[i][e] = 0.0f;
 
-    for (int64_t first = int64_t(blockIdx.x) * g.rows_per_step; first < rows;
-         first += int64_t(gridDim.x) * g.rows_per_step) {
+    const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
+    wait_for_previous_grid();   // pdl: dy, dh and h are written by kernels before this one
+    auto row_of = [&](int64_t step_row) { return reverse ? rows - 1 - step_row : step_row; };
+    int64_t first = int64_t(blockIdx.x) * g.rows_per_step;
+    BackwardRow<TH, TY, E, CHUNKS> in;
+    if constexpr (PF) in.issue(dy, dh, h, mean, rstd, row_of(first + g.slot), cols, first + g.slot < rows, g);
+    for (; first < rows; first += stride) {
         const int64_t step_row = first + g.slot;
         const bool live = step_row < rows;
-        const int64_t row = reverse ? rows - 1 - step_row : step_row;
+        const int64_t row = row_of(step_row);
         const int64_t base = row * cols;
 
         // 1. The one read (all loads in flight together), kept as loaded.
-        //    Missing data reads as zero, which adds nothing to dw, db or the row sums.
-        Chunk<TH, E> hc[CHUNKS], dhc[CHUNKS];
-        Chunk<TY, E> dyc[CHUNKS];
-#pragma unroll
-        for (int i = 0; i < CHUNKS; ++i) {
-            hc[i].zero();
-            dyc[i].zero();
-            dhc[i].zero();
-            if (live && g.has(i)) {
-                hc[i].load(h + base + g.col(i, E));
-                dyc[i].load(dy + base + g.col(i, E));
-                if (dh != nullptr) dhc[i].load(dh + base + g.col(i, E));
-            }
-        }
-        const float mu = live ? mean[row] : 0.0f;
-        const float rs = live ? rstd[row] : 0.0f;
+        BackwardRow<TH, TY, E, CHUNKS> next;
+        if constexpr (PF) next.issue(dy, dh, h, mean, rstd, row_of(step_row + stride), cols, step_row + stride < rows, g);
+        else in.issue(dy, dh, h, mean, rstd, row, cols, live, g);
+        const float mu = in.mu, rs = in.rs;
 
         // 2. dw, db, and this thread's part of sum(g) and sum(g * xhat), g = dy * w.
         float2 sums = make_float2(0.0f, 0.0f);
@@ -343,10 +392,10 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
             load_params<E>(wv, w, g.col(i, E), params_bf16);
 #pragma unroll
             for (int e = 0; e < E; ++e) {
-                const float xhat = (hc[i][e] - mu) * rs;
-                const float grad = dyc[i][e] * wv[e];
-                dw[i][e] += dyc[i][e] * xhat;
-                db[i][e] += dyc[i][e];
+                const float xhat = (in.h[i][e] - mu) * rs;
+                const float grad = in.dy[i][e] * wv[e];
+                dw[i][e] += in.dy[i][e] * xhat;
+                db[i][e] += in.dy[i][e];
                 sums.x += grad;
                 sums.y += grad * xhat;
             }
@@ -357,21 +406,23 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
         // 3. The one write: dh_out = dh + rstd * (g - mean(g) - xhat * mean(g * xhat)). xhat and
         //    g are recomputed (two multiply-adds) rather than kept: registers are the scarce
         //    thing here, they decide how many warps (and so how many loads) are in flight.
-        if (!live) continue;
+        if (live) {
 #pragma unroll
-        for (int i = 0; i < CHUNKS; ++i) {
-            if (!g.has(i)) continue;
-            float wv[E], out[E];
-            load_params<E>(wv, w, g.col(i, E), params_bf16);
+            for (int i = 0; i < CHUNKS; ++i) {
+                if (!g.has(i)) continue;
+                float wv[E], out[E];
+                load_params<E>(wv, w, g.col(i, E), params_bf16);
 #pragma unroll
-            for (int e = 0; e < E; ++e) {
-                const float xhat = (hc[i][e] - mu) * rs;
-                const float grad = dyc[i][e] * wv[e];
-                out[e] = dhc[i][e] + rs * (grad - mean_g - xhat * mean_gx);
+                for (int e = 0; e < E; ++e) {
+                    const float xhat = (in.h[i][e] - mu) * rs;
+                    const float grad = in.dy[i][e] * wv[e];
+                    out[e] = in.dh[i][e] + rs * (grad - mean_g - xhat * mean_gx);
+                }
+                store<TH, E>(dh_out + base + g.col(i, E), out);
+                if constexpr (WRITE_DR) store<TR, E>(dr_out + base + g.col(i, E), out);   // = bf16(dh_out)
             }
-            store<TH, E>(dh_out + base + g.col(i, E), out);
-            if constexpr (WRITE_DR) store<TR, E>(dr_out + base + g.col(i, E), out);   // = bf16(dh_out)
         }
+        if constexpr (PF) in = next;
     }
     allow_next_grid();   // the column sum may launch now; it waits for this grid to finish
 
@@ -436,8 +487,12 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //                instead of a persistent grid of as many blocks as fit at once
 //   fwd_narrow   forward with 8-byte chunks of h: twice the threads a row, fewer registers each
 //   bwd_narrow   the same for the backward (its dw/db accumulators halve too)
+//   fwd_prefetch forward issues the next row's loads before reducing the current one (PF)
+//   bwd_prefetch the same in the backward
 //   bwd_reverse  backward walks rows from the end (see backward_kernel)
-//   pdl          the column sum launched as a programmatic dependent of the backward (sm_90)
+//   pdl          every kernel launched as a programmatic dependent of the one before it (sm_90):
+//                its launch overlaps the previous kernel's tail (the column sum the backward's,
+//                the backward the forward's in a back-to-back fwd+bwd)
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -445,8 +500,10 @@ struct Flag {
 constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"fwd_narrow", &Variant::fwd_narrow},
                           {"bwd_narrow", &Variant::bwd_narrow},
+                          {"fwd_prefetch", &Variant::fwd_prefetch},
+                          {"bwd_prefetch", &Variant::bwd_prefetch},
                           {"bwd_reverse", &Variant::bwd_reverse},
-                          {"pdl", &Variant::colsum_pdl}};
+                          {"pdl", &Variant::pdl}};
 
 Variant parse_or_default(const char* spec, std::string* error) {
     Variant v{};
@@ -478,18 +535,19 @@ Variant& current_variant() {
 struct Plan {
     int G;        // warps per row
     int chunks;   // chunks per thread (the CHUNKS template argument)
-    int bytes;    // bytes of h per chunk (the CB template argument)
+    int bytes;       // bytes of h per chunk (the CB template argument)
+    bool prefetch;   // the PF template argument
 };
 
-Plan plan_for(int cols, DType h_dtype, bool narrow) {
+Plan plan_for(int cols, DType h_dtype, bool narrow, bool prefetch) {
     const int size = h_dtype == DType::bf16 ? 2 : 4;
     for (int bytes : {narrow ? 8 : 16, 16}) {
         const int row_chunks = cols / (bytes / size);
         int G = 1;
         while (G * 32 * MAX_CHUNKS < row_chunks) G *= 2;
-        if (G <= BLOCK_WARPS) return {G, (row_chunks + 32 * G - 1) / (32 * G), bytes};   // narrow C=4096 fp32: wide
+        if (G <= BLOCK_WARPS) return {G, (row_chunks + 32 * G - 1) / (32 * G), bytes, prefetch};   // narrow C=4096 fp32: wide
     }
-    return {BLOCK_WARPS, MAX_CHUNKS, 16};   // not reached: cols <= 4096
+    return {BLOCK_WARPS, MAX_CHUNKS, 16, false};   // not reached: cols <= 4096
 }
 
 int sm_count_and_cc(int* cc_major) {
@@ -519,27 +577,13 @@ template <auto kernel> int grid_for(int64_t rows, int G, bool full = false) {
     return int(steps < resident ? steps : resident);
 }
 
-template <typename TH, typename TR, typename TY, int CB, int CHUNKS>
-cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
-    constexpr auto kernel = forward_kernel<TH, TR, TY, CB, CHUNKS>;
-    kernel<<<grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, 0, stream>>>(
-        static_cast<const TH*>(a.x), static_cast<const TR*>(a.residual), a.weight, a.bias, a.params_bf16,
-        static_cast<TY*>(a.y), static_cast<TH*>(a.h), a.mean, a.rstd, a.rows, a.cols, G, a.eps);
-    return cudaGetLastError();
-}
-
-template <typename TH, typename TR, typename TY, int CB, int CHUNKS> int backward_grid(const BackwardArgs& a, int G) {
-    return grid_for<backward_kernel<TH, TR, TY, CB, CHUNKS>>(a.rows, G);
-}
-
-cudaError_t launch_column_sum(const BackwardArgs& a, int blocks, cudaStream_t stream) {
-    const dim3 grid((2 * a.cols + 31) / 32), block(COLSUM_WARPS * 32);
+// Every launch goes through here: kernel<<<grid, block, 0, stream>>>(args...), and with the pdl
+// variant (sm_90+) as a programmatic dependent of the kernel before it in the stream: it may be
+// launched while that one finishes, and waits in wait_for_previous_grid() until it has.
+template <typename... Params, typename... Args>
+cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
     int major = 0;
     sm_count_and_cc(&major);
-    if (!current_variant().colsum_pdl || major < 9) {
-        column_sum_kernel<<<grid, block, 0, stream>>>(a.partial, blocks, a.cols, a.dweight, a.dbias, a.params_bf16);
-        return cudaGetLastError();
-    }
     cudaLaunchAttribute attribute[1];
     attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute[0].val.programmaticStreamSerializationAllowed = 1;
@@ -549,21 +593,30 @@ cudaError_t launch_column_sum(const BackwardArgs& a, int blocks, cudaStream_t st
     config.dynamicSmemBytes = 0;
     config.stream = stream;
     config.attrs = attribute;
-    config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, column_sum_kernel, static_cast<const float*>(a.partial), blocks, a.cols,
-                              a.dweight, a.dbias, a.params_bf16);
+    config.numAttrs = current_variant().pdl && major >= 9 ? 1 : 0;
+    return cudaLaunchKernelEx(&config, kernel, Params(args)...);   // void* -> the kernel's T*
 }
 
-template <typename TH, typename TR, typename TY, int CB, int CHUNKS>
+template <typename TH, typename TR, typename TY, int CB, int CHUNKS, bool PF>
+cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
+    constexpr auto kernel = forward_kernel<TH, TR, TY, CB, CHUNKS, PF>;
+    return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, stream, a.x, a.residual, a.weight,
+                  a.bias, a.params_bf16, a.y, a.h, a.mean, a.rstd, a.rows, a.cols, G, a.eps);
+}
+
+template <typename TH, typename TR, typename TY, int CB, int CHUNKS, bool PF> int backward_grid(const BackwardArgs& a, int G) {
+    return grid_for<backward_kernel<TH, TR, TY, CB, CHUNKS, PF>>(a.rows, G);
+}
+
+template <typename TH, typename TR, typename TY, int CB, int CHUNKS, bool PF>
 cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
-    const int blocks = backward_grid<TH, TR, TY, CB, CHUNKS>(a, G);
-    backward_kernel<TH, TR, TY, CB, CHUNKS><<<blocks, BLOCK_THREADS, 0, stream>>>(
-        static_cast<const TY*>(a.dy), static_cast<const TH*>(a.dh), static_cast<const TH*>(a.h), a.mean, a.rstd,
-        a.weight, a.params_bf16, static_cast<TH*>(a.dh_out), static_cast<TR*>(a.dresidual_out), a.partial,
-        a.rows, a.cols, G, current_variant().bwd_reverse);
-    cudaError_t err = cudaGetLastError();
+    const int blocks = backward_grid<TH, TR, TY, CB, CHUNKS, PF>(a, G);
+    cudaError_t err = launch(backward_kernel<TH, TR, TY, CB, CHUNKS, PF>, blocks, BLOCK_THREADS, stream, a.dy, a.dh, a.h, a.mean,
+                             a.rstd, a.weight, a.params_bf16, a.dh_out, a.dresidual_out, a.partial, a.rows, a.cols, G,
+                             current_variant().bwd_reverse);
     if (err != cudaSuccess) return err;
-    return launch_column_sum(a, blocks, stream);
+    return launch(column_sum_kernel, (2 * a.cols + 31) / 32, COLSUM_WARPS * 32, stream, a.partial, blocks, a.cols, a.dweight, a.dbias,
+                  a.params_bf16);
 }
 
 // The dtype combinations there are kernels for: fp32 h with a float or bf16 residual and y, or
@@ -573,20 +626,22 @@ bool supported(DType h, DType r, DType y) {
     return h == DType::f32 || (r == DType::bf16 && y == DType::bf16);
 }
 
-// Calls f.template operator()<TH, TR, TY, CB, CHUNKS>() for one instance: 5 dtype combinations x
-// 2 chunk sizes x 4 chunk counts. The caller has checked supported(h, r, y).
-template <typename TH, typename TR, typename TY, int CB, typename F> auto with_chunks(int chunks, F& f) {
+// Calls f.template operator()<TH, TR, TY, CB, CHUNKS, PF>() for one instance: 5 dtype combinations
+// x 2 chunk sizes x (4 chunk counts + 3 with prefetch: with 4 chunks a thread, a second row would
+// not fit in registers, so those run without). The caller has checked supported(h, r, y).
+template <typename TH, typename TR, typename TY, int CB, bool PF, typename F> auto with_chunks(int chunks, F& f) {
     switch (chunks) {
-        case 1: return f.template operator()<TH, TR, TY, CB, 1>();
-        case 2: return f.template operator()<TH, TR, TY, CB, 2>();
-        case 3: return f.template operator()<TH, TR, TY, CB, 3>();
-        default: return f.template operator()<TH, TR, TY, CB, 4>();
+        case 1: return f.template operator()<TH, TR, TY, CB, 1, PF>();
+        case 2: return f.template operator()<TH, TR, TY, CB, 2, PF>();
+        case 3: return f.template operator()<TH, TR, TY, CB, 3, PF>();
+        default: return f.template operator()<TH, TR, TY, CB, 4, false>();
     }
 }
 
 template <typename TH, typename TR, typename TY, typename F> auto with_plan(const Plan& p, F& f) {
-    if (p.bytes == 8) return with_chunks<TH, TR, TY, 8>(p.chunks, f);
-    return with_chunks<TH, TR, TY, 16>(p.chunks, f);
+    if (p.bytes == 8)
+        return p.prefetch ? with_chunks<TH, TR, TY, 8, true>(p.chunks, f) : with_chunks<TH, TR, TY, 8, false>(p.chunks, f);
+    return p.prefetch ? with_chunks<TH, TR, TY, 16, true>(p.chunks, f) : with_chunks<TH, TR, TY, 16, false>(p.chunks, f);
 }
 
 template <typename F> auto dispatch(DType h, DType r, DType y, const Plan& p, F&& f) {
@@ -598,6 +653,10 @@ template <typename F> auto dispatch(DType h, DType r, DType y, const Plan& p, F&
 
 // Without a residual there is no r: run the instance whose TR is TH (r is nullptr, never read).
 DType residual_or_h(const ForwardArgs& a) { return a.residual != nullptr ? a.residual_dtype : a.x_dtype; }
+
+Plan backward_plan(const BackwardArgs& a) {
+    return plan_for(a.cols, a.h_dtype, current_variant().bwd_narrow, current_variant().bwd_prefetch);
+}
 
 }  // namespace
 
@@ -617,10 +676,10 @@ std::string variant_name() {
 
 int backward_partial_blocks(const BackwardArgs& a) {
     if (!supported(a.h_dtype, a.residual_dtype, a.y_dtype)) return -1;
-    const Plan p = plan_for(a.cols, a.h_dtype, current_variant().bwd_narrow);
+    const Plan p = backward_plan(a);
     return dispatch(a.h_dtype, a.residual_dtype, a.y_dtype, p,
-                    [&]<typename TH, typename TR, typename TY, int CB, int CHUNKS>() {
-                        return backward_grid<TH, TR, TY, CB, CHUNKS>(a, p.G);
+                    [&]<typename TH, typename TR, typename TY, int CB, int CHUNKS, bool PF>() {
+                        return backward_grid<TH, TR, TY, CB, CHUNKS, PF>(a, p.G);
                     });
 }
 
@@ -628,9 +687,9 @@ cudaError_t forward(const ForwardArgs& a, cudaStream_t stream) {
     const DType r = residual_or_h(a);
     if (!supported(a.x_dtype, r, a.y_dtype)) return cudaErrorInvalidValue;
     if (a.rows == 0) return cudaSuccess;
-    const Plan p = plan_for(a.cols, a.x_dtype, current_variant().fwd_narrow);
-    return dispatch(a.x_dtype, r, a.y_dtype, p, [&]<typename TH, typename TR, typename TY, int CB, int CHUNKS>() {
-        return launch_forward<TH, TR, TY, CB, CHUNKS>(a, p.G, stream);
+    const Plan p = plan_for(a.cols, a.x_dtype, current_variant().fwd_narrow, current_variant().fwd_prefetch);
+    return dispatch(a.x_dtype, r, a.y_dtype, p, [&]<typename TH, typename TR, typename TY, int CB, int CHUNKS, bool PF>() {
+        return launch_forward<TH, TR, TY, CB, CHUNKS, PF>(a, p.G, stream);
     });
 }
 
@@ -639,9 +698,9 @@ cudaError_t backward(const BackwardArgs& a, cudaStream_t stream) {
     // dresidual_out is written exactly when the residual's dtype differs from h's.
     if ((a.residual_dtype != a.h_dtype) != (a.dresidual_out != nullptr)) return cudaErrorInvalidValue;
     if (a.rows == 0) return cudaSuccess;
-    const Plan p = plan_for(a.cols, a.h_dtype, current_variant().bwd_narrow);
-    return dispatch(a.h_dtype, a.residual_dtype, a.y_dtype, p, [&]<typename TH, typename TR, typename TY, int CB, int CHUNKS>() {
-        return launch_backward<TH, TR, TY, CB, CHUNKS>(a, p.G, stream);
+    const Plan p = backward_plan(a);
+    return dispatch(a.h_dtype, a.residual_dtype, a.y_dtype, p, [&]<typename TH, typename TR, typename TY, int CB, int CHUNKS, bool PF>() {
+        return launch_backward<TH, TR, TY, CB, CHUNKS, PF>(a, p.G, stream);
     });
 }
 

@@ -61,8 +61,10 @@ struct Variant {
     bool fwd_full_grid = false;   // "fwd_full"
     bool fwd_narrow = false;      // "fwd_narrow"
     bool bwd_narrow = false;      // "bwd_narrow"
+    bool fwd_prefetch = false;    // "fwd_prefetch"
+    bool bwd_prefetch = false;    // "bwd_prefetch"
     bool bwd_reverse = false;     // "bwd_reverse"
-    bool colsum_pdl = false;      // "pdl"
+    bool pdl = false;             // "pdl"
 };
 
 // Set the variant from a comma-separated list of flag names ("" or "default": none); returns ""

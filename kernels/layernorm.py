@@ -343,7 +343,7 @@ def _contiguous(t):
 
 # ---- 5. measuring variants of the kernels' plan (kernels/layernorm.cu, "variants") ------------
 
-VARIANT_FLAGS = ("fwd_full", "fwd_narrow", "bwd_narrow", "bwd_reverse", "pdl")
+VARIANT_FLAGS = ("fwd_full", "fwd_narrow", "bwd_narrow", "fwd_prefetch", "bwd_prefetch", "bwd_reverse", "pdl")
 
 
 def set_variant(spec=""):

@@ -40,8 +40,9 @@ SHAPES = {
     "gpt2 mixed 32768x768": (32768, 768, F32, BF16, BF16, F32),
     "shakesp mixed 16384x384": (16384, 384, F32, BF16, BF16, F32),
 }
-FWD_VARIANTS = ["default", "fwd_full", "fwd_narrow", "fwd_full,fwd_narrow"]
-BWD_VARIANTS = ["default", "bwd_narrow", "pdl", "bwd_narrow,pdl", "bwd_reverse"]
+FWD_VARIANTS = ["default", "fwd_full", "fwd_narrow", "fwd_prefetch", "fwd_narrow,fwd_prefetch"]
+BWD_VARIANTS = ["default", "bwd_narrow", "bwd_prefetch", "bwd_narrow,bwd_prefetch", "pdl", "bwd_narrow,pdl",
+                "bwd_prefetch,pdl", "bwd_narrow,bwd_prefetch,pdl", "bwd_reverse"]
 
 
 def kernel_bytes(rows, cols, th, tr, ty):

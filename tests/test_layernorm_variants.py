@@ -22,8 +22,8 @@ REPO = base.REPO
 needs_cuda = base.needs_cuda
 BF16, F32 = base.BF16, base.F32
 
-VARIANTS = ["fwd_full", "fwd_narrow", "bwd_narrow", "bwd_reverse", "pdl",
-            "fwd_full,fwd_narrow,bwd_narrow,bwd_reverse,pdl"]
+VARIANTS = ["fwd_full", "fwd_narrow", "bwd_narrow", "fwd_prefetch", "bwd_prefetch", "bwd_reverse", "pdl",
+            "fwd_full,fwd_narrow,bwd_narrow,fwd_prefetch,bwd_prefetch,bwd_reverse,pdl"]
 # (rows, cols): 1 and 7 rows (fewer rows than a block takes), a tail of a few rows past a
 # block step, widths where narrow chunks change the warps per row (384, 768, 1600 with idle
 # lanes) or cannot (4096 fp32 keeps 16-byte chunks), and more rows than one wave of blocks.
@@ -104,7 +104,12 @@ def test_the_variant_is_what_launches(ln):
         y, h, mean, rstd = ln.add_layernorm_fwd(x, r, w, b, 1e-5)
         ln.layernorm_bwd(dy, dh, h, mean, rstd, w)
 
-    chunk_bytes = lambda names, kernel: {int(m) for n in names for m in re.findall(kernel + r"<[^>]*?, (\d+), \d>", n)}
+    def chunk_bytes(names, kernel):   # the CB template argument of the launched instances
+        return {int(m) for n in names for m in re.findall(kernel + r"<[^>]*?, (\d+), \d, (?:true|false)>", n)}
+
+    def prefetch(names, kernel):      # the PF template argument
+        return {m == "true" for n in names for m in re.findall(kernel + r"<[^>]*?, \d+, \d, (true|false)>", n)}
+
     try:
         assert ln.set_variant("") == "default" and ln.variant() == "default"
         names = launched(call)
@@ -116,34 +121,44 @@ def test_the_variant_is_what_launches(ln):
         names = launched(call)
         assert chunk_bytes(names, "forward_kernel") == {8} and chunk_bytes(names, "backward_kernel") == {16}, names
         assert sum("column_sum_kernel" in n for n in names) == 1, names
+        assert prefetch(names, "forward_kernel") == prefetch(names, "backward_kernel") == {False}, names
+        ln.set_variant("bwd_narrow,bwd_prefetch")
+        names = launched(call)
+        assert chunk_bytes(names, "backward_kernel") == {8} and prefetch(names, "backward_kernel") == {True}, names
+        assert prefetch(names, "forward_kernel") == {False}, names
     finally:
         ln.set_variant("")
 
 
 @needs_cuda
-def test_pdl_column_sum_inside_a_cuda_graph(ln):
-    """bench.py and train.py's cuda_graphs replay the backward from a graph: the column sum launched
-    as a programmatic dependent must be captured with its dependency (dw, db exact)."""
+def test_pdl_launches_inside_a_cuda_graph(ln):
+    """bench.py and train.py's cuda_graphs replay forward and backward from a graph: with pdl each
+    kernel is captured as a programmatic dependent of the one before (forward -> backward ->
+    column sum) and must still see its inputs complete (outputs bitwise equal to plain launches)."""
     x, r, w, b, dy, dh = base.make(8191, 768, base.KERNEL_COMBOS["fp32_bf16r_autocast"], 7)
-    y, h, mean, rstd = ln.add_layernorm_fwd(x, r, w, b, 1e-5, True)
-    expected = ln.layernorm_bwd_mixed(dy, dh, h, mean, rstd, w)
+
+    def step():
+        y, h, mean, rstd = ln.add_layernorm_fwd(x, r, w, b, 1e-5, True)
+        return (y, h, mean, rstd) + tuple(ln.layernorm_bwd_mixed(dy, dh, h, mean, rstd, w))
+
+    expected = step()
     try:
         ln.set_variant("pdl")
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            ln.layernorm_bwd_mixed(dy, dh, h, mean, rstd, w)
+            step()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            got = ln.layernorm_bwd_mixed(dy, dh, h, mean, rstd, w)
+            got = step()
         for _ in range(3):
             for t in got:
                 t.fill_(float("nan"))
             graph.replay()
             torch.cuda.synchronize()
-            for a, c in zip(got, expected):
-                assert torch.equal(a, c)
+            for name, a, c in zip(["y", "h", "mean", "rstd", "dx", "dr", "dw", "db"], got, expected):
+                assert torch.equal(a, c), name
     finally:
         ln.set_variant("")
 
