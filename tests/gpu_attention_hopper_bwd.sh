@@ -4,7 +4,8 @@
 # must not eat the call), the pytest suite, compute-sanitizer memcheck on a small case, the model's
 # tk-vs-torch check, and the attention bench rows (tk = hopper fwd + hopper bwd on sm_90).
 # Usage: tests/gpu_attention_hopper_bwd.sh OUT_DIR        (~70 s warm after ~35 s of builds)
-# SKIP="quick bench sanitizer" leaves parts out (quick = tests/bench_attention_hopper_bwd.py).
+# SKIP="quick bench sanitizer" leaves parts out (quick = tests/bench_attention_hopper_bwd.py);
+# RACECHECK=1 adds compute-sanitizer racecheck on the same small case.
 set -u
 OUT=${1:-/tmp/attention_hopper_bwd_out}; mkdir -p "$OUT"
 SKIP=${SKIP:-}
@@ -47,6 +48,10 @@ torch.cuda.synchronize(); print("sanitize case ran")
 PY
   timeout -s KILL ${SANITIZER_TIMEOUT:-90} compute-sanitizer --tool memcheck python3 "$OUT/sanitize_case.py" > "$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|sanitize case ran" "$OUT/memcheck.log"
+  if [[ "${RACECHECK:-0}" == 1 ]]; then   # opt-in: slower (shared-memory hazards of every kernel)
+    timeout -s KILL ${SANITIZER_TIMEOUT:-90} compute-sanitizer --tool racecheck python3 "$OUT/sanitize_case.py" > "$OUT/racecheck.log" 2>&1
+    echo "racecheck rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|sanitize case ran" "$OUT/racecheck.log"
+  fi
 fi
 if [[ " $SKIP " != *" bench "* ]]; then
   TK_BENCH_ATTENTION_IMPLS=${TK_BENCH_ATTENTION_IMPLS:-tk,tk-portable,sdpa-cudnn,sdpa-flash} \
