@@ -481,8 +481,9 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 }
 
 // ---- variants: runtime choices for measuring (set_variant / TK_LAYERNORM_VARIANT) -------------
-// The default (no flag) is the plan measured best on the H200; kernels/NOTES.md ("Session 3:
-// LayerNorm speed") has the table. Each flag changes one thing:
+// A plan is a set of flags; none of them is session 2's plan, DEFAULT_PLAN (below) the one
+// measured best on the H200 (kernels/NOTES.md, "Session 3: LayerNorm speed"). Each flag changes
+// one thing:
 //   fwd_full     forward grid: a block per row step (the hardware fills SMs as blocks finish)
 //                instead of a persistent grid of as many blocks as fit at once
 //   fwd_narrow   forward with 8-byte chunks of h: twice the threads a row, fewer registers each
@@ -505,20 +506,29 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"bwd_reverse", &Variant::bwd_reverse},
                           {"pdl", &Variant::pdl}};
 
-Variant parse_or_default(const char* spec, std::string* error) {
+// The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
+// Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan.
+constexpr const char* DEFAULT_PLAN = "";
+
+// Flags are switched on one by one, starting from none; "default" switches on DEFAULT_PLAN's.
+// An unknown name sets *error (when given) and is otherwise ignored.
+Variant parse(const char* spec, std::string* error) {
     Variant v{};
-    if (spec == nullptr) return v;
     std::string s(spec), token;
     s += ',';
     for (char ch : s) {
         if (ch != ',' && ch != ' ') { token += ch; continue; }
-        if (token.empty() || token == "default" || token == "base") { token.clear(); continue; }
-        bool known = false;
-        for (const Flag& f : FLAGS)
-            if (token == f.name) { v.*(f.field) = true; known = true; }
-        if (!known && error != nullptr && error->empty()) {
-            *error = "unknown layernorm variant flag '" + token + "'; known:";
-            for (const Flag& f : FLAGS) *error += std::string(" ") + f.name;
+        if (token == "default") {
+            const Variant d = parse(DEFAULT_PLAN, nullptr);
+            for (const Flag& f : FLAGS) v.*(f.field) = v.*(f.field) || d.*(f.field);
+        } else if (!token.empty() && token != "none") {
+            bool known = false;
+            for (const Flag& f : FLAGS)
+                if (token == f.name) { v.*(f.field) = true; known = true; }
+            if (!known && error != nullptr && error->empty()) {
+                *error = "unknown layernorm variant flag '" + token + "'; known: none, default,";
+                for (const Flag& f : FLAGS) *error += std::string(" ") + f.name;
+            }
         }
         token.clear();
     }
@@ -526,7 +536,10 @@ Variant parse_or_default(const char* spec, std::string* error) {
 }
 
 Variant& current_variant() {
-    static Variant v = parse_or_default(std::getenv("TK_LAYERNORM_VARIANT"), nullptr);   // unknown flags ignored
+    static Variant v = [] {
+        const char* env = std::getenv("TK_LAYERNORM_VARIANT");
+        return parse(env != nullptr && env[0] != '\0' ? env : "default", nullptr);   // unknown flags ignored
+    }();
     return v;
 }
 
@@ -662,7 +675,7 @@ Plan backward_plan(const BackwardArgs& a) {
 
 std::string set_variant(const char* spec) {
     std::string error;
-    const Variant v = parse_or_default(spec, &error);
+    const Variant v = parse(spec, &error);
     if (error.empty()) current_variant() = v;
     return error;
 }
@@ -671,7 +684,7 @@ std::string variant_name() {
     std::string s;
     for (const Flag& f : FLAGS)
         if (current_variant().*(f.field)) s += (s.empty() ? "" : ",") + std::string(f.name);
-    return s.empty() ? "default" : s;
+    return s.empty() ? "none" : s;
 }
 
 int backward_partial_blocks(const BackwardArgs& a) {

@@ -55,8 +55,9 @@ struct BackwardArgs {
     DType y_dtype;          // dy: h_dtype or bf16
 };
 
-// Runtime choices of grid and chunk size, for measuring them against each other in one process
-// (kernels/layernorm.cu, "variants", says what each does). All false is the default plan.
+// Runtime choices of grid, chunk size, prefetch, row order and launch, for measuring them against
+// each other in one process (kernels/layernorm.cu, "variants", says what each does). All false is
+// session 2's plan ("none"); the default plan is layernorm.cu's DEFAULT_PLAN.
 struct Variant {
     bool fwd_full_grid = false;   // "fwd_full"
     bool fwd_narrow = false;      // "fwd_narrow"
@@ -67,11 +68,12 @@ struct Variant {
     bool pdl = false;             // "pdl"
 };
 
-// Set the variant from a comma-separated list of flag names ("" or "default": none); returns ""
-// or, for an unknown name, a message (and changes nothing). The process starts with
-// $TK_LAYERNORM_VARIANT. Read at launch time: a CUDA graph keeps the variant it was captured with.
+// Set the plan from a comma-separated list of flag names ("none" or "": no flag; "default": the
+// default plan's); returns "" or, for an unknown name, a message (and changes nothing). The
+// process starts with $TK_LAYERNORM_VARIANT, or the default plan when that is unset or empty.
+// Read at launch time: a CUDA graph keeps the plan it was captured with.
 std::string set_variant(const char* spec);
-std::string variant_name();   // the current flags, comma-separated, or "default"
+std::string variant_name();   // the flags on, comma-separated, or "none"
 
 // Rows of fp32 scratch the backward needs (one per block of its persistent grid). Reads the
 // dtypes, rows and cols of `a`; -1 for a dtype combination the kernels do not take.

@@ -346,18 +346,19 @@ def _contiguous(t):
 VARIANT_FLAGS = ("fwd_full", "fwd_narrow", "bwd_narrow", "fwd_prefetch", "bwd_prefetch", "bwd_reverse", "pdl")
 
 
-def set_variant(spec=""):
+def set_variant(spec="default"):
     """Choose the kernels' plan for the launches that follow: a comma-separated list of
-    VARIANT_FLAGS ("" or "default": the default plan). Returns the active flags. For measuring
-    (kernels/layernorm_bench.py); a process starts with $TK_LAYERNORM_VARIANT. A CUDA graph keeps
-    the plan it was captured with."""
+    VARIANT_FLAGS, "default" (the default plan, layernorm.cu's DEFAULT_PLAN; may be combined
+    with more flags) or "none" (no flag: session 2's plan). Returns the flags now on ("none" if
+    none). For measuring (kernels/layernorm_bench.py); a process starts with
+    $TK_LAYERNORM_VARIANT, or the default plan. A CUDA graph keeps the plan it was captured with."""
     if not isinstance(spec, str):
         raise TypeError(f"tk_layernorm: set_variant takes a string of flags, got {type(spec).__name__}")
     return _ext.module.set_variant(spec)
 
 
 def variant():
-    """The active plan's flags, comma-separated, or 'default'."""
+    """The flags on, comma-separated, or 'none'."""
     return _ext.module.variant()
 
 

@@ -10,10 +10,11 @@ L2 cache: bench.py's own timer), for each variant of kernels/layernorm.cu ("vari
      branch and y, fp32 parameters: GPT-2 32768x768, shakespeare 16384x384). The bytes each
      kernel must move are counted per dtype (the "floor" column: that many bytes at 4.0 TB/s);
   2. picks the forward and the backward flags with the least time summed over the four shapes
-     (each shape's time relative to the default's, so every shape weighs the same);
-  3. bench.py's fwd+bwd row (the public op under autograd, tk vs eager in the same run) for the
-     default plan, the picked one, and the picked one with bwd_reverse;
-  4. a torch.profiler breakdown of that row (kernel by kernel) for eager, the default and the pick.
+     (each shape's time relative to "none", session 2's plan, so every shape weighs the same);
+  3. bench.py's fwd+bwd row (the public op under autograd, tk vs eager in the same run) for
+     "none", the default plan (layernorm.cu's DEFAULT_PLAN), the pick, and the pick with
+     bwd_reverse;
+  4. a torch.profiler breakdown of that row (kernel by kernel) for eager, "none" and the pick.
 Prints compact tables and a last line `BEST=<flags>` (tests/gpu_layernorm_speed.sh hands it to
 bench.py through TK_LAYERNORM_VARIANT). No correctness checks here: tests/test_layernorm_variants.py.
 """
@@ -40,8 +41,8 @@ SHAPES = {
     "gpt2 mixed 32768x768": (32768, 768, F32, BF16, BF16, F32),
     "shakesp mixed 16384x384": (16384, 384, F32, BF16, BF16, F32),
 }
-FWD_VARIANTS = ["default", "fwd_full", "fwd_narrow", "fwd_prefetch", "fwd_narrow,fwd_prefetch"]
-BWD_VARIANTS = ["default", "bwd_narrow", "bwd_prefetch", "bwd_narrow,bwd_prefetch", "pdl", "bwd_narrow,pdl",
+FWD_VARIANTS = ["none", "fwd_full", "fwd_narrow", "fwd_prefetch", "fwd_narrow,fwd_prefetch"]
+BWD_VARIANTS = ["none", "bwd_narrow", "bwd_prefetch", "bwd_narrow,bwd_prefetch", "pdl", "bwd_narrow,pdl",
                 "bwd_prefetch,pdl", "bwd_narrow,bwd_prefetch,pdl", "bwd_reverse"]
 
 
@@ -90,12 +91,12 @@ def kernel_rows(args, ln, l2_bytes):
 
         for kind, fn, variants in (("fwd_us", fwd, FWD_VARIANTS), ("bwd_us", bwd, BWD_VARIANTS)):
             for v in variants:
-                ln.set_variant("" if v == "default" else v)
+                ln.set_variant(v)
                 try:
                     row[kind][v] = 1e3 * time_graph_ms(fn, sets, args.warmup, args.reps)
                 except Exception as e:   # one failing variant must not hide the others
                     row.setdefault("errors", {})[f"{kind} {v}"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
-        ln.set_variant("")
+        ln.set_variant("default")
         out[name] = row
         del sets
         torch.cuda.empty_cache()
@@ -103,19 +104,19 @@ def kernel_rows(args, ln, l2_bytes):
 
 
 def pick(rows, kind, variants):
-    """The variant with the least time summed over the shapes, each relative to the default's."""
+    """The variant with the least time summed over the shapes, each relative to "none"'s."""
     score = {}
     for v in variants:
-        rel = [r[kind][v] / r[kind]["default"] for r in rows.values() if v in r[kind] and "default" in r[kind]]
+        rel = [r[kind][v] / r[kind]["none"] for r in rows.values() if v in r[kind] and "none" in r[kind]]
         if len(rel) == len(rows):
             score[v] = sum(rel) / len(rel)
-    best = min(score, key=score.get) if score else "default"
+    best = min(score, key=score.get) if score else "none"
     return best, score
 
 
 def combine(*specs):
-    flags = [f for s in specs for f in s.split(",") if f and f != "default"]
-    return ",".join(dict.fromkeys(flags)) or "default"
+    flags = [f for s in specs for f in s.split(",") if f and f not in ("none", "default")]
+    return ",".join(dict.fromkeys(flags)) or "none"
 
 
 def step_rows(args, ln, l2_bytes, plans):
@@ -130,10 +131,10 @@ def step_rows(args, ln, l2_bytes, plans):
         row["us"]["eager"] = 1e3 * bench.time_graph_ms(lambda inp: case.step(case.impls["eager"], inp), sets,
                                                        args.warmup, args.reps)
         for plan in plans:
-            ln.set_variant("" if plan == "default" else plan)
+            ln.set_variant(plan)
             row["us"][plan] = 1e3 * bench.time_graph_ms(lambda inp: case.step(case.impls["tk"], inp), sets,
                                                         args.warmup, args.reps)
-        ln.set_variant("")
+        ln.set_variant("default")
         out[case.name] = row
         del sets
         torch.cuda.empty_cache()
@@ -152,7 +153,7 @@ def profile_rows(ln, plans):
         inp = case.make_inputs()
         for impl, plan in [("eager", None)] + [("tk", p) for p in plans]:
             if plan is not None:
-                ln.set_variant("" if plan == "default" else plan)
+                ln.set_variant(plan)
             fn = case.impls[impl]
             for _ in range(3):
                 case.step(fn, inp)
@@ -167,7 +168,7 @@ def profile_rows(ln, plans):
                     kernels.setdefault(e.name, []).append(e.device_time_total)
             out[f"{case.name} {impl if plan is None else plan}"] = {
                 k[:90]: (len(v) / 5, statistics.median(v)) for k, v in kernels.items()}
-        ln.set_variant("")
+        ln.set_variant("default")
     return out
 
 
@@ -208,10 +209,12 @@ def main(argv=None):
                 print(f"   ! {k}: {e}")
     best_fwd, fwd_score = pick(rows, "fwd_us", FWD_VARIANTS)
     best_bwd, bwd_score = pick(rows, "bwd_us", BWD_VARIANTS)
-    print(f"\nmean time relative to default, forward: { {k: round(v, 3) for k, v in fwd_score.items()} }")
-    print(f"mean time relative to default, backward: { {k: round(v, 3) for k, v in bwd_score.items()} }")
+    print(f"\nmean time relative to none, forward: { {k: round(v, 3) for k, v in fwd_score.items()} }")
+    print(f"mean time relative to none, backward: { {k: round(v, 3) for k, v in bwd_score.items()} }")
     best = combine(best_fwd, best_bwd)
-    plans = list(dict.fromkeys(["default", best, combine(best, "bwd_reverse")]))
+    default = ln.set_variant("default")   # layernorm.cu's DEFAULT_PLAN, as flags
+    plans = list(dict.fromkeys(["none", default, best, combine(best, "bwd_reverse")]))
+    print(f"default plan: {default}; picked: {best}")
 
     steps = step_rows(args, ln, l2, plans)
     print("\nbench.py's fwd+bwd row (public op under autograd), us (TB/s counted as bench.py does), eager/tk")
@@ -224,7 +227,7 @@ def main(argv=None):
             line += f"{us:10.1f} ({r['bytes'] / us / 1e6:4.2f} TB/s, {eager / us:4.2f}x)"
         print(line)
 
-    prof = {} if args.no_profile else profile_rows(ln, plans[:2])
+    prof = {} if args.no_profile else profile_rows(ln, list(dict.fromkeys(["none", best])))
     for name, kernels in prof.items():
         total = sum(n * us for n, us in kernels.values())
         print(f"\nprofile {name}: {total:.1f} us of kernels per step")
@@ -238,7 +241,7 @@ def main(argv=None):
                        "best_fwd": best_fwd, "best_bwd": best_bwd, "steps": steps, "profile": prof}, f, indent=1)
         print(f"wrote {args.json}")
     print(f"({time.time() - t0:.0f} s)")
-    print(f"BEST={'' if best == 'default' else best}")
+    print(f"BEST={best}")
     return 0
 
 

@@ -228,7 +228,8 @@ std::string check_backward(const Tensor& dy, const c10::optional<Tensor>& dh, co
 }
 
 // Measuring variants (kernels/layernorm.cu, "variants"): set_variant("bwd_narrow,pdl") and the
-// launches that follow use that plan; "" or "default" is the default. Returns the active flags.
+// launches that follow use that plan ("default": the default plan; "none": no flag). Returns
+// the flags now on.
 std::string set_variant(const std::string& spec) {
     const std::string error = tk_layernorm::set_variant(spec.c_str());
     tk_bindings::raise_if(error.empty() ? Problem{} : tk_bindings::value_problem("tk_layernorm: " + error));
@@ -244,9 +245,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("check_backward", &check_backward, "'' or what backward(dy, dh, h, mean, rstd, weight, ...) would raise",
           py::arg("dy"), py::arg("dh"), py::arg("h"), py::arg("mean"), py::arg("rstd"), py::arg("weight"),
           py::arg("residual_grad_bf16") = false);
-    m.def("set_variant", &set_variant, "set_variant('fwd_full,bwd_narrow,...' or '') -> the active flags",
+    m.def("set_variant", &set_variant, "set_variant('fwd_full,bwd_narrow,...' | 'default' | 'none') -> the flags on",
           py::arg("spec"));
-    m.def("variant", &tk_layernorm::variant_name, "the active variant flags, or 'default'");
+    m.def("variant", &tk_layernorm::variant_name, "the flags on, comma-separated, or 'none'");
     m.def("forward", &forward, "y, h, mean, rstd = forward(x, residual|None, weight, bias|None, eps, y_bf16=False)",
           py::arg("x"), py::arg("residual"), py::arg("weight"), py::arg("bias"), py::arg("eps"),
           py::arg("y_bf16") = false);

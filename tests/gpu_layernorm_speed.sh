@@ -8,11 +8,12 @@
 #   3. bench.py --ops layernorm --quick with the picked plan (TK_LAYERNORM_VARIANT), eager and
 #      torch.compile (default mode) beside                                -> bench.log, bench_layernorm.json
 #   4. GPU tests: test_layernorm.py, test_layernorm_variants.py (every variant vs float64),
-#      test_layernorm_model.py                                            -> pytest.log
-#   5. compute-sanitizer memcheck + racecheck of every variant on small shapes -> sanitizer.log
+#      test_layernorm_model.py (their CPU-only nvcc tests skipped)        -> pytest.log
+#   5. at the same time as 4 (no timing left by then): compute-sanitizer memcheck + racecheck of
+#      "none" and of every flag at once, on small shapes                  -> sanitizer.log
 # Usage: bash tests/gpu_layernorm_speed.sh OUT_DIR. Expected ~3 min (build ~45 s cold, variants
-# ~30 s, bench.py ~60 s with its two compiles, tests ~50 s, sanitizer ~20 s); each step has its
-# own time limit, so the script ends within ~5 min whatever happens. The summary is summary.txt.
+# ~30 s, bench.py ~60 s with its two compiles, tests ~60 s beside the sanitizer); each step has
+# its own time limit, so the script ends within ~8 min whatever happens. Summary: summary.txt.
 # Exit status: non-zero if any step failed (each still runs).
 OUT=${1:?usage: bash tests/gpu_layernorm_speed.sh OUT_DIR}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
@@ -45,9 +46,9 @@ run 150 bench.log python3 bench.py --ops layernorm --quick --compile-modes defau
 unset TK_LAYERNORM_VARIANT
 grep -A 8 "^CUDA-graph replay" "$OUT/bench.log" >> "$OUT/summary.txt"
 
-run 150 pytest.log python3 -m pytest -q -rfEsx --tb=short tests/test_layernorm.py tests/test_layernorm_variants.py \
-    tests/test_layernorm_model.py
-tail -3 "$OUT/pytest.log" >> "$OUT/summary.txt"
+run 180 pytest.log python3 -m pytest -q -rfEsx --tb=short -k "not test_cpu_" tests/test_layernorm.py \
+    tests/test_layernorm_variants.py tests/test_layernorm_model.py &
+PYTEST=$!
 
 SAN_PY='
 import torch
@@ -55,7 +56,8 @@ from kernels import layernorm as ln
 assert ln._ext.why_not() is None
 ext = ln._ext.module
 F, B = torch.float32, torch.bfloat16
-for spec in ["", "fwd_full,fwd_narrow,bwd_narrow,bwd_reverse,pdl"]:
+for spec in ["none", "fwd_full,fwd_narrow,bwd_narrow,fwd_prefetch,bwd_prefetch,bwd_reverse,pdl",
+             "fwd_prefetch,bwd_prefetch"]:
     ln.set_variant(spec)
     for rows, cols, th, tr, ty in [(37, 768, B, B, B), (37, 768, F, B, B), (9, 4096, F, F, F), (5, 1600, B, B, B)]:
         x, r = torch.randn(rows, cols, device="cuda").to(th), torch.randn(rows, cols, device="cuda").to(tr)
@@ -73,6 +75,8 @@ if command -v compute-sanitizer > /dev/null; then
 else
     note "compute-sanitizer not found: skipped"
 fi
+wait $PYTEST || status=1
+tail -3 "$OUT/pytest.log" >> "$OUT/summary.txt"
 
 note "done, status $status"
 exit $status

@@ -36,15 +36,15 @@ def ln():
     reason = layernorm._ext.why_not()
     assert reason is None, reason
     yield layernorm
-    layernorm.set_variant("")
+    layernorm.set_variant("default")
 
 
 @pytest.fixture
 def variant(ln, request):
     active = ln.set_variant(request.param)
-    assert active == request.param, (active, request.param)
+    assert set(active.split(",")) == set(request.param.split(",")), (active, request.param)
     yield request.param
-    ln.set_variant("")
+    ln.set_variant("default")
 
 
 @needs_cuda
@@ -73,7 +73,7 @@ def test_variant_backward_is_bitwise_reproducible_and_equals_default_outputs(ln,
     second = ln.layernorm_bwd_mixed(dy, dh, h, mean, rstd, w)
     for a, c in zip(first, second):
         assert torch.equal(a, c), f"{variant}: backward is not bitwise reproducible"
-    ln.set_variant("")
+    ln.set_variant("none")
     y0, h0, mean0, rstd0 = ln.add_layernorm_fwd(x, r, w, b, 1e-5, True)
     # the per-row arithmetic is the same in every plan: y and h bitwise; mean/rstd within rounding
     # (narrow chunks add a row's values in another order)
@@ -97,7 +97,7 @@ def launched(fn):
 @needs_cuda
 def test_the_variant_is_what_launches(ln):
     """bwd_narrow / fwd_narrow launch the 8-byte-chunk instances (template argument 8) for bf16
-    C=768, the default the 16-byte ones; the variant in force is reported."""
+    C=768, "none" the 16-byte ones; *_prefetch the PF=true ones; the flags in force are reported."""
     x, r, w, b, dy, dh = base.make(2048, 768, base.KERNEL_COMBOS["bf16"], 1)
 
     def call():
@@ -111,7 +111,7 @@ def test_the_variant_is_what_launches(ln):
         return {m == "true" for n in names for m in re.findall(kernel + r"<[^>]*?, \d+, \d, (true|false)>", n)}
 
     try:
-        assert ln.set_variant("") == "default" and ln.variant() == "default"
+        assert ln.set_variant("none") == "none" and ln.variant() == "none" and ln.set_variant("") == "none"
         names = launched(call)
         assert chunk_bytes(names, "forward_kernel") == {16} and chunk_bytes(names, "backward_kernel") == {16}, names
         assert ln.set_variant("bwd_narrow") == "bwd_narrow"
@@ -127,7 +127,7 @@ def test_the_variant_is_what_launches(ln):
         assert chunk_bytes(names, "backward_kernel") == {8} and prefetch(names, "backward_kernel") == {True}, names
         assert prefetch(names, "forward_kernel") == {False}, names
     finally:
-        ln.set_variant("")
+        ln.set_variant("default")
 
 
 @needs_cuda
@@ -160,16 +160,38 @@ def test_pdl_launches_inside_a_cuda_graph(ln):
             for name, a, c in zip(["y", "h", "mean", "rstd", "dx", "dr", "dw", "db"], got, expected):
                 assert torch.equal(a, c), name
     finally:
-        ln.set_variant("")
+        ln.set_variant("default")
+
+
+def default_plan_flags():
+    src = open(os.path.join(REPO, "kernels", "layernorm.cu")).read()
+    spec = re.search(r'constexpr const char\* DEFAULT_PLAN = "([^"]*)";', src).group(1)
+    return {f for f in spec.split(",") if f}
+
+
+@needs_cuda
+def test_default_none_and_flags_combine(ln):
+    try:
+        default = ln.set_variant("default")
+        assert set(default.split(",")) - {"none"} == default_plan_flags()
+        both = ln.set_variant("default,pdl")
+        assert set(both.split(",")) == default_plan_flags() | {"pdl"}
+        assert ln.set_variant("none") == "none"
+    finally:
+        ln.set_variant("default")
 
 
 @needs_cuda
 def test_bad_variant_flags_are_refused(ln):
-    with pytest.raises(ValueError, match="unknown layernorm variant flag 'wide'.*bwd_narrow"):
-        ln.set_variant("bwd_narrow,wide")
-    assert ln.variant() == "default"   # unchanged
-    with pytest.raises(TypeError, match="string"):
-        ln.set_variant(3)
+    before = ln.set_variant("bwd_prefetch")
+    try:
+        with pytest.raises(ValueError, match="unknown layernorm variant flag 'wide'.*bwd_narrow"):
+            ln.set_variant("bwd_narrow,wide")
+        assert ln.variant() == before   # unchanged
+        with pytest.raises(TypeError, match="string"):
+            ln.set_variant(3)
+    finally:
+        ln.set_variant("default")
 
 
 @needs_cuda
@@ -195,7 +217,8 @@ def test_cpu_flag_lists_agree():
     assert tuple(cu_flags) == layernorm.VARIANT_FLAGS
     assert set(VARIANTS[-1].split(",")) == set(cu_flags)
     for spec in layernorm_bench.FWD_VARIANTS + layernorm_bench.BWD_VARIANTS:
-        assert spec == "default" or set(spec.split(",")) <= set(cu_flags), spec
+        assert spec == "none" or set(spec.split(",")) <= set(cu_flags), spec
+    assert default_plan_flags() <= set(cu_flags)
     assert all(v.startswith("fwd") for v in layernorm_bench.FWD_VARIANTS[1:])
     assert all(not v.startswith("fwd") for v in layernorm_bench.BWD_VARIANTS)
 
