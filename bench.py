@@ -222,6 +222,16 @@ def attention_cases(quick):
     return attention_bench.cases(Case, quick)
 
 
+# ---- lm_head: the LM head + cross-entropy, fused (kernels/lm_head_bench.py) ------------------
+
+@register("lm_head")
+def lm_head_cases(quick):
+    """tk (chunked, gradient in the forward) vs eager F.linear + F.cross_entropy and torch.compile
+    of it, under bf16 autocast, at GPT-2's training shape (32768 x 768 x 50304)."""
+    from kernels import lm_head_bench
+    return lm_head_bench.cases(Case, quick)
+
+
 # ---- driver --------------------------------------------------------------------------------
 
 def environment():

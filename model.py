@@ -1,14 +1,15 @@
 """The GPT-2 model, in one file.
 
 Token + position embeddings, a stack of pre-LN transformer blocks (causal self-attention, GELU
-MLP), a final layernorm and a language-model head tied to the token embedding. The three hot
-ops go only through the `kernels` package, which runs either our tk CUDA kernels or their
+MLP), a final layernorm and a language-model head tied to the token embedding. The hot ops go
+only through the `kernels` package, which runs either our tk CUDA kernels or their
 PyTorch reference twins (see kernels/__init__.py):
 
     kernels.add_layernorm(x, residual, w, b)  ->  (LayerNorm(x + residual), x + residual)
     kernels.attention_qkv(qkv, causal, dropout_p)   (qkv: the c_attn output as (B, T, 3, H, D);
                                                     kernels.attention(q, k, v) when sampling)
     kernels.mlp(x, w_fc, b_fc, w_proj, b_proj)     (c_fc -> GELU(tanh) -> c_proj)
+    kernels.lm_head_loss(y, wte, targets)          (the LM head and its cross-entropy, in training)
 
 The residual add is fused into the next layernorm, so the residual stream is carried as a pair
 (h, branch): the running sum so far, and the latest branch output not yet added to it. That is
@@ -191,9 +192,10 @@ class GPT(nn.Module):
         y, _ = self.ln_f.add_norm(h, branch)
         if targets is None:   # generation needs only the last position's logits
             return self.lm_head(y[:, [-1], :]), None
-        logits = self.lm_head(y)
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
-        return logits, loss
+        # LM head + cross-entropy as one op: the tk version never holds the (B*T, vocab) logits
+        # in full (kernels/lm_head_op.py), so none are returned while training
+        loss = kernels.lm_head_loss(y.reshape(-1, y.size(-1)), self.lm_head.weight, targets.reshape(-1))
+        return None, loss
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         # Decay the matrices (Linear weights, embeddings); leave biases and layernorm gains alone.

@@ -1,7 +1,7 @@
-"""The seam between the model and the kernels: one switch, three ops.
+"""The seam between the model and the kernels: one switch, four ops.
 
 model.py calls only `add_layernorm`, `attention` (or `attention_qkv`, the same op on the packed
-c_attn output) and `mlp` from here. Each call goes to the
+c_attn output), `mlp` and `lm_head_loss` (the LM head and its cross-entropy) from here. Each call goes to the
 hand-written tk kernel or to its PyTorch reference twin (kernels/reference.py), as the switch
 says:
 
@@ -31,7 +31,7 @@ import torch
 
 from . import reference
 
-OPS = ("attention", "layernorm", "mlp")
+OPS = ("attention", "layernorm", "mlp", "lm_head")
 CHOICES = ("auto", "tk", "torch")
 
 
@@ -52,9 +52,9 @@ def register_tk(op, impl, why_not, entry=None):
     _tk_impls[entry or op] = (impl, why_not)
 
 
-def configure(kernels="auto", attention="", layernorm="", mlp=""):
+def configure(kernels="auto", attention="", layernorm="", mlp="", lm_head=""):
     """Set the switch. Returns the per-op choice as a dict."""
-    overrides = {"attention": attention, "layernorm": layernorm, "mlp": mlp}
+    overrides = {"attention": attention, "layernorm": layernorm, "mlp": mlp, "lm_head": lm_head}
     for name, value in [("kernels", kernels)] + [(f"kernels_{op}", v) for op, v in overrides.items()]:
         if value not in CHOICES and not (name != "kernels" and value == ""):
             allowed = " | ".join(CHOICES) + ("" if name == "kernels" else " | '' (follow kernels)")
@@ -98,10 +98,16 @@ def _record_use(op, backend):
     _used[op].add(backend)
 
 
+def _owner(module):
+    """The op a module belongs to (layernorm.py, attention_op.py, lm_head_op.py), or None for a
+    helper that is no op's (gemm.py)."""
+    return next((o for o in OPS if module == o or module.startswith(o + "_")), None)
+
+
 def _missing_reason(op):
-    # the op's own modules (layernorm.py, attention_op.py), or a helper that is no op's (gemm.py)
+    # the op's own modules, or a helper that is no op's
     def related(m):
-        return m.split("_")[0] == op or m.split("_")[0] not in OPS
+        return _owner(m) in (op, None)
     failed = [f"kernels/{m}.py failed to import ({err})" for m, err in _import_errors.items() if related(m)]
     return f"no tk kernel for {op} is available in this build" + (": " + "; ".join(failed) if failed else "")
 
@@ -178,13 +184,20 @@ def mlp(x, w_fc, b_fc, w_proj, b_proj):
     return _dispatch("mlp", reference.mlp, x, w_fc, b_fc, w_proj, b_proj)
 
 
+def lm_head_loss(x, weight, targets):
+    """Mean cross-entropy of the logits x @ weight.T against targets, ignoring targets == -1:
+    x (N, C), weight (V, C) (the tied embedding), targets (N,) int64. Returns a scalar. The tk
+    version never holds the (N, V) logits in full (kernels/lm_head_op.py)."""
+    return _dispatch("lm_head", reference.lm_head_loss, x, weight, targets)
+
+
 # ---- the op modules: each registers its tk kernel when imported -------------------------------
 # Listed by name so one that is missing (not written yet) is simply skipped, while one that
 # exists but fails to import is reported loudly instead of silently running torch.
 # A new op module adds its name here (and follows kernels/layernorm.py's pattern). It must not
 # be named after a function above (a submodule `kernels.attention` would replace the function
-# `kernels.attention` that model.py calls): hence attention_op and mlp_op.
-OP_MODULES = ("layernorm", "attention_op", "gemm", "mlp_op")
+# `kernels.attention` that model.py calls): hence attention_op, mlp_op and lm_head_op.
+OP_MODULES = ("layernorm", "attention_op", "gemm", "mlp_op", "lm_head_op")
 _import_errors = {}   # module name -> "ErrorType: message"
 
 for _name in OP_MODULES:

@@ -30,3 +30,10 @@ def mlp(x, w_fc, b_fc, w_proj, b_proj):
     """y = GELU_tanh(x @ w_fc.T + b_fc) @ w_proj.T + b_proj (biases may be None)."""
     h = F.gelu(F.linear(x, w_fc, b_fc), approximate="tanh")
     return F.linear(h, w_proj, b_proj)
+
+
+def lm_head_loss(x, weight, targets):
+    """Mean cross-entropy of x @ weight.T against targets (-1 = ignored), x (N, C), weight (V, C):
+    the (N, V) logits are materialized, exactly as nanoGPT's model does."""
+    logits = F.linear(x, weight)
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)

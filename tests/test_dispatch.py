@@ -1,6 +1,7 @@
 """CPU tests of the kernels switch: choices, per-op overrides, auto's fallback and its one-line log,
 tk's clear errors, preflight, import-failure reporting and the build helpers. No GPU needed."""
 import os
+import re
 import subprocess
 import sys
 
@@ -57,9 +58,11 @@ def fake_tk(monkeypatch):
 # ---- configure ---------------------------------------------------------------------------
 
 def test_configure_sets_global_and_per_op_choices():
-    assert kernels.configure("torch") == {"attention": "torch", "layernorm": "torch", "mlp": "torch"}
-    assert kernels.configure("torch", layernorm="tk") == {"attention": "torch", "layernorm": "tk", "mlp": "torch"}
-    assert kernels.configure("tk", attention="auto", mlp="torch") == {"attention": "auto", "layernorm": "tk", "mlp": "torch"}
+    assert kernels.configure("torch") == {"attention": "torch", "layernorm": "torch", "mlp": "torch", "lm_head": "torch"}
+    assert kernels.configure("torch", layernorm="tk") == {"attention": "torch", "layernorm": "tk", "mlp": "torch",
+                                                          "lm_head": "torch"}
+    assert kernels.configure("tk", attention="auto", mlp="torch") == {"attention": "auto", "layernorm": "tk",
+                                                                      "mlp": "torch", "lm_head": "tk"}
     assert kernels.choice()["mlp"] == "torch"
 
 
@@ -107,7 +110,7 @@ def test_auto_uses_tk_where_supported_and_falls_back_with_one_line(fake_tk, caps
     kernels.add_layernorm(x, r, w, b)
     assert capsys.readouterr().out.splitlines() == ["kernels: layernorm falls back to torch (hidden size 192 is not 64)"]
     kernels.reset_used()
-    assert kernels.used() == {"attention": "unused", "layernorm": "unused", "mlp": "unused"}
+    assert kernels.used() == {"attention": "unused", "layernorm": "unused", "mlp": "unused", "lm_head": "unused"}
 
 
 def test_tk_choice_raises_naming_op_reason_and_fallback(fake_tk):
@@ -179,7 +182,7 @@ def test_reference_add_layernorm_without_residual_returns_x_itself():
 
 def test_preflight_on_cpu(capsys):
     plan = kernels.preflight(4, 32, 128, 4, torch.float32, "cpu")
-    assert plan == {"attention": "torch", "layernorm": "torch", "mlp": "torch"}
+    assert plan == {"attention": "torch", "layernorm": "torch", "mlp": "torch", "lm_head": "torch"}
     out = capsys.readouterr().out
     assert "layernorm falls back to torch (device=cpu; the tk kernel needs CUDA)" in out
     kernels.configure("auto", layernorm="tk")
@@ -270,10 +273,11 @@ def test_python_m_kernels_build_reports_every_extension():
     res = subprocess.run([sys.executable, "-m", "kernels", "--build"], cwd=REPO, capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 1, res.stderr
-    names = ("tk_attention", "tk_attention_hopper", "tk_gemm", "tk_layernorm", "tk_mlp")
+    names = ("tk_attention", "tk_attention_hopper", "tk_gemm", "tk_layernorm", "tk_mlp", "tk_lm_head")
     for name in names:
         assert f"build {name}: FAILED: no CUDA device is available" in res.stdout
-    assert "built 0 of 5 extensions" in res.stdout
+    built = re.search(r"built 0 of (\d+) extensions", res.stdout)
+    assert built and int(built.group(1)) == res.stdout.count(": FAILED: no CUDA device is available") >= len(names)
     bad = subprocess.run([sys.executable, "-m", "kernels", "--build", "tk_layernorm", "tk_nope"], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown extension tk_nope" in bad.stderr and "Traceback" not in bad.stderr

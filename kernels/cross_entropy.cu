@@ -1,0 +1,244 @@
+// kernels/cross_entropy.cu: softmax cross-entropy over a chunk of logit rows, loss AND gradient
+// in one kernel, writing the gradient over the logits in place. The LM head (kernels/lm_head_op.py)
+// calls it between two cuBLAS GEMMs per chunk of rows:
+//
+//     logits = x_c · Wᵀ            (cuBLAS)               [n][V] bf16, V = 50304 for GPT-2
+//     per row r, target t:                                 (this file)
+//         m    = max_j logits[r][j]
+//         lse  = m + log(sum_j exp(logits[r][j] - m))
+//         loss[r] = lse - logits[r][t]
+//         logits[r][j] <- (exp(logits[r][j] - lse) - [j == t]) * grad_scale    (dloss/dlogits)
+//     dx_c = dlogits · W,  dW += dlogitsᵀ · x_c    (cuBLAS)
+//
+// THE LESSON: the loss and its gradient only need each row's max and sum of exponentials, and
+// the gradient of the mean loss is known the moment the row's statistics are: softmax − onehot,
+// scaled by 1/(rows not ignored). So the forward pass can produce the gradient right away, in
+// the memory the logits already occupy, and the backward pass has nothing left to do but scale
+// it by the incoming grad_output. PyTorch's F.cross_entropy instead writes log_softmax (fp32
+// under autocast: a cast kernel first), keeps it for the backward, and the backward reads it
+// again to write the gradient: three or four passes over a 3.3 GB tensor where this does one
+// read and one write (2 + 2 bytes an element for bf16 logits).
+//
+// The kernel is memory-bound: per element ~10 flops and 4 bytes. The plan:
+//   - One block per row (512 threads). A GPT-2 row is 50304 bf16 = 98 KB.
+//   - rows_in_registers: the block loads its row ONCE into registers, 16 bytes per load
+//     (tk::chunk16: 8 bf16 or 4 floats), VECS chunks a thread; then three sweeps over the
+//     registers (max; sum of exponentials; gradient), each finished by a block reduction, and
+//     one store per chunk. DRAM sees each byte read once and written once. VECS is a template
+//     argument (1, 2, 4, 8 or 16: up to 65536 bf16 or 32768 float columns) so the chunks live
+//     in registers, not local memory.
+//   - rows_streamed: everything else (a row not 16-byte aligned, e.g. V = 65 for
+//     shakespeare-char, or wider than VECS = 16 covers). Scalar loads, two sweeps over global
+//     memory: an online max/sum (the running sum is rescaled whenever the max grows), then the
+//     gradient. The second read of a row usually hits L2 (the block read it microseconds ago).
+//   - Exponentials as exp2f(x·log2(e) − m·log2(e)): exp2f is one MUFU.EX2 instruction (relative
+//     error ~2^-22), written here where the reader sees it; build.py keeps --use_fast_math off.
+//   - All arithmetic in fp32; the stored gradient is rounded once, to the logits' dtype.
+//   - In place is safe: each element is read and then written by the same thread, and every
+//     read of the row (target logit included) happens before the block's last barrier that
+//     precedes the writes. The loads are plain ld.global, not the read-only __ldg path
+//     (tk::load): that path's contract is that the memory is not written during the kernel.
+//   - grad_scale is a device pointer, not a host float: 1/(rows not ignored) is counted on the
+//     GPU, so the host never waits for it (CUDA graphs capture this unchanged).
+//
+// Read in this order: block_reduce, finish_row (the per-row scalars shared by both kernels),
+// rows_in_registers, rows_streamed, then the launcher at the bottom (which kernel, which VECS).
+#include <cmath>
+#include <type_traits>
+
+#include "cross_entropy.h"
+#include "tk/common/common.cuh"
+#include "tk/ops/chunk16.cuh"   // tk::chunk16 (16 bytes of a row as loaded)
+
+namespace tk_cross_entropy {
+namespace {
+
+using tk::bf16;
+
+constexpr int THREADS = 512;                  // one block per row
+constexpr int WARPS = THREADS / tk::WARP_THREADS;
+constexpr int MAX_VECS = 16;                  // chunks per thread in rows_in_registers
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float NEG_INF = -__builtin_huge_valf();
+
+template <typename T> __device__ __forceinline__ float to_float(T v) { return tk::convert<float>(v); }
+template <typename T> __device__ __forceinline__ T from_float(float v) { return tk::convert<T>(v); }
+
+// Op over every thread of the block, returned to every thread: warp butterflies, one float per
+// warp through shared memory, then every warp reduces the WARPS partials itself (no second
+// barrier round to broadcast). The trailing barrier lets the caller reuse `partial` at once.
+template <typename Op> __device__ __forceinline__ float block_reduce(float v, float* partial, float identity) {
+    v = tk::warp_reduce<Op>(v);
+    if (tk::laneid() == 0) partial[threadIdx.x / tk::WARP_THREADS] = v;
+    __syncthreads();
+    v = tk::laneid() < WARPS ? partial[tk::laneid()] : identity;
+    v = tk::warp_reduce<Op>(v);
+    __syncthreads();
+    return v;
+}
+
+// What a row needs once its max m and sum of exponentials s = sum exp(x - m) are known.
+struct RowResult {
+    float neg_lse_log2e;   // -lse·log2(e): exp(x - lse) = exp2f(x·log2(e) + neg_lse_log2e)
+    float scale;           // grad_scale, or 0 for an ignored or invalid row (gradient all zeros)
+};
+
+// Thread 0 writes the row's loss; every thread gets the gradient's constants. target_logit is
+// the target's logit as read before any write (only thread 0's copy is used).
+__device__ __forceinline__ RowResult finish_row(float m, float s, int64_t target, int64_t cols, float target_logit,
+                                                float* loss_row, const float* grad_scale, bool write_grad) {
+    const float lse = m + logf(s);
+    const bool ignored = target == -1;
+    const bool valid = target >= 0 && target < cols;
+    if (threadIdx.x == 0) *loss_row = valid ? lse - target_logit : (ignored ? 0.0f : __int_as_float(0x7fc00000));
+    return RowResult{-lse * LOG2E, (write_grad && valid) ? *grad_scale : 0.0f};
+}
+
+// The gradient of one element: (softmax - onehot) * scale.
+__device__ __forceinline__ float grad_of(float x, bool is_target, const RowResult& r) {
+    const float p = exp2f(fmaf(x, LOG2E, r.neg_lse_log2e));
+    return (is_target ? p - 1.0f : p) * r.scale;
+}
+
+// ---- the row in registers: one DRAM read, one DRAM write -----------------------------------
+// Thread i holds chunks i, i + THREADS, i + 2·THREADS, ... of the row (consecutive threads on
+// consecutive 16-byte chunks: a warp moves 512 contiguous bytes per instruction). Needs cols and
+// ld multiples of the chunk width and a 16-byte aligned base (the launcher checks).
+template <typename T, int VECS>
+__global__ void __launch_bounds__(THREADS) rows_in_registers(Args a) {
+    using Chunk = tk::chunk16<T>;
+    constexpr int E = Chunk::elems;
+    __shared__ float partial[WARPS];
+    const int64_t row = blockIdx.x;
+    T* x = static_cast<T*>(a.logits) + row * a.ld;
+    const int64_t target = a.targets[row];
+    const int chunks = int(a.cols / E);
+
+    float target_logit = 0.0f;
+    if (threadIdx.x == 0 && target >= 0 && target < a.cols) target_logit = to_float(x[target]);
+
+    Chunk c[VECS];
+#pragma unroll
+    for (int v = 0; v < VECS; ++v) {
+        const int k = v * THREADS + threadIdx.x;
+        if (k < chunks) {   // a plain load, not __ldg: this kernel writes the row afterwards
+            const uint4 raw = *reinterpret_cast<const uint4*>(x + int64_t(k) * E);
+            c[v].word[0] = raw.x; c[v].word[1] = raw.y; c[v].word[2] = raw.z; c[v].word[3] = raw.w;
+        }
+    }
+
+    float m = NEG_INF;
+#pragma unroll
+    for (int v = 0; v < VECS; ++v)
+        if (v * THREADS + int(threadIdx.x) < chunks)
+#pragma unroll
+            for (int e = 0; e < E; ++e) m = fmaxf(m, c[v][e]);
+    m = block_reduce<tk::base_ops::max>(m, partial, NEG_INF);
+
+    const float neg_m_log2e = -m * LOG2E;
+    float s = 0.0f;
+#pragma unroll
+    for (int v = 0; v < VECS; ++v)
+        if (v * THREADS + int(threadIdx.x) < chunks)
+#pragma unroll
+            for (int e = 0; e < E; ++e) s += exp2f(fmaf(c[v][e], LOG2E, neg_m_log2e));
+    s = block_reduce<tk::base_ops::sum>(s, partial, 0.0f);   // its barriers also order every read before any write
+
+    const RowResult r = finish_row(m, s, target, a.cols, target_logit, a.loss_rows + row, a.grad_scale, a.write_grad);
+    if (!a.write_grad) return;
+#pragma unroll
+    for (int v = 0; v < VECS; ++v) {
+        const int k = v * THREADS + threadIdx.x;
+        if (k < chunks) {
+            float g[E];
+#pragma unroll
+            for (int e = 0; e < E; ++e) g[e] = grad_of(c[v][e], int64_t(k) * E + e == target, r);
+            tk::store(x + int64_t(k) * E, g);
+        }
+    }
+}
+
+// ---- any row: two sweeps over global memory ------------------------------------------------
+// Sweep 1 keeps a running max m and a sum s of exp(x - m); when x exceeds m, s is rescaled by
+// exp(m_old - m_new) (the "online softmax" recurrence). The block then merges the threads' (m, s)
+// pairs: M = max m, S = sum of s·exp(m - M). Sweep 2 reads the row again and writes the gradient.
+template <typename T>
+__global__ void __launch_bounds__(THREADS) rows_streamed(Args a) {
+    __shared__ float partial[WARPS];
+    const int64_t row = blockIdx.x;
+    T* x = static_cast<T*>(a.logits) + row * a.ld;
+    const int64_t target = a.targets[row];
+
+    float target_logit = 0.0f;
+    if (threadIdx.x == 0 && target >= 0 && target < a.cols) target_logit = to_float(x[target]);
+
+    float m = NEG_INF, s = 0.0f;
+    for (int64_t j = threadIdx.x; j < a.cols; j += THREADS) {
+        const float v = to_float(x[j]);
+        if (v > m) {   // the first element always lands here (s·exp2(-inf) = 0)
+            s = s * exp2f((m - v) * LOG2E) + 1.0f;
+            m = v;
+        } else {
+            s += exp2f((v - m) * LOG2E);
+        }
+    }
+    const float M = block_reduce<tk::base_ops::max>(m, partial, NEG_INF);
+    const float mine = m == NEG_INF ? 0.0f : s * exp2f((m - M) * LOG2E);   // a thread with no columns adds 0
+    const float S = block_reduce<tk::base_ops::sum>(mine, partial, 0.0f);
+
+    const RowResult r = finish_row(M, S, target, a.cols, target_logit, a.loss_rows + row, a.grad_scale, a.write_grad);
+    if (!a.write_grad) return;
+    for (int64_t j = threadIdx.x; j < a.cols; j += THREADS) x[j] = from_float<T>(grad_of(to_float(x[j]), j == target, r));
+}
+
+// ---- launcher ------------------------------------------------------------------------------
+
+template <typename T> int chunk_elems() { return tk::chunk16<T>::elems; }
+
+// VECS for rows_in_registers, or 0 when the row must be streamed.
+template <typename T> int choose_vecs(const Args& a) {
+    const int64_t E = chunk_elems<T>();
+    const bool aligned = a.cols % E == 0 && a.ld % E == 0 && reinterpret_cast<uintptr_t>(a.logits) % 16 == 0;
+    if (!aligned) return 0;
+    const int64_t per_thread = (a.cols / E + THREADS - 1) / THREADS;
+    for (int v : {1, 2, 4, 8, MAX_VECS})
+        if (per_thread <= v) return v;
+    return 0;
+}
+
+template <typename T> cudaError_t launch(const Args& a, cudaStream_t stream) {
+    const dim3 grid(unsigned(a.rows)), block(THREADS);
+    switch (choose_vecs<T>(a)) {
+        case 1: rows_in_registers<T, 1><<<grid, block, 0, stream>>>(a); break;
+        case 2: rows_in_registers<T, 2><<<grid, block, 0, stream>>>(a); break;
+        case 4: rows_in_registers<T, 4><<<grid, block, 0, stream>>>(a); break;
+        case 8: rows_in_registers<T, 8><<<grid, block, 0, stream>>>(a); break;
+        case MAX_VECS: rows_in_registers<T, MAX_VECS><<<grid, block, 0, stream>>>(a); break;
+        default: rows_streamed<T><<<grid, block, 0, stream>>>(a); break;
+    }
+    return cudaGetLastError();
+}
+
+}  // namespace
+
+const char* plan_name(const Args& a) {
+    const int v = a.dtype == DType::bf16 ? choose_vecs<bf16>(a) : choose_vecs<float>(a);
+    switch (v) {
+        case 1: return "registers(VECS=1)";
+        case 2: return "registers(VECS=2)";
+        case 4: return "registers(VECS=4)";
+        case 8: return "registers(VECS=8)";
+        case MAX_VECS: return "registers(VECS=16)";
+        default: return "streamed";
+    }
+}
+
+const char* cross_entropy_rows(const Args& a, cudaStream_t stream) {
+    if (a.rows < 0 || a.rows >= (int64_t(1) << 31)) return "rows must be between 0 and 2^31-1 (one block per row)";
+    if (a.cols < 1 || a.ld < a.cols) return "cols must be >= 1 and ld >= cols";
+    if (a.rows == 0) return nullptr;
+    const cudaError_t err = a.dtype == DType::bf16 ? launch<bf16>(a, stream) : launch<float>(a, stream);
+    return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+}  // namespace tk_cross_entropy

@@ -1,0 +1,33 @@
+// kernels/cross_entropy.h: the plain C++ face of kernels/cross_entropy.cu (no torch types here,
+// so nvcc never parses torch headers). Called by kernels/lm_head_bindings.cpp after its checks;
+// kernels/lm_head_op.py is the Python half that loops over row chunks around it.
+#pragma once
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace tk_cross_entropy {
+
+enum class DType { f32, bf16 };
+
+// One call handles `rows` rows of a logits matrix, each `cols` wide, in place.
+struct Args {
+    void* logits;              // [rows][ld], dtype; read, then (write_grad) overwritten with dlogits
+    int64_t rows;
+    int64_t cols;              // the vocabulary size V: any value >= 1
+    int64_t ld;                // elements from one row to the next (>= cols)
+    DType dtype;
+    const int64_t* targets;    // [rows]: a class in [0, cols), or -1 = ignore this row
+    float* loss_rows;          // [rows] out: lse - logit[target]; 0 for an ignored row, NaN for a
+                               //             target outside [0, cols) that is not -1
+    const float* grad_scale;   // device scalar: 1 / (number of rows not ignored, over ALL chunks)
+    bool write_grad;           // false: loss only, logits left as they are
+};
+
+// Launches on `stream`; returns nullptr on success, else a message (nothing throws).
+const char* cross_entropy_rows(const Args& a, cudaStream_t stream);
+
+// Which kernel a call with these arguments takes, for tests and notes: "registers(VECS=n)" or
+// "streamed" (cross_entropy.cu says when and why).
+const char* plan_name(const Args& a);
+
+}  // namespace tk_cross_entropy

@@ -1,0 +1,287 @@
+"""tk LM head + cross-entropy, the Python half: the chunk loop, custom ops, autograd, the support
+check, registration.
+
+Read after kernels/__init__.py (the switch) and kernels/layernorm.py (the op-module pattern this
+file follows). The kernel is kernels/cross_entropy.cu (its opening comment has the arithmetic).
+
+    loss = mean over rows with target != -1 of  lse(x·Wᵀ)[row] - (x·Wᵀ)[row, target]
+
+model.py's last two lines were `logits = lm_head(y); loss = F.cross_entropy(logits, targets)`. At
+GPT-2's training shape (N = 32·1024 rows, V = 50304) the bf16 logits are 3.3 GB, and PyTorch
+then casts them to fp32 (autocast runs cross_entropy in fp32), writes log_softmax in fp32 and
+keeps it for the backward, which reads it again to write the gradient: ~20 GB of traffic for a
+loss. Here the logits never exist in full:
+
+  THE IDEA (Liger-Kernel's fused linear cross-entropy, in our words): the gradient of the mean
+  loss with respect to the logits is (softmax - onehot)/n_valid, and it is known as soon as the
+  forward has each row's max and sum of exponentials. So the forward computes the gradient too,
+  chunk by chunk, and keeps only what the backward needs, dx (N, C) and dW (V, C):
+
+      for each chunk of rows c (a few hundred MB of logits):
+          logits_c = x_c · Wᵀ                     cuBLAS (torch.mm), bf16 out
+          loss_c, dlogits_c -> in place           tk kernel (cross_entropy.cu), one pass per row
+          dx_c  = dlogits_c · W                   cuBLAS
+          dW   += dlogits_cᵀ · x_c                cuBLAS, bf16 in, fp32 accumulator
+
+  and the autograd backward just scales the saved dx and dW by grad_output (a scalar: 1, or
+  1/gradient-accumulation steps). The GEMMs stay on cuBLAS: they are 95% of the op's flops and
+  cuBLAS is at the limit on them; the kernel replaces what was memory-bound (softmax forward and
+  backward, the casts and the round trips of the full logits).
+
+  W is the tied wte/lm_head parameter: autograd adds the dW returned here to the embedding's
+  gradient, exactly as for the nn.Linear it replaces.
+
+No host sync anywhere: n_valid (rows whose target is not -1) is counted on the GPU and the kernel
+reads 1/n_valid from device memory; allocations depend only on the shapes. So CUDA graphs
+capture the op, and torch.compile sees one custom op with a fake implementation.
+
+Dtypes: under bf16 autocast (or with bf16 x and W) the GEMMs run in bf16 (W cast once per call,
+as autocast's F.linear would) with fp32 math in the kernel; with fp32 x and W and no autocast
+everything is fp32. The loss is fp32 under autocast, else in the inputs' dtype (as
+F.cross_entropy). dx comes back in x's dtype, dW in W's. An out-of-range target (not -1, not in
+[0, V)) cannot raise without a host sync: its row's loss is NaN, so the mean is NaN.
+"""
+import sys
+
+import torch
+from torch import Tensor
+
+from . import _preflight_checks, checks, register_tk
+from .build import LazyExtension
+from .checks import fail, require_tensor, shape_str
+
+_ext = LazyExtension("tk_lm_head", ["cross_entropy.cu", "lm_head_bindings.cpp"])
+
+OP = "tk_lm_head"
+DTYPES = (torch.bfloat16, torch.float32)
+CHUNK_BYTES = 512 * 2**20   # a chunk's logits: at most this (GPT-2: 4096 rows, 412 MB; 8 chunks)
+
+
+# ---- 0. input checks: the public op's arguments (the bindings check the kernel's own) ---------
+
+def check_inputs(x, weight, targets, cuda=True):
+    """Raise TypeError/ValueError naming the argument unless the op takes x (N, C), weight (V, C)
+    and targets (N,) int64."""
+    require_tensor(OP, "x", x, dtypes=DTYPES, ndim=2, cuda=cuda)
+    require_tensor(OP, "weight", weight, dtypes=DTYPES, ndim=2, cuda=cuda, same_device_as=("x", x))
+    require_tensor(OP, "targets", targets, dtypes=(torch.int64,), ndim=1, cuda=cuda, same_device_as=("x", x),
+                   hint=" (class indices; -1 = ignore)")
+    N, C = x.shape
+    if weight.shape[1] != C:
+        fail(OP, f"weight must have shape (vocab, {C}) to match x's last dimension, got {shape_str(weight.shape)}")
+    if targets.shape[0] != N:
+        fail(OP, f"targets must have one class per row of x ({N}), got shape {shape_str(targets.shape)}")
+    if N < 1 or weight.shape[0] < 1 or C < 1:
+        fail(OP, f"x {shape_str(x.shape)} and weight {shape_str(weight.shape)} must be non-empty")
+    if N >= 2**31:
+        fail(OP, f"x must have fewer than 2^31 rows, got {N}")
+
+
+# ---- 1. the chunk loop: forward, and the gradient with it ------------------------------------
+
+def chunk_rows(n, vocab, element_size):
+    """Rows per chunk: a power of two whose logits fit in CHUNK_BYTES (at least 1, at most n)."""
+    fit = max(1, CHUNK_BYTES // (vocab * element_size))
+    return min(n, 1 << (fit.bit_length() - 1))
+
+
+# bf16 x bf16 -> fp32 products through torch's `out_dtype` (cuBLAS accumulates in fp32 and
+# stores fp32, no bf16 rounding). Whether addmm takes an fp32 accumulator beside bf16 inputs
+# depends on the torch version (some refuse: "self and mat2 must have the same dtype"): the
+# first call finds out (the check raises on the host, before anything is queued, so this is
+# safe inside CUDA graph capture too) and later calls take the path that works.
+_fp32_gemm_ok = {"mm": None, "addmm": None}   # None: not tried yet
+
+
+def _try(kind, fn):
+    if _fp32_gemm_ok[kind] is False:
+        return False
+    try:
+        fn()
+    except RuntimeError:
+        _fp32_gemm_ok[kind] = False
+        return False
+    _fp32_gemm_ok[kind] = True
+    return True
+
+
+def _mm_into(out, a, b):
+    """out = a·b on cuBLAS; out may be fp32 with bf16 a and b."""
+    if out.dtype == a.dtype:
+        torch.mm(a, b, out=out)
+    elif not out.is_cuda:   # CPU (the tests' fake extension): no out_dtype there
+        out.copy_(a.float() @ b.float())
+    elif not _try("mm", lambda: torch.mm(a, b, out_dtype=out.dtype, out=out)):
+        out.copy_(torch.mm(a, b))   # rounded to bf16 once, then widened
+
+
+def _addmm_into(acc, a, b):
+    """acc += a·b in acc's dtype (fp32 with bf16 a and b: cuBLAS with beta = 1, the partial sums
+    never rounded to bf16)."""
+    if acc.dtype == a.dtype:
+        acc.addmm_(a, b)
+    elif not acc.is_cuda:
+        acc.add_(a.float() @ b.float())
+    elif not _try("addmm", lambda: torch.addmm(acc, a, b, out_dtype=acc.dtype, out=acc)):
+        part = torch.empty_like(acc)                    # one more pass over dW per chunk
+        _mm_into(part, a, b)
+        acc.add_(part)
+
+
+def _cross_entropy_(logits, targets, loss_rows, grad_scale, write_grad):
+    """The kernel on one chunk: loss_rows filled; with write_grad, dlogits in place of logits."""
+    _ext.module.cross_entropy_(logits, targets, loss_rows, grad_scale, write_grad)
+
+
+def _loss_and_grads(x, weight, targets, compute_bf16, need_grad):
+    """(loss fp32 scalar, dx (N, C) in x's dtype, dW (V, C) in weight's dtype); dx and dW are
+    None without need_grad. Inputs already checked."""
+    N, C = x.shape
+    V = weight.shape[0]
+    dtype = torch.bfloat16 if compute_bf16 else x.dtype
+    with torch.autocast(x.device.type, enabled=False):   # dtypes are chosen here, not by autocast
+        w = weight.to(dtype)
+        xc = x.to(dtype)
+        targets = targets.contiguous()
+        n_valid = (targets != -1).sum()
+        grad_scale = n_valid.to(torch.float32).reciprocal().reshape(1)   # inf when 0: all grads are 0 then
+        loss_rows = torch.empty(N, device=x.device, dtype=torch.float32)
+        dx = torch.empty(N, C, device=x.device, dtype=x.dtype) if need_grad else None
+        dw = torch.zeros(V, C, device=x.device, dtype=torch.float32) if need_grad else None
+        rows = chunk_rows(N, V, w.element_size())
+        buffer = torch.empty(rows, V, device=x.device, dtype=dtype)
+        for r0 in range(0, N, rows):
+            r1 = min(N, r0 + rows)
+            logits = buffer[: r1 - r0]
+            torch.mm(xc[r0:r1], w.t(), out=logits)
+            _cross_entropy_(logits, targets[r0:r1], loss_rows[r0:r1], grad_scale, need_grad)
+            if need_grad:
+                _mm_into(dx[r0:r1], logits, w)               # dx_c = dlogits_c · W
+                _addmm_into(dw, logits.t(), xc[r0:r1])      # dW += dlogits_cᵀ · x_c
+        loss = loss_rows.sum() / n_valid                    # NaN when every target is -1, as torch
+        if need_grad:
+            dw = dw.to(weight.dtype)
+    return loss, dx, dw
+
+
+# ---- 2. the custom op: what torch.compile sees -----------------------------------------------
+
+@torch.library.custom_op("tk::lm_head_loss", mutates_args=())
+def lm_head_loss_op(x: Tensor, weight: Tensor, targets: Tensor, compute_bf16: bool,
+                    need_grad: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(loss fp32 scalar, dx, dW); dx and dW are empty (0,) tensors without need_grad."""
+    check_inputs(x, weight, targets)
+    loss, dx, dw = _loss_and_grads(x, weight, targets, compute_bf16, need_grad)
+    if not need_grad:
+        dx, dw = x.new_empty(0), weight.new_empty(0)
+    return loss, dx, dw
+
+
+@lm_head_loss_op.register_fake
+def _(x, weight, targets, compute_bf16, need_grad):
+    loss = x.new_empty((), dtype=torch.float32)
+    if not need_grad:
+        return loss, x.new_empty(0), weight.new_empty(0)
+    return loss, torch.empty_like(x), torch.empty_like(weight)
+
+
+# ---- 3. autograd: the gradients are already computed; backward scales them by grad_output ----
+
+def _setup(ctx, inputs, output):
+    _, dx, dw = output
+    ctx.save_for_backward(dx, dw)
+
+
+def _backward(ctx, grad_loss, _grad_dx, _grad_dw):
+    dx, dw = ctx.saved_tensors
+    return dx * grad_loss, dw * grad_loss, None, None, None
+
+
+lm_head_loss_op.register_autograd(_backward, setup_context=_setup)
+
+
+class _LMHeadEager(torch.autograd.Function):
+    """lm_head_loss_op without torch.library (kernels/layernorm.py, section 4, says why): the
+    same computation, one output, and a backward that scales the saved gradients."""
+    @staticmethod
+    def forward(ctx, x, weight, targets, compute_bf16, need_grad):
+        check_inputs(x, weight, targets)
+        loss, dx, dw = _loss_and_grads(x, weight, targets, compute_bf16, need_grad)
+        if need_grad:
+            ctx.save_for_backward(dx, dw)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        dx, dw = ctx.saved_tensors
+        return dx * grad_loss, dw * grad_loss, None, None, None
+
+
+# ---- 4. the public op, with the same signature as reference.lm_head_loss ---------------------
+
+def _autocast_bf16():
+    return torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") == torch.bfloat16
+
+
+def lm_head_loss(x, weight, targets):
+    """Mean cross-entropy of x·weightᵀ against targets (-1 = ignore): x (N, C), weight (V, C),
+    targets (N,). The gradients of x and weight are computed in this forward when needed."""
+    autocast = _autocast_bf16()
+    compute_bf16 = autocast or x.dtype == torch.bfloat16
+    need_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+    if torch.compiler.is_compiling():
+        loss, _, _ = lm_head_loss_op(x, weight, targets, compute_bf16, need_grad)
+    else:
+        loss = _LMHeadEager.apply(x, weight, targets, compute_bf16, need_grad)
+    # F.cross_entropy's dtype: fp32 under autocast (it is on autocast's fp32 list), else the logits'
+    return loss if autocast else loss.to(x.dtype)
+
+
+# ---- 5. the support check and registration ---------------------------------------------------
+
+@torch.compiler.assume_constant_result
+def _build_reason():
+    # Under torch.compile this runs once at trace time and its answer is a constant, so the
+    # build (file locks, nvcc) never gets traced.
+    return _ext.why_not()
+
+
+def why_not(x, weight, targets):
+    """None if the tk LM head can run on these inputs, else the reason it cannot."""
+    if not checks.on_kernel_device(x):
+        return f"x is on {x.device.type}; the tk kernel needs CUDA tensors"
+    for name, t in (("weight", weight), ("targets", targets)):
+        if t.device != x.device:
+            return f"{name} is on {t.device}, x on {x.device}"
+    if x.dim() != 2 or weight.dim() != 2 or targets.dim() != 1:
+        return (f"expected x (N, C), weight (V, C), targets (N,); got {tuple(x.shape)}, {tuple(weight.shape)}, "
+                f"{tuple(targets.shape)}")
+    if weight.shape[1] != x.shape[1] or targets.shape[0] != x.shape[0]:
+        return f"shapes do not match: x {tuple(x.shape)}, weight {tuple(weight.shape)}, targets {tuple(targets.shape)}"
+    if targets.dtype != torch.int64:
+        return f"targets is {targets.dtype}; the kernel takes int64 class indices"
+    if torch.is_autocast_enabled("cuda") and not _autocast_bf16():
+        return f"autocast to {torch.get_autocast_dtype('cuda')}; the tk LM head computes in bfloat16 or float32"
+    for name, t in (("x", x), ("weight", weight)):
+        if t.dtype not in DTYPES:
+            return f"{name} is {t.dtype}; the tk LM head takes bfloat16 or float32"
+    if not _autocast_bf16() and x.dtype != weight.dtype:
+        return f"x is {x.dtype} but weight is {weight.dtype}; cast one, or run under bf16 autocast"
+    if x.numel() == 0 or weight.numel() == 0:
+        return "x or weight is empty"
+    if x.shape[0] >= 2**31:
+        return f"x has {x.shape[0]} rows; the kernel takes fewer than 2^31"
+    return _build_reason()
+
+
+def preflight(dtype, device, **_):
+    """Start-up check for the configured model; builds the extension now, not mid-step."""
+    if not str(device).startswith("cuda"):
+        return f"device={device}; the tk kernel needs CUDA"
+    if dtype not in DTYPES:
+        return f"dtype={dtype}; the tk LM head computes in bfloat16 or float32"
+    return _ext.why_not()
+
+
+register_tk("lm_head", lm_head_loss, why_not)
+_preflight_checks["lm_head"] = preflight

@@ -1,0 +1,88 @@
+#!/bin/bash
+# One H200 call for the fused LM head + cross-entropy (kernels/lm_head_op.py, cross_entropy.cu):
+# build, a smoke check at GPT-2's training shape, the GPU tests, the bench row, compute-sanitizer.
+# Usage: bash tests/gpu_lm_head.sh OUTDIR   (logs land there; expected ~5 min on a cold machine:
+# build ~40 s, smoke ~20 s, pytest ~100 s, bench ~80 s, sanitizer ~60 s; each step has a timeout).
+# Env: SKIP_PYTEST=1, SKIP_BENCH=1, SKIP_SANITIZE=1, BENCH_ARGS (default: --quick, default compile mode).
+OUT=${1:-/tmp/lm_head_out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/ext}
+cd "$(dirname "$0")/.."
+T0=$(date +%s)
+stamp() { echo "[+$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/summary.txt"; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | tee -a "$OUT/summary.txt"
+
+timeout 180 python3 -c "from kernels import lm_head_op; r = lm_head_op._ext.why_not(); print('build:', r); assert r is None" \
+  > "$OUT/build.log" 2>&1
+stamp "build rc=$? ($(tail -1 "$OUT/build.log"))"
+
+timeout 90 python3 - > "$OUT/smoke.log" 2>&1 <<'PY'
+# GPT-2's training shape: tk vs the reference (both under bf16 autocast) and the kernel's plan.
+import torch
+from kernels import lm_head_op, reference
+def rel(a, b): return ((a.double() - b.double()).norm() / b.double().norm()).item()
+N, C, V = 32 * 1024, 768, 50304
+g = torch.Generator(device="cuda").manual_seed(0)
+x = torch.randn(N, C, device="cuda", generator=g).bfloat16().requires_grad_()
+w = (torch.randn(V, C, device="cuda", generator=g) * 0.5 / C ** 0.5).requires_grad_()
+t = torch.randint(0, V, (N,), device="cuda", generator=g); t[::97] = -1
+print("plan:", lm_head_op._ext.module.plan(torch.empty(4096, V, device="cuda", dtype=torch.bfloat16)),
+      "chunk rows:", lm_head_op.chunk_rows(N, V, 2))
+out = {}
+for name, fn in (("torch", reference.lm_head_loss), ("tk", lm_head_op.lm_head_loss)):
+    torch.cuda.reset_peak_memory_stats(); base = torch.cuda.memory_allocated()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = fn(x, w, t)
+    dx, dw = torch.autograd.grad(loss, (x, w))
+    torch.cuda.synchronize()
+    out[name] = (loss, dx, dw)
+    print(f"{name}: loss {loss.item():.6f}, peak extra memory {(torch.cuda.max_memory_allocated() - base) / 2**30:.2f} GiB")
+print("tk vs torch rel diff: loss %.2e dx %.2e dW %.2e" % tuple(rel(a, b) for a, b in zip(out["tk"], out["torch"])))
+print("fp32-output GEMMs through out_dtype (True: used; False: refused by this torch, fallback):", lm_head_op._fp32_gemm_ok)
+for name in out:   # 20 timed fwd+bwd, eager launch (the bench row has the graph-replay figures)
+    fn = lm_head_op.lm_head_loss if name == "tk" else reference.lm_head_loss
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for i in range(25):
+        if i == 5: s.record()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = fn(x, w, t)
+        torch.autograd.grad(loss, (x, w))
+    e.record(); torch.cuda.synchronize()
+    print(f"{name}: {s.elapsed_time(e) / 20:.2f} ms per fwd+bwd")
+PY
+stamp "smoke rc=$?"; grep -v "^\s*$" "$OUT/smoke.log" | tail -12
+
+if [ -z "$SKIP_PYTEST" ]; then
+  timeout ${PYTEST_TIMEOUT:-200} python3 -m pytest -v --maxfail=10 --tb=short tests/test_lm_head.py > "$OUT/pytest.log" 2>&1
+  stamp "pytest rc=$? ($(tail -1 "$OUT/pytest.log"))"
+  grep -E "FAILED|ERROR|Fatal|passed|failed" "$OUT/pytest.log" | head -30
+fi
+
+if [ -z "$SKIP_BENCH" ]; then
+  timeout ${BENCH_TIMEOUT:-150} python3 bench.py --ops lm_head ${BENCH_ARGS:---quick --compile-modes default --reps 20 --warmup 5} \
+    --json "$OUT/bench_lm_head.json" > "$OUT/bench.log" 2>&1
+  stamp "bench rc=$?"; grep -v "^\s*$" "$OUT/bench.log" | tail -14
+fi
+
+if [ -z "$SKIP_SANITIZE" ]; then
+  SAN='import torch
+from kernels import lm_head_op
+ext = lm_head_op._ext.module
+for dt in (torch.bfloat16, torch.float32):
+    for N, V in ((33, 1003), (9, 4104), (5, 65), (3, 70000)):
+        logits = torch.randn(N, V, device="cuda").to(dt)
+        t = torch.randint(0, V, (N,), device="cuda"); t[::4] = -1
+        rows = torch.empty(N, device="cuda")
+        print(dt, N, V, ext.plan(logits))
+        ext.cross_entropy_(logits, t, rows, torch.ones(1, device="cuda"), True)
+        ext.cross_entropy_(logits, t, rows, torch.ones(1, device="cuda"), False)
+x = torch.randn(70, 64, device="cuda").requires_grad_(); w = torch.randn(1000, 64, device="cuda").requires_grad_()
+t = torch.randint(0, 1000, (70,), device="cuda")
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    torch.autograd.grad(lm_head_op.lm_head_loss(x, w, t), (x, w))
+torch.cuda.synchronize(); print("sanitizer script done")'
+  timeout 90 compute-sanitizer --tool memcheck --print-limit 5 python3 -c "$SAN" > "$OUT/memcheck.log" 2>&1
+  stamp "memcheck rc=$? ($(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1))"
+  timeout 90 compute-sanitizer --tool racecheck --print-limit 5 python3 -c "$SAN" > "$OUT/racecheck.log" 2>&1
+  stamp "racecheck rc=$? ($(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1))"
+fi
+stamp "done"
