@@ -31,6 +31,7 @@ using config0 = gemm5::pingpong_128x128;   // 128x128 per consumer, 6 stages (th
 using config1 = gemm5::pingpong_64x256;    // 64x256 per consumer (one m64n256 per k16), 4 stages
 using config2 = gemm5::config<2, 4>;       // 128x128, 4 stages (does ring depth matter?)
 using config3 = gemm5::pingpong_128x128_cluster2;   // 128x128, 6 stages, B multicast across 2-CTA clusters
+using config4 = gemm5::pingpong_64x256_cluster2;    // 64x256, 4 stages, B multicast across 2-CTA clusters
 
 template <typename Cfg, major MA, major MB, typename OutT>
 const char* launch(const gemm::args& g) {
@@ -67,6 +68,7 @@ const char* gemm::step5_pingpong(const gemm::args& g) {
         case 1: return dispatch<config1>(g);
         case 2: return dispatch<config2>(g);
         case 3: return dispatch<config3>(g);
-        default: return "gemm step 5: variant must be 0..3";
+        case 4: return dispatch<config4>(g);
+        default: return "gemm step 5: variant must be 0..4";
     }
 }

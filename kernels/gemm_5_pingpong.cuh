@@ -46,6 +46,7 @@ template <int SLABS_, int STAGES_, int NBUF_ = 2, int CLUSTER_ = 1> struct confi
 using pingpong_128x128 = config<2, 6>;   // step 5 as first measured (6 x 32 KB stages)
 using pingpong_64x256 = config<1, 4>;    // one m64n256 wgmma per k16 (4 x 40 KB stages)
 using pingpong_128x128_cluster2 = config<2, 6, 2, 2>;   // 128x128, B multicast across a CTA pair
+using pingpong_64x256_cluster2 = config<1, 4, 2, 2>;    // 64x256, B (256 x 64) multicast across a CTA pair
 
 constexpr int CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
 

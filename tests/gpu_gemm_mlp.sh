@@ -54,10 +54,11 @@ import torch, torch.nn.functional as F
 from kernels import gemm, mlp_op
 def rel(a, b): return ((a.double() - b.double()).norm() / b.double().norm()).item()
 r = lambda *s, sc=1.0: (torch.randn(*s, device="cuda") * sc).to(torch.bfloat16)
-for M in (1000, 4096, 77):
-    x, W = r(M, 768), r(3072, 768)
-    c = gemm.matmul(x, W.t(), step=5, variant=3, out_dtype=torch.float32); torch.cuda.synchronize()
-    print(f"smoke cluster gemm M={M}: {rel(c, x.float() @ W.float().t()):.1e}", flush=True)
+for v in (3, 4):
+    for M in (1000, 4096, 77):
+        x, W = r(M, 768), r(3072, 768)
+        c = gemm.matmul(x, W.t(), step=5, variant=v, out_dtype=torch.float32); torch.cuda.synchronize()
+        print(f"smoke cluster gemm v{v} M={M}: {rel(c, x.float() @ W.float().t()):.1e}", flush=True)
 mlp_op.set_schedule("7")
 M, C = 1000, 768
 xs, w1, b1, w2, b2, g = r(M, C), r(4 * C, C, sc=C ** -0.5), r(4 * C, sc=0.5), r(C, 4 * C, sc=(4 * C) ** -0.5), r(C, sc=0.5), r(M, C)
@@ -70,7 +71,7 @@ PY
 step 30 smoke_cluster.log python3 /tmp/smoke_cluster.py
 grep -E "^smoke" "$L/smoke_cluster.log" | tee -a "$S"
 if grep -q "cluster smoke done" "$L/smoke_cluster.log"; then
-  export TK_TEST_CLUSTER=1; V5=1,2,3; MLP_SCHEDS="0;0,side=0;4;4,side=0;5;6;7;fc=5,dgelu=5,dw=5;fc=5,dgelu=5,dx=5,proj=5;fc=6,dgelu=6;fc=7,dgelu=7;fc=7,dgelu=7,dx=7,proj=7"
+  export TK_TEST_CLUSTER=1; V5=1,2,3,4; MLP_SCHEDS="0;0,side=0;4;4,side=0;5;6;7;fc=5,dgelu=5,dw=5;fc=5,dgelu=5,dx=5,proj=5;fc=6,dgelu=6;fc=7,dgelu=7;fc=7,dgelu=7,dx=7,proj=7"
 else
   note "CLUSTER SMOKE FAILED: the 2-CTA cluster variant (gemm step 5 v3, MLP schedule 7) is left out below"
   export TK_TEST_CLUSTER=0; V5=1,2; MLP_SCHEDS="0;0,side=0;4;4,side=0;5;6;fc=5,dgelu=5,dw=5;fc=5,dgelu=5,dx=5,proj=5;fc=6,dgelu=6"
@@ -109,7 +110,7 @@ from kernels import gemm, mlp_op
 r = lambda *s: (torch.randn(*s, device="cuda") * 0.1).to(torch.bfloat16)
 x, W, dy = r(200, 256), r(272, 256), r(512, 256)
 import os
-for v in (0, 1, 2, 3) if os.environ.get("TK_TEST_CLUSTER") != "0" else (0, 1, 2):
+for v in (0, 1, 2, 3, 4) if os.environ.get("TK_TEST_CLUSTER") != "0" else (0, 1, 2):
     gemm.matmul(x, W.t(), step=5, variant=v, bias=r(272), gelu=True)
     gemm.matmul(dy.t(), r(512, 192), step=5, variant=v, splits=3)
 for s in ("5", "6", "7") if os.environ.get("TK_TEST_CLUSTER") != "0" else ("5", "6"):
