@@ -68,7 +68,7 @@
 
 #include "layernorm.h"
 #include "tk/common/common.cuh"
-#include "tk/ops/chunk16.cuh"   // tk::round_to
+#include "tk/ops/chunk16.cuh"   // tk::chunk, tk::load, tk::store, tk::round_to
 
 namespace tk_layernorm {
 namespace {
@@ -79,61 +79,11 @@ constexpr int BLOCK_WARPS = 8;
 constexpr int BLOCK_THREADS = BLOCK_WARPS * 32;
 constexpr int MAX_CHUNKS = 4;   // chunks per thread per row: at most 32 bf16 or 16 floats
 
-// E consecutive columns of one row of a T tensor, kept as loaded (E * sizeof(T) bytes in 32-bit
-// words) and moved with ONE vector instruction each way. tk::chunk16 (tk/ops/chunk16.cuh) is the
-// 16-byte case; here a chunk of a bf16 tensor beside fp32 h is 4 columns = 8 bytes, and the
-// narrow variant (below) halves every chunk, so the size is a template argument. Elements widen
-// to float on use (exact for bf16: a float's top half).
-template <typename T, int E> struct Chunk {
-    static_assert(std::is_same_v<T, float> || std::is_same_v<T, bf16>, "Chunk: float or bf16");
-    static constexpr int WORDS = E * int(sizeof(T)) / 4;
-    static_assert(WORDS == 4 || WORDS == 2 || WORDS == 1, "Chunk: 16, 8 or 4 bytes, one instruction");
-    uint32_t word[WORDS];
-
-    // Element e (0 = lowest address) as a float; use with a compile-time e (unrolled loops).
-    __device__ __forceinline__ float operator[](int e) const {
-        if constexpr (std::is_same_v<T, float>) {
-            return __uint_as_float(word[e]);
-        } else {   // little-endian: the lower address is the low half of the 32-bit word
-            const uint32_t w = word[e / 2];
-            return __uint_as_float((e % 2) ? (w & 0xffff0000u) : (w << 16));
-        }
-    }
-    __device__ __forceinline__ void zero() {
-#pragma unroll
-        for (int i = 0; i < WORDS; ++i) word[i] = 0u;
-    }
-    // One ld.global.nc.v4 (16 bytes), .v2 (8) or plain 4-byte load; src aligned to the chunk's size.
-    __device__ __forceinline__ void load(const T* src) {
-        if constexpr (WORDS == 4) {
-            const uint4 raw = __ldg(reinterpret_cast<const uint4*>(src));
-            word[0] = raw.x; word[1] = raw.y; word[2] = raw.z; word[3] = raw.w;
-        } else if constexpr (WORDS == 2) {
-            const uint2 raw = __ldg(reinterpret_cast<const uint2*>(src));
-            word[0] = raw.x; word[1] = raw.y;
-        } else {
-            word[0] = __ldg(reinterpret_cast<const uint32_t*>(src));
-        }
-    }
-};
-
-// E floats -> E columns of a T tensor, rounded to T (nearest even), one vector store.
-template <typename T, int E> __device__ __forceinline__ void store(T* dst, const float (&v)[E]) {
-    constexpr int WORDS = Chunk<T, E>::WORDS;
-    uint32_t w[WORDS];
-#pragma unroll
-    for (int i = 0; i < WORDS; ++i) {
-        if constexpr (std::is_same_v<T, float>) {
-            w[i] = __float_as_uint(v[i]);
-        } else {
-            const tk::bf16_2 p = tk::convert<tk::bf16_2>(make_float2(v[2 * i], v[2 * i + 1]));   // .x = lower address
-            w[i] = *reinterpret_cast<const uint32_t*>(&p);
-        }
-    }
-    if constexpr (WORDS == 4) *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-    else if constexpr (WORDS == 2) *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
-    else *reinterpret_cast<uint32_t*>(dst) = w[0];
-}
+// A chunk is E consecutive columns of one row of a T tensor, kept as loaded and moved with ONE
+// vector instruction each way: tk::chunk<T, E> (tk/ops/chunk16.cuh), 16 bytes of h, and for a
+// bf16 tensor beside fp32 h the same E columns in 8 bytes (the narrow variant halves both).
+// Elements widen to float on use (exact for bf16: a float's top half).
+template <typename T, int E> using Chunk = tk::chunk<T, E>;
 
 // A block's 8 warps split into row groups of G warps; each group normalizes one row at a time,
 // so a block steps over 8/G rows at once. Thread t of a group holds chunks t, t + 32G,
@@ -182,7 +132,7 @@ template <typename T, int E> __device__ __forceinline__ void load_floats(float (
 #pragma unroll
     for (int k = 0; k < E / PIECE; ++k) {
         Chunk<T, PIECE> c;
-        c.load(src + k * PIECE);
+        tk::load(c, src + k * PIECE);
 #pragma unroll
         for (int e = 0; e < PIECE; ++e) p[k * PIECE + e] = c[e];
     }
@@ -231,8 +181,8 @@ template <typename TH, typename TR, int E, int CHUNKS> struct ForwardRow {
             x[i].zero();
             r[i].zero();
             if (live && g.has(i)) {
-                x[i].load(xp + base + g.col(i, E));
-                if (rp != nullptr) r[i].load(rp + base + g.col(i, E));
+                tk::load(x[i], xp + base + g.col(i, E));
+                if (rp != nullptr) tk::load(r[i], rp + base + g.col(i, E));
             }
         }
     }
@@ -292,13 +242,13 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
             for (int i = 0; i < CHUNKS; ++i) {
                 if (!g.has(i)) continue;
                 const int col = g.col(i, E);
-                if (h != nullptr) store<TH, E>(h + base + col, v[i]);
+                if (h != nullptr) tk::store(h + base + col, v[i]);
                 float wv[E], bv[E] = {};
                 load_params<E>(wv, w, col, params_bf16);
                 if (b != nullptr) load_params<E>(bv, b, col, params_bf16);
 #pragma unroll
                 for (int e = 0; e < E; ++e) v[i][e] = (v[i][e] - mean) * rstd * wv[e] + bv[e];
-                store<TY, E>(y + base + col, v[i]);
+                tk::store(y + base + col, v[i]);
             }
             if (g.t == 0) {
                 mean_out[row] = mean;
@@ -337,9 +287,9 @@ template <typename TH, typename TY, int E, int CHUNKS> struct BackwardRow {
             dy[i].zero();
             dh[i].zero();
             if (live && g.has(i)) {
-                h[i].load(hp + base + g.col(i, E));
-                dy[i].load(dyp + base + g.col(i, E));
-                if (dhp != nullptr) dh[i].load(dhp + base + g.col(i, E));
+                tk::load(h[i], hp + base + g.col(i, E));
+                tk::load(dy[i], dyp + base + g.col(i, E));
+                if (dhp != nullptr) tk::load(dh[i], dhp + base + g.col(i, E));
             }
         }
         mu = live ? mean[row] : 0.0f;
@@ -418,8 +368,8 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
                     const float grad = in.dy[i][e] * wv[e];
                     out[e] = in.dh[i][e] + rs * (grad - mean_g - xhat * mean_gx);
                 }
-                store<TH, E>(dh_out + base + g.col(i, E), out);
-                if constexpr (WRITE_DR) store<TR, E>(dr_out + base + g.col(i, E), out);   // = bf16(dh_out)
+                tk::store(dh_out + base + g.col(i, E), out);
+                if constexpr (WRITE_DR) tk::store(dr_out + base + g.col(i, E), out);   // = bf16(dh_out)
             }
         }
         if constexpr (PF) in = next;

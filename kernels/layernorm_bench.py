@@ -128,12 +128,14 @@ def step_rows(args, ln, l2_bytes, plans):
             continue
         sets = bench.input_sets(case, l2_bytes)
         row = {"bytes": case.work, "us": {}}
-        row["us"]["eager"] = 1e3 * bench.time_graph_ms(lambda inp: case.step(case.impls["eager"], inp), sets,
-                                                       args.warmup, args.reps)
-        for plan in plans:
-            ln.set_variant(plan)
-            row["us"][plan] = 1e3 * bench.time_graph_ms(lambda inp: case.step(case.impls["tk"], inp), sets,
-                                                        args.warmup, args.reps)
+        for plan in ["eager"] + plans:
+            if plan != "eager":
+                ln.set_variant(plan)
+            fn = case.impls["eager" if plan == "eager" else "tk"]
+            try:
+                row["us"][plan] = 1e3 * bench.time_graph_ms(lambda inp: case.step(fn, inp), sets, args.warmup, args.reps)
+            except Exception as e:   # one failing plan must not hide the others
+                row.setdefault("errors", {})[plan] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
         ln.set_variant("default")
         out[case.name] = row
         del sets
@@ -220,14 +222,20 @@ def main(argv=None):
     print("\nbench.py's fwd+bwd row (public op under autograd), us (TB/s counted as bench.py does), eager/tk")
     print(f"{'case':<28}{'eager':>10}" + "".join(f"{p:>34}" for p in plans))
     for name, r in steps.items():
-        eager = r["us"]["eager"]
+        eager = r["us"].get("eager", float("nan"))
         line = f"{name:<28}{eager:10.1f}"
         for p in plans:
-            us = r["us"][p]
-            line += f"{us:10.1f} ({r['bytes'] / us / 1e6:4.2f} TB/s, {eager / us:4.2f}x)"
+            us = r["us"].get(p)
+            line += f"{us:10.1f} ({r['bytes'] / us / 1e6:4.2f} TB/s, {eager / us:4.2f}x)" if us else f"{'failed':>34}"
         print(line)
+        for k, e in r.get("errors", {}).items():
+            print(f"   ! {k}: {e}")
 
-    prof = {} if args.no_profile else profile_rows(ln, list(dict.fromkeys(["none", best])))
+    try:
+        prof = {} if args.no_profile else profile_rows(ln, list(dict.fromkeys(["none", best])))
+    except Exception as e:
+        print(f"profile failed: {type(e).__name__}: {e}")
+        prof = {}
     for name, kernels in prof.items():
         total = sum(n * us for n, us in kernels.values())
         print(f"\nprofile {name}: {total:.1f} us of kernels per step")

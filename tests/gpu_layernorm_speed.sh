@@ -1,14 +1,15 @@
 #!/bin/bash
 # LayerNorm speed (session 3, engineer H4): one H200 call, logs in "$1".
 #   1. build tk_layernorm (timed)                                         -> build.log
-#   2. python -m kernels.layernorm_bench: every plan variant of the kernels, forward and backward
+#   2. the variants' tests first (test_layernorm_variants.py, every variant vs float64) -> pytest_variants.log
+#      python -m kernels.layernorm_bench: every plan variant of the kernels, forward and backward
 #      alone at bench.py's bf16 shapes and the model's mixed-dtype shapes, the picked plan, then
 #      bench.py's fwd+bwd row (tk vs eager, same process) for default / picked / picked+bwd_reverse,
 #      and a per-kernel profile of that row                               -> variants.log, variants.json
 #   3. bench.py --ops layernorm --quick with the picked plan (TK_LAYERNORM_VARIANT), eager and
 #      torch.compile (default mode) beside                                -> bench.log, bench_layernorm.json
-#   4. GPU tests: test_layernorm.py, test_layernorm_variants.py (every variant vs float64),
-#      test_layernorm_model.py (their CPU-only nvcc tests skipped)        -> pytest.log
+#   4. the other GPU tests: test_layernorm.py, test_layernorm_model.py (the CPU-only nvcc test
+#      skipped)                                                           -> pytest.log
 #   5. at the same time as 4 (no timing left by then): compute-sanitizer memcheck + racecheck of
 #      "none" and of every flag at once, on small shapes                  -> sanitizer.log
 # Usage: bash tests/gpu_layernorm_speed.sh OUT_DIR. Expected ~3 min (build ~45 s cold, variants
@@ -36,6 +37,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format
 
 run 240 build.log python3 -c "from kernels import layernorm; r = layernorm._ext.why_not(); print('build:', r or 'ok'); assert r is None"
 
+# every variant against float64 first (~15 s): a wrong variant shows here even if it then
+# crashes the timing process
+run 90 pytest_variants.log python3 -m pytest -q -rfEsx --tb=short -k "not test_cpu_" tests/test_layernorm_variants.py
+tail -2 "$OUT/pytest_variants.log" >> "$OUT/summary.txt"
+
 run 120 variants.log python3 -m kernels.layernorm_bench --json "$OUT/variants.json"
 BEST=$(sed -n 's/^BEST=//p' "$OUT/variants.log" | tail -1)
 note "picked plan: '${BEST:-default}'"
@@ -47,7 +53,7 @@ unset TK_LAYERNORM_VARIANT
 grep -A 8 "^CUDA-graph replay" "$OUT/bench.log" >> "$OUT/summary.txt"
 
 run 180 pytest.log python3 -m pytest -q -rfEsx --tb=short -k "not test_cpu_" tests/test_layernorm.py \
-    tests/test_layernorm_variants.py tests/test_layernorm_model.py &
+    tests/test_layernorm_model.py &
 PYTEST=$!
 
 SAN_PY='
