@@ -19,7 +19,8 @@ START=$(date +%s)
 note() { echo "[$(date -u +%T) +$(( $(date +%s) - START ))s] $*" | tee -a "$S"; }
 [ -f data/shakespeare_char/input.txt ] || cp .gpu_carry/input.txt data/shakespeare_char/input.txt 2>/dev/null
 python3 data/shakespeare_char/prepare.py > /dev/null 2>&1 || note "shakespeare_char prepare failed"
-note "prebuild: $(timeout 200 python3 -m kernels --build 2>&1 | tail -1)"
+# PREBUILD=0 leaves the building to the scripts (each builds what it needs; torch locks the cache)
+[ "${PREBUILD:-1}" = 0 ] || note "prebuild: $(timeout 200 python3 -m kernels --build 2>&1 | tail -1)"
 
 run_lane() {   # $1 GPU index, $2 the lane's list
     export CUDA_VISIBLE_DEVICES=$1
