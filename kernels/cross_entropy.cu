@@ -21,16 +21,21 @@
 //
 // The kernel is memory-bound: per element ~10 flops and 4 bytes. The plan:
 //   - One block per row (512 threads). A GPT-2 row is 50304 bf16 = 98 KB.
-//   - rows_in_registers: the block loads its row ONCE into registers, 16 bytes per load
-//     (tk::chunk16: 8 bf16 or 4 floats), VECS chunks a thread; then three sweeps over the
-//     registers (max; sum of exponentials; gradient), each finished by a block reduction, and
-//     one store per chunk. DRAM sees each byte read once and written once. VECS is a template
-//     argument (1, 2, 4, 8 or 16: up to 65536 bf16 or 32768 float columns) so the chunks live
-//     in registers, not local memory.
+//   - Read the row from DRAM ONCE, keep it on chip for three sweeps (max; sum of exponentials;
+//     gradient, written back), each sweep finished by a block reduction. Where to keep 98 KB?
+//     rows_in_registers: in the threads' registers, VECS 16-byte chunks a thread (tk::chunk16:
+//       8 bf16 or 4 floats; VECS a template argument, 1..16, so the chunks stay in registers).
+//       Simple, but 98 KB of registers is 40% of an SM's register file: ONE block fits per SM,
+//       and while it reduces or computes exponentials, nothing is loading.
+//     rows_in_shared: in shared memory, copied there with cp.async (no registers on the way).
+//       Two 98 KB rows fit in an SM's 227 KB, so two blocks share it: one loads while the
+//       other computes. Each thread reads back only the chunks it copied itself, so waiting
+//       for its own copies is enough (no barrier). The default for aligned rows up to ~227 KB.
+//     The notes (kernels/NOTES.md, "Session 3: fused LM head") compare the two on the H200.
 //   - rows_streamed: everything else (a row not 16-byte aligned, e.g. V = 65 for
-//     shakespeare-char, or wider than VECS = 16 covers). Scalar loads, two sweeps over global
-//     memory: an online max/sum (the running sum is rescaled whenever the max grows), then the
-//     gradient. The second read of a row usually hits L2 (the block read it microseconds ago).
+//     shakespeare-char, or too wide). Scalar loads, two sweeps over global memory: an online
+//     max/sum (the running sum is rescaled whenever the max grows), then the gradient. The
+//     second read of a row usually hits L2 (the block read it microseconds ago).
 //   - Exponentials as exp2f(x·log2(e) − m·log2(e)): exp2f is one MUFU.EX2 instruction (relative
 //     error ~2^-22), written here where the reader sees it; build.py keeps --use_fast_math off.
 //   - All arithmetic in fp32; the stored gradient is rounded once, to the logits' dtype.
@@ -41,14 +46,15 @@
 //   - grad_scale is a device pointer, not a host float: 1/(rows not ignored) is counted on the
 //     GPU, so the host never waits for it (CUDA graphs capture this unchanged).
 //
-// Read in this order: block_reduce, finish_row (the per-row scalars shared by both kernels),
-// rows_in_registers, rows_streamed, then the launcher at the bottom (which kernel, which VECS).
+// Read in this order: block_reduce, finish_row (the per-row scalars all kernels share),
+// rows_in_registers, rows_in_shared, rows_streamed, then the launcher (which kernel, which VECS).
 #include <cmath>
 #include <type_traits>
 
 #include "cross_entropy.h"
 #include "tk/common/common.cuh"
-#include "tk/ops/chunk16.cuh"   // tk::chunk16 (16 bytes of a row as loaded)
+#include "tk/ops/chunk16.cuh"             // tk::chunk16 (16 bytes of a row as loaded)
+#include "tk/ops/warp/memory_async.cuh"   // tk::cp_async_commit / cp_async_wait
 
 namespace tk_cross_entropy {
 namespace {
@@ -158,6 +164,65 @@ __global__ void __launch_bounds__(THREADS) rows_in_registers(Args a) {
     }
 }
 
+// ---- the row in shared memory: one DRAM read, one DRAM write, two rows per SM --------------
+// The same three sweeps as rows_in_registers, over chunks in dynamic shared memory (chunks * 16
+// bytes). Thread i copies and later reads chunks i, i + THREADS, ...: its own, so after
+// cp_async_wait<0>() (which covers this thread's copies) it may read them without a barrier.
+template <typename T>
+__global__ void __launch_bounds__(THREADS, 2) rows_in_shared(Args a) {
+    using Chunk = tk::chunk16<T>;
+    constexpr int E = Chunk::elems;
+    extern __shared__ __align__(16) uint4 row_chunks[];
+    __shared__ float partial[WARPS];
+    const int64_t row = blockIdx.x;
+    T* x = static_cast<T*>(a.logits) + row * a.ld;
+    const int64_t target = a.targets[row];
+    const int chunks = int(a.cols / E);
+
+    float target_logit = 0.0f;
+    if (threadIdx.x == 0 && target >= 0 && target < a.cols) target_logit = to_float(x[target]);
+
+    for (int k = threadIdx.x; k < chunks; k += THREADS)   // .cg: through L2 only, 16 bytes each
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
+                     ::"r"(tk::smem_addr(&row_chunks[k])), "l"(x + int64_t(k) * E) : "memory");
+    tk::cp_async_commit();
+    tk::cp_async_wait<0>();
+
+    auto chunk = [&](int k) {
+        Chunk c;
+        const uint4 raw = row_chunks[k];
+        c.word[0] = raw.x; c.word[1] = raw.y; c.word[2] = raw.z; c.word[3] = raw.w;
+        return c;
+    };
+
+    float m = NEG_INF;
+    for (int k = threadIdx.x; k < chunks; k += THREADS) {
+        const Chunk c = chunk(k);
+#pragma unroll
+        for (int e = 0; e < E; ++e) m = fmaxf(m, c[e]);
+    }
+    m = block_reduce<tk::base_ops::max>(m, partial, NEG_INF);
+
+    const float neg_m_log2e = -m * LOG2E;
+    float s = 0.0f;
+    for (int k = threadIdx.x; k < chunks; k += THREADS) {
+        const Chunk c = chunk(k);
+#pragma unroll
+        for (int e = 0; e < E; ++e) s += exp2f(fmaf(c[e], LOG2E, neg_m_log2e));
+    }
+    s = block_reduce<tk::base_ops::sum>(s, partial, 0.0f);   // its barriers order every read before any write
+
+    const RowResult r = finish_row(m, s, target, a.cols, target_logit, a.loss_rows + row, a.grad_scale, a.write_grad);
+    if (!a.write_grad) return;
+    for (int k = threadIdx.x; k < chunks; k += THREADS) {
+        const Chunk c = chunk(k);
+        float g[E];
+#pragma unroll
+        for (int e = 0; e < E; ++e) g[e] = grad_of(c[e], int64_t(k) * E + e == target, r);
+        tk::store(x + int64_t(k) * E, g);
+    }
+}
+
 // ---- any row: two sweeps over global memory ------------------------------------------------
 // Sweep 1 keeps a running max m and a sum s of exp(x - m); when x exceeds m, s is rescaled by
 // exp(m_old - m_new) (the "online softmax" recurrence). The block then merges the threads' (m, s)
@@ -193,43 +258,89 @@ __global__ void __launch_bounds__(THREADS) rows_streamed(Args a) {
 
 // ---- launcher ------------------------------------------------------------------------------
 
-template <typename T> int chunk_elems() { return tk::chunk16<T>::elems; }
+template <typename T> bool aligned_rows(const Args& a) {
+    const int64_t E = tk::chunk16<T>::elems;
+    return a.cols % E == 0 && a.ld % E == 0 && reinterpret_cast<uintptr_t>(a.logits) % 16 == 0;
+}
 
-// VECS for rows_in_registers, or 0 when the row must be streamed.
+// VECS for rows_in_registers, or 0 when it cannot take the row.
 template <typename T> int choose_vecs(const Args& a) {
-    const int64_t E = chunk_elems<T>();
-    const bool aligned = a.cols % E == 0 && a.ld % E == 0 && reinterpret_cast<uintptr_t>(a.logits) % 16 == 0;
-    if (!aligned) return 0;
-    const int64_t per_thread = (a.cols / E + THREADS - 1) / THREADS;
+    if (!aligned_rows<T>(a)) return 0;
+    const int64_t per_thread = (a.cols / tk::chunk16<T>::elems + THREADS - 1) / THREADS;
     for (int v : {1, 2, 4, 8, MAX_VECS})
         if (per_thread <= v) return v;
     return 0;
 }
 
-template <typename T> cudaError_t launch(const Args& a, cudaStream_t stream) {
-    const dim3 grid(unsigned(a.rows)), block(THREADS);
-    switch (choose_vecs<T>(a)) {
-        case 1: rows_in_registers<T, 1><<<grid, block, 0, stream>>>(a); break;
-        case 2: rows_in_registers<T, 2><<<grid, block, 0, stream>>>(a); break;
-        case 4: rows_in_registers<T, 4><<<grid, block, 0, stream>>>(a); break;
-        case 8: rows_in_registers<T, 8><<<grid, block, 0, stream>>>(a); break;
-        case MAX_VECS: rows_in_registers<T, MAX_VECS><<<grid, block, 0, stream>>>(a); break;
-        default: rows_streamed<T><<<grid, block, 0, stream>>>(a); break;
+// The most dynamic shared memory one block may have on this device (227 KB on the H200), set
+// once per kernel as its limit; a launch then asks for what its row needs.
+template <typename T> int64_t shared_limit() {
+    static int64_t limit = -1;
+    if (limit < 0) {
+        int device = 0, optin = 0;
+        cudaGetDevice(&device);
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+        optin -= int(WARPS * sizeof(float));   // the reduction's partials live there too
+        limit = cudaFuncSetAttribute(rows_in_shared<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) == cudaSuccess
+                    ? optin : 0;
     }
-    return cudaGetLastError();
+    return limit;
+}
+
+template <typename T> bool fits_shared(const Args& a) {
+    return aligned_rows<T>(a) && a.cols * int64_t(sizeof(T)) <= shared_limit<T>();
+}
+
+// The kernel a call takes; Kernel::automatic never comes back (0 VECS or no fit: "none").
+template <typename T> Kernel resolve(const Args& a, int* vecs) {
+    *vecs = choose_vecs<T>(a);
+    switch (a.kernel) {
+        case Kernel::automatic: return fits_shared<T>(a) ? Kernel::shared : Kernel::streamed;
+        case Kernel::registers: return *vecs ? Kernel::registers : Kernel::automatic;
+        case Kernel::shared: return fits_shared<T>(a) ? Kernel::shared : Kernel::automatic;
+        default: return Kernel::streamed;
+    }
+}
+
+template <typename T> const char* launch(const Args& a, cudaStream_t stream) {
+    const dim3 grid(unsigned(a.rows)), block(THREADS);
+    int vecs = 0;
+    switch (resolve<T>(a, &vecs)) {
+        case Kernel::shared: {
+            const size_t bytes = size_t(a.cols) * sizeof(T);
+            rows_in_shared<T><<<grid, block, bytes, stream>>>(a);
+            break;
+        }
+        case Kernel::registers:
+            switch (vecs) {
+                case 1: rows_in_registers<T, 1><<<grid, block, 0, stream>>>(a); break;
+                case 2: rows_in_registers<T, 2><<<grid, block, 0, stream>>>(a); break;
+                case 4: rows_in_registers<T, 4><<<grid, block, 0, stream>>>(a); break;
+                case 8: rows_in_registers<T, 8><<<grid, block, 0, stream>>>(a); break;
+                default: rows_in_registers<T, MAX_VECS><<<grid, block, 0, stream>>>(a); break;
+            }
+            break;
+        case Kernel::streamed: rows_streamed<T><<<grid, block, 0, stream>>>(a); break;
+        default: return "the forced kernel cannot take these rows (not 16-byte aligned, or too wide)";
+    }
+    const cudaError_t err = cudaGetLastError();
+    return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
 }  // namespace
 
 const char* plan_name(const Args& a) {
-    const int v = a.dtype == DType::bf16 ? choose_vecs<bf16>(a) : choose_vecs<float>(a);
-    switch (v) {
+    int vecs = 0;
+    const Kernel k = a.dtype == DType::bf16 ? resolve<bf16>(a, &vecs) : resolve<float>(a, &vecs);
+    if (k == Kernel::shared) return "shared";
+    if (k == Kernel::streamed) return "streamed";
+    if (k == Kernel::automatic) return "none";
+    switch (vecs) {
         case 1: return "registers(VECS=1)";
         case 2: return "registers(VECS=2)";
         case 4: return "registers(VECS=4)";
         case 8: return "registers(VECS=8)";
-        case MAX_VECS: return "registers(VECS=16)";
-        default: return "streamed";
+        default: return "registers(VECS=16)";
     }
 }
 
@@ -237,8 +348,7 @@ const char* cross_entropy_rows(const Args& a, cudaStream_t stream) {
     if (a.rows < 0 || a.rows >= (int64_t(1) << 31)) return "rows must be between 0 and 2^31-1 (one block per row)";
     if (a.cols < 1 || a.ld < a.cols) return "cols must be >= 1 and ld >= cols";
     if (a.rows == 0) return nullptr;
-    const cudaError_t err = a.dtype == DType::bf16 ? launch<bf16>(a, stream) : launch<float>(a, stream);
-    return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+    return a.dtype == DType::bf16 ? launch<bf16>(a, stream) : launch<float>(a, stream);
 }
 
 }  // namespace tk_cross_entropy

@@ -9,6 +9,11 @@ namespace tk_cross_entropy {
 
 enum class DType { f32, bf16 };
 
+// Which kernel runs a row (cross_entropy.cu explains each). automatic: rows_in_shared where the
+// row is 16-byte aligned and fits in shared memory, else rows_streamed. The others force one
+// (tests and the bench compare them); a forced kernel that cannot take the row is an error.
+enum class Kernel { automatic, registers, shared, streamed };
+
 // One call handles `rows` rows of a logits matrix, each `cols` wide, in place.
 struct Args {
     void* logits;              // [rows][ld], dtype; read, then (write_grad) overwritten with dlogits
@@ -21,13 +26,14 @@ struct Args {
                                //             target outside [0, cols) that is not -1
     const float* grad_scale;   // device scalar: 1 / (number of rows not ignored, over ALL chunks)
     bool write_grad;           // false: loss only, logits left as they are
+    Kernel kernel;             // automatic unless a test or bench forces one
 };
 
 // Launches on `stream`; returns nullptr on success, else a message (nothing throws).
 const char* cross_entropy_rows(const Args& a, cudaStream_t stream);
 
-// Which kernel a call with these arguments takes, for tests and notes: "registers(VECS=n)" or
-// "streamed" (cross_entropy.cu says when and why).
+// Which kernel a call with these arguments takes, for tests and notes: "registers(VECS=n)",
+// "shared" or "streamed"; "none" when the forced kernel cannot take these rows.
 const char* plan_name(const Args& a);
 
 }  // namespace tk_cross_entropy

@@ -59,21 +59,42 @@ Problem cross_entropy_problem(const Tensor& logits, const Tensor& targets, const
     return tensor_problem(grad_scale, "grad_scale", at::kFloat, 1, logits);
 }
 
+// "auto" | "registers" | "shared" | "streamed" -> the launcher's Kernel (tests and the bench
+// force one; the op always passes "auto"). Anything else: a ValueError naming the choices.
+Problem kernel_problem(const std::string& name, tk_cross_entropy::Kernel* kernel) {
+    using K = tk_cross_entropy::Kernel;
+    if (name == "auto") *kernel = K::automatic;
+    else if (name == "registers") *kernel = K::registers;
+    else if (name == "shared") *kernel = K::shared;
+    else if (name == "streamed") *kernel = K::streamed;
+    else return tk_bindings::value_problem(say("kernel", " must be 'auto', 'registers', 'shared' or 'streamed', got '" + name + "'"));
+    return {};
+}
+
 // Elements from one row to the next. A one-row tensor counts as contiguous whatever its first
 // stride says (torch ignores the strides of size-1 dimensions), so it gets the row width.
 int64_t row_pitch(const Tensor& logits) { return logits.size(0) == 1 ? logits.size(1) : logits.stride(0); }
 
-// Fills loss_rows; with write_grad, overwrites logits with (softmax - onehot) * grad_scale.
-void cross_entropy_(const Tensor& logits, const Tensor& targets, const Tensor& loss_rows, const Tensor& grad_scale,
-                    bool write_grad) {
-    tk_bindings::raise_if(cross_entropy_problem(logits, targets, loss_rows, grad_scale));
-    const c10::cuda::CUDAGuard guard(logits.device());
+// The launcher's arguments that come from the logits tensor and the kernel choice.
+tk_cross_entropy::Args args_for(const Tensor& logits, tk_cross_entropy::Kernel kernel) {
     tk_cross_entropy::Args a{};
     a.logits = logits.data_ptr();
     a.rows = logits.size(0);
     a.cols = logits.size(1);
     a.ld = row_pitch(logits);
     a.dtype = logits.scalar_type() == at::kBFloat16 ? tk_cross_entropy::DType::bf16 : tk_cross_entropy::DType::f32;
+    a.kernel = kernel;
+    return a;
+}
+
+// Fills loss_rows; with write_grad, overwrites logits with (softmax - onehot) * grad_scale.
+void cross_entropy_(const Tensor& logits, const Tensor& targets, const Tensor& loss_rows, const Tensor& grad_scale,
+                    bool write_grad, const std::string& kernel) {
+    tk_bindings::raise_if(cross_entropy_problem(logits, targets, loss_rows, grad_scale));
+    tk_cross_entropy::Kernel which{};
+    tk_bindings::raise_if(kernel_problem(kernel, &which));
+    const c10::cuda::CUDAGuard guard(logits.device());
+    tk_cross_entropy::Args a = args_for(logits, which);
     a.targets = targets.data_ptr<int64_t>();
     a.loss_rows = loss_rows.data_ptr<float>();
     a.grad_scale = grad_scale.data_ptr<float>();
@@ -88,15 +109,15 @@ std::string check_cross_entropy(const Tensor& logits, const Tensor& targets, con
     return cross_entropy_problem(logits, targets, loss_rows, grad_scale).message;
 }
 
-// Which kernel cross_entropy_ takes for this logits tensor (tests and notes).
-std::string plan(const Tensor& logits) {
-    tk_cross_entropy::Args a{};
-    a.logits = logits.data_ptr();
-    a.rows = logits.size(0);
-    a.cols = logits.size(1);
-    a.ld = row_pitch(logits);
-    a.dtype = logits.scalar_type() == at::kBFloat16 ? tk_cross_entropy::DType::bf16 : tk_cross_entropy::DType::f32;
-    return tk_cross_entropy::plan_name(a);
+// Which kernel cross_entropy_ takes for this (checked) logits tensor: tests and notes.
+std::string plan(const Tensor& logits, const std::string& kernel) {
+    tk_bindings::raise_if(tensor_problem(logits, "logits", at::ScalarType::Undefined, -1, Tensor()));
+    if (logits.dim() != 2 || logits.numel() == 0)
+        tk_bindings::raise_if(tk_bindings::value_problem(say("logits", " must be a non-empty 2-D matrix")));
+    tk_cross_entropy::Kernel which{};
+    tk_bindings::raise_if(kernel_problem(kernel, &which));
+    const c10::cuda::CUDAGuard guard(logits.device());
+    return tk_cross_entropy::plan_name(args_for(logits, which));
 }
 
 }  // namespace
@@ -104,8 +125,10 @@ std::string plan(const Tensor& logits) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "tk LM head: softmax cross-entropy loss and gradient in place (kernels/cross_entropy.cu)";
     m.def("cross_entropy_", &cross_entropy_, "loss_rows (and, with write_grad, dlogits in place of logits)",
-          py::arg("logits"), py::arg("targets"), py::arg("loss_rows"), py::arg("grad_scale"), py::arg("write_grad"));
+          py::arg("logits"), py::arg("targets"), py::arg("loss_rows"), py::arg("grad_scale"), py::arg("write_grad"),
+          py::arg("kernel") = "auto");
     m.def("check_cross_entropy", &check_cross_entropy, "'' or what cross_entropy_ would raise",
           py::arg("logits"), py::arg("targets"), py::arg("loss_rows"), py::arg("grad_scale"));
-    m.def("plan", &plan, "which kernel cross_entropy_ takes for these logits", py::arg("logits"));
+    m.def("plan", &plan, "which kernel cross_entropy_ takes for these logits", py::arg("logits"),
+          py::arg("kernel") = "auto");
 }

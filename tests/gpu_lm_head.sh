@@ -15,7 +15,7 @@ timeout 180 python3 -c "from kernels import lm_head_op; r = lm_head_op._ext.why_
   > "$OUT/build.log" 2>&1
 stamp "build rc=$? ($(tail -1 "$OUT/build.log"))"
 
-timeout 90 python3 - > "$OUT/smoke.log" 2>&1 <<'PY'
+timeout 120 python3 - > "$OUT/smoke.log" 2>&1 <<'PY'
 # GPT-2's training shape: tk vs the reference (both under bf16 autocast) and the kernel's plan.
 import torch
 from kernels import lm_head_op, reference
@@ -48,8 +48,29 @@ for name in out:   # 20 timed fwd+bwd, eager launch (the bench row has the graph
         torch.autograd.grad(loss, (x, w))
     e.record(); torch.cuda.synchronize()
     print(f"{name}: {s.elapsed_time(e) / 20:.2f} ms per fwd+bwd")
+# the kernel alone on one GPT-2 chunk (4096 x 50304 bf16, 412 MB): achieved bandwidth
+ext = lm_head_op._ext.module
+for V, dt in ((50304, torch.bfloat16), (65, torch.bfloat16), (50304, torch.float32)):
+    rows = 4096 if V > 65 else 16384
+    logits = (torch.randn(rows, V, device="cuda") * 2).to(dt)
+    tc = torch.randint(0, V, (rows,), device="cuda"); lr = torch.empty(rows, device="cuda"); gs = torch.ones(1, device="cuda") / rows
+    base = logits.clone()
+    for kernel in ("registers", "shared", "streamed"):
+        if ext.plan(logits, kernel) == "none":
+            continue
+        for write in (True, False):
+            ms = []
+            for i in range(13):
+                logits.copy_(base)
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record(); ext.cross_entropy_(logits, tc, lr, gs, write, kernel); e.record()
+                torch.cuda.synchronize(); ms.append(s.elapsed_time(e))
+            ms = sorted(ms[3:])[5]
+            moved = logits.numel() * logits.element_size() * (2 if write else 1)
+            print(f"kernel {ext.plan(logits, kernel)} {rows}x{V} {str(dt)[6:]} write_grad={write}: "
+                  f"{ms:.3f} ms, {moved / ms / 1e9:.2f} TB/s")
 PY
-stamp "smoke rc=$?"; grep -v "^\s*$" "$OUT/smoke.log" | tail -12
+stamp "smoke rc=$?"; grep -v "^\s*$" "$OUT/smoke.log" | tail -24
 
 if [ -z "$SKIP_PYTEST" ]; then
   timeout ${PYTEST_TIMEOUT:-200} python3 -m pytest -v --maxfail=10 --tb=short tests/test_lm_head.py > "$OUT/pytest.log" 2>&1
@@ -72,9 +93,12 @@ for dt in (torch.bfloat16, torch.float32):
         logits = torch.randn(N, V, device="cuda").to(dt)
         t = torch.randint(0, V, (N,), device="cuda"); t[::4] = -1
         rows = torch.empty(N, device="cuda")
-        print(dt, N, V, ext.plan(logits))
-        ext.cross_entropy_(logits, t, rows, torch.ones(1, device="cuda"), True)
-        ext.cross_entropy_(logits, t, rows, torch.ones(1, device="cuda"), False)
+        for kernel in ("registers", "shared", "streamed"):
+            if ext.plan(logits, kernel) == "none":
+                continue
+            print(dt, N, V, ext.plan(logits, kernel))
+            ext.cross_entropy_(logits, t, rows, torch.ones(1, device="cuda"), True, kernel)
+            ext.cross_entropy_(logits, t, rows, torch.ones(1, device="cuda"), False, kernel)
 x = torch.randn(70, 64, device="cuda").requires_grad_(); w = torch.randn(1000, 64, device="cuda").requires_grad_()
 t = torch.randint(0, 1000, (70,), device="cuda")
 with torch.autocast("cuda", dtype=torch.bfloat16):

@@ -330,6 +330,24 @@ def _ext():
     return lm_head_op._ext.module
 
 
+KERNELS = ("registers", "shared", "streamed")
+
+
+def expected_plan(V, dtype, kernel):
+    """What the launcher picks (cross_entropy.cu): rows_in_registers needs 16-byte aligned rows of
+    at most 16 chunks a thread, rows_in_shared aligned rows that fit in 227 KB (the H200's
+    opt-in shared memory per block, less 64 bytes), rows_streamed takes anything."""
+    per_chunk = 16 // (2 if dtype == torch.bfloat16 else 4)
+    aligned = V % per_chunk == 0
+    fits_shared = aligned and V * (16 // per_chunk) <= 232448 - 64
+    if kernel == "streamed" or (kernel == "auto" and not fits_shared):
+        return "streamed"
+    if kernel in ("auto", "shared"):
+        return "shared" if fits_shared else "none"
+    vecs = next((v for v in (1, 2, 4, 8, 16) if aligned and -(-V // per_chunk) <= 512 * v), None)
+    return f"registers(VECS={vecs})" if vecs else "none"
+
+
 @gpu
 @pytest.mark.parametrize("V", [65, 1000, 1003, 50304, 70000])
 @pytest.mark.parametrize("N", [1, 17, 1000])
@@ -339,50 +357,60 @@ def test_kernel_loss_and_gradient_vs_float64(N, V, dtype):
         pytest.skip("covered by the bf16 case")
     ext = _ext()
     gen = torch.Generator(device="cuda").manual_seed(N * V)
-    logits = (torch.randn(N, V, device="cuda", generator=gen) * 3).to(dtype)
+    source = (torch.randn(N, V, device="cuda", generator=gen) * 3).to(dtype)
     targets = torch.randint(0, V, (N,), device="cuda", generator=gen)
     targets[1::7] = -1
     if N == 1:
         targets[0] = V - 1
     n_valid = int((targets != -1).sum())
     grad_scale = torch.tensor([1.0 / n_valid], device="cuda")
-    l64 = logits.double()
+    l64 = source.double()
     lse = torch.logsumexp(l64, 1)
     valid = targets != -1
     ref_loss = torch.where(valid, lse - l64.gather(1, targets.clamp_min(0)[:, None])[:, 0], 0.0)
     ref_grad = torch.softmax(l64, 1)
     ref_grad[valid.nonzero()[:, 0], targets[valid]] -= 1
     ref_grad = ref_grad * valid[:, None] / n_valid
-
-    loss_rows = torch.full((N,), float("nan"), device="cuda")          # poison: every row must be written
-    plan = ext.plan(logits)
-    ext.cross_entropy_(logits, targets, loss_rows, grad_scale, True)
-    torch.cuda.synchronize()
-    per_chunk = 16 // logits.element_size()          # 8 bf16 or 4 floats in a 16-byte chunk
-    fits = V % per_chunk == 0 and V <= 512 * 16 * per_chunk
-    assert (plan == "streamed") == (not fits), plan
-    assert rel_err(loss_rows, ref_loss) < 1e-5, plan
-    assert (loss_rows[~valid] == 0).all()
-    tol = 8e-3 if dtype == torch.bfloat16 else 1e-5                   # one rounding of each element
-    assert rel_err(logits, ref_grad) < tol, plan
-    assert not logits[~valid].any()
     # each element within about one rounding of its own float64 value (bf16: unit roundoff 2^-8;
     # fp32: exp2f and the fp32 lse), not only on the norm
     slack = ref_grad.abs() * (2**-7 if dtype == torch.bfloat16 else 1e-5) + 1e-9 / n_valid
-    worst = ((logits.double() - ref_grad).abs() - slack).max().item()
-    assert worst <= 0, (plan, worst)
+    assert ext.plan(source) == expected_plan(V, dtype, "auto")
+
+    for kernel in KERNELS:
+        plan = ext.plan(source, kernel)
+        assert plan == expected_plan(V, dtype, kernel), kernel
+        logits = source.clone()
+        loss_rows = torch.full((N,), float("nan"), device="cuda")      # poison: every row must be written
+        if plan == "none":
+            with pytest.raises(RuntimeError, match="forced kernel cannot take these rows"):
+                ext.cross_entropy_(logits, targets, loss_rows, grad_scale, True, kernel)
+            continue
+        ext.cross_entropy_(logits, targets, loss_rows, grad_scale, True, kernel)
+        torch.cuda.synchronize()
+        assert rel_err(loss_rows, ref_loss) < 1e-5, plan
+        assert (loss_rows[~valid] == 0).all(), plan
+        tol = 8e-3 if dtype == torch.bfloat16 else 1e-5                # one rounding of each element
+        assert rel_err(logits, ref_grad) < tol, plan
+        assert not logits[~valid].any(), plan
+        worst = ((logits.double() - ref_grad).abs() - slack).max().item()
+        assert worst <= 0, (plan, worst)
 
 
 @gpu
 def test_kernel_plans():
     ext = _ext()
     z = lambda V, dt=torch.bfloat16: torch.zeros(4, V, device="cuda", dtype=dt)
-    assert ext.plan(z(50304)) == "registers(VECS=16)"
-    assert ext.plan(z(1000)) == "registers(VECS=1)"
-    assert ext.plan(z(65)) == "streamed"
+    assert ext.plan(z(50304)) == "shared"
+    assert ext.plan(z(50304), "registers") == "registers(VECS=16)"
+    assert ext.plan(z(1000), "registers") == "registers(VECS=1)"
+    assert ext.plan(z(65)) == "streamed" and ext.plan(z(65), "shared") == "none"
     assert ext.plan(z(1003)) == "streamed"
-    assert ext.plan(z(32768, torch.float32)) == "registers(VECS=16)"
-    assert ext.plan(z(50304, torch.float32)) == "streamed"
+    assert ext.plan(z(32768, torch.float32), "registers") == "registers(VECS=16)"
+    assert ext.plan(z(50304, torch.float32)) == "shared"                # 196 KB: one block per SM
+    assert ext.plan(z(50304, torch.float32), "registers") == "none"
+    assert ext.plan(z(120000)) == "streamed"                            # 234 KB: too wide for shared
+    with pytest.raises(ValueError, match="kernel must be 'auto'"):
+        ext.plan(z(10), "fast")
 
 
 @gpu
@@ -529,4 +557,6 @@ def test_kernel_bad_arguments_raise():
         ext.cross_entropy_(logits, t, lr[:3], gs, True)
     with pytest.raises(ValueError, match="logits must be a CUDA tensor"):
         ext.cross_entropy_(logits.cpu(), t, lr, gs, True)
+    with pytest.raises(ValueError, match="kernel must be 'auto'"):
+        ext.cross_entropy_(logits, t, lr, gs, True, "fast")
     assert "grad_scale" in ext.check_cross_entropy(logits, t, lr, torch.ones(2, device="cuda"))
