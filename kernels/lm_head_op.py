@@ -98,7 +98,7 @@ def _try(kind, fn):
         return False
     try:
         fn()
-    except RuntimeError:
+    except (RuntimeError, TypeError):   # TypeError: a torch without the out_dtype argument
         _fp32_gemm_ok[kind] = False
         return False
     _fp32_gemm_ok[kind] = True
