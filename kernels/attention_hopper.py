@@ -12,6 +12,7 @@ Nothing here builds at import; `why_not` builds the extension only after every c
 passed on CUDA tensors of a Hopper GPU.
 """
 import math
+import os
 
 import torch
 
@@ -116,8 +117,9 @@ BACKWARD_HEAD_DIMS = (64, 128)
 
 
 # The backward's variants (attention_hopper_backward_variant in the .cu); 0 is the default.
-BACKWARD_VARIANTS = {0: "default", 1: "five products in turn, 2 slots",
-                     2: "next block's S, dP under this block's dQ store, 3 slots (D=64; D=128 runs 1)"}
+BACKWARD_VARIANTS = {0: "default (2 for D=64, 1 for D=128)", 1: "five products in turn, 2 slots",
+                     2: "3 slots, two dQ buffers, masked first block skipped (D=64; D=128 runs 1)",
+                     3: "dQ split by columns over both consumers (D=128; D=64 runs its default)"}
 
 
 def backward(grad_out, q, k, v, o, lse, causal=True, scale=None, out=None, variant=0):
@@ -187,8 +189,14 @@ def backend_forward(q, k, v, causal, scale):
     return forward(q, k, v, causal, scale)
 
 
+# The variant the op runs: 0 = the kernel's default per head dim. TK_ATTENTION_HOPPER_BWD_VARIANT=3
+# (read once, at import) runs another one everywhere, e.g. to time it in bench.py before it
+# becomes a default.
+OP_BACKWARD_VARIANT = int(os.environ.get("TK_ATTENTION_HOPPER_BWD_VARIANT", "0") or 0)
+
+
 def backend_backward(grad_out, q, k, v, o, lse, causal, scale, out=None):
-    return backward(grad_out, q, k, v, o, lse, causal, scale, out=out)
+    return backward(grad_out, q, k, v, o, lse, causal, scale, out=out, variant=OP_BACKWARD_VARIANT)
 
 
 def register(prefer=True):

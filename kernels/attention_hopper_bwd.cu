@@ -81,8 +81,14 @@
 // Tried and dropped, because ptxas then serializes every wgmma: issuing block i+1's Sᵀ, dPᵀ
 // before waiting for block i's products (wgmmas in flight across the loop's back edge, C7514),
 // and writing block i-1's dQ registers while block i's Sᵀ, dPᵀ run (C7517/C7518). Also
-// dropped: three consumers (192 keys per CTA, 512 threads): ptxas allocated the kernel within
-// the entry cap of 128 registers despite setmaxnreg 160, spilled, and serialized (C7512).
+// dropped: three consumers (192 keys per CTA, 512 threads, 160 registers each): the live
+// accumulators did not fit, ptxas spilled and serialized (C7512).
+//   3  (D = 128 only; D = 64 runs its default) variant 1 with dQ split by columns instead of
+//      by keys: both consumers' dS tiles (64 queries x 128 keys, double-buffered) are read by
+//      both, and consumer c computes dQ[:, 64c .. 64c+63] over all 128 keys (8 k-steps). Half
+//      the bulk reduce-add traffic (each column half is added once per key block, not twice),
+//      32 dQ accumulators instead of 64 (so dQ need not wait for dV and dK), at the price of a
+//      bar.sync of both consumers per query block (id 3) instead of one per consumer.
 #include <cstdint>
 #include <cmath>
 #include <string>
@@ -97,9 +103,10 @@
 namespace attention_hopper_bwd {
 
 // ---- Configuration ---------------------------------------------------------------------------
-template <int D, bool PIPELINED = false>
+template <int D, bool PIPELINED = false, bool SPLIT_DQ = false>
 struct config {
     static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+    static_assert(!SPLIT_DQ || (D == 128 && !PIPELINED), "variant 3 is D = 128's (its halves are whole 64-column blocks)");
     static constexpr int consumers = 2;
     static constexpr int block_n = 64 * consumers;      // keys per CTA (64 per consumer)
     static constexpr int block_m = 64;                  // queries per step
@@ -109,22 +116,24 @@ struct config {
     static constexpr int kv_bytes = block_n * D * 2;    // one K or V tile
     static constexpr int q_bytes = block_m * D * 2;     // one Q or dO tile
     static constexpr int ds_bytes = block_m * 64 * 2;   // one consumer's dS (64 queries x 64 keys)
-    static constexpr int dq_bytes = block_m * D * 4;    // one consumer's fp32 dQ partial
+    static constexpr int dq_bytes = block_m * (SPLIT_DQ ? D / 2 : D) * 4;   // one consumer's fp32 dQ partial
     static constexpr int dq_buffers = PIPELINED ? 2 : 1;
     // offsets from the 1024-aligned base; every tile 1024-aligned (128B swizzle)
     static constexpr int k_off = 0, v_off = kv_bytes, q_off = 2 * kv_bytes;
     static constexpr int do_off = q_off + stages * q_bytes;
     static constexpr int ds_off = do_off + stages * q_bytes;
-    static constexpr int dq_off = ds_off + consumers * ds_bytes;
+    static constexpr int dq_off = ds_off + (SPLIT_DQ ? 2 : 1) * consumers * ds_bytes;
     static constexpr int vec_off = dq_off + consumers * dq_buffers * dq_bytes;   // lse2[stages][64], di[stages][64]
     static constexpr int smem_bytes = vec_off + 2 * stages * block_m * 4 + 1024;   // + alignment slack
-    // setmaxnreg moves registers to the consumers (128·(24 + 2·240) = 64512), but ptxas reports
-    // (and, as far as we saw, allocates within) the entry cap of __launch_bounds__(384, 1): 168
-    // per thread. A 3-consumer version (512 threads) spilled at its cap of 128 despite
-    // setmaxnreg 160; so the consumer code here is written to fit 168.
+    // setmaxnreg moves registers to the consumers: 128·(24 + 2·240) = 64512 (ptxas reports the
+    // entry cap of __launch_bounds__(384, 1), 168, as the kernel's count).
     static constexpr int producer_regs = 24, consumer_regs = 240;
-    // D = 128: dQ is issued only after dV and dK finished (frees P's and dS's A operands).
-    static constexpr bool dq_after_dk = D == 128;
+    // D = 128 (variant 1): dQ is issued only after dV and dK finished (frees P's and dS's A
+    // operands; with all of them live ptxas ran out of registers and serialized: C7512).
+    static constexpr bool dq_after_dk = D == 128 && !SPLIT_DQ;
+    // Variant 3: each consumer computes half of dQ's columns over both consumers' keys.
+    static constexpr int dq_cols = SPLIT_DQ ? D / 2 : D;
+    static constexpr int ds_buffers = SPLIT_DQ ? 2 : 1;
     static_assert(!PIPELINED || D == 64, "the pipelined variant keeps two more accumulators live: D = 64 only");
     static_assert(128 * (producer_regs + consumers * consumer_regs) <= 65536, "register budget");
     static_assert(smem_bytes <= 227 * 1024, "shared memory");
@@ -145,6 +154,7 @@ struct kernel_params {
 
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr int DEFAULT_VARIANT_D64 = 2;   // see attention_hopper_backward_variant at the bottom
+constexpr int DEFAULT_VARIANT_D128 = 1;  // 3 is not yet measured on the H200
 
 __device__ inline float exp2_ftz(float x) {
     float y;
@@ -232,9 +242,10 @@ __global__ void __launch_bounds__(256) rowsum_kernel(const AttentionBackwardPara
 }
 
 // ---- Kernel 2: dK, dV and the dQ partials -------------------------------------------------------
-template <int D, bool PIPELINED>
-__global__ void __launch_bounds__(config<D, PIPELINED>::threads, 1) backward_kernel(const __grid_constant__ kernel_params p) {
-    using C = config<D, PIPELINED>;
+template <int D, bool PIPELINED, bool SPLIT_DQ>
+__global__ void __launch_bounds__(config<D, PIPELINED, SPLIT_DQ>::threads, 1)
+backward_kernel(const __grid_constant__ kernel_params p) {
+    using C = config<D, PIPELINED, SPLIT_DQ>;
     using namespace tk;
     constexpr int BN = C::block_n, BM = C::block_m, S = C::stages;
 
@@ -313,12 +324,15 @@ __global__ void __launch_bounds__(config<D, PIPELINED>::threads, 1) backward_ker
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t = lane % 4;
     const int key0 = kv0 + 64 * c + 16 * warp + lane / 4;   // this thread's keys: key0, key0 + 8
     const int first_key = kv0 + 64 * c, last_key = first_key + 63;
-    const uint32_t ds_tile = smem + C::ds_off + c * C::ds_bytes;
+    // dS tiles: [buffer][consumer], 64 x 64 each; the two of one buffer side by side form one
+    // 64 x 128 K-major tile (two 128-byte column blocks), which variant 3's dQ reads whole.
+    auto ds_pair = [&](int i) { return smem + C::ds_off + (SPLIT_DQ ? i % 2 : 0) * C::consumers * C::ds_bytes; };
     const uint32_t dq_tile = smem + C::dq_off + c * C::dq_buffers * C::dq_bytes;
     float4* dq_smem = reinterpret_cast<float4*>(smem_ptr + C::dq_off + c * C::dq_buffers * C::dq_bytes);
 
     wgmma::accumulator<64> s_acc, dp_acc;                // Sᵀ -> P, dPᵀ -> dS (64 keys x 64 queries)
-    wgmma::accumulator<D> dv_acc, dk_acc, dq_acc;        // 64 keys x D (dq: 64 queries x D)
+    wgmma::accumulator<D> dv_acc, dk_acc;                // 64 keys x D
+    wgmma::accumulator<C::dq_cols> dq_acc;               // 64 queries x D (variant 3: D/2 columns)
     uint32_t p_frag[4][4], ds_frag[4][4];                // bf16 A operands of dV and dK
 
     // ---- the steps of one query block i (slot s = i % S); both variants below call them ----
@@ -393,7 +407,7 @@ __global__ void __launch_bounds__(config<D, PIPELINED>::threads, 1) backward_ker
             for (int jj = 0; jj < 4; ++jj) {
                 const int query = 8 * (2 * jj + mi / 2) + r;
                 const int chunk = 2 * warp + (mi % 2);
-                const uint32_t addr = ds_tile + query * 128 + ((chunk ^ (query & 7)) << 4);
+                const uint32_t addr = ds_pair(i) + c * C::ds_bytes + query * 128 + ((chunk ^ (query & 7)) << 4);
                 // register of matrix (j, hh) = pack(d[4j + 2hh], d[4j + 2hh + 1]) = ds_frag[j/2][2(j%2) + hh]
                 stmatrix_x4_trans(addr, ds_frag[jj][0], ds_frag[jj][1], ds_frag[jj][2], ds_frag[jj][3]);
             }
@@ -406,7 +420,8 @@ __global__ void __launch_bounds__(config<D, PIPELINED>::threads, 1) backward_ker
             wgmma::mma_rs<wgmma::major::MN>(dk_acc, ds_frag[k], wgmma::desc<wgmma::major::MN, BM, 128>(q_tile(s), 0, k),
                                             accumulate || k > 0);
         wgmma::commit_group();
-        named_sync<128>(1 + c);                          // the whole dS_c tile is in shared memory
+        if constexpr (SPLIT_DQ) named_sync<256>(3);      // both dS tiles are in shared memory
+        else named_sync<128>(1 + c);                     // the whole dS_c tile is in shared memory
         if constexpr (C::dq_after_dk) {
             // D = 128: 64 more accumulators (dQ) on top of dV, dK, P, dS and both A operands
             // do not fit in the registers: let dV and dK finish first.
@@ -417,12 +432,22 @@ __global__ void __launch_bounds__(config<D, PIPELINED>::threads, 1) backward_ker
             keep_alive(ds_frag);
             wgmma::fence();
         }
-        // dQ_c = dS·K_c: A = dS (K-major, 64 keys), B = K_c rows (keys x D: MN-major)
+        if constexpr (SPLIT_DQ) {
+            // dQ[:, 64c ..] = dS·K[:, 64c ..]: A = both dS tiles (64 x 128 keys, K-major),
+            // B = K's column block c (keys x 64, MN-major), 8 k-steps of 16 keys
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
-            wgmma::mma_ss<wgmma::major::K, wgmma::major::MN>(
-                dq_acc, wgmma::desc<wgmma::major::K, BM, 128>(ds_tile, 0, k),
-                wgmma::desc<wgmma::major::MN, BN, 128>(k_tile, 0, 4 * c + k), k > 0);
+            for (int k = 0; k < BN / 16; ++k)
+                wgmma::mma_ss<wgmma::major::K, wgmma::major::MN>(
+                    dq_acc, wgmma::desc<wgmma::major::K, BM, 128>(ds_pair(i), 0, k),
+                    wgmma::desc<wgmma::major::MN, BN, 128>(k_tile, 64 * c, k), k > 0);
+        } else {
+            // dQ_c = dS·K_c: A = dS (K-major, 64 keys), B = K_c rows (keys x D: MN-major)
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+                wgmma::mma_ss<wgmma::major::K, wgmma::major::MN>(
+                    dq_acc, wgmma::desc<wgmma::major::K, BM, 128>(ds_pair(i) + c * C::ds_bytes, 0, k),
+                    wgmma::desc<wgmma::major::MN, BN, 128>(k_tile, 0, 4 * c + k), k > 0);
+        }
         wgmma::commit_group();
     };
     // After dV, dK, dQ are done: slot s is free.
@@ -441,13 +466,16 @@ __global__ void __launch_bounds__(config<D, PIPELINED>::threads, 1) backward_ker
     auto write_dq = [&](int buffer) {                    // every thread: its registers -> smem
         float4* dst = dq_smem + buffer * (C::dq_bytes / 16);
 #pragma unroll
-        for (int jj = 0; jj < D / 8; ++jj)
+        for (int jj = 0; jj < C::dq_cols / 8; ++jj)
             dst[jj * 128 + tid] = make_float4(dq_acc.d[4 * jj], dq_acc.d[4 * jj + 1], dq_acc.d[4 * jj + 2],
                                               dq_acc.d[4 * jj + 3]);
         fence_proxy_async();                             // generic writes -> the bulk copy's reads
     };
     auto reduce_dq = [&](int buffer, int i) {            // thread 0, after a bar.sync of the warpgroup
-        bulk_reduce_add_f32(p.dq_accum + (int64_t(bh) * p.q_blocks + m_begin + i) * (BM * D),
+        // variant 3: consumer c's columns are the chunk's second half for c = 1 (kernel 3's
+        // order puts columns 64c .. 64c+63 at float4 1024c .. 1024c+1023)
+        bulk_reduce_add_f32(p.dq_accum + (int64_t(bh) * p.q_blocks + m_begin + i) * (BM * D) +
+                                (SPLIT_DQ ? c * BM * C::dq_cols : 0),
                             dq_tile + buffer * C::dq_bytes, C::dq_bytes);
     };
     auto store_dq = [&](int i) {                         // variant 1: one buffer, all in one go
@@ -551,9 +579,9 @@ __global__ void __launch_bounds__(256) convert_dq_kernel(const AttentionBackward
 // ---- Host side ---------------------------------------------------------------------------------
 inline int query_blocks(int seq_len) { return (seq_len + 63) / 64; }
 
-template <int D, bool PIPELINED>
+template <int D, bool PIPELINED, bool SPLIT_DQ = false>
 cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream) {
-    using C = config<D, PIPELINED>;
+    using C = config<D, PIPELINED, SPLIT_DQ>;
     const AttentionShape& sh = a.shape;
     const int q_blocks = query_blocks(sh.seq_len);
     const int64_t rows = int64_t(sh.batch) * sh.heads * sh.seq_len;
@@ -588,7 +616,7 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream) {
     kp.scale_log2 = sh.scale * LOG2E;
     kp.causal = sh.causal ? 1 : 0;
 
-    auto kernel = backward_kernel<D, PIPELINED>;
+    auto kernel = backward_kernel<D, PIPELINED, SPLIT_DQ>;
     static cudaError_t configured = [&] {
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::smem_bytes);
         if (e == cudaSuccess)
@@ -644,11 +672,15 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
     using namespace attention_hopper_bwd;
     if (attention_hopper_backward_why_not(p)) return cudaErrorInvalidValue;
     auto stream = static_cast<cudaStream_t>(cuda_stream);
-    if (p.shape.head_dim == 128) return variant >= 0 && variant <= 2 ? launch<128, false>(p, stream) : cudaErrorInvalidValue;
+    if (p.shape.head_dim == 128) {
+        if (variant == 0) variant = DEFAULT_VARIANT_D128;
+        if (variant == 3) return launch<128, false, true>(p, stream);
+        return variant == 1 || variant == 2 ? launch<128, false>(p, stream) : cudaErrorInvalidValue;
+    }
     if (variant == 0) variant = DEFAULT_VARIANT_D64;
     switch (variant) {
     case 1: return launch<64, false>(p, stream);
-    case 2: return launch<64, true>(p, stream);
+    case 2: case 3: return launch<64, true>(p, stream);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -40,6 +40,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default="")
     ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--only", default="", help="time only the step with this label")
     args = ap.parse_args()
     import kernels
     from kernels import attention_hopper as AH, attention_op as A
@@ -87,8 +88,12 @@ def main():
                  "hopper bwd alone (default)": (lambda: AH.backward(d_o, q, k, v, o, lse, True, scale, out=out), 2.5),
                  "hopper bwd alone, variant 1": (lambda: AH.backward(d_o, q, k, v, o, lse, True, scale, out=out,
                                                                      variant=1), 2.5),
+                 "hopper bwd alone, variant 3": (lambda: AH.backward(d_o, q, k, v, o, lse, True, scale, out=out,
+                                                                     variant=3), 2.5),
                  "portable bwd alone": (lambda: A._portable_backward(d_o, q, k, v, o, lse, True, scale, out=out), 2.5)}
         for label, (fn, mult) in steps.items():
+            if args.only and label != args.only:
+                continue
             try:
                 ms = median_ms(fn)
                 row[label] = {"ms": ms, "tflops": fwd_flops * mult / ms / 1e9}
