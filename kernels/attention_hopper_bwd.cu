@@ -663,10 +663,11 @@ int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_
 }
 
 // The variants, numbered as in kernels/NOTES.md (Session 3, Hopper backward); 0 = the default.
-//   1: each query block's five products in turn (2 slots)
-//   2: the next block's Sᵀ, dPᵀ issued under this block's dQ store; consumer 1 skips the fully
-//      masked first block; 3 slots (head_dim 64 only: with D = 128 the extra live accumulators
-//      do not fit in 240 registers, so 128 runs variant 1)
+//   1: each query block's five products in turn (2 slots, one dQ buffer); D = 128's default
+//   2: 3 slots, two dQ buffers, consumer 1 skips its fully masked first block; D = 64's
+//      default (D = 128 has no room for the extra slot and buffers: it runs variant 1)
+//   3: D = 128: variant 1 with dQ split by columns over both consumers (D = 64 runs its default)
+// (The file's opening comment says more about each.)
 // Runs the three kernels on `cuda_stream`; returns the CUDA error (0 = ok).
 int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cuda_stream, int variant) {
     using namespace attention_hopper_bwd;
