@@ -30,8 +30,10 @@
 //     rows_in_shared: in shared memory, copied there with cp.async (no registers on the way).
 //       Two 98 KB rows fit in an SM's 227 KB, so two blocks share it: one loads while the
 //       other computes. Each thread reads back only the chunks it copied itself, so waiting
-//       for its own copies is enough (no barrier). The default for aligned rows up to ~227 KB.
-//     The notes (kernels/NOTES.md, "Session 3: fused LM head") compare the two on the H200.
+//       for its own copies is enough (no barrier). Written after the first H200 run, so NOT
+//       the default until it has been measured there: tests and the bench force it.
+//     The automatic choice is rows_in_registers where it fits, else rows_streamed: what ran on
+//     the H200 (kernels/NOTES.md, "Session 3: fused LM head", has the figures).
 //   - rows_streamed: everything else (a row not 16-byte aligned, e.g. V = 65 for
 //     shakespeare-char, or too wide). Scalar loads, two sweeps over global memory: an online
 //     max/sum (the running sum is rescaled whenever the max grows), then the gradient. The
@@ -295,7 +297,7 @@ template <typename T> bool fits_shared(const Args& a) {
 template <typename T> Kernel resolve(const Args& a, int* vecs) {
     *vecs = choose_vecs<T>(a);
     switch (a.kernel) {
-        case Kernel::automatic: return fits_shared<T>(a) ? Kernel::shared : Kernel::streamed;
+        case Kernel::automatic: return *vecs ? Kernel::registers : Kernel::streamed;
         case Kernel::registers: return *vecs ? Kernel::registers : Kernel::automatic;
         case Kernel::shared: return fits_shared<T>(a) ? Kernel::shared : Kernel::automatic;
         default: return Kernel::streamed;

@@ -9,9 +9,10 @@ namespace tk_cross_entropy {
 
 enum class DType { f32, bf16 };
 
-// Which kernel runs a row (cross_entropy.cu explains each). automatic: rows_in_shared where the
-// row is 16-byte aligned and fits in shared memory, else rows_streamed. The others force one
-// (tests and the bench compare them); a forced kernel that cannot take the row is an error.
+// Which kernel runs a row (cross_entropy.cu explains each). automatic: rows_in_registers where
+// the row is 16-byte aligned and fits (<= 65536 bf16 / 32768 float), else rows_streamed. The
+// others force one (tests and the bench compare them); a forced kernel that cannot take the row
+// is an error.
 enum class Kernel { automatic, registers, shared, streamed };
 
 // One call handles `rows` rows of a logits matrix, each `cols` wide, in place.
