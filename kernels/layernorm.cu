@@ -147,6 +147,31 @@ template <int E> __device__ __forceinline__ void load_params(float (&p)[E], cons
     else load_floats<float, E>(p, static_cast<const float*>(src) + col);
 }
 
+// E floats to / added from shared or global memory in 16-byte (or, for E = 2, 8-byte) vectors;
+// p aligned to E floats.
+template <int E> __device__ __forceinline__ void store_vec(float* p, const float (&v)[E]) {
+    if constexpr (E % 4 == 0) {
+#pragma unroll
+        for (int k = 0; k < E / 4; ++k)
+            reinterpret_cast<float4*>(p)[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+    } else {
+        static_assert(E == 2, "store_vec: 2 or a multiple of 4 floats");
+        *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
+    }
+}
+template <int E> __device__ __forceinline__ void add_vec(float (&v)[E], const float* p) {
+    if constexpr (E % 4 == 0) {
+#pragma unroll
+        for (int k = 0; k < E / 4; ++k) {
+            const float4 q = reinterpret_cast<const float4*>(p)[k];
+            v[4 * k] += q.x; v[4 * k + 1] += q.y; v[4 * k + 2] += q.z; v[4 * k + 3] += q.w;
+        }
+    } else {
+        const float2 q = *reinterpret_cast<const float2*>(p);
+        v[0] += q.x; v[1] += q.y;
+    }
+}
+
 // Programmatic dependent launch (sm_90): the column sum is launched while the backward still runs
 // and waits here for it to finish and flush. Without that launch attribute (or before sm_90) these
 // are no-ops.
@@ -303,11 +328,11 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
                 const float* __restrict__ mean, const float* __restrict__ rstd,
                 const void* __restrict__ w, bool params_bf16, TH* __restrict__ dh_out,
                 TR* __restrict__ dr_out, float* __restrict__ partial, int64_t rows, int cols, int G,
-                bool reverse) {
+                bool reverse, bool tree) {
     constexpr int E = CB / int(sizeof(TH));
     constexpr bool WRITE_DR = !std::is_same_v<TH, TR>;
     __shared__ float2 scratch[BLOCK_WARPS];
-    __shared__ float col_sums[2 * MAX_COLS];   // this block's dw (first cols) and db (next cols)
+    __shared__ __align__(16) float col_sums[2 * MAX_COLS];   // this block's dw (first cols) and db (next cols)
     const RowGroup g(G, cols / E);
     float dw[CHUNKS][E], db[CHUNKS][E];        // this thread's columns, summed over its rows
 #pragma unroll
@@ -376,8 +401,46 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
     }
     allow_next_grid();   // the column sum may launch now; it waits for this grid to finish
 
-    // 4. The block's dw, db: its row groups hold sums for the same columns; add them one group
-    //    after another (a fixed order, so the result is reproducible), then write one row.
+    // 4. The block's dw, db: its row groups hold sums for the same columns; add them in a fixed
+    //    order (so the result is reproducible), then write one row of partials.
+    if (tree) {
+        // bwd_tree: pairwise, log2(8/G) rounds. In each the upper half of the remaining groups
+        // writes its sums to shared memory (vectors, all groups at once), the lower half adds
+        // them; group 0 ends with the block's sums and writes them out.
+        for (int width = g.rows_per_step / 2; width >= 1; width /= 2) {
+            if (g.slot >= width && g.slot < 2 * width) {
+                float* dst = col_sums + (g.slot - width) * 2 * cols;
+#pragma unroll
+                for (int i = 0; i < CHUNKS; ++i) {
+                    if (!g.has(i)) continue;
+                    store_vec(dst + g.col(i, E), dw[i]);
+                    store_vec(dst + cols + g.col(i, E), db[i]);
+                }
+            }
+            __syncthreads();
+            if (g.slot < width) {
+                const float* src = col_sums + g.slot * 2 * cols;
+#pragma unroll
+                for (int i = 0; i < CHUNKS; ++i) {
+                    if (!g.has(i)) continue;
+                    add_vec(dw[i], src + g.col(i, E));
+                    add_vec(db[i], src + cols + g.col(i, E));
+                }
+            }
+            __syncthreads();
+        }
+        if (g.slot == 0) {
+            float* out = partial + int64_t(blockIdx.x) * 2 * cols;
+#pragma unroll
+            for (int i = 0; i < CHUNKS; ++i) {
+                if (!g.has(i)) continue;
+                store_vec(out + g.col(i, E), dw[i]);
+                store_vec(out + cols + g.col(i, E), db[i]);
+            }
+        }
+        return;
+    }
+    // Otherwise one group after another, each adding its sums into shared memory.
     for (int s = 0; s < g.rows_per_step; ++s) {
         if (g.slot == s) {
 #pragma unroll
@@ -438,6 +501,10 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //                instead of a persistent grid of as many blocks as fit at once
 //   fwd_narrow   forward with 8-byte chunks of h: twice the threads a row, fewer registers each
 //   bwd_narrow   the same for the backward (its dw/db accumulators halve too)
+//   bwd_narrow_small  bwd_narrow only for tensors of at most 2^24 elements (16384 x 1024): there
+//                it won on the H200, on bigger ones the 16-byte plan did
+//   bwd_tree     the backward's block sum of dw/db as a pairwise tree with vector accesses
+//                instead of one row group after another
 //   fwd_prefetch forward issues the next row's loads before reducing the current one (PF)
 //   bwd_prefetch the same in the backward
 //   bwd_reverse  backward walks rows from the end (see backward_kernel)
@@ -451,14 +518,16 @@ struct Flag {
 constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"fwd_narrow", &Variant::fwd_narrow},
                           {"bwd_narrow", &Variant::bwd_narrow},
+                          {"bwd_narrow_small", &Variant::bwd_narrow_small},
                           {"fwd_prefetch", &Variant::fwd_prefetch},
                           {"bwd_prefetch", &Variant::bwd_prefetch},
                           {"bwd_reverse", &Variant::bwd_reverse},
+                          {"bwd_tree", &Variant::bwd_tree},
                           {"pdl", &Variant::pdl}};
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
 // Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan.
-constexpr const char* DEFAULT_PLAN = "";
+constexpr const char* DEFAULT_PLAN = "fwd_full,bwd_narrow_small,pdl";
 
 // Flags are switched on one by one, starting from none; "default" switches on DEFAULT_PLAN's.
 // An unknown name sets *error (when given) and is otherwise ignored.
@@ -576,7 +645,7 @@ cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
     const int blocks = backward_grid<TH, TR, TY, CB, CHUNKS, PF>(a, G);
     cudaError_t err = launch(backward_kernel<TH, TR, TY, CB, CHUNKS, PF>, blocks, BLOCK_THREADS, stream, a.dy, a.dh, a.h, a.mean,
                              a.rstd, a.weight, a.params_bf16, a.dh_out, a.dresidual_out, a.partial, a.rows, a.cols, G,
-                             current_variant().bwd_reverse);
+                             current_variant().bwd_reverse, current_variant().bwd_tree);
     if (err != cudaSuccess) return err;
     return launch(column_sum_kernel, (2 * a.cols + 31) / 32, COLSUM_WARPS * 32, stream, a.partial, blocks, a.cols, a.dweight, a.dbias,
                   a.params_bf16);
@@ -618,7 +687,9 @@ template <typename F> auto dispatch(DType h, DType r, DType y, const Plan& p, F&
 DType residual_or_h(const ForwardArgs& a) { return a.residual != nullptr ? a.residual_dtype : a.x_dtype; }
 
 Plan backward_plan(const BackwardArgs& a) {
-    return plan_for(a.cols, a.h_dtype, current_variant().bwd_narrow, current_variant().bwd_prefetch);
+    const Variant& v = current_variant();
+    const bool narrow = v.bwd_narrow || (v.bwd_narrow_small && a.rows * a.cols <= (int64_t(1) << 24));
+    return plan_for(a.cols, a.h_dtype, narrow, v.bwd_prefetch);
 }
 
 }  // namespace
@@ -658,9 +729,9 @@ cudaError_t forward(const ForwardArgs& a, cudaStream_t stream) {
 
 cudaError_t backward(const BackwardArgs& a, cudaStream_t stream) {
     if (!supported(a.h_dtype, a.residual_dtype, a.y_dtype)) return cudaErrorInvalidValue;
+    if (a.rows == 0) return cudaSuccess;   // (before the next check: an empty dresidual has no pointer)
     // dresidual_out is written exactly when the residual's dtype differs from h's.
     if ((a.residual_dtype != a.h_dtype) != (a.dresidual_out != nullptr)) return cudaErrorInvalidValue;
-    if (a.rows == 0) return cudaSuccess;
     const Plan p = backward_plan(a);
     return dispatch(a.h_dtype, a.residual_dtype, a.y_dtype, p, [&]<typename TH, typename TR, typename TY, int CB, int CHUNKS, bool PF>() {
         return launch_backward<TH, TR, TY, CB, CHUNKS, PF>(a, p.G, stream);

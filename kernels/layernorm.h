@@ -62,9 +62,11 @@ struct Variant {
     bool fwd_full_grid = false;   // "fwd_full"
     bool fwd_narrow = false;      // "fwd_narrow"
     bool bwd_narrow = false;      // "bwd_narrow"
+    bool bwd_narrow_small = false;   // "bwd_narrow_small"
     bool fwd_prefetch = false;    // "fwd_prefetch"
     bool bwd_prefetch = false;    // "bwd_prefetch"
     bool bwd_reverse = false;     // "bwd_reverse"
+    bool bwd_tree = false;        // "bwd_tree"
     bool pdl = false;             // "pdl"
 };
 

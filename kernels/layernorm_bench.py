@@ -43,7 +43,11 @@ SHAPES = {
 }
 FWD_VARIANTS = ["none", "fwd_full", "fwd_narrow", "fwd_prefetch", "fwd_narrow,fwd_prefetch"]
 BWD_VARIANTS = ["none", "bwd_narrow", "bwd_prefetch", "bwd_narrow,bwd_prefetch", "pdl", "bwd_narrow,pdl",
-                "bwd_prefetch,pdl", "bwd_narrow,bwd_prefetch,pdl", "bwd_reverse"]
+                "bwd_prefetch,pdl", "bwd_narrow,bwd_prefetch,pdl", "bwd_reverse", "bwd_tree", "bwd_narrow,bwd_tree",
+                "bwd_narrow_small,pdl", "bwd_narrow_small,bwd_tree,pdl"]
+# --final (the last GPU call: little time): the backward alone and the fwd+bwd row for these
+FINAL_BWD = ["none", "default", "default,bwd_tree", "bwd_tree,pdl"]
+FINAL_PLANS = ["none", "default", "default,bwd_tree", "fwd_full,bwd_tree,pdl"]
 
 
 def kernel_bytes(rows, cols, th, tr, ty):
@@ -72,8 +76,8 @@ def make_sets(ext, rows, cols, th, tr, ty, tp, l2_bytes):
     return [first] + [one(i) for i in range(1, n)]
 
 
-def kernel_rows(args, ln, l2_bytes):
-    """Step 1: forward and backward alone, every variant, every shape. Returns {shape: {...}}."""
+def kernel_rows(args, ln, l2_bytes, fwd_variants, bwd_variants):
+    """Step 1: forward and backward alone, each variant, every shape. Returns {shape: {...}}."""
     from bench import time_graph_ms
     ext = ln._ext.module
     out = {}
@@ -89,7 +93,7 @@ def kernel_rows(args, ln, l2_bytes):
         def bwd(s):
             ext.backward(s["dy"], s["dh"], s["h"], s["mean"], s["rstd"], s["w"], residual_grad_bf16=mixed)
 
-        for kind, fn, variants in (("fwd_us", fwd, FWD_VARIANTS), ("bwd_us", bwd, BWD_VARIANTS)):
+        for kind, fn, variants in (("fwd_us", fwd, fwd_variants), ("bwd_us", bwd, bwd_variants)):
             for v in variants:
                 ln.set_variant(v)
                 try:
@@ -180,6 +184,8 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--json", default="")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--final", action="store_true",
+                    help="only the backward alone and the fwd+bwd row for the default plan with and without bwd_tree")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("kernels.layernorm_bench needs a CUDA GPU", file=sys.stderr)
@@ -195,9 +201,12 @@ def main(argv=None):
           f"floor = bytes at {FLOOR_TBS} TB/s; TK_LAYERNORM_VARIANT={os.environ.get('TK_LAYERNORM_VARIANT', '')!r}")
     t0 = time.time()
 
-    rows = kernel_rows(args, ln, l2)
+    fwd_variants, bwd_variants = ([], FINAL_BWD) if args.final else (FWD_VARIANTS, BWD_VARIANTS)
+    rows = kernel_rows(args, ln, l2, fwd_variants, bwd_variants)
     for kind, label in (("fwd_us", "forward kernel"), ("bwd_us", "backward kernel + column sum")):
-        variants = FWD_VARIANTS if kind == "fwd_us" else BWD_VARIANTS
+        variants = fwd_variants if kind == "fwd_us" else bwd_variants
+        if not variants:
+            continue
         print(f"\n{label}: us (TB/s)")
         print(f"{'shape':<25}{'floor':>8}" + "".join(f"{v:>22}" for v in variants))
         for name, r in rows.items():
@@ -209,13 +218,16 @@ def main(argv=None):
             print(line)
             for k, e in r.get("errors", {}).items():
                 print(f"   ! {k}: {e}")
-    best_fwd, fwd_score = pick(rows, "fwd_us", FWD_VARIANTS)
-    best_bwd, bwd_score = pick(rows, "bwd_us", BWD_VARIANTS)
+    best_fwd, fwd_score = pick(rows, "fwd_us", fwd_variants)
+    best_bwd, bwd_score = pick(rows, "bwd_us", bwd_variants)
     print(f"\nmean time relative to none, forward: { {k: round(v, 3) for k, v in fwd_score.items()} }")
     print(f"mean time relative to none, backward: { {k: round(v, 3) for k, v in bwd_score.items()} }")
     best = combine(best_fwd, best_bwd)
     default = ln.set_variant("default")   # layernorm.cu's DEFAULT_PLAN, as flags
-    plans = list(dict.fromkeys(["none", default, best, combine(best, "bwd_reverse")]))
+    if args.final:
+        plans = FINAL_PLANS
+    else:
+        plans = list(dict.fromkeys(["none", "default", best, combine(best, "bwd_reverse")]))
     print(f"default plan: {default}; picked: {best}")
 
     steps = step_rows(args, ln, l2, plans)
@@ -232,7 +244,8 @@ def main(argv=None):
             print(f"   ! {k}: {e}")
 
     try:
-        prof = {} if args.no_profile else profile_rows(ln, list(dict.fromkeys(["none", best])))
+        prof = {} if args.no_profile else profile_rows(ln, ["default", "default,bwd_tree"] if args.final else
+                                                        list(dict.fromkeys(["none", "default", best])))
     except Exception as e:
         print(f"profile failed: {type(e).__name__}: {e}")
         prof = {}

@@ -15,6 +15,10 @@
 # Usage: bash tests/gpu_layernorm_speed.sh OUT_DIR. Expected ~3 min (build ~45 s cold, variants
 # ~30 s, bench.py ~60 s with its two compiles, tests ~60 s beside the sanitizer); each step has
 # its own time limit, so the script ends within ~8 min whatever happens. Summary: summary.txt.
+# FINAL=1 (the session's last GPU call, ~60 s, extension prebuilt): only the GPU tests of what
+# changed since call 2 (bwd_tree, bwd_narrow_small, the default plan, the empty-rows fix) and
+# `layernorm_bench --final` (backward alone and bench.py's fwd+bwd row: none / default /
+# default+bwd_tree, eager beside): pytest_final.log, final.log.
 # Exit status: non-zero if any step failed (each still runs).
 OUT=${1:?usage: bash tests/gpu_layernorm_speed.sh OUT_DIR}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
@@ -36,6 +40,20 @@ note "start, commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader >> "$OUT/summary.txt" 2>&1
 
 run 240 build.log python3 -c "from kernels import layernorm; r = layernorm._ext.why_not(); print('build:', r or 'ok'); assert r is None"
+
+# the new flags' tests, and the default plan (now fwd_full,bwd_narrow_small,pdl) at the model widths,
+# the mixed call, determinism, the empty-rows fix and the model step
+FINAL_TESTS="bwd_tree or narrow_small or default_none or pdl_launches or what_launches or unused_h_and_empty_rows"
+FINAL_TESTS="$FINAL_TESTS or model_widths_many_rows or mixed_call or statistics or model_step"
+if [ "${FINAL:-0}" = 1 ]; then
+    run 50 pytest_final.log python3 -m pytest -q -rfEsx --tb=short -k "$FINAL_TESTS" tests/test_layernorm_variants.py \
+        tests/test_layernorm.py tests/test_layernorm_model.py
+    tail -2 "$OUT/pytest_final.log" >> "$OUT/summary.txt"
+    run 40 final.log python3 -m kernels.layernorm_bench --final --reps 30 --json "$OUT/final.json"
+    grep -A 4 "^bench.py's fwd+bwd row" "$OUT/final.log" >> "$OUT/summary.txt"
+    note "done (FINAL), status $status"
+    exit $status
+fi
 
 # every variant against float64 first (~15 s): a wrong variant shows here even if it then
 # crashes the timing process

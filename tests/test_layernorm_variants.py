@@ -22,8 +22,9 @@ REPO = base.REPO
 needs_cuda = base.needs_cuda
 BF16, F32 = base.BF16, base.F32
 
-VARIANTS = ["fwd_full", "fwd_narrow", "bwd_narrow", "fwd_prefetch", "bwd_prefetch", "bwd_reverse", "pdl",
-            "fwd_full,fwd_narrow,bwd_narrow,fwd_prefetch,bwd_prefetch,bwd_reverse,pdl"]
+VARIANTS = ["fwd_full", "fwd_narrow", "bwd_narrow", "bwd_narrow_small", "fwd_prefetch", "bwd_prefetch",
+            "bwd_reverse", "bwd_tree", "pdl", "bwd_narrow,bwd_tree", "bwd_prefetch,bwd_tree",
+            "fwd_full,fwd_narrow,bwd_narrow,bwd_narrow_small,fwd_prefetch,bwd_prefetch,bwd_reverse,bwd_tree,pdl"]
 # (rows, cols): 1 and 7 rows (fewer rows than a block takes), a tail of a few rows past a
 # block step, widths where narrow chunks change the warps per row (384, 768, 1600 with idle
 # lanes) or cannot (4096 fp32 keeps 16-byte chunks), and more rows than one wave of blocks.
@@ -131,6 +132,19 @@ def test_the_variant_is_what_launches(ln):
 
 
 @needs_cuda
+@pytest.mark.parametrize("variant", ["bwd_narrow_small", "bwd_narrow_small,bwd_tree"], indirect=True)
+def test_narrow_small_switches_at_2_24_elements(ln, variant):
+    """bwd_narrow_small: 8-byte chunks up to 2^24 elements (16384 x 1024), 16-byte ones above; both
+    sides against float64."""
+    for rows, cols, chunk in ((16384, 1024, 8), (16385, 1024, 16), (22000, 768, 16)):
+        x, r, w, b, dy, dh = base.make(rows, cols, base.KERNEL_COMBOS["bf16"], 2)
+        y, h, mean, rstd = ln.add_layernorm_fwd(x, r, w, b, 1e-5)
+        names = launched(lambda: ln.layernorm_bwd(dy, dh, h, mean, rstd, w))
+        assert {int(m) for n in names for m in re.findall(r"backward_kernel<[^>]*?, (\d+), \d, (?:true|false)>", n)} == {chunk}
+        base.check(rows, cols, "fp32_bf16r_autocast", seed=rows)
+
+
+@needs_cuda
 def test_pdl_launches_inside_a_cuda_graph(ln):
     """bench.py and train.py's cuda_graphs replay forward and backward from a graph: with pdl each
     kernel is captured as a programmatic dependent of the one before (forward -> backward ->
@@ -216,8 +230,9 @@ def test_cpu_flag_lists_agree():
     cu_flags = re.findall(r'\{"(\w+)", &Variant::\w+\}', table)
     assert tuple(cu_flags) == layernorm.VARIANT_FLAGS
     assert set(VARIANTS[-1].split(",")) == set(cu_flags)
-    for spec in layernorm_bench.FWD_VARIANTS + layernorm_bench.BWD_VARIANTS:
-        assert spec == "none" or set(spec.split(",")) <= set(cu_flags), spec
+    for spec in (layernorm_bench.FWD_VARIANTS + layernorm_bench.BWD_VARIANTS + layernorm_bench.FINAL_BWD
+                 + layernorm_bench.FINAL_PLANS):
+        assert spec == "none" or set(spec.split(",")) <= set(cu_flags) | {"default"}, spec
     assert default_plan_flags() <= set(cu_flags)
     assert all(v.startswith("fwd") for v in layernorm_bench.FWD_VARIANTS[1:])
     assert all(not v.startswith("fwd") for v in layernorm_bench.BWD_VARIANTS)
