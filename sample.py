@@ -36,6 +36,7 @@ kernels = "auto"
 kernels_attention = ""
 kernels_layernorm = ""
 kernels_mlp = ""
+kernels_lm_head = ""
 DEFAULTS = defaults_from(globals())
 # -----------------------------------------------------------------------------
 
@@ -89,7 +90,8 @@ def sample(config):
         raise ConfigError("num_samples must be >= 1 and max_new_tokens >= 0")
     ptdtype = getattr(torch, dtype_name)
     try:
-        kernel_switch.configure(c.kernels, c.kernels_attention, c.kernels_layernorm, c.kernels_mlp)
+        kernel_switch.configure(c.kernels, c.kernels_attention, c.kernels_layernorm, c.kernels_mlp,
+                                c.kernels_lm_head)
     except ValueError as e:
         raise ConfigError(str(e)) from None
 

@@ -79,6 +79,7 @@ kernels = "auto"
 kernels_attention = ""
 kernels_layernorm = ""
 kernels_mlp = ""
+kernels_lm_head = ""              # the LM head + cross-entropy, fused on tk
 DEFAULTS = defaults_from(globals())
 # -----------------------------------------------------------------------------
 
@@ -344,7 +345,8 @@ def train(config):
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     try:
-        kernel_switch.configure(c.kernels, c.kernels_attention, c.kernels_layernorm, c.kernels_mlp)
+        kernel_switch.configure(c.kernels, c.kernels_attention, c.kernels_layernorm, c.kernels_mlp,
+                                c.kernels_lm_head)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if master:

@@ -11,9 +11,9 @@ fwd+bwd), holding every implementation below that can run it:
   tk              the kernels package's attention with kernels_attention=tk, called as model.py
                   calls it: kernels.attention_qkv(qkv) where that exists (the packed op: q, k, v
                   read in place, d(qkv) written as one tensor), else kernels.attention(q, k, v) on
-                  the views. On sm_90 the Hopper forward + the portable backward; elsewhere portable
-  tk-hopper       the Hopper forward alone (attention_op pinned to 'hopper'); fwd rows only, as it
-                  has no backward of its own
+                  the views. On sm_90 the Hopper forward + the Hopper backward; elsewhere portable
+  tk-hopper       the Hopper backend pinned (attention_op pinned to 'hopper'); fwd rows only: on
+                  sm_90 its fwd+bwd is the 'tk' row
   tk-portable     the portable kernel for both passes (attention_op pinned to 'portable'), through
                   the same entry as 'tk'
   eager           kernels/reference.py's attention(_qkv): SDPA with torch's own backend choice,
@@ -291,7 +291,7 @@ def cases(Case, quick, device="cuda"):
             impls, skipped = {}, {}
             for name in wanted:
                 if direction != "fwd" and name in FORWARD_ONLY:
-                    continue   # no backward of its own: its fwd+bwd is the 'tk' row on sm_90
+                    continue   # its fwd+bwd is the 'tk' row on sm_90: not timed twice
                 reason = why_not_run(step, table[name], probe)
                 if reason is None:
                     impls[name] = table[name]

@@ -1,48 +1,57 @@
 #!/usr/bin/env bash
-# The closing check of a session on a TWO-GPU machine (kind nvidia-h200-x2), sized for ~6 min:
+# The closing check of a session on a TWO-GPU machine (kind nvidia-h200-x2), sized for ~8 min:
 #
 #   bash tests/gpu_final_check.sh OUT
 #
 #   both:   every tk extension builds (in parallel)
-#   GPU 0:  config/shakespeare.py, standard evals, back to back: --kernels=torch, then tk
-#   GPU 1:  pytest of the GPU test files other than layernorm's (tests/gpu_layernorm_check.sh
-#           runs those), 4 workers
-#   both:   tests/gpu_loss_curves.sh (GPT-2 124M shape, 500 iterations, torch on one GPU and tk
-#           on the other); then DDP: torchrun --nproc_per_node=2 config/shakespeare.py on the
-#           torch path, 300 iterations, per-rank batch unchanged
-# Logs in OUT/logs, packed into OUT/logs.tgz; headlines in OUT/summary.txt. LANE_LIMIT (s, 330).
+#   GPU 0:  config/shakespeare.py, standard evals, back to back: --kernels=torch, then tk;
+#           then bench.py --e2e on GPT-2 124M: torch.compile vs tk (issue 7's comparison)
+#   GPU 1:  bench.py --ops (every op, --quick, CUDA-graph medians); the GPU tests of every kernel
+#           (3 workers); GPT-2 shapes on tk on one GPU (the DDP baseline)
+#   both:   DDP on tk: torchrun --nproc_per_node=2, GPT-2 shapes, 32x1024 tokens per GPU,
+#           all-reduce every step; then tests/gpu_loss_curves.sh (500 iterations, torch on one
+#           GPU and tk on the other)
+# Logs in OUT/logs, packed into OUT/logs.tgz; headlines in OUT/summary.txt. LANE_LIMIT (s, 270).
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: bash tests/gpu_final_check.sh OUT" >&2; exit 2; }
 cd "$(dirname "$0")/.."
-LANE_LIMIT=${LANE_LIMIT:-330}
+LANE_LIMIT=${LANE_LIMIT:-270}
 source tests/gpu_lib.sh "$1"
 note "gpu_final_check"
 setup_shakespeare
 prebuild_all
+G2="config/gpt2.py --dataset=synthetic --batch_size=32 --gradient_accumulation_steps=1 --max_iters=30
+    --eval_interval=100000 --eval_iters=1 --log_interval=5 --compile=False --kernels=tk --out_dir=/tmp/o_gpt2"
 
 lane0() {
     export CUDA_VISIBLE_DEVICES=0
-    step 100 shk_torch.log python3 train.py config/shakespeare.py --kernels=torch --always_save_checkpoint=False --out_dir=/tmp/o_t
-    note "shakespeare torch: $(grep -E '^(summary|cuda_graphs)' "$L/shk_torch.log" | tr '\n' ' ')"
-    step 80 shk_tk.log python3 train.py config/shakespeare.py --kernels=tk --always_save_checkpoint=False --out_dir=/tmp/o_k
-    note "shakespeare tk: $(grep -E '^(summary|cuda_graphs|error)' "$L/shk_tk.log" | tr '\n' ' ')"
+    for k in torch tk; do
+        step 100 shk_$k.log python3 train.py config/shakespeare.py --kernels=$k --always_save_checkpoint=False --out_dir=/tmp/o_$k
+        note "shakespeare $k: $(grep -E '^(summary|cuda_graphs|error)' "$L/shk_$k.log" | tr '\n' ' ')"
+    done
+    step 150 e2e_gpt2.log python3 bench.py --e2e --models gpt2 --variants torch+compile,tk --json "$L/e2e_gpt2.json"
+    note "e2e gpt2: $(grep -E 'ms/step' "$L/e2e_gpt2.log" | tr '\n' ' ')"
 }
 
 lane1() {
     export CUDA_VISIBLE_DEVICES=1
-    step 170 pytest.log python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_fast_path.py tests/test_input_checks.py \
-        tests/test_model.py tests/test_train.py tests/test_bindings_bad_inputs.py tests/test_mlp.py tests/test_attention.py \
-        tests/test_dispatch.py tests/test_sample.py
+    step 100 bench_ops.log python3 bench.py --quick --json "$L/bench_ops.json"
+    grep -E "x +[0-9.]+x|^op " "$L/bench_ops.log" | tail -20 | tee -a "$S"
+    step 120 pytest.log python3 -m pytest -q -n 3 -p no:cacheprovider tests/test_attention_hopper_bwd.py \
+        tests/test_attention.py tests/test_lm_head.py tests/test_mlp.py tests/test_gemm.py tests/test_layernorm.py \
+        tests/test_layernorm_model.py tests/test_layernorm_variants.py tests/test_model.py tests/test_train.py tests/test_dispatch.py
     note "pytest: $(grep -E 'passed|failed|error' "$L/pytest.log" | tail -1)"
     grep -E "^(FAILED|ERROR)" "$L/pytest.log" | head -20 | tee -a "$S"
+    step 50 gpt2_1gpu.log python3 train.py $G2
+    note "gpt2 tk, one GPU: $(grep -E '^summary' "$L/gpt2_1gpu.log")"
 }
 
 lane0 & P0=$!
 lane1 & P1=$!
 wait $P0 $P1
+LIMIT=$((LIMIT + 170))   # the two-GPU part after the lanes
+step 60 ddp.log python3 -m torch.distributed.run --standalone --nproc_per_node=2 train.py $G2 --gradient_accumulation_steps=2
+note "ddp tk: $(grep -E '^(summary|device)' "$L/ddp.log" | tr '\n' ' ')"
 step 110 curves.log bash tests/gpu_loss_curves.sh "$L/curves" --timeout 100
 note "loss curves: $(grep -iE 'verdict|PASS|FAIL' "$L/curves/summary.txt" 2>/dev/null | tail -2 | tr '\n' ' ')"
-step 60 ddp.log python3 -m torch.distributed.run --standalone --nproc_per_node=2 train.py config/shakespeare.py \
-    --kernels=torch --max_iters=300 --gradient_accumulation_steps=2 --always_save_checkpoint=False --out_dir=/tmp/o_ddp
-note "ddp torch: $(grep -E '^(summary|cuda_graphs|device)' "$L/ddp.log" | tr '\n' ' ')"
 pack

@@ -28,7 +28,7 @@ def test_shapes_and_initial_loss_near_ln_vocab():
     model = make_model(vocab_size=500, n_embd=48)
     idx, targets = torch.randint(500, (2, 4, 16))
     logits, loss = model(idx, targets)
-    assert logits.shape == (4, 16, 500)
+    assert logits is None   # training: the fused LM head + cross-entropy returns the loss alone
     # random init (std 0.02) gives near-uniform predictions: loss close to ln(vocab)
     assert abs(loss.item() - math.log(500)) < 0.1, loss.item()
     logits, loss = model(idx[:, :7])
@@ -82,16 +82,20 @@ def test_fused_residual_matches_textbook_pre_ln(bias):
         for name, t in model.named_parameters():
             if "ln" in name or name.endswith(".bias"):
                 t.copy_(torch.randn_like(t) * 0.5 + (1.0 if name.endswith("weight") else 0.0))
-    idx = torch.randint(SMALL["vocab_size"], (3, 13))
-    ours = model(idx, idx)[0].double()
-    expected = textbook_forward(model, idx)
-    rel = (ours - expected).norm() / expected.norm()
+    idx, targets = torch.randint(SMALL["vocab_size"], (2, 3, 13))
+    expected = textbook_forward(model, idx).double()
+    # every position through the loss, the last position's logits exactly (generation's path)
+    loss = model(idx, targets)[1].double()
+    expected_loss = F.cross_entropy(expected.flatten(0, 1), targets.flatten())
+    assert abs(loss - expected_loss) / expected_loss < 1e-5, (loss, expected_loss)
+    ours = model(idx)[0].double()
+    rel = (ours - expected[:, -1:]).norm() / expected[:, -1:].norm()
     assert rel < 1e-5, rel
 
 
 def test_ops_go_through_the_kernels_seam(monkeypatch):
     calls = []
-    for op in ("attention", "attention_qkv", "add_layernorm", "mlp"):
+    for op in ("attention", "attention_qkv", "add_layernorm", "mlp", "lm_head_loss"):
         real = getattr(kernels, op)
         monkeypatch.setattr(kernels, op, lambda *a, _real=real, _op=op, **k: calls.append((_op, k)) or _real(*a, **k))
     model = make_model(dropout=0.1, attn_dropout=0.3)
@@ -103,6 +107,7 @@ def test_ops_go_through_the_kernels_seam(monkeypatch):
     assert sum(op == "attention" for op, _ in calls) == 0
     assert sum(op == "add_layernorm" for op, _ in calls) == 2 * n + 1
     assert sum(op == "mlp" for op, _ in calls) == n
+    assert sum(op == "lm_head_loss" for op, _ in calls) == 1
     assert all(k["dropout_p"] == 0.3 and k["causal"] for op, k in calls if op == "attention_qkv")
     calls.clear()
     model.eval()
@@ -110,7 +115,7 @@ def test_ops_go_through_the_kernels_seam(monkeypatch):
     assert all(k["dropout_p"] == 0.0 for op, k in calls if op == "attention")
     kernels.reset_used()
     model(idx, idx)
-    assert kernels.used() == {"attention": "torch", "layernorm": "torch", "mlp": "torch"}
+    assert kernels.used() == {"attention": "torch", "layernorm": "torch", "mlp": "torch", "lm_head": "torch"}
 
 
 def test_optimizer_groups_decay_matrices_only():
