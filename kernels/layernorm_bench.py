@@ -244,7 +244,7 @@ def main(argv=None):
             print(f"   ! {k}: {e}")
 
     try:
-        prof = {} if args.no_profile else profile_rows(ln, ["default", "default,bwd_tree"] if args.final else
+        prof = {} if args.no_profile else profile_rows(ln, FINAL_PLANS[1:] if args.final else
                                                         list(dict.fromkeys(["none", "default", best])))
     except Exception as e:
         print(f"profile failed: {type(e).__name__}: {e}")
