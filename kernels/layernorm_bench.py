@@ -243,6 +243,15 @@ def main(argv=None):
         for k, e in r.get("errors", {}).items():
             print(f"   ! {k}: {e}")
 
+    if args.final and steps:
+        # a plan faster than the default in both rows (by more than 1%) is worth making the default
+        # once its tests passed in the same call (pytest_final.log)
+        better = [p for p in plans if p not in ("none", "default") and all(
+            r["us"].get(p, float("inf")) < 0.99 * r["us"].get("default", 0.0) for r in steps.values())]
+        best_plan = min(better, key=lambda p: sum(r["us"][p] for r in steps.values())) if better else None
+        print(f"RECOMMEND DEFAULT_PLAN={ln.set_variant(best_plan) if best_plan else 'unchanged'}")
+        ln.set_variant("default")
+
     try:
         prof = {} if args.no_profile else profile_rows(ln, FINAL_PLANS[1:] if args.final else
                                                         list(dict.fromkeys(["none", "default", best])))

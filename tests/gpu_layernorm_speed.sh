@@ -51,6 +51,7 @@ if [ "${FINAL:-0}" = 1 ]; then
     tail -2 "$OUT/pytest_final.log" >> "$OUT/summary.txt"
     run 40 final.log python3 -m kernels.layernorm_bench --final --reps 30 --json "$OUT/final.json"
     grep -A 4 "^bench.py's fwd+bwd row" "$OUT/final.log" >> "$OUT/summary.txt"
+    grep "^RECOMMEND" "$OUT/final.log" >> "$OUT/summary.txt"
     note "done (FINAL), status $status"
     exit $status
 fi
