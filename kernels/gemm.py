@@ -19,7 +19,7 @@ Step 4 adds the fused epilogue (bias, GELU) and split-K for products with few ou
 Step 5 (kernels/gemm_5_pingpong.cu) gives each consumer warpgroup its own tile and alternates
 their main loops so one's epilogue overlaps the other's math: it wins where K is short (GPT-2's
 K = 768 products) and loses where K is long, so `auto_step` picks per shape, and matmul(step=0)
-uses it. Its tests run only with TK_GEMM_STEP5=1 until its variants have all run on the H200.
+uses it.
 """
 import functools
 
@@ -45,10 +45,11 @@ TILES5 = {0: (128, 128), 1: (64, 256), 2: (128, 128), 3: (128, 128), 4: (64, 256
 
 
 def auto_step(M, N, K):
-    """The schedule that wins at this shape (kernels/NOTES.md, session 3): step 5's ping-pong
-    when a tile's K loop is short (K <= 1024: its epilogue overlap pays), step 4 otherwise and
-    when split-K applies (few output tiles, long K: the weight gradients)."""
-    return 5 if K <= 1024 else 4
+    """(step, variant) that wins at this shape on the H200 (kernels/NOTES.md, session 3, call 2):
+    step 5's ping-pong on 64x256 consumer tiles when a tile's K loop is short (K <= 1024: its
+    epilogue overlap pays, 0.78-0.80x cuBLAS against step 4's 0.70-0.75x), step 4 otherwise
+    (long K, e.g. 8192³ 0.96x against 0.83x; the weight gradients, within 3% either way)."""
+    return (5, 1) if K <= 1024 else (4, 0)
 
 
 def why_not():
@@ -164,7 +165,7 @@ def matmul(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, spl
     epilogue = bias is not None or gelu
     M, K, N = a.shape[0], a.shape[1], b.shape[1]
     if step == 0:
-        step = auto_step(M, N, K)
+        step, variant = auto_step(M, N, K)
     ext = _ext.module
 
     # How each operand sits in memory. A: [M][K] (K-major) or [K][M] (M-major, a = t.t());
@@ -206,7 +207,8 @@ def matmul(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, spl
     return c
 
 
-# ---- bench.py registry (engineer B's driver): step 4 vs torch.matmul at the headline shapes ----
+# ---- bench.py registry (engineer B's driver): the per-shape best step (auto_step: step 5 on
+# 64x256 tiles for K <= 1024, step 4 otherwise) vs torch.matmul at the headline shapes ----
 def _register_bench():
     import sys
     bench = sys.modules.get("__main__")
@@ -227,7 +229,7 @@ def _register_bench():
                 r = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16)
                 return (r(M, K), r(N, K).t()) if kind == "fwd" else (r(K, M).t(), r(K, N))
             yield bench.Case("gemm", f"{kind} {M}x{K}x{N}", "TFLOP/s", 2.0 * M * N * K, make,
-                             lambda f, inp: f(*inp), impls={"tk": matmul, "eager": torch.matmul},
+                             lambda f, inp: f(*inp), impls={"tk": functools.partial(matmul, step=0), "eager": torch.matmul},
                              compile=False, note="M x K x N; dW: A = dy^T, B = x")
 
 

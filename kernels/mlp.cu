@@ -14,15 +14,18 @@
 //   needs are written once. The cost left is epilogue time (one tanh.approx per value and the
 //   stores), which step 4 does not overlap with the math (both consumers finish a tile
 //   together) and step 5's ping-pong schedule does.
-//   Measured figures and what would close the gap to 1.1x eager: kernels/NOTES.md, MLP.
+//   Measured figures and what would close the gap to 1.1x eager: kernels/NOTES.md, MLP and
+//   "Session 3: GEMM per shape and the MLP".
 //
 // The kernels are the GEMM lessons' steps 4 and 5 (kernels/gemm_4_warp_specialized.cuh and
 // gemm_5_pingpong.cuh; read them and their .cu lessons first): a producer warpgroup issues TMA
 // loads into a ring of stages, two consumer warpgroups run wgmma on a persistent grid, and each
 // consumer warp stores its 16-row slabs through its own staging boxes with TMA. Step 4 puts both
 // consumers on one 128x256 tile (best for long K); step 5 gives each consumer its own tile and
-// alternates their main loops, so one's epilogue overlaps the other's math (best for K = 768,
-// where the epilogue is a large share of a tile: c_fc's two outputs and dgelu's pre loads).
+// alternates their main loops, so one's epilogue overlaps the other's math. Measured on the H200
+// (kernels/NOTES.md, session 3): c_fc's forward (K = 768, two outputs per value) is 7% faster on
+// step 5's 64x256 tiles; the dGELU GEMM, although its epilogue is the heaviest, is 3-5% SLOWER
+// on any ping-pong tile than on step 4, so only c_fc takes step 5 by default.
 // gemm_args::schedule picks one per GEMM (mlp.h; SCHEDULE_AUTO chooses by shape). The epilogue
 // is a template parameter, a policy called per accumulator box: the policies live in
 // kernels/mlp_epilogues.cuh, step 4's launch in this file, step 5's in kernels/mlp_pingpong.cu.
@@ -64,7 +67,7 @@ template <major MA, major MB, typename Epi>
 const char* launch(const tk_mlp::gemm_args& g) {
     if (g.M <= 0 || g.N <= 0 || g.K <= 0) return "tk_mlp: empty GEMM";
     if (!tk_mlp::valid_schedule(g.schedule)) return "tk_mlp: schedule must be 0 (auto), 4, 5, 6 or 7";
-    const int schedule = g.schedule ? g.schedule : tk_mlp::auto_schedule(g.M, g.N, g.K, g.splits);
+    const int schedule = g.schedule ? g.schedule : tk_mlp::auto_schedule(g.M, g.N, g.K, g.splits, MB == major::MN);
     if (schedule != tk_mlp::SCHEDULE_STEP4) return launch_pingpong<MA, MB, Epi>(g, schedule);
     return gemm4::launch<cfg, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, std::max(g.splits, 1),
                                            g.num_sms, g.stream, [&] { return Epi::make(g); });

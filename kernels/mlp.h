@@ -29,23 +29,28 @@ struct gemm_args {
 };
 
 // The kernel schedules a GEMM can run on (kernels/NOTES.md, "Session 3: GEMM per shape and the
-// MLP", has what each measured):
+// MLP", has what each measured on the H200):
 //   STEP4             engineer D's step 4: both consumers on one 128x256 tile (cooperative);
 //                     best where K is long and tile boundaries are rare.
 //   PINGPONG_128x128  step 5: each consumer its own 128x128 tile, main loops alternating, so one
-//                     consumer's epilogue overlaps the other's math; best where K is short
-//                     (K = 768: c_fc forward and the dGELU GEMM, whose epilogues are the heavy ones).
-//   PINGPONG_64x256   step 5 with 64x256 consumer tiles (one m64n256 wgmma per k16).
-//   PINGPONG_128x128_CLUSTER2  step 5 128x128 with CTA pairs sharing each B tile by TMA multicast.
+//                     consumer's epilogue overlaps the other's math.
+//   PINGPONG_64x256   step 5 with 64x256 consumer tiles (one m64n256 wgmma per k16): the fastest
+//                     schedule measured for K = 768 with K-major operands (c_fc forward).
+//   PINGPONG_128x128_CLUSTER2  step 5 128x128 with CTA pairs sharing each B tile by TMA
+//                     multicast: correct, but measured at 0.3-0.5x of the others (not understood;
+//                     never picked by auto).
 // SCHEDULE_AUTO picks by shape (auto_schedule).
 constexpr int SCHEDULE_AUTO = 0, SCHEDULE_STEP4 = 4, SCHEDULE_PINGPONG_128x128 = 5, SCHEDULE_PINGPONG_64x256 = 6,
               SCHEDULE_PINGPONG_128x128_CLUSTER2 = 7;
 inline bool valid_schedule(int s) { return s == 0 || (s >= 4 && s <= 7); }
-// The rule SCHEDULE_AUTO applies: ping-pong when a tile's K loop is short (K <= 1024, i.e. at
-// most 16 k-tiles, where step 4 loses ~30% at every tile boundary), step 4 otherwise and for
-// split-K (the weight gradients: K = tokens).
-inline int auto_schedule(int /*M*/, int /*N*/, int K, int splits) {
-    return (K <= 1024 && splits <= 1) ? SCHEDULE_PINGPONG_128x128 : SCHEDULE_STEP4;
+// The rule SCHEDULE_AUTO applies, from the H200 measurements of session 3 (call 2): ping-pong
+// 64x256 when a tile's K loop is short (K <= 1024), both operands are K-major and there is no
+// split-K: that is c_fc's forward, 0.293 -> 0.273 ms per MLP forward at M = 16384, C = 768 (plain
+// GEMMs of that shape: 0.70x -> 0.78-0.80x cuBLAS). Step 4 everywhere else: long K (c_proj,
+// dx: step 4 0.90x vs ping-pong 0.85-0.89x), the weight gradients (split-K), and the dGELU GEMM
+// (B N-major), whose backward measured 0.601 ms on step 4 against 0.62-0.64 on any ping-pong.
+inline int auto_schedule(int /*M*/, int /*N*/, int K, int splits, bool b_mn_major) {
+    return (K <= 1024 && splits <= 1 && !b_mn_major) ? SCHEDULE_PINGPONG_64x256 : SCHEDULE_STEP4;
 }
 
 // Each returns nullptr on success, else a message.

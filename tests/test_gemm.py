@@ -122,8 +122,8 @@ def test_step5_variants(variant):
 
 
 def test_auto_step_rule():
-    assert gemm.auto_step(16384, 3072, 768) == 5 and gemm.auto_step(16384, 768, 3072) == 4
-    assert gemm.auto_step(768, 3072, 16384) == 4
+    assert gemm.auto_step(16384, 3072, 768) == (5, 1) and gemm.auto_step(16384, 768, 3072) == (4, 0)
+    assert gemm.auto_step(768, 3072, 16384) == (4, 0)
 
 
 def test_default_splits_are_used_for_weight_gradient():
