@@ -10,11 +10,23 @@
 // so while consumer 0 stores tile 0, consumer 1 already multiplies tile 1 (CUTLASS calls this
 // schedule "pingpong"). The price: smaller tiles per k-step (32 KB of operands per 2.1 MFLOP
 // instead of 48 KB per 4.2 MFLOP), i.e. a third more L2 and shared-memory traffic per flop.
-// What it bought (H200, session 2, ratio to cuBLAS in one run, step 4 -> step 5 128x128):
-// fwd 16384x768x3072 0.694 -> 0.779, 16384x768x2304 0.706 -> 0.782, 16384x768x768 0.740 -> 0.753;
-// it LOSES where K is long (8192³ 0.976 -> 0.909, fwd 16384x3072x768 0.894 -> 0.845): there the
-// epilogue is rare and the smaller tiles' extra traffic is all that is left. So each shape
-// takes the schedule that wins it (kernels/gemm.py `auto_step`, the MLP's `schedule`).
+// What it bought (H200, ratio to cuBLAS in the same run; kernels/NOTES.md session 3, call 2):
+//   shape (M x K x N)        step 4   v0 128x128   v1 64x256   v2 128x128/4st   v3, v4 clusters
+//   fwd 16384x768x3072       0.695    0.761        0.781       0.780            0.44, 0.48
+//   fwd 16384x768x2304       0.697    0.759        0.797       0.780            0.45, 0.49
+//   fwd 16384x768x768        0.753    0.753        0.781       0.763            0.46, 0.49
+//   fwd 16384x3072x768       0.903    0.848        0.893       0.845            0.35, 0.40
+//   dW  768x16384x3072       0.824    0.834        0.850       0.837            0.34, 0.41
+//   8192³                    0.85-0.96 0.770       0.826       0.778            0.32, 0.41
+// So ping-pong wins where K is short (the epilogue overlap pays: +8-14% at K = 768), and the
+// 64x256 tile (one m64n256 wgmma per k16 instead of two m64n128) beats 128x128 by 2-5% almost
+// everywhere although it moves a quarter more bytes from L2 per flop: L2 traffic is not what
+// limits these tiles (what is, was not measured: no profiler run). It loses where K is
+// long (8192³, K = 3072): there the epilogue is rare and step 4's larger tile wins. The 2-CTA
+// cluster variants (B multicast) are correct but run at about half speed; why is not known
+// (first suspects: how many clusters the launcher thinks fit, cudaOccupancyMaxActiveClusters;
+// the cross-CTA "empty" coupling). kernels/gemm.py `auto_step` picks step 5 v1 for K <= 1024,
+// step 4 otherwise.
 //
 // The kernel template lives in kernels/gemm_5_pingpong.cuh (shared with the MLP, whose fused
 // epilogues it also runs); this file holds step 5's variants and dispatch, with step 4's
@@ -26,7 +38,8 @@ namespace {
 using namespace tk;
 using wgmma::major;
 
-// Variants measured by kernels/gemm_bench.py --variants5; gemm::args::variant picks one (0 = default).
+// Variants measured by kernels/gemm_bench.py --variants5 1,2,3,4; gemm::args::variant picks one
+// (0 = the first measured; 1 is the fastest, see the table above).
 using config0 = gemm5::pingpong_128x128;   // 128x128 per consumer, 6 stages (the first measured)
 using config1 = gemm5::pingpong_64x256;    // 64x256 per consumer (one m64n256 per k16), 4 stages
 using config2 = gemm5::config<2, 4>;       // 128x128, 4 stages (does ring depth matter?)

@@ -15,7 +15,9 @@
 // L2 delivers 24 KB per 128x128 k-step instead of 32 KB. The price is coupling: a stage may only
 // be refilled when the consumers of BOTH CTAs have freed it (each consumer warp arrives on its
 // own and on the peer's "empty" barrier), and neither CTA may exit while the other can still
-// reach its shared memory (a cluster barrier at the end).
+// reach its shared memory (a cluster barrier at the end). Measured on the H200: correct, but at
+// about half the speed of the same tile without clusters (kernels/gemm_5_pingpong.cu's table);
+// kept as a lesson in the mechanics and a starting point, never picked by default.
 //
 // Read in order: configuration, shared memory, cluster helpers, the producers (step 4's, and the
 // cluster one), the kernel (consumer: which tiles are mine, the turn barriers, the main loop, the
