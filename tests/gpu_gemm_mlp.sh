@@ -3,7 +3,7 @@
 # kernel schedules (engineer H3, session 3): build both extensions, a smoke check of every new
 # kernel with a short timeout (a protocol bug hangs), the GEMM bench at GPT-2's shapes with cuBLAS
 # beside, the MLP schedule bench, bench.py's MLP rows, the GEMM and MLP GPU tests, memcheck (if
-# 50 s are left, or SANITIZE=1).
+# 50 s are left, or SANITIZE=1). FINAL=1: only the GEMM/MLP tests and one MLP bench row (~90 s).
 # Expected runtime ~3.5-4 min on one warm H200 (builds ~50 s of it); every step is bounded and the
 # whole script stays under LANE_LIMIT (default 235 s) plus packing. Results: OUT/summary.txt (the compact
 # tables) and OUT/logs.tgz (every log). One GPU is enough.
@@ -81,6 +81,17 @@ if grep -q "smoke done" "$L/smoke.log"; then
 else
   note "SMOKE FAILED (see above): step-5 paths skipped below, MLP forced to step 4"
   GEMM_STEPS=4; MLP_ENV="TK_MLP_SCHEDULE=4"; MLP_K="not torch_compile_module and not schedules"
+fi
+
+# FINAL=1: only what the last combined call has room for: the GEMM and MLP tests and one bench row
+if [ -n "$FINAL" ]; then
+  step 70 pytest_gemm.log env GEMM_TEST_STEPS=0,4,5 python3 -m pytest -q --maxfail=8 --tb=short tests/test_gemm.py
+  note "pytest test_gemm.py (steps 0,4,5): $(grep -E 'passed|failed|error|skipped' "$L/pytest_gemm.log" | tail -1)"
+  step 60 pytest_mlp.log python3 -m pytest -q --maxfail=8 --tb=short tests/test_mlp.py -k "not torch_compile_module"
+  note "pytest test_mlp.py: $(grep -E 'passed|failed|error|skipped' "$L/pytest_mlp.log" | tail -1)"
+  step 40 mlp_bench.log python3 -m kernels.mlp_bench --M 16384 --trials 5 --iters 10 --schedules "0;4"
+  grep -vE "^===|^rc=" "$L/mlp_bench.log" | tee -a "$S"
+  note "done in $(( $(date +%s) - START )) s"; pack; exit 0
 fi
 
 # 3. speed (first: tuning needs it most): GEMM steps vs cuBLAS at GPT-2's shapes (5 interleaved trials), the MLP's schedules vs
