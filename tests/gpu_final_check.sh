@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
-# The closing check of a session on a TWO-GPU machine (kind nvidia-h200-x2), sized for ~8 min:
+# The closing check of a session on a TWO-GPU machine (kind nvidia-h200-x2), sized for ~9.5 min:
 #
 #   bash tests/gpu_final_check.sh OUT
 #
 #   both:   every tk extension builds (in parallel)
 #   GPU 0:  config/shakespeare.py, standard evals, back to back: --kernels=torch, then tk;
-#           then bench.py --e2e on GPT-2 124M: torch.compile vs tk (issue 7's comparison)
-#   GPU 1:  bench.py --ops (every op, --quick, CUDA-graph medians); the GPU tests of every kernel
-#           (3 workers); GPT-2 shapes on tk on one GPU (the DDP baseline)
+#           then bench.py --e2e on GPT-2 124M: torch.compile vs tk (issue 7's comparison); then
+#           GPT-2 shapes on tk on one GPU (the DDP baseline)
+#   GPU 1:  the GPU tests of every kernel (3 workers); bench.py --quick for the ops that changed
+#           since the last attention bench (CUDA-graph medians); the opt-in variants' checks
+#           (FINAL=1 of tests/gpu_layernorm_speed.sh and tests/gpu_attention_hopper_bwd.sh)
 #   both:   DDP on tk: torchrun --nproc_per_node=2, GPT-2 shapes, 32x1024 tokens per GPU,
 #           all-reduce every step; then tests/gpu_loss_curves.sh (500 iterations, torch on one
 #           GPU and tk on the other)
-# Logs in OUT/logs, packed into OUT/logs.tgz; headlines in OUT/summary.txt. LANE_LIMIT (s, 270).
+# Logs in OUT/logs, packed into OUT/logs.tgz; headlines in OUT/summary.txt. LANE_LIMIT (s, 400; the two-GPU part after it gets 170 more).
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: bash tests/gpu_final_check.sh OUT" >&2; exit 2; }
 cd "$(dirname "$0")/.."
-LANE_LIMIT=${LANE_LIMIT:-270}
+LANE_LIMIT=${LANE_LIMIT:-400}
 source tests/gpu_lib.sh "$1"
 note "gpu_final_check"
 setup_shakespeare
@@ -31,19 +33,23 @@ lane0() {
     done
     step 150 e2e_gpt2.log python3 bench.py --e2e --models gpt2 --variants torch+compile,tk --json "$L/e2e_gpt2.json"
     note "e2e gpt2: $(grep -E 'ms/step' "$L/e2e_gpt2.log" | tr '\n' ' ')"
+    step 50 gpt2_1gpu.log python3 train.py $G2
+    note "gpt2 tk, one GPU: $(grep -E '^summary' "$L/gpt2_1gpu.log")"
 }
 
 lane1() {
     export CUDA_VISIBLE_DEVICES=1
-    step 100 bench_ops.log python3 bench.py --quick --json "$L/bench_ops.json"
-    grep -E "x +[0-9.]+x|^op " "$L/bench_ops.log" | tail -20 | tee -a "$S"
     step 120 pytest.log python3 -m pytest -q -n 3 -p no:cacheprovider tests/test_attention_hopper_bwd.py \
         tests/test_attention.py tests/test_lm_head.py tests/test_mlp.py tests/test_gemm.py tests/test_layernorm.py \
         tests/test_layernorm_model.py tests/test_layernorm_variants.py tests/test_model.py tests/test_train.py tests/test_dispatch.py
     note "pytest: $(grep -E 'passed|failed|error' "$L/pytest.log" | tail -1)"
     grep -E "^(FAILED|ERROR)" "$L/pytest.log" | head -20 | tee -a "$S"
-    step 50 gpt2_1gpu.log python3 train.py $G2
-    note "gpt2 tk, one GPU: $(grep -E '^summary' "$L/gpt2_1gpu.log")"
+    step 80 bench_ops.log python3 bench.py --quick --ops layernorm,mlp,lm_head,gemm --json "$L/bench_ops.json"
+    grep -E "x +[0-9.]+x|^op " "$L/bench_ops.log" | tail -20 | tee -a "$S"
+    FINAL=1 step 75 ln_final.log bash tests/gpu_layernorm_speed.sh "$L/ln_final"
+    grep -E "RECOMMEND|passed|failed" "$L/ln_final.log" | tail -4 | tee -a "$S"
+    FINAL=1 step 75 attn_final.log bash tests/gpu_attention_hopper_bwd.sh "$L/attn_final"
+    grep -E "passed|failed|t4096|variant" "$L/attn_final.log" | tail -6 | tee -a "$S"
 }
 
 lane0 & P0=$!
