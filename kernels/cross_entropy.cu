@@ -38,6 +38,10 @@
 //     shakespeare-char, or too wide). Scalar loads, two sweeps over global memory: an online
 //     max/sum (the running sum is rescaled whenever the max grows), then the gradient. The
 //     second read of a row usually hits L2 (the block read it microseconds ago).
+//   - rows_per_warp: narrow rows (up to 1024 columns, any alignment), one WARP per row, up to
+//     32 values a lane in registers, warp shuffles only (no shared memory, no barrier). A
+//     512-thread block on a 65-wide row leaves 447 threads idle through two block reductions;
+//     here 64 rows share an SM at once. Also written after call 2: forced-only until measured.
 //   - Exponentials as exp2f(x·log2(e) − m·log2(e)): exp2f is one MUFU.EX2 instruction (relative
 //     error ~2^-22), written here where the reader sees it; build.py keeps --use_fast_math off.
 //   - All arithmetic in fp32; the stored gradient is rounded once, to the logits' dtype.
@@ -49,7 +53,8 @@
 //     GPU, so the host never waits for it (CUDA graphs capture this unchanged).
 //
 // Read in this order: block_reduce, finish_row (the per-row scalars all kernels share),
-// rows_in_registers, rows_in_shared, rows_streamed, then the launcher (which kernel, which VECS).
+// rows_in_registers, rows_in_shared, rows_streamed, rows_per_warp, then the launcher (which
+// kernel, which VECS).
 #include <cmath>
 #include <type_traits>
 
@@ -66,6 +71,8 @@ using tk::bf16;
 constexpr int THREADS = 512;                  // one block per row
 constexpr int WARPS = THREADS / tk::WARP_THREADS;
 constexpr int MAX_VECS = 16;                  // chunks per thread in rows_in_registers
+constexpr int WARP_ROW_COLS = 1024;           // rows_per_warp: at most 32 values a lane
+constexpr int WARP_ROWS_PER_BLOCK = 8;        // rows_per_warp: 256-thread blocks
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float NEG_INF = -__builtin_huge_valf();
 
@@ -258,6 +265,52 @@ __global__ void __launch_bounds__(THREADS) rows_streamed(Args a) {
     for (int64_t j = threadIdx.x; j < a.cols; j += THREADS) x[j] = from_float<T>(grad_of(to_float(x[j]), j == target, r));
 }
 
+// ---- narrow rows: one warp per row ---------------------------------------------------------
+// Lane l holds columns l, l + 32, ... (a warp instruction reads 32 consecutive values), PER_LANE
+// of them (2..32, the launcher picks the fewest that cover the row: V = 65 takes 4). The
+// target's logit comes from the lane that holds it, through a warp sum, not from memory: the
+// warp writes the row afterwards, and a shuffle orders registers, not memory.
+template <typename T, int PER_LANE>
+__global__ void __launch_bounds__(WARP_ROWS_PER_BLOCK * tk::WARP_THREADS) rows_per_warp(Args a) {
+    const int64_t row = int64_t(blockIdx.x) * WARP_ROWS_PER_BLOCK + threadIdx.x / tk::WARP_THREADS;
+    if (row >= a.rows) return;   // whole warps leave together: the shuffles below stay full
+    const int lane = tk::laneid();
+    T* x = static_cast<T*>(a.logits) + row * a.ld;
+    const int64_t target = a.targets[row];
+    const int cols = int(a.cols);
+
+    float v[PER_LANE];
+    float m = NEG_INF, mine = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+        const int j = lane + i * tk::WARP_THREADS;
+        v[i] = j < cols ? to_float(x[j]) : NEG_INF;
+        m = fmaxf(m, v[i]);
+        if (j == target) mine = v[i];
+    }
+    m = tk::warp_max(m);
+    const float target_logit = tk::warp_sum(mine);   // one lane holds it, the others add 0
+
+    const float neg_m_log2e = -m * LOG2E;
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i)
+        if (lane + i * tk::WARP_THREADS < cols) s += exp2f(fmaf(v[i], LOG2E, neg_m_log2e));
+    s = tk::warp_sum(s);
+
+    // finish_row's arithmetic, with lane 0 (not thread 0) writing the loss
+    const float lse = m + logf(s);
+    const bool valid = target >= 0 && target < a.cols;
+    if (lane == 0) a.loss_rows[row] = valid ? lse - target_logit : (target == -1 ? 0.0f : __int_as_float(0x7fc00000));
+    if (!a.write_grad) return;
+    const RowResult r{-lse * LOG2E, valid ? *a.grad_scale : 0.0f};
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+        const int j = lane + i * tk::WARP_THREADS;
+        if (j < cols) x[j] = from_float<T>(grad_of(v[i], j == target, r));
+    }
+}
+
 // ---- launcher ------------------------------------------------------------------------------
 
 template <typename T> bool aligned_rows(const Args& a) {
@@ -293,14 +346,17 @@ template <typename T> bool fits_shared(const Args& a) {
     return aligned_rows<T>(a) && a.cols * int64_t(sizeof(T)) <= shared_limit<T>();
 }
 
-// The kernel a call takes; Kernel::automatic never comes back (0 VECS or no fit: "none").
+// The kernel a call takes: the requested one where it can take these rows, else the automatic
+// choice (rows_in_registers where it fits, else rows_streamed: what ran on the H200 first).
 template <typename T> Kernel resolve(const Args& a, int* vecs) {
     *vecs = choose_vecs<T>(a);
+    const Kernel automatic = *vecs ? Kernel::registers : Kernel::streamed;
     switch (a.kernel) {
-        case Kernel::automatic: return *vecs ? Kernel::registers : Kernel::streamed;
-        case Kernel::registers: return *vecs ? Kernel::registers : Kernel::automatic;
-        case Kernel::shared: return fits_shared<T>(a) ? Kernel::shared : Kernel::automatic;
-        default: return Kernel::streamed;
+        case Kernel::registers: return *vecs ? Kernel::registers : automatic;
+        case Kernel::shared: return fits_shared<T>(a) ? Kernel::shared : automatic;
+        case Kernel::warp: return a.cols <= WARP_ROW_COLS ? Kernel::warp : automatic;
+        case Kernel::streamed: return Kernel::streamed;
+        default: return automatic;
     }
 }
 
@@ -322,8 +378,18 @@ template <typename T> const char* launch(const Args& a, cudaStream_t stream) {
                 default: rows_in_registers<T, MAX_VECS><<<grid, block, 0, stream>>>(a); break;
             }
             break;
-        case Kernel::streamed: rows_streamed<T><<<grid, block, 0, stream>>>(a); break;
-        default: return "the forced kernel cannot take these rows (not 16-byte aligned, or too wide)";
+        case Kernel::warp: {
+            const dim3 warp_grid(unsigned((a.rows + WARP_ROWS_PER_BLOCK - 1) / WARP_ROWS_PER_BLOCK));
+            const dim3 warp_block(WARP_ROWS_PER_BLOCK * tk::WARP_THREADS);
+            const int64_t per_lane = (a.cols + tk::WARP_THREADS - 1) / tk::WARP_THREADS;
+            if (per_lane <= 2) rows_per_warp<T, 2><<<warp_grid, warp_block, 0, stream>>>(a);
+            else if (per_lane <= 4) rows_per_warp<T, 4><<<warp_grid, warp_block, 0, stream>>>(a);
+            else if (per_lane <= 8) rows_per_warp<T, 8><<<warp_grid, warp_block, 0, stream>>>(a);
+            else if (per_lane <= 16) rows_per_warp<T, 16><<<warp_grid, warp_block, 0, stream>>>(a);
+            else rows_per_warp<T, WARP_ROW_COLS / tk::WARP_THREADS><<<warp_grid, warp_block, 0, stream>>>(a);
+            break;
+        }
+        default: rows_streamed<T><<<grid, block, 0, stream>>>(a); break;
     }
     const cudaError_t err = cudaGetLastError();
     return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
@@ -336,7 +402,7 @@ const char* plan_name(const Args& a) {
     const Kernel k = a.dtype == DType::bf16 ? resolve<bf16>(a, &vecs) : resolve<float>(a, &vecs);
     if (k == Kernel::shared) return "shared";
     if (k == Kernel::streamed) return "streamed";
-    if (k == Kernel::automatic) return "none";
+    if (k == Kernel::warp) return "warp";
     switch (vecs) {
         case 1: return "registers(VECS=1)";
         case 2: return "registers(VECS=2)";

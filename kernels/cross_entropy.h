@@ -10,10 +10,10 @@ namespace tk_cross_entropy {
 enum class DType { f32, bf16 };
 
 // Which kernel runs a row (cross_entropy.cu explains each). automatic: rows_in_registers where
-// the row is 16-byte aligned and fits (<= 65536 bf16 / 32768 float), else rows_streamed. The
-// others force one (tests and the bench compare them); a forced kernel that cannot take the row
-// is an error.
-enum class Kernel { automatic, registers, shared, streamed };
+// the row is 16-byte aligned and fits (<= 65536 bf16 / 32768 float), else rows_streamed. Any
+// other value asks for that kernel; where it cannot take the rows (alignment, width), the
+// automatic choice runs instead. plan_name says which one a call takes.
+enum class Kernel { automatic, registers, shared, streamed, warp };
 
 // One call handles `rows` rows of a logits matrix, each `cols` wide, in place.
 struct Args {
@@ -34,7 +34,7 @@ struct Args {
 const char* cross_entropy_rows(const Args& a, cudaStream_t stream);
 
 // Which kernel a call with these arguments takes, for tests and notes: "registers(VECS=n)",
-// "shared" or "streamed"; "none" when the forced kernel cannot take these rows.
+// "shared", "streamed" or "warp".
 const char* plan_name(const Args& a);
 
 }  // namespace tk_cross_entropy

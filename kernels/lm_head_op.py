@@ -56,6 +56,14 @@ OP = "tk_lm_head"
 DTYPES = (torch.bfloat16, torch.float32)
 CHUNK_BYTES = 512 * 2**20   # a chunk's logits: at most this (GPT-2: 4096 rows, 412 MB; 8 chunks)
 
+# Which kernel of cross_entropy.cu the op asks for, by row width. "auto" is what ran on the H200
+# first (call 2): rows_in_registers where the row fits, else rows_streamed. rows_in_shared
+# ("shared") and rows_per_warp ("warp") came after it; tests/gpu_lm_head.sh times all of them
+# and tests the op with these set to them (test_op_with_requested_kernels). Set them here once a
+# run shows them faster and passing. A kernel that cannot take a row falls back to "auto".
+KERNEL_WIDE = "auto"     # rows wider than 1024 columns (GPT-2: 50304)
+KERNEL_NARROW = "auto"   # rows of at most 1024 columns (shakespeare-char: 65)
+
 
 # ---- 0. input checks: the public op's arguments (the bindings check the kernel's own) ---------
 
@@ -130,7 +138,8 @@ def _addmm_into(acc, a, b):
 
 def _cross_entropy_(logits, targets, loss_rows, grad_scale, write_grad):
     """The kernel on one chunk: loss_rows filled; with write_grad, dlogits in place of logits."""
-    _ext.module.cross_entropy_(logits, targets, loss_rows, grad_scale, write_grad)
+    kernel = KERNEL_NARROW if logits.shape[1] <= 1024 else KERNEL_WIDE
+    _ext.module.cross_entropy_(logits, targets, loss_rows, grad_scale, write_grad, kernel)
 
 
 def _loss_and_grads(x, weight, targets, compute_bf16, need_grad):
