@@ -41,6 +41,7 @@ everything is fp32. The loss is fp32 under autocast, else in the inputs' dtype (
 F.cross_entropy). dx comes back in x's dtype, dW in W's. An out-of-range target (not -1, not in
 [0, V)) cannot raise without a host sync: its row's loss is NaN, so the mean is NaN.
 """
+import os
 import sys
 
 import torch
@@ -61,8 +62,9 @@ CHUNK_BYTES = 512 * 2**20   # a chunk's logits: at most this (GPT-2: 4096 rows, 
 # ("shared") and rows_per_warp ("warp") came after it; tests/gpu_lm_head.sh times all of them
 # and tests the op with these set to them (test_op_with_requested_kernels). Set them here once a
 # run shows them faster and passing. A kernel that cannot take a row falls back to "auto".
-KERNEL_WIDE = "auto"     # rows wider than 1024 columns (GPT-2: 50304)
-KERNEL_NARROW = "auto"   # rows of at most 1024 columns (shakespeare-char: 65)
+# TK_LM_HEAD_KERNEL_WIDE / _NARROW override them (a GPU script that has just tested a kernel).
+KERNEL_WIDE = os.environ.get("TK_LM_HEAD_KERNEL_WIDE", "auto")       # rows wider than 1024 columns (GPT-2: 50304)
+KERNEL_NARROW = os.environ.get("TK_LM_HEAD_KERNEL_NARROW", "auto")   # rows of at most 1024 columns (shakespeare-char: 65)
 
 
 # ---- 0. input checks: the public op's arguments (the bindings check the kernel's own) ---------
