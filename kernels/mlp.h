@@ -13,7 +13,8 @@ struct gemm_args {
     const void* a;              // bf16
     const void* b;              // bf16
     void* c;                    // the output (bf16, or fp32 for weight_grad)
-    void* c2;                   // linear_bias_gelu only: the second output h = GELU(c)
+    void* c2;                   // linear_bias_gelu only: the second output h = GELU(c); there c may
+                                //   be nullptr (evaluation): h alone is written, no pre
     int M, N, K;
     const void* bias;           // bf16 [N] added to every row, or nullptr
     const void* pre;            // linear_dgelu only: bf16 [M][N] pre-activation saved by the forward
@@ -54,7 +55,8 @@ inline int auto_schedule(int /*M*/, int /*N*/, int K, int splits, bool b_mn_majo
 }
 
 // Each returns nullptr on success, else a message.
-// pre = x·W1ᵀ + b1 (c), h = GELU(pre) (c2). a = x [M][K], b = W1 [N][K].
+// pre = x·W1ᵀ + b1 (c), h = GELU(pre) (c2). a = x [M][K], b = W1 [N][K]. c == nullptr: h only
+// (for evaluation, when no backward needs pre); h is bit-identical either way.
 const char* linear_bias_gelu(const gemm_args&);
 // y = h·W2ᵀ + b2 (bias may be null). a = h [M][K], b = W2 [N][K].
 const char* linear_bias(const gemm_args&);

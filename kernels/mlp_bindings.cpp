@@ -1,7 +1,8 @@
 // kernels/mlp_bindings.cpp — the torch side of the tk_mlp extension: checks every input (a bad
 // call is a Python ValueError/TypeError naming the argument, never a crash or garbage),
 // allocates the outputs, and runs the GEMMs of kernels/mlp.cu in order.
-// Read after kernels/mlp_op.py (which calls `forward` and `backward` from its custom ops) and
+// Read after kernels/mlp_op.py (which calls `forward` and `backward` from its custom ops, and
+// `forward_inference` on the eager path when no gradient is needed) and
 // kernels/bindings_checks.h (how a check builds its message and raises it).
 #include <torch/extension.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -166,6 +167,28 @@ std::vector<Tensor> forward(const Tensor& x, const Tensor& w_fc, const c10::opti
     return {y, pre, h};
 }
 
+// Evaluation: returns y alone. The same two GEMMs as forward, but c_fc's epilogue writes only h
+// (gemm_args::c = nullptr; kernels/mlp_inference.cu): no (M, H) pre is allocated or written. y is
+// bit-identical to forward's (the same math, schedules and summation order).
+Tensor forward_inference(const Tensor& x, const Tensor& w_fc, const c10::optional<Tensor>& b_fc,
+                         const Tensor& w_proj, const c10::optional<Tensor>& b_proj) {
+    tk_bindings::raise_if(forward_problem(x, w_fc, b_fc, w_proj, b_proj));
+    const int64_t M = x.size(0), C = x.size(1), H = w_fc.size(0);
+    const c10::cuda::CUDAGuard guard(x.device());
+
+    Tensor h = at::empty({M, H}, x.options()), y = at::empty({M, C}, x.options());
+    tk_mlp::gemm_args g = base_args(x, FC);
+    g.a = x.data_ptr(); g.b = w_fc.data_ptr(); g.c = nullptr; g.c2 = h.data_ptr();
+    g.M = int(M); g.N = int(H); g.K = int(C); g.bias = ptr_or_null(b_fc);
+    raise_if_launch_failed(tk_mlp::linear_bias_gelu(g), "c_fc forward, evaluation (GELU(x·w_fcᵀ + b_fc), no pre)");
+
+    g = base_args(x, PROJ);
+    g.a = h.data_ptr(); g.b = w_proj.data_ptr(); g.c = y.data_ptr();
+    g.M = int(M); g.N = int(C); g.K = int(H); g.bias = ptr_or_null(b_proj);
+    raise_if_launch_failed(tk_mlp::linear_bias(g), "c_proj forward (h·w_projᵀ + b_proj)");
+    return y;
+}
+
 // dW = Aᵀ·B over the tokens, split-K reduce-added into dw (fp32, zeroed), returned in bf16 (the
 // weights' dtype here).
 Tensor weight_grad(const Tensor& a, const Tensor& b, const Tensor& x, const Tensor& dw, const char* what) {
@@ -245,6 +268,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("schedules"));
     m.def("get_schedule", &get_schedule, "the six values set_schedule last set");
     m.def("forward", &forward, "y, pre, h = forward(x, w_fc, b_fc|None, w_proj, b_proj|None)",
+          py::arg("x"), py::arg("w_fc"), py::arg("b_fc"), py::arg("w_proj"), py::arg("b_proj"));
+    m.def("forward_inference", &forward_inference,
+          "y = forward_inference(x, w_fc, b_fc|None, w_proj, b_proj|None): forward's y without writing pre (evaluation)",
           py::arg("x"), py::arg("w_fc"), py::arg("b_fc"), py::arg("w_proj"), py::arg("b_proj"));
     m.def("backward", &backward, "dx, dw_fc, db_fc, dw_proj, db_proj = backward(dy, x, pre, h, w_fc, w_proj)",
           py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"));

@@ -1,7 +1,8 @@
-// kernels/mlp_epilogues.cuh — the MLP's GELU math and its four epilogue policies (bias,
-// bias_gelu, dgelu, reduce_add), shared by the two translation units that instantiate them:
-// kernels/mlp.cu (step 4's cooperative schedule, and the dispatch) and kernels/mlp_pingpong.cu
-// (step 5's ping-pong schedule). Read kernels/mlp.cu's opening comment first: it says what each
+// kernels/mlp_epilogues.cuh — the MLP's GELU math and its five epilogue policies (bias,
+// bias_gelu, bias_gelu_h_only, dgelu, reduce_add), shared by the translation units that
+// instantiate them: kernels/mlp.cu (step 4's cooperative schedule, and the dispatch),
+// kernels/mlp_pingpong.cu (step 5's ping-pong schedule) and kernels/mlp_inference.cu (the
+// evaluation forward's h-only c_fc epilogue on every schedule). Read kernels/mlp.cu's opening comment first: it says what each
 // policy computes and why; the policy interface is in kernels/gemm_4_warp_specialized.cuh.
 // A policy must work for any tile width (step 4: 256 columns; step 5: 128 or 256), so it takes
 // the width from tile_pos::cols or the accumulator's ::cols.
@@ -14,6 +15,10 @@
 namespace tk_mlp::detail {
 using namespace tk;
 using wgmma::major;
+
+// Step 4's configuration for every MLP GEMM: 4 stages of K = 64, one wgmma group in flight
+// (kernels/mlp.cu and kernels/mlp_inference.cu both launch it).
+using step4_config = gemm4::config<4, 64, false>;
 
 // ---- GELU(tanh) and its derivative, in fp32 --------------------------------------------------
 constexpr float SQRT_2_OVER_PI = 0.7978845608028654f, GELU_C = 0.044715f;
@@ -117,6 +122,16 @@ struct bias_gelu_epilogue : base_epilogue<bf16> {
     __device__ void store(int o, gemm4::out_tile<bf16>& buf, int box_row, int box_col, const shape& sh) const {
         if (inside(box_row, box_col, sh)) tma::store_async(o == 0 ? C : C2, buf, box_row, box_col);
     }
+};
+
+// c_fc forward in evaluation (no backward will read pre): h = GELU(acc + b1) only, into C2 (C is
+// null). The same float operations as bias_gelu's output 1, so h is bit-identical; the (M, 4C)
+// pre is never written. Instantiated in kernels/mlp_inference.cu.
+struct bias_gelu_h_only_epilogue : bias_epilogue {
+    static bias_gelu_h_only_epilogue make(const gemm_args& g) {
+        return {{{out_view<bf16>(g.c2, g)}, static_cast<const bf16*>(g.bias)}};
+    }
+    __device__ float2 value(int, float v0, float v1, int, const shape&) const { return make_float2(gelu(v0), gelu(v1)); }
 };
 
 // The backward's dh = dy·W2 GEMM: dpre = acc ⊙ GELU'(pre), plus db1 partials (column sums of
@@ -227,6 +242,9 @@ struct reduce_add_epilogue : base_epilogue<float> {
         if (inside(box_row, box_col, sh)) tma::store_add_async(C, buf, box_row, box_col);
     }
 };
+
+// linear_bias_gelu with g.c == nullptr (no pre): every schedule, in kernels/mlp_inference.cu.
+const char* linear_bias_gelu_h_only(const gemm_args& g);
 
 // The ping-pong launcher, defined (and instantiated for the five products) in kernels/mlp_pingpong.cu
 // so its kernels compile in parallel with step 4's. schedule: SCHEDULE_PINGPONG_128x128 or _64x256.

@@ -128,6 +128,77 @@ def test_schedules_vs_float64(mlp, schedule, M, C):
         assert e < TOL, f"schedule {schedule}, {name}: relative error {e:.2e} (all: {errs})"
 
 
+# The evaluation forward (forward_inference: c_fc's epilogue writes h but not pre). Same math,
+# same schedules and summation order as the training forward, so y must be bit-identical; also
+# checked against float64. Auto (ping-pong 64x256 for c_fc) and every GEMM forced to step 4.
+INFERENCE_SHAPES = [(M, C) for M in (1, 17, 1000, 16384 + 5) for C in (384, 768)]
+
+
+@pytest.mark.parametrize("schedule", ["0", "4"])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("M,C", INFERENCE_SHAPES)
+def test_inference_forward_matches_training_forward(mlp, M, C, bias, schedule):
+    x, w_fc, b_fc, w_proj, b_proj, _ = make(M, C, seed=3 * M + C, bias=bias)
+    H = 4 * C
+    mlp.set_schedule(schedule)
+    try:
+        with torch.no_grad():
+            poison_allocator(2 * M * H, 2 * M * C)
+            y_inf = mlp._ext.module.forward_inference(x, w_fc, b_fc, w_proj, b_proj)
+            y_train, pre, h = mlp._ext.module.forward(x, w_fc, b_fc, w_proj, b_proj)
+            # the public op under no_grad takes the inference path (TK_MLP_INFERENCE unset or 1)
+            y_op = mlp.mlp(x.view(1, M, C), w_fc, b_fc, w_proj, b_proj) if os.environ.get(mlp.INFERENCE_ENV, "1") != "0" else None
+        torch.cuda.synchronize()
+    finally:
+        mlp.set_schedule("0")
+    assert y_inf.shape == (M, C) and y_inf.dtype == torch.bfloat16
+    y64 = F.linear(F.gelu(F.linear(x.double(), w_fc.double(), None if b_fc is None else b_fc.double()), approximate="tanh"),
+                   w_proj.double(), None if b_proj is None else b_proj.double())
+    err = rel_err(y_inf, y64)
+    print(f"inference schedule {schedule} M={M} C={C} bias={bias}: y {err:.1e}")
+    assert err < TOL, f"y (inference): relative error {err:.2e}"
+    assert torch.equal(y_inf, y_train), (
+        f"inference y differs from training y: max |diff| {(y_inf.float() - y_train.float()).abs().max().item():.3e}")
+    if y_op is not None:
+        assert torch.equal(y_op.view(M, C), y_train)
+
+
+def test_inference_dispatch_and_no_pre(mlp, monkeypatch):
+    """no_grad (or no input requiring grad) -> forward_inference, which allocates no (M, H) pre:
+    its peak memory is lower than the training forward's by at least pre's size."""
+    M, C = 4096, 768
+    x, w_fc, b_fc, w_proj, b_proj, _ = make(M, C, seed=5)
+    ext = mlp._ext.module
+    seen = []
+    monkeypatch.setattr(mlp, "_ext_forward_inference", lambda *a: seen.append("inference") or ext.forward_inference(*a))
+    with torch.no_grad():
+        mlp.mlp(x, w_fc, b_fc, w_proj, b_proj)
+    mlp.mlp(x, w_fc, b_fc, w_proj, b_proj)                          # nothing requires grad
+    assert seen == ["inference", "inference"], seen
+    w = w_fc.clone().requires_grad_()
+    y = mlp.mlp(x, w, b_fc, w_proj, b_proj)                          # training: autograd graph, pre kept
+    assert y.requires_grad and seen == ["inference", "inference"]
+    del y
+    monkeypatch.setenv(mlp.INFERENCE_ENV, "0")
+    with torch.no_grad():
+        mlp.mlp(x, w_fc, b_fc, w_proj, b_proj)
+    assert len(seen) == 2, "TK_MLP_INFERENCE=0 must run the training forward"
+    monkeypatch.delenv(mlp.INFERENCE_ENV)
+
+    def peak(fn):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        out = fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base, out
+    with torch.no_grad():
+        p_inf, _ = peak(lambda: ext.forward_inference(x, w_fc, b_fc, w_proj, b_proj))
+        p_train, _ = peak(lambda: ext.forward(x, w_fc, b_fc, w_proj, b_proj))
+    pre_bytes = 2 * M * 4 * C
+    assert p_train - p_inf >= pre_bytes, (p_inf, p_train, pre_bytes)
+
+
 def test_set_schedule_refuses_bad_values(mlp):
     for bad in ["8", "fc=3", "conv=5", "fc:5"]:
         with pytest.raises(ValueError, match="schedule"):
@@ -291,6 +362,17 @@ for i, (fn, args, exc, fragment) in enumerate(cases):
         assert fragment in str(e), (fragment, str(e))
     else:
         raise AssertionError(f"case {i}: no error raised")
+# forward_inference shares forward's checks
+for i, (args, exc, fragment) in enumerate([((x.float(), w_fc, b_fc, w_proj, b_proj), TypeError, "x must be bfloat16"),
+                                           ((x, w_fc, b_proj, w_proj, b_proj), ValueError, "b_fc must have shape (1536,)"),
+                                           ((misaligned, w_fc, b_fc, w_proj, b_proj), ValueError, "16-byte aligned")]):
+    print(f"inference case {i}: expecting {exc.__name__} '{fragment}'", flush=True)
+    try:
+        ext.forward_inference(*args)
+    except exc as e:
+        assert fragment in str(e), (fragment, str(e))
+    else:
+        raise AssertionError(f"inference case {i}: no error raised")
 # Through the switch: 'tk' with fp32 tensors outside autocast names the problem and the way out.
 kernels.configure("torch", mlp="tk")
 try:
