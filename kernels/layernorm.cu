@@ -527,7 +527,7 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
 // Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan.
-constexpr const char* DEFAULT_PLAN = "fwd_full,bwd_narrow_small,pdl";
+constexpr const char* DEFAULT_PLAN = "fwd_full,bwd_tree,pdl";
 
 // Flags are switched on one by one, starting from none; "default" switches on DEFAULT_PLAN's.
 // An unknown name sets *error (when given) and is otherwise ignored.

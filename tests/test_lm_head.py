@@ -392,8 +392,11 @@ def test_kernel_loss_and_gradient_vs_float64(N, V, dtype):
     ref_grad[valid.nonzero()[:, 0], targets[valid]] -= 1
     ref_grad = ref_grad * valid[:, None] / n_valid
     # each element within about one rounding of its own float64 value (bf16: unit roundoff 2^-8;
-    # fp32: exp2f and the fp32 lse), not only on the norm
-    slack = ref_grad.abs() * (2**-7 if dtype == torch.bfloat16 else 1e-5) + 1e-9 / n_valid
+    # fp32: exp2f and the fp32 lse), not only on the norm. The absolute floor is for the target's
+    # element, p - 1 with p near 1: in fp32 it cancels to a few ulps of 1.0 (the H200 measured
+    # 3-6 ulps at V=5 in session 3's final call, over the old floor of 1e-9); 1e-6 is ~8 ulps
+    floor = 1e-9 if dtype == torch.bfloat16 else 1e-6
+    slack = ref_grad.abs() * (2**-7 if dtype == torch.bfloat16 else 1e-5) + floor / n_valid
     assert ext.plan(source) == expected_plan(V, dtype, "auto")
 
     tested = set()
