@@ -23,8 +23,8 @@ attn_dropout = 0.0            # the fused attention kernels do not drop attentio
 learning_rate = 1e-3          # a small model can take a high learning rate
 max_iters = 5000
 # A small model's step is hundreds of small kernels: replaying them from a CUDA graph instead of
-# launching each from Python took the torch path's step from 13.3 to 7.5-7.7 ms on an H200 (the
-# tk kernels: 5.6-6.0 ms). Ignored, with a message, on the CPU and under torchrun or compile.
+# launching each from Python took the torch path's step from 13.3 to 7.4-7.7 ms on an H200 (the
+# tk kernels: 5.2 ms in session 3). Ignored, with a message, on the CPU and under torchrun or compile.
 cuda_graphs = True
 lr_decay_iters = 5000         # usually equal to max_iters
 min_lr = 1e-4                 # learning_rate / 10
