@@ -80,7 +80,7 @@ def main(argv):
     else:
         gpu = "no CUDA device (tk kernels cannot run; every op uses its PyTorch reference)"
     print(f"GPU      {gpu}")
-    print(f"torch    {torch.__version__} (CUDA {torch.version.cuda}), nvcc at {CUDA_HOME or 'not found'}")
+    print(f"torch    {torch.__version__} (CUDA {torch.version.cuda}), CUDA toolkit {CUDA_HOME or 'not found by torch (set CUDA_HOME)'}")
     if kernels._import_errors:
         for name, err in kernels._import_errors.items():
             print(f"IMPORT   kernels/{name}.py failed: {err}")
