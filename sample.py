@@ -90,8 +90,7 @@ def sample(config):
         raise ConfigError("num_samples must be >= 1 and max_new_tokens >= 0")
     ptdtype = getattr(torch, dtype_name)
     try:
-        kernel_switch.configure(c.kernels, c.kernels_attention, c.kernels_layernorm, c.kernels_mlp,
-                                c.kernels_lm_head)
+        kernel_switch.configure(c.kernels, **{op: getattr(c, f"kernels_{op}") for op in kernel_switch.OPS})
     except ValueError as e:
         raise ConfigError(str(e)) from None
 

@@ -345,8 +345,7 @@ def train(config):
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     try:
-        kernel_switch.configure(c.kernels, c.kernels_attention, c.kernels_layernorm, c.kernels_mlp,
-                                c.kernels_lm_head)
+        kernel_switch.configure(c.kernels, **{op: getattr(c, f"kernels_{op}") for op in kernel_switch.OPS})
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if master:

@@ -54,7 +54,6 @@ GPT2_124M = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, bias=False,
 # What makes the runs comparable iteration by iteration; a flag may not change these.
 FIXED = dict(dropout=0.0, attn_dropout=0.0, log_interval=1, init_from="scratch",
              wandb_log=False, eval_only=False)
-KERNEL_KEYS = ("kernels", "kernels_attention", "kernels_layernorm", "kernels_mlp", "kernels_lm_head")
 ITER_LINE = re.compile(r"^iter (\d+): loss ([-+0-9.eEnaif]+),")   # train.py's log line
 PARAMS_LINE = re.compile(r"([0-9.]+)M parameters")
 
@@ -127,7 +126,7 @@ def build_config(args, extra):
         if not flag.startswith("--"):
             raise CurvesError(f"unexpected argument {flag!r}: train settings are written --key=value")
         key = flag[2:].partition("=")[0]
-        if key in KERNEL_KEYS:
+        if key == "kernels" or key.startswith("kernels_"):   # kernels and every per-op override
             raise CurvesError(f"{flag}: the kernel setting is per run; use --paths (e.g. --paths torch,tk)")
         if key == "max_iters":
             raise CurvesError(f"{flag}: use --iters")
