@@ -115,6 +115,13 @@ __device__ __forceinline__ float grad_of(float x, bool is_target, const RowResul
     return (is_target ? p - 1.0f : p) * r.scale;
 }
 
+// 16 bytes as loaded (a plain load or a shared-memory read) -> a chunk.
+template <typename T> __device__ __forceinline__ tk::chunk16<T> chunk_of(uint4 raw) {
+    tk::chunk16<T> c;
+    c.word[0] = raw.x; c.word[1] = raw.y; c.word[2] = raw.z; c.word[3] = raw.w;
+    return c;
+}
+
 // ---- the row in registers: one DRAM read, one DRAM write -----------------------------------
 // Thread i holds chunks i, i + THREADS, i + 2·THREADS, ... of the row (consecutive threads on
 // consecutive 16-byte chunks: a warp moves 512 contiguous bytes per instruction). Needs cols and
@@ -137,8 +144,7 @@ __global__ void __launch_bounds__(THREADS) rows_in_registers(Args a) {
     for (int v = 0; v < VECS; ++v) {
         const int k = v * THREADS + threadIdx.x;
         if (k < chunks) {   // a plain load, not __ldg: this kernel writes the row afterwards
-            const uint4 raw = *reinterpret_cast<const uint4*>(x + int64_t(k) * E);
-            c[v].word[0] = raw.x; c[v].word[1] = raw.y; c[v].word[2] = raw.z; c[v].word[3] = raw.w;
+            c[v] = chunk_of<T>(*reinterpret_cast<const uint4*>(x + int64_t(k) * E));
         }
     }
 
@@ -197,16 +203,9 @@ __global__ void __launch_bounds__(THREADS, 2) rows_in_shared(Args a) {
     tk::cp_async_commit();
     tk::cp_async_wait<0>();
 
-    auto chunk = [&](int k) {
-        Chunk c;
-        const uint4 raw = row_chunks[k];
-        c.word[0] = raw.x; c.word[1] = raw.y; c.word[2] = raw.z; c.word[3] = raw.w;
-        return c;
-    };
-
     float m = NEG_INF;
     for (int k = threadIdx.x; k < chunks; k += THREADS) {
-        const Chunk c = chunk(k);
+        const Chunk c = chunk_of<T>(row_chunks[k]);
 #pragma unroll
         for (int e = 0; e < E; ++e) m = fmaxf(m, c[e]);
     }
@@ -215,7 +214,7 @@ __global__ void __launch_bounds__(THREADS, 2) rows_in_shared(Args a) {
     const float neg_m_log2e = -m * LOG2E;
     float s = 0.0f;
     for (int k = threadIdx.x; k < chunks; k += THREADS) {
-        const Chunk c = chunk(k);
+        const Chunk c = chunk_of<T>(row_chunks[k]);
 #pragma unroll
         for (int e = 0; e < E; ++e) s += exp2f(fmaf(c[e], LOG2E, neg_m_log2e));
     }
@@ -224,7 +223,7 @@ __global__ void __launch_bounds__(THREADS, 2) rows_in_shared(Args a) {
     const RowResult r = finish_row(m, s, target, a.cols, target_logit, a.loss_rows + row, a.grad_scale, a.write_grad);
     if (!a.write_grad) return;
     for (int k = threadIdx.x; k < chunks; k += THREADS) {
-        const Chunk c = chunk(k);
+        const Chunk c = chunk_of<T>(row_chunks[k]);
         float g[E];
 #pragma unroll
         for (int e = 0; e < E; ++e) g[e] = grad_of(c[e], int64_t(k) * E + e == target, r);
