@@ -40,29 +40,18 @@ def cases(Case, quick):
 
 # ---- python -m kernels.mlp_bench: the GEMM schedules against each other and torch eager ---------
 # One process times several schedule choices (kernels/mlp_op.py set_schedule) interleaved with
-# torch eager, so the ratios come from the same run (absolute figures drift ~10% between runs).
+# torch eager, so the ratios come from the same run (absolute figures drift ~10% between runs);
+# the timer is the GEMM bench's (kernels/gemm_bench.py time_ms: back-to-back calls between events).
 
 DEFAULT_SCHEDULES = ("0", "0,side=0", "4", "4,side=0", "5", "6", "7", "fc=5,dgelu=5,dw=5", "fc=5,dgelu=5,dx=5,proj=5",
                      "fc=6,dgelu=6", "fc=7,dgelu=7", "fc=7,dgelu=7,dx=7,proj=7")
-
-
-def time_ms(fn, iters):
-    """Milliseconds per call over `iters` back-to-back calls (GPU time while the queue stays full)."""
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / iters
 
 
 def main(argv=None):
     import argparse
     import statistics
     from kernels import mlp_op, reference
+    from kernels.gemm_bench import time_ms
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--M", default="16384,65536", help="token counts")
     ap.add_argument("--C", type=int, default=768)
