@@ -147,18 +147,24 @@ void raise_if_launch_failed(const char* err, const char* what) { tk_bindings::ra
 
 const void* ptr_or_null(const c10::optional<Tensor>& t) { return t && t->defined() ? t->data_ptr() : nullptr; }
 
-// Returns [y, pre, h]: pre = x·w_fcᵀ + b_fc, h = GELU(pre), y = h·w_projᵀ + b_proj.
-std::vector<Tensor> forward(const Tensor& x, const Tensor& w_fc, const c10::optional<Tensor>& b_fc,
-                            const Tensor& w_proj, const c10::optional<Tensor>& b_proj) {
+// The forward's two GEMMs. Returns [y, pre, h]: pre = x·w_fcᵀ + b_fc, h = GELU(pre),
+// y = h·w_projᵀ + b_proj. keep_pre = false (evaluation, forward_inference): c_fc's epilogue writes
+// h alone (gemm_args::c = nullptr; kernels/mlp_inference.cu), no (M, H) pre is allocated or
+// written and pre comes back undefined; y is bit-identical either way (the same math, schedules
+// and summation order).
+std::vector<Tensor> run_forward(const Tensor& x, const Tensor& w_fc, const c10::optional<Tensor>& b_fc,
+                                const Tensor& w_proj, const c10::optional<Tensor>& b_proj, bool keep_pre) {
     tk_bindings::raise_if(forward_problem(x, w_fc, b_fc, w_proj, b_proj));
     const int64_t M = x.size(0), C = x.size(1), H = w_fc.size(0);
     const c10::cuda::CUDAGuard guard(x.device());
 
-    Tensor pre = at::empty({M, H}, x.options()), h = at::empty({M, H}, x.options()), y = at::empty({M, C}, x.options());
+    Tensor pre = keep_pre ? at::empty({M, H}, x.options()) : Tensor();
+    Tensor h = at::empty({M, H}, x.options()), y = at::empty({M, C}, x.options());
     tk_mlp::gemm_args g = base_args(x, FC);
-    g.a = x.data_ptr(); g.b = w_fc.data_ptr(); g.c = pre.data_ptr(); g.c2 = h.data_ptr();
+    g.a = x.data_ptr(); g.b = w_fc.data_ptr(); g.c = keep_pre ? pre.data_ptr() : nullptr; g.c2 = h.data_ptr();
     g.M = int(M); g.N = int(H); g.K = int(C); g.bias = ptr_or_null(b_fc);
-    raise_if_launch_failed(tk_mlp::linear_bias_gelu(g), "c_fc forward (x·w_fcᵀ + b_fc, GELU)");
+    raise_if_launch_failed(tk_mlp::linear_bias_gelu(g), keep_pre ? "c_fc forward (x·w_fcᵀ + b_fc, GELU)"
+                                                                 : "c_fc forward, evaluation (GELU(x·w_fcᵀ + b_fc), no pre)");
 
     g = base_args(x, PROJ);
     g.a = h.data_ptr(); g.b = w_proj.data_ptr(); g.c = y.data_ptr();
@@ -167,26 +173,15 @@ std::vector<Tensor> forward(const Tensor& x, const Tensor& w_fc, const c10::opti
     return {y, pre, h};
 }
 
-// Evaluation: returns y alone. The same two GEMMs as forward, but c_fc's epilogue writes only h
-// (gemm_args::c = nullptr; kernels/mlp_inference.cu): no (M, H) pre is allocated or written. y is
-// bit-identical to forward's (the same math, schedules and summation order).
+std::vector<Tensor> forward(const Tensor& x, const Tensor& w_fc, const c10::optional<Tensor>& b_fc,
+                            const Tensor& w_proj, const c10::optional<Tensor>& b_proj) {
+    return run_forward(x, w_fc, b_fc, w_proj, b_proj, /*keep_pre=*/true);
+}
+
+// Evaluation: y alone (run_forward without pre).
 Tensor forward_inference(const Tensor& x, const Tensor& w_fc, const c10::optional<Tensor>& b_fc,
                          const Tensor& w_proj, const c10::optional<Tensor>& b_proj) {
-    tk_bindings::raise_if(forward_problem(x, w_fc, b_fc, w_proj, b_proj));
-    const int64_t M = x.size(0), C = x.size(1), H = w_fc.size(0);
-    const c10::cuda::CUDAGuard guard(x.device());
-
-    Tensor h = at::empty({M, H}, x.options()), y = at::empty({M, C}, x.options());
-    tk_mlp::gemm_args g = base_args(x, FC);
-    g.a = x.data_ptr(); g.b = w_fc.data_ptr(); g.c = nullptr; g.c2 = h.data_ptr();
-    g.M = int(M); g.N = int(H); g.K = int(C); g.bias = ptr_or_null(b_fc);
-    raise_if_launch_failed(tk_mlp::linear_bias_gelu(g), "c_fc forward, evaluation (GELU(x·w_fcᵀ + b_fc), no pre)");
-
-    g = base_args(x, PROJ);
-    g.a = h.data_ptr(); g.b = w_proj.data_ptr(); g.c = y.data_ptr();
-    g.M = int(M); g.N = int(C); g.K = int(H); g.bias = ptr_or_null(b_proj);
-    raise_if_launch_failed(tk_mlp::linear_bias(g), "c_proj forward (h·w_projᵀ + b_proj)");
-    return y;
+    return run_forward(x, w_fc, b_fc, w_proj, b_proj, /*keep_pre=*/false)[0];
 }
 
 // dW = Aᵀ·B over the tokens, split-K reduce-added into dw (fp32, zeroed), returned in bf16 (the
