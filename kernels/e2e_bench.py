@@ -291,8 +291,9 @@ def profile(spec, steps, rows, path, env_line=""):
     if cuda:
         torch.cuda.synchronize()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    # shapes and Python stacks: to tell which line of the model each copy/cast kernel comes from
-    with torch_profile(activities=activities, record_shapes=True, with_stack=True) as prof:
+    # input shapes: they tell which tensor each copy/cast kernel moves (session 3 found the two
+    # copies of the logits this way)
+    with torch_profile(activities=activities, record_shapes=True) as prof:
         for i in range(steps):
             with record_function("training_step"):
                 step(spec["warmup"] + i)
@@ -322,15 +323,13 @@ def profile(spec, steps, rows, path, env_line=""):
 
 
 def copy_table(prof, steps, rows):
-    """The copy and cast ops (aten::copy_ under .to/.float/.contiguous) by CUDA time, with the
-    input shapes and the innermost Python frames of the model code that asked for them."""
-    lines = [f"\ncopies and casts by CUDA time per step, with shapes and the calling lines (top {rows}):"]
-    groups = prof.key_averages(group_by_input_shape=True, group_by_stack_n=8)
-    copies = [e for e in groups if e.key == "aten::copy_" and e.device_time_total > 0]
+    """The copy and cast ops (aten::copy_ under .to/.float/.contiguous) by CUDA time per step,
+    with their input shapes."""
+    lines = [f"\ncopies and casts by CUDA time per step, with their shapes (top {rows}):"]
+    copies = [e for e in prof.key_averages(group_by_input_shape=True)
+              if e.key == "aten::copy_" and e.device_time_total > 0]
     for e in sorted(copies, key=lambda e: -e.device_time_total)[:rows]:
-        here = [f for f in e.stack if "site-packages" not in f and "profiler" not in f][:3]
-        lines.append(f"  {e.device_time_total / steps / 1000:8.3f} ms  {e.count // steps:4d}x  "
-                     f"{e.input_shapes}  " + " <- ".join(here))
+        lines.append(f"  {e.device_time_total / steps / 1000:8.3f} ms  {e.count // steps:4d}x  {e.input_shapes}")
     return "\n".join(lines) + "\n"
 
 
