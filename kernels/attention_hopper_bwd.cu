@@ -98,6 +98,8 @@
 #include "tk/ops/group/sync.cuh"
 #include "tk/ops/group/wgmma.cuh"
 #include "tk/ops/group/tma_4d.cuh"
+#include "tk/ops/group/tma.cuh"            // bulk async-group commit and waits
+#include "tk/sm80_instructions.cuh"        // exp2_approx, pack_bf16x2
 #include "attention_params.h"
 
 namespace attention_hopper_bwd {
@@ -156,22 +158,16 @@ constexpr float LOG2E = 1.4426950408889634f;
 constexpr int DEFAULT_VARIANT_D64 = 2;   // see attention_hopper_backward_variant at the bottom
 constexpr int DEFAULT_VARIANT_D128 = 1;  // 3 is not yet measured on the H200
 
-__device__ inline float exp2_ftz(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-__device__ inline uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);   // lo -> low 16 bits (lower address)
-    return *reinterpret_cast<uint32_t*>(&v);
-}
+using tk::sm80::exp2_approx;   // ex2.approx.ftz
+using tk::sm80::pack_bf16x2;   // lo -> low 16 bits (lower address)
+
 // The f32 accumulator of a 64 x 64 wgmma as four bf16 A operands (k-chunks of 16 columns),
 // without any shuffle (hopper-facts §4.3).
 __device__ inline void to_a_operand(uint32_t (&a)[4][4], const float (&d)[32]) {
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) a[j][q] = pack_bf16(d[8 * j + 2 * q], d[8 * j + 2 * q + 1]);
+        for (int q = 0; q < 4; ++q) a[j][q] = pack_bf16x2(d[8 * j + 2 * q], d[8 * j + 2 * q + 1]);
 }
 // Keep registers that an in-flight wgmma reads (A fragments) live and in place.
 __device__ inline void keep_alive(uint32_t (&a)[4][4]) {
@@ -182,7 +178,8 @@ __device__ inline void keep_alive(uint32_t (&a)[4][4]) {
 }
 
 // stmatrix.trans: four 8x8 bf16 matrices from registers, each stored transposed. Lane l gives
-// the address of stored row l % 8 of matrix l / 8 (16 bytes).
+// the address of stored row l % 8 of matrix l / 8 (16 bytes). (tk/ops/warp/memory_shared.cuh's
+// copy is declared for the device pass only, so a __global__ template cannot name it.)
 __device__ inline void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
 #ifdef TK_HOPPER
     asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
@@ -190,25 +187,15 @@ __device__ inline void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1
 #endif
 }
 
-// Bulk reduce-add of `bytes` (multiple of 16) fp32 from shared to global memory, and its waits.
+// Bulk reduce-add of `bytes` (multiple of 16) fp32 from shared to global memory, as one
+// bulk async-group of this thread (tk/ops/group/tma.cuh has the tensor-map form, not this 1-D
+// one; its store_wait_read / store_wait wait for these groups).
 __device__ inline void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
 #ifdef TK_HOPPER
     asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
                  :: "l"(dst), "r"(src), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 #endif
-}
-template <int N>
-__device__ inline void bulk_wait_read() {
-#ifdef TK_HOPPER
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-#endif
-}
-__device__ inline void bulk_wait_read_all() { bulk_wait_read<0>(); }
-__device__ inline void bulk_wait_all() {
-#ifdef TK_HOPPER
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-#endif
+    tk::tma::store_commit_group();
 }
 
 // ---- Kernel 1: Di = rowsum(dO ∘ O), fp32, D/8 threads per row (16-byte loads) -------------------
@@ -366,7 +353,7 @@ backward_kernel(const __grid_constant__ kernel_params p) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i_acc = 4 * j + e;
-                float x = exp2_ftz(fmaf(s_acc.d[i_acc], p.scale_log2, -((e & 1) ? l2.y : l2.x)));
+                float x = exp2_approx(fmaf(s_acc.d[i_acc], p.scale_log2, -((e & 1) ? l2.y : l2.x)));
                 if (mask) {
                     const int key = key0 + 8 * (e >> 1), query = m0 + 8 * j + 2 * t + (e & 1);
                     if ((p.causal && key > query) || key >= p.seq_len) x = 0.f;
@@ -479,7 +466,7 @@ backward_kernel(const __grid_constant__ kernel_params p) {
                             dq_tile + buffer * C::dq_bytes, C::dq_bytes);
     };
     auto store_dq = [&](int i) {                         // variant 1: one buffer, all in one go
-        if (tid == 0) bulk_wait_read_all();              // the previous reduce has read dq_smem
+        if (tid == 0) tma::store_wait_read<0>();         // the previous reduce has read dq_smem
         named_sync<128>(1 + c);
         write_dq(0);
         named_sync<128>(1 + c);
@@ -528,7 +515,7 @@ backward_kernel(const __grid_constant__ kernel_params p) {
             named_sync<128>(1 + c);                      // of block i-1 (before the bar.sync of
             if (tid == 0) {                              // this block's ds_dk_dq)
                 reduce_dq(i % 2, i);
-                bulk_wait_read<1>();                     // block i-1's copy has read its buffer
+                tma::store_wait_read<1>();               // block i-1's copy has read its buffer
             }
         }
         if (i0 == n_iter) {                              // nothing at all for these keys: zeros
@@ -544,12 +531,12 @@ backward_kernel(const __grid_constant__ kernel_params p) {
         for (int i = 0; i < D / 2; i += 2) {
             const int key = key0 + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * t;
             if (key < p.seq_len)
-                *reinterpret_cast<uint32_t*>(head + key * ss + col) = pack_bf16(d[i] * mul, d[i + 1] * mul);
+                *reinterpret_cast<uint32_t*>(head + key * ss + col) = pack_bf16x2(d[i] * mul, d[i + 1] * mul);
         }
     };
     store(p.dv, p.dv_stride_batch, p.dv_stride_head, p.dv_stride_seq, dv_acc.d, 1.f);
     store(p.dk, p.dk_stride_batch, p.dk_stride_head, p.dk_stride_seq, dk_acc.d, p.scale);
-    if (tid == 0) bulk_wait_all();                       // the last reduce-add has landed
+    if (tid == 0) tma::store_wait<0>();                  // the last reduce-add has landed
 }
 
 // ---- Kernel 3: dQ = scale · dq_accum, from register order to bf16 in dQ's strides ---------------
@@ -571,9 +558,9 @@ __global__ void __launch_bounds__(256) convert_dq_kernel(const AttentionBackward
     const float sc = p.shape.scale;
     auto* dq = static_cast<__nv_bfloat16*>(p.dq.data) + b * p.dq.stride_batch + h * p.dq.stride_head + col;
     if (row < p.shape.seq_len)
-        *reinterpret_cast<uint32_t*>(dq + int64_t(row) * p.dq.stride_seq) = pack_bf16(v.x * sc, v.y * sc);
+        *reinterpret_cast<uint32_t*>(dq + int64_t(row) * p.dq.stride_seq) = pack_bf16x2(v.x * sc, v.y * sc);
     if (row + 8 < p.shape.seq_len)
-        *reinterpret_cast<uint32_t*>(dq + int64_t(row + 8) * p.dq.stride_seq) = pack_bf16(v.z * sc, v.w * sc);
+        *reinterpret_cast<uint32_t*>(dq + int64_t(row + 8) * p.dq.stride_seq) = pack_bf16x2(v.z * sc, v.w * sc);
 }
 
 // ---- Host side ---------------------------------------------------------------------------------
