@@ -4,23 +4,20 @@
 #   bash tests/gpu_combined.sh OUT "LANE0" "LANE1"
 #
 # Each LANE is a space-separated list of SCRIPT:SECONDS; the scripts of a lane run one after the
-# other on that lane's GPU, each as `bash SCRIPT OUT/<script name>` under a hard limit of SECONDS
-# (LANE_LIMIT, which the gpu_lib.sh scripts honour, is set 10 s below it so they pack their logs).
-# A SCRIPT may also be a command line with its spaces written as @, e.g.
-# python3@bench.py@--e2e@--models@gpt2:120; its output goes to OUT/gpu<i>_cmd<n>.log. Afterwards OUT is packed into OUT/all.tgz (the device tool returns only a
-# few files); OUT/summary.txt holds each script's exit status and the tail of its output.
+# other on that lane's GPU, each as `bash SCRIPT OUT/logs/<script name>` under gpu_lib.sh's `step`
+# with a limit of SECONDS (LANE_LIMIT, which the gpu_lib.sh scripts honour, is set 10 s below it
+# so they pack their own logs). A SCRIPT may also be a command line with its spaces written as @,
+# e.g. python3@bench.py@--e2e@--models@gpt2:120; its output goes to OUT/logs/gpu<i>_cmd<n>.log.
+# PREBUILD=0 leaves the building to the scripts (each builds what it needs; torch locks the cache).
+# The logs are packed into OUT/logs.tgz; OUT/summary.txt holds each script's exit status and the
+# tail of its output. The whole call is bounded by LANE_LIMIT_ALL (s, default 580).
 set -uo pipefail
 [ $# -ge 2 ] || { echo "usage: bash tests/gpu_combined.sh OUT \"SCRIPT:SECONDS ...\" [\"SCRIPT:SECONDS ...\"]" >&2; exit 2; }
 cd "$(dirname "$0")/.."
-OUT=$(mkdir -p "$1" && cd "$1" && pwd); shift
-S="$OUT/summary.txt"
-export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/ext}
-START=$(date +%s)
-note() { echo "[$(date -u +%T) +$(( $(date +%s) - START ))s] $*" | tee -a "$S"; }
-[ -f data/shakespeare_char/input.txt ] || cp .gpu_carry/input.txt data/shakespeare_char/input.txt 2>/dev/null
-python3 data/shakespeare_char/prepare.py > /dev/null 2>&1 || note "shakespeare_char prepare failed"
-# PREBUILD=0 leaves the building to the scripts (each builds what it needs; torch locks the cache)
-[ "${PREBUILD:-1}" = 0 ] || note "prebuild: $(timeout 200 python3 -m kernels --build 2>&1 | tail -1)"
+LANE_LIMIT=${LANE_LIMIT_ALL:-580} source tests/gpu_lib.sh "$1"; shift
+note "gpu_combined"
+setup_shakespeare
+[ "${PREBUILD:-1}" = 0 ] || prebuild_all
 
 run_lane() {   # $1 GPU index, $2 the lane's list
     export CUDA_VISIBLE_DEVICES=$1
@@ -30,19 +27,17 @@ run_lane() {   # $1 GPU index, $2 the lane's list
         n=$((n + 1)); cmd=${item%:*}; seconds=${item##*:}
         if [[ "$cmd" == *.sh ]]; then
             name=$(basename "$cmd" .sh)
-            LANE_LIMIT=$((seconds - 10)) timeout -k 5 "$seconds" bash "$cmd" "$OUT/$name" > "$OUT/$name.log" 2>&1
+            LANE_LIMIT=$((seconds - 10)) step "$seconds" "$name.log" bash "$cmd" "$L/$name"
         else
             name="gpu$1_cmd$n"
-            timeout -k 5 "$seconds" bash -c "$cmd" > "$OUT/$name.log" 2>&1
+            step "$seconds" "$name.log" bash -c "$cmd"
         fi
-        local rc=$?
-        note "GPU $1: $cmd -> rc=$rc"
-        tail -12 "$OUT/$name.log" | sed 's/^/    /' >> "$S"
+        note "GPU $1: $cmd -> rc=$?"
+        tail -12 "$L/$name.log" | sed 's/^/    /' >> "$S"
     done < <(echo "$2" | tr ' ' '\n' | sed 's/@/ /g')
 }
 
-run_lane 0 "$1" & P0=$!
-[ $# -ge 2 ] && { run_lane 1 "$2" & P1=$!; }
+run_lane 0 "$1" &
+[ $# -ge 2 ] && run_lane 1 "$2" &
 wait
-tar czf "$OUT/all.tgz" -C "$OUT" --exclude all.tgz --exclude summary.txt . 2>/dev/null
-note "packed"
+pack
