@@ -42,7 +42,6 @@ F.cross_entropy). dx comes back in x's dtype, dW in W's. An out-of-range target 
 [0, V)) cannot raise without a host sync: its row's loss is NaN, so the mean is NaN.
 """
 import os
-import sys
 
 import torch
 from torch import Tensor
@@ -63,8 +62,9 @@ CHUNK_BYTES = 512 * 2**20   # a chunk's logits: at most this (GPT-2: 4096 rows, 
 # and tests the op with these set to them (test_op_with_requested_kernels). Set them here once a
 # run shows them faster and passing. A kernel that cannot take a row falls back to "auto".
 # TK_LM_HEAD_KERNEL_WIDE / _NARROW override them (a GPU script that has just tested a kernel).
-KERNEL_WIDE = os.environ.get("TK_LM_HEAD_KERNEL_WIDE", "auto")       # rows wider than 1024 columns (GPT-2: 50304)
-KERNEL_NARROW = os.environ.get("TK_LM_HEAD_KERNEL_NARROW", "auto")   # rows of at most 1024 columns (shakespeare-char: 65)
+KERNEL_WIDE = os.environ.get("TK_LM_HEAD_KERNEL_WIDE", "auto")       # rows wider than NARROW_COLS (GPT-2: 50304)
+KERNEL_NARROW = os.environ.get("TK_LM_HEAD_KERNEL_NARROW", "auto")   # rows of at most NARROW_COLS (shakespeare-char: 65)
+NARROW_COLS = 1024   # the widest row rows_per_warp takes (WARP_ROW_COLS in cross_entropy.cu)
 
 
 # ---- 0. input checks: the public op's arguments (the bindings check the kernel's own) ---------
@@ -104,10 +104,17 @@ _fp32_gemm_ok = {"mm": None, "addmm": None}   # None: not tried yet
 
 
 def _try(kind, fn):
+    """Runs fn (a GEMM with out_dtype) unless this torch refused it before; False if refused.
+    Only the first call may conclude "refused": later errors (OOM, a CUDA error) propagate."""
     if _fp32_gemm_ok[kind] is False:
         return False
+    if _fp32_gemm_ok[kind]:
+        fn()
+        return True
     try:
         fn()
+    except torch.cuda.OutOfMemoryError:   # a real failure of a supported call
+        raise
     except (RuntimeError, TypeError):   # TypeError: a torch without the out_dtype argument
         _fp32_gemm_ok[kind] = False
         return False
@@ -140,7 +147,7 @@ def _addmm_into(acc, a, b):
 
 def _cross_entropy_(logits, targets, loss_rows, grad_scale, write_grad):
     """The kernel on one chunk: loss_rows filled; with write_grad, dlogits in place of logits."""
-    kernel = KERNEL_NARROW if logits.shape[1] <= 1024 else KERNEL_WIDE
+    kernel = KERNEL_NARROW if logits.shape[1] <= NARROW_COLS else KERNEL_WIDE
     _ext.module.cross_entropy_(logits, targets, loss_rows, grad_scale, write_grad, kernel)
 
 
@@ -224,8 +231,7 @@ class _LMHeadEager(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss):
-        dx, dw = ctx.saved_tensors
-        return dx * grad_loss, dw * grad_loss, None, None, None
+        return _backward(ctx, grad_loss, None, None)
 
 
 # ---- 4. the public op, with the same signature as reference.lm_head_loss ---------------------

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
+from conftest import rel_err   # fails on NaN or inf in the result
 from kernels import lm_head_op, reference
 from model import GPT, GPTConfig
 
@@ -39,12 +40,6 @@ def restore_switch():
     yield
     kernels.configure("auto", **saved)
     kernels.reset_used()
-
-
-def rel_err(a, b):
-    a, b = a.double(), b.double()
-    assert not torch.isnan(a).any(), "NaN in the result"
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
 def make_inputs(N, C, V, device="cpu", x_dtype=torch.float32, seed=0, ignore_every=5):
@@ -198,6 +193,26 @@ def test_bindings_compile(tmp_path):
 def test_owner_of_op_modules():
     assert kernels._owner("lm_head_op") == "lm_head" and kernels._owner("mlp_op") == "mlp"
     assert kernels._owner("attention_hopper") == "attention" and kernels._owner("gemm") is None
+
+
+def test_fp32_gemm_fallback_is_decided_by_the_first_call(monkeypatch):
+    """_try: a torch that refuses out_dtype is found out once and never asked again; an OOM, or
+    any error after out_dtype worked once, propagates instead of switching to the fallback."""
+    monkeypatch.setattr(lm_head_op, "_fp32_gemm_ok", {"mm": None, "addmm": None})
+    def refused():
+        raise RuntimeError("self and mat2 must have the same dtype")
+    def oom():
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+    ran = []
+    assert lm_head_op._try("mm", refused) is False
+    assert lm_head_op._try("mm", lambda: ran.append("mm")) is False and ran == []
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        lm_head_op._try("addmm", oom)
+    assert lm_head_op._fp32_gemm_ok["addmm"] is None
+    assert lm_head_op._try("addmm", lambda: ran.append("addmm")) is True and ran == ["addmm"]
+    with pytest.raises(RuntimeError, match="same dtype"):
+        lm_head_op._try("addmm", refused)
+    assert lm_head_op._fp32_gemm_ok == {"mm": False, "addmm": True}
 
 
 # ---- CPU: the tk Python half with a fake kernel -----------------------------------------------
@@ -363,7 +378,7 @@ def expected_plan(V, dtype, kernel):
         return "streamed"
     if kernel == "shared" and fits_shared:
         return "shared"
-    if kernel == "warp" and V <= 1024:
+    if kernel == "warp" and V <= lm_head_op.NARROW_COLS:
         return "warp"
     return auto
 
