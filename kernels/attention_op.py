@@ -136,11 +136,10 @@ def set_backend(name="auto"):
 def _choose(q, causal, scale, direction):
     """(name, None) of the backend that runs `direction` ('forward' | 'backward'), or (None, reason)."""
     names = list(BACKENDS) if _pinned == "auto" else [_pinned]
-    if direction == "backward" and _pinned != "auto" and BACKENDS[_pinned].backward is None:
-        names = list(BACKENDS)   # a pinned forward-only backend borrows any backward (same lse)
-    elif direction == "backward" and _pinned != "auto":
-        # a pinned backend whose backward declines these inputs borrows the next one that takes them
-        names = [_pinned] + [name for name in BACKENDS if name != _pinned]
+    if direction == "backward" and _pinned != "auto":
+        # a pinned backend without a backward, or whose backward declines these inputs, borrows
+        # the next backend's that takes them (every backend's lse is the same)
+        names += [name for name in BACKENDS if name != _pinned]
     reasons = []
     for name in names:
         backend = BACKENDS[name]
