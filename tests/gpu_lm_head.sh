@@ -1,27 +1,24 @@
 #!/bin/bash
 # One H200 call for the fused LM head + cross-entropy (kernels/lm_head_op.py, cross_entropy.cu):
 # build, a smoke check at GPT-2's training shape, the GPU tests, the bench row, compute-sanitizer.
-# Usage: bash tests/gpu_lm_head.sh OUTDIR   (logs land there; expected ~5 min on a cold machine:
-# build ~30 s, smoke ~15 s, pytest ~50 s, bench ~30 s, sanitizer ~60 s; each step has a timeout).
+# Usage: bash tests/gpu_lm_head.sh OUTDIR   (OUTDIR/summary.txt, logs in OUTDIR/logs; expected ~5 min
+# on a cold machine: build ~30 s, smoke ~15 s, pytest ~50 s, bench ~30 s, sanitizer ~60 s; each
+# step has a timeout, all of them together LANE_LIMIT (default 480 s): tests/gpu_lib.sh's step).
 # Env: SKIP_PYTEST=1, SKIP_BENCH=1, SKIP_SANITIZE=1, BENCH_ARGS (default: --quick, default compile mode).
 # FINAL=1 (the session's last call, <= 90 s, extension already built): only what changed since
 # call 2 (rows_in_shared, rows_per_warp, requested kernels, the CUDA-graph test): the kernel
 # timings and those GPU tests; no GPT-2 op smoke, bench or sanitizer. Expected ~70 s.
-OUT=${1:-/tmp/lm_head_out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/ext}
 cd "$(dirname "$0")/.."
-T0=$(date +%s)
-stamp() { echo "[+$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/summary.txt"; }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | tee -a "$OUT/summary.txt"
+source tests/gpu_lib.sh "${1:-/tmp/lm_head_out}"   # OUT, L (logs), S (summary), note, step
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | tee -a "$S"
 
-timeout 180 python3 -c "from kernels import lm_head_op; r = lm_head_op._ext.why_not(); print('build:', r); assert r is None" \
-  > "$OUT/build.log" 2>&1
-stamp "build rc=$? ($(tail -1 "$OUT/build.log"))"
+step 180 build.log python3 -c "from kernels import lm_head_op; r = lm_head_op._ext.why_not(); print('build:', r); assert r is None"
+note "build rc=$? ($(grep -E '^build:' "$L/build.log" | tail -1))"
 
 if [ -n "$FINAL" ]; then SKIP_BENCH=1 SKIP_SANITIZE=1; fi
 
 if [ -z "$FINAL" ]; then
-timeout 120 python3 - > "$OUT/smoke.log" 2>&1 <<'PY'
+step 120 smoke.log python3 - <<'PY'
 # GPT-2's training shape: tk vs the reference (both under bf16 autocast) and the kernel's plan.
 import torch
 from kernels import lm_head_op, reference
@@ -55,10 +52,10 @@ for name in out:   # 20 timed fwd+bwd, eager launch (the bench row has the graph
     e.record(); torch.cuda.synchronize()
     print(f"{name}: {s.elapsed_time(e) / 20:.2f} ms per fwd+bwd")
 PY
-stamp "smoke rc=$?"
+note "smoke rc=$?"
 fi
 
-timeout 40 python3 - >> "$OUT/smoke.log" 2>&1 <<'PY'
+step 40 smoke.log python3 - <<'PY'
 # the kernel alone on one GPT-2 chunk (4096 x 50304 bf16, 412 MB) and shakespeare's logits: each
 # kernel that can take the rows, achieved bandwidth (median of 10 after 3 warm-up calls)
 import torch
@@ -85,21 +82,21 @@ for V, dt in ((50304, torch.bfloat16), (65, torch.bfloat16), (50304, torch.float
             print(f"kernel {ext.plan(logits, kernel)} {rows}x{V} {str(dt)[6:]} write_grad={write}: "
                   f"{ms:.3f} ms, {moved / ms / 1e9:.2f} TB/s")
 PY
-stamp "kernel timings rc=$?"; grep -v "^\s*$" "$OUT/smoke.log" | tail -24
+note "kernel timings rc=$?"; grep -v "^\s*$" "$L/smoke.log" | tail -24
 
 if [ -z "$SKIP_PYTEST" ]; then
   SELECT=""
   [ -n "$FINAL" ] && SELECT="kernel_loss_and_gradient or kernel_plans or loss_only or cuda_graph or requested_kernels or model_loss_and_grads or bad_arguments"
-  timeout ${PYTEST_TIMEOUT:-$([ -n "$FINAL" ] && echo 65 || echo 200)} python3 -m pytest -v --maxfail=10 --tb=short \
-    tests/test_lm_head.py ${SELECT:+-k "$SELECT"} > "$OUT/pytest.log" 2>&1
-  stamp "pytest rc=$? ($(tail -1 "$OUT/pytest.log"))"
-  grep -E "FAILED|ERROR|Fatal|passed|failed" "$OUT/pytest.log" | head -30
+  step ${PYTEST_TIMEOUT:-$([ -n "$FINAL" ] && echo 65 || echo 200)} pytest.log python3 -m pytest -v --maxfail=10 --tb=short \
+    tests/test_lm_head.py ${SELECT:+-k "$SELECT"}
+  note "pytest rc=$? ($(grep -E '^=+ .* in [0-9.]+s' "$L/pytest.log" | tail -1))"
+  grep -E "FAILED|ERROR|Fatal|passed|failed" "$L/pytest.log" | head -30
 fi
 
 if [ -z "$SKIP_BENCH" ]; then
-  timeout ${BENCH_TIMEOUT:-150} python3 bench.py --ops lm_head ${BENCH_ARGS:---quick --compile-modes default --reps 20 --warmup 5} \
-    --json "$OUT/bench_lm_head.json" > "$OUT/bench.log" 2>&1
-  stamp "bench rc=$?"; grep -v "^\s*$" "$OUT/bench.log" | tail -14
+  step ${BENCH_TIMEOUT:-150} bench.log python3 bench.py --ops lm_head ${BENCH_ARGS:---quick --compile-modes default --reps 20 --warmup 5} \
+    --json "$OUT/bench_lm_head.json"
+  note "bench rc=$?"; grep -v "^\s*$" "$L/bench.log" | tail -14
 fi
 
 if [ -z "$SKIP_SANITIZE" ]; then
@@ -120,9 +117,9 @@ t = torch.randint(0, 1000, (70,), device="cuda")
 with torch.autocast("cuda", dtype=torch.bfloat16):
     torch.autograd.grad(lm_head_op.lm_head_loss(x, w, t), (x, w))
 torch.cuda.synchronize(); print("sanitizer script done")'
-  timeout 90 compute-sanitizer --tool memcheck --print-limit 5 python3 -c "$SAN" > "$OUT/memcheck.log" 2>&1
-  stamp "memcheck rc=$? ($(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1))"
-  timeout 90 compute-sanitizer --tool racecheck --print-limit 5 python3 -c "$SAN" > "$OUT/racecheck.log" 2>&1
-  stamp "racecheck rc=$? ($(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1))"
+  step 90 memcheck.log compute-sanitizer --tool memcheck --print-limit 5 python3 -c "$SAN"
+  note "memcheck rc=$? ($(grep -E 'ERROR SUMMARY' "$L/memcheck.log" | tail -1))"
+  step 90 racecheck.log compute-sanitizer --tool racecheck --print-limit 5 python3 -c "$SAN"
+  note "racecheck rc=$? ($(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$L/racecheck.log" | tail -1))"
 fi
-stamp "done"
+note "done"
