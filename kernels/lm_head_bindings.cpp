@@ -45,14 +45,20 @@ Problem tensor_problem(const Tensor& t, const char* name, at::ScalarType dtype, 
     return {};
 }
 
-Problem cross_entropy_problem(const Tensor& logits, const Tensor& targets, const Tensor& loss_rows,
-                              const Tensor& grad_scale) {
+// The logits matrix alone: what cross_entropy_ and plan both need.
+Problem logits_problem(const Tensor& logits) {
     using tk_bindings::value_problem;
     if (Problem p = tensor_problem(logits, "logits", at::ScalarType::Undefined, -1, Tensor())) return p;
     if (logits.dim() != 2 || logits.size(0) < 1 || logits.size(1) < 1)
         return value_problem(say("logits", " must be a non-empty 2-D (rows, vocab) matrix, got shape " + dims(logits.sizes())));
     if (logits.size(0) >= (int64_t(1) << 31))
         return value_problem(say("logits", " must have fewer than 2^31 rows, got " + std::to_string(logits.size(0))));
+    return {};
+}
+
+Problem cross_entropy_problem(const Tensor& logits, const Tensor& targets, const Tensor& loss_rows,
+                              const Tensor& grad_scale) {
+    if (Problem p = logits_problem(logits)) return p;
     const int64_t rows = logits.size(0);
     if (Problem p = tensor_problem(targets, "targets", at::kLong, rows, logits)) return p;
     if (Problem p = tensor_problem(loss_rows, "loss_rows", at::kFloat, rows, logits)) return p;
@@ -112,11 +118,10 @@ std::string check_cross_entropy(const Tensor& logits, const Tensor& targets, con
     return cross_entropy_problem(logits, targets, loss_rows, grad_scale).message;
 }
 
-// Which kernel cross_entropy_ takes for this (checked) logits tensor: tests and notes.
+// Which kernel cross_entropy_ takes for this logits tensor (checked as cross_entropy_ checks it):
+// tests and notes.
 std::string plan(const Tensor& logits, const std::string& kernel) {
-    tk_bindings::raise_if(tensor_problem(logits, "logits", at::ScalarType::Undefined, -1, Tensor()));
-    if (logits.dim() != 2 || logits.numel() == 0)
-        tk_bindings::raise_if(tk_bindings::value_problem(say("logits", " must be a non-empty 2-D matrix")));
+    tk_bindings::raise_if(logits_problem(logits));
     tk_cross_entropy::Kernel which{};
     tk_bindings::raise_if(kernel_problem(kernel, &which));
     const c10::cuda::CUDAGuard guard(logits.device());
