@@ -565,6 +565,10 @@ __global__ void __launch_bounds__(256) convert_dq_kernel(const AttentionBackward
 
 // ---- Host side ---------------------------------------------------------------------------------
 inline int query_blocks(int seq_len) { return (seq_len + 63) / 64; }
+// Floats of the dQ accumulator: a 64 x D chunk per (head, query block), query blocks padded to 64.
+inline int64_t dq_accum_floats(int batch, int heads, int seq_len, int head_dim) {
+    return int64_t(batch) * heads * query_blocks(seq_len) * 64 * head_dim;
+}
 
 template <int D, bool PIPELINED, bool SPLIT_DQ = false>
 cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream) {
@@ -573,8 +577,8 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream) {
     const int q_blocks = query_blocks(sh.seq_len);
     const int64_t rows = int64_t(sh.batch) * sh.heads * sh.seq_len;
 
-    cudaError_t err = cudaMemsetAsync(a.dq_accum, 0, size_t(sh.batch) * sh.heads * q_blocks * 64 * D * sizeof(float),
-                                      stream);
+    const int64_t accum_floats = dq_accum_floats(sh.batch, sh.heads, sh.seq_len, D);
+    cudaError_t err = cudaMemsetAsync(a.dq_accum, 0, size_t(accum_floats) * sizeof(float), stream);
     if (err != cudaSuccess) return err;
     rowsum_kernel<D><<<unsigned((rows + 256 / (D / 8) - 1) / (256 / (D / 8))), 256, 0, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
@@ -616,7 +620,7 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream) {
     kernel<<<grid, C::threads, C::smem_bytes, stream>>>(kp);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
 
-    const int64_t float4s = int64_t(sh.batch) * sh.heads * q_blocks * (64 * D / 4);
+    const int64_t float4s = accum_floats / 4;
     convert_dq_kernel<D><<<unsigned((float4s + 255) / 256), 256, 0, stream>>>(a, q_blocks);
     return cudaGetLastError();
 }
@@ -646,7 +650,7 @@ const char* attention_hopper_backward_why_not(const AttentionBackwardParams& a) 
 
 // Floats the launcher needs in AttentionBackwardParams::dq_accum (query blocks padded to 64 rows).
 int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_len, int head_dim) {
-    return int64_t(batch) * heads * attention_hopper_bwd::query_blocks(seq_len) * 64 * head_dim;
+    return attention_hopper_bwd::dq_accum_floats(batch, heads, seq_len, head_dim);
 }
 
 // The variants, numbered as in kernels/NOTES.md (Session 3, Hopper backward); 0 = the default.
