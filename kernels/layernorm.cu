@@ -52,12 +52,12 @@
 // beside fp32 h moves the same 4 columns in 8 bytes (a warp: 256 contiguous bytes, still
 // coalesced).
 //
-// PLAN VARIANTS (session 3): how many bytes a thread's chunk holds (16, or 8 = "narrow": more
-// threads a row, fewer registers each), whether a warp issues its next row's loads before
-// reducing the current one ("prefetch"), the grid, the backward's row order and programmatic
-// dependent launches are runtime choices (set_variant, TK_LAYERNORM_VARIANT), so one process can
-// time them against each other (kernels/layernorm_bench.py). The same arithmetic in every plan;
-// kernels/NOTES.md ("Session 3: LayerNorm speed") has the measurements and the default.
+// PLAN VARIANTS (session 3): the forward's grid, how the backward's block adds up dw/db, the
+// backward's row order and programmatic dependent launches are runtime choices (set_variant,
+// TK_LAYERNORM_VARIANT), so one process can time them against each other
+// (kernels/layernorm_bench.py). The same arithmetic in every plan; kernels/NOTES.md ("Session 3:
+// LayerNorm speed") has the measurements and the default. (8-byte "narrow" chunks and a
+// next-row "prefetch" were tried there too, lost on the H200 and were removed.)
 //
 // Read in this order: Chunk, RowGroup (who holds which columns), group_sum, forward_kernel,
 // backward_kernel, column_sum_kernel, the variants, then the launchers at the bottom (grid
@@ -81,7 +81,7 @@ constexpr int MAX_CHUNKS = 4;   // chunks per thread per row: at most 32 bf16 or
 
 // A chunk is E consecutive columns of one row of a T tensor, kept as loaded and moved with ONE
 // vector instruction each way: tk::chunk<T, E> (tk/ops/chunk16.cuh), 16 bytes of h, and for a
-// bf16 tensor beside fp32 h the same E columns in 8 bytes (the narrow variant halves both).
+// bf16 tensor beside fp32 h the same E columns in 8 bytes.
 // Elements widen to float on use (exact for bf16: a float's top half).
 template <typename T, int E> using Chunk = tk::chunk<T, E>;
 
@@ -147,28 +147,20 @@ template <int E> __device__ __forceinline__ void load_params(float (&p)[E], cons
     else load_floats<float, E>(p, static_cast<const float*>(src) + col);
 }
 
-// E floats to / added from shared or global memory in 16-byte (or, for E = 2, 8-byte) vectors;
-// p aligned to E floats.
+// E floats (a multiple of 4) to / added from shared or global memory in 16-byte vectors; p
+// aligned to 16 bytes.
 template <int E> __device__ __forceinline__ void store_vec(float* p, const float (&v)[E]) {
-    if constexpr (E % 4 == 0) {
+    static_assert(E % 4 == 0, "store_vec: a multiple of 4 floats");
 #pragma unroll
-        for (int k = 0; k < E / 4; ++k)
-            reinterpret_cast<float4*>(p)[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
-    } else {
-        static_assert(E == 2, "store_vec: 2 or a multiple of 4 floats");
-        *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
-    }
+    for (int k = 0; k < E / 4; ++k)
+        reinterpret_cast<float4*>(p)[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
 }
 template <int E> __device__ __forceinline__ void add_vec(float (&v)[E], const float* p) {
-    if constexpr (E % 4 == 0) {
+    static_assert(E % 4 == 0, "add_vec: a multiple of 4 floats");
 #pragma unroll
-        for (int k = 0; k < E / 4; ++k) {
-            const float4 q = reinterpret_cast<const float4*>(p)[k];
-            v[4 * k] += q.x; v[4 * k + 1] += q.y; v[4 * k + 2] += q.z; v[4 * k + 3] += q.w;
-        }
-    } else {
-        const float2 q = *reinterpret_cast<const float2*>(p);
-        v[0] += q.x; v[1] += q.y;
+    for (int k = 0; k < E / 4; ++k) {
+        const float4 q = reinterpret_cast<const float4*>(p)[k];
+        v[4 * k] += q.x; v[4 * k + 1] += q.y; v[4 * k + 2] += q.z; v[4 * k + 3] += q.w;
     }
 }
 
@@ -187,15 +179,8 @@ __device__ __forceinline__ void allow_next_grid() {
 }
 
 // ---- forward: one read of x and r, one write of h and y ----------------------------------------
-// CB: bytes of h per chunk, 16 (the default) or 8 (the narrow variant: twice the threads a row,
-// half the registers a thread, so more warps fit on an SM).
-// PF (prefetch): the loads of the group's NEXT row are issued before the current row's
-// reductions, so every warp always has a row of loads in flight. Without it a warp's loads are
-// in flight only between its load and its first use, and when all warps start together they
-// tend to stay in step: DRAM busy while they wait, idle while they all reduce. The price: a
-// second row's chunks in registers (fewer warps an SM).
-// Occupancy asked of ptxas: up to 48 bytes of h a thread, four blocks (32 warps) an SM without
-// prefetch, three with it; more, no minimum.
+// Occupancy asked of ptxas: up to 3 chunks (48 bytes of h) a thread, four blocks (32 warps) an
+// SM; more, no minimum.
 template <typename TH, typename TR, int E, int CHUNKS> struct ForwardRow {
     Chunk<TH, E> x[CHUNKS];
     Chunk<TR, E> r[CHUNKS];
@@ -213,13 +198,13 @@ template <typename TH, typename TR, int E, int CHUNKS> struct ForwardRow {
     }
 };
 
-template <typename TH, typename TR, typename TY, int CB, int CHUNKS, bool PF>
-__global__ void __launch_bounds__(BLOCK_THREADS, CB * CHUNKS <= 48 ? (PF ? 3 : 4) : 1)
+template <typename TH, typename TR, typename TY, int CHUNKS>
+__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 4 : 1)
 forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* __restrict__ w,
                const void* __restrict__ b, bool params_bf16, TY* __restrict__ y, TH* __restrict__ h,
                float* __restrict__ mean_out, float* __restrict__ rstd_out,
                int64_t rows, int cols, int G, float eps) {
-    constexpr int E = CB / int(sizeof(TH));   // columns per chunk
+    constexpr int E = 16 / int(sizeof(TH));   // columns per chunk
     __shared__ float scratch[BLOCK_WARPS];
     const RowGroup g(G, cols / E);
     const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
@@ -228,17 +213,14 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
     // depends only on blockIdx, so every group runs it equally often and group_sum's barriers
     // are safe; rows past the end are "not live".
     int64_t first = int64_t(blockIdx.x) * g.rows_per_step;
-    ForwardRow<TH, TR, E, CHUNKS> in;
-    if constexpr (PF) in.issue(x, r, (first + g.slot) * cols, first + g.slot < rows, g);
     for (; first < rows; first += stride) {
         const int64_t row = first + g.slot;
         const bool live = row < rows;
         const int64_t base = row * cols;
 
         // 1. The one read: every load is issued before any is used, so they are all in flight.
-        ForwardRow<TH, TR, E, CHUNKS> next;
-        if constexpr (PF) next.issue(x, r, (row + stride) * cols, row + stride < rows, g);
-        else in.issue(x, r, base, live, g);
+        ForwardRow<TH, TR, E, CHUNKS> in;
+        in.issue(x, r, base, live, g);
         float v[CHUNKS][E];   // h = x + r in fp32, rounded to TH: exactly the h we store and the
         float s = 0.0f;       // backward reads, so forward and backward see the same input. A bf16
                               // r widens exactly, so for fp32 h this is torch's promoted x + r.
@@ -280,18 +262,15 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
                 rstd_out[row] = rstd;
             }
         }
-        if constexpr (PF) in = next;
     }
     allow_next_grid();
 }
 
 // ---- backward: one read of h, dy and dh, one write of dh_out (and dr); dw, db summed on the way -
-// Registers decide how many warps (so how many loads) are in flight. The default 16-byte chunks
-// ask for two blocks (16 warps) per SM, <= 128 registers a thread, where that costs no spills (up
+// Registers decide how many warps (so how many loads) are in flight. The 16-byte chunks ask for
+// two blocks (16 warps) per SM, <= 128 registers a thread, where that costs no spills (up
 // to 3 chunks: 24 bf16 a lane, C = 768 with one warp a row); with 4 chunks the 64 fp32 dw/db
-// accumulators alone would not fit, so those get one block per SM. The narrow variant (8-byte
-// chunks) holds half as much a thread and asks for three blocks (24 warps); prefetch (PF, as in
-// the forward) holds two rows and asks for one block less.
+// accumulators alone would not fit, so those get one block per SM.
 // When TR differs from TH (a bf16 residual beside fp32 h) the residual's gradient is the same
 // dh_out rounded to bf16: written here, next to dh_out, instead of by a cast kernel that would
 // read dh_out back.
@@ -322,14 +301,14 @@ template <typename TH, typename TY, int E, int CHUNKS> struct BackwardRow {
     }
 };
 
-template <typename TH, typename TR, typename TY, int CB, int CHUNKS, bool PF>
-__global__ void __launch_bounds__(BLOCK_THREADS, (CB == 8 ? 3 : (CHUNKS <= 3 ? 2 : 1)) - (PF && (CB == 8 || CHUNKS <= 3) ? 1 : 0))
+template <typename TH, typename TR, typename TY, int CHUNKS>
+__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 2 : 1)
 backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* __restrict__ h,
                 const float* __restrict__ mean, const float* __restrict__ rstd,
                 const void* __restrict__ w, bool params_bf16, TH* __restrict__ dh_out,
                 TR* __restrict__ dr_out, float* __restrict__ partial, int64_t rows, int cols, int G,
                 bool reverse, bool tree) {
-    constexpr int E = CB / int(sizeof(TH));
+    constexpr int E = 16 / int(sizeof(TH));
     constexpr bool WRITE_DR = !std::is_same_v<TH, TR>;
     __shared__ float2 scratch[BLOCK_WARPS];
     __shared__ __align__(16) float col_sums[2 * MAX_COLS];   // this block's dw (first cols) and db (next cols)
@@ -344,8 +323,6 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
     wait_for_previous_grid();   // pdl: dy, dh and h are written by kernels before this one
     auto row_of = [&](int64_t step_row) { return reverse ? rows - 1 - step_row : step_row; };
     int64_t first = int64_t(blockIdx.x) * g.rows_per_step;
-    BackwardRow<TH, TY, E, CHUNKS> in;
-    if constexpr (PF) in.issue(dy, dh, h, mean, rstd, row_of(first + g.slot), cols, first + g.slot < rows, g);
     for (; first < rows; first += stride) {
         const int64_t step_row = first + g.slot;
         const bool live = step_row < rows;
@@ -353,9 +330,8 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
         const int64_t base = row * cols;
 
         // 1. The one read (all loads in flight together), kept as loaded.
-        BackwardRow<TH, TY, E, CHUNKS> next;
-        if constexpr (PF) next.issue(dy, dh, h, mean, rstd, row_of(step_row + stride), cols, step_row + stride < rows, g);
-        else in.issue(dy, dh, h, mean, rstd, row, cols, live, g);
+        BackwardRow<TH, TY, E, CHUNKS> in;
+        in.issue(dy, dh, h, mean, rstd, row, cols, live, g);
         const float mu = in.mu, rs = in.rs;
 
         // 2. dw, db, and this thread's part of sum(g) and sum(g * xhat), g = dy * w.
@@ -397,7 +373,6 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
                 if constexpr (WRITE_DR) tk::store(dr_out + base + g.col(i, E), out);   // = bf16(dh_out)
             }
         }
-        if constexpr (PF) in = next;
     }
     allow_next_grid();   // the column sum may launch now; it waits for this grid to finish
 
@@ -499,14 +474,8 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 // one thing:
 //   fwd_full     forward grid: a block per row step (the hardware fills SMs as blocks finish)
 //                instead of a persistent grid of as many blocks as fit at once
-//   fwd_narrow   forward with 8-byte chunks of h: twice the threads a row, fewer registers each
-//   bwd_narrow   the same for the backward (its dw/db accumulators halve too)
-//   bwd_narrow_small  bwd_narrow only for tensors of at most 2^24 elements (16384 x 1024): there
-//                it won on the H200, on bigger ones the 16-byte plan did
 //   bwd_tree     the backward's block sum of dw/db as a pairwise tree with vector accesses
 //                instead of one row group after another
-//   fwd_prefetch forward issues the next row's loads before reducing the current one (PF)
-//   bwd_prefetch the same in the backward
 //   bwd_reverse  backward walks rows from the end (see backward_kernel)
 //   pdl          every kernel launched as a programmatic dependent of the one before it (sm_90):
 //                its launch overlaps the previous kernel's tail (the column sum the backward's,
@@ -516,11 +485,6 @@ struct Flag {
     bool Variant::*field;
 };
 constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
-                          {"fwd_narrow", &Variant::fwd_narrow},
-                          {"bwd_narrow", &Variant::bwd_narrow},
-                          {"bwd_narrow_small", &Variant::bwd_narrow_small},
-                          {"fwd_prefetch", &Variant::fwd_prefetch},
-                          {"bwd_prefetch", &Variant::bwd_prefetch},
                           {"bwd_reverse", &Variant::bwd_reverse},
                           {"bwd_tree", &Variant::bwd_tree},
                           {"pdl", &Variant::pdl}};
@@ -567,19 +531,15 @@ Variant& current_variant() {
 struct Plan {
     int G;        // warps per row
     int chunks;   // chunks per thread (the CHUNKS template argument)
-    int bytes;       // bytes of h per chunk (the CB template argument)
-    bool prefetch;   // the PF template argument
 };
 
-Plan plan_for(int cols, DType h_dtype, bool narrow, bool prefetch) {
-    const int size = h_dtype == DType::bf16 ? 2 : 4;
-    for (int bytes : {narrow ? 8 : 16, 16}) {
-        const int row_chunks = cols / (bytes / size);
-        int G = 1;
-        while (G * 32 * MAX_CHUNKS < row_chunks) G *= 2;
-        if (G <= BLOCK_WARPS) return {G, (row_chunks + 32 * G - 1) / (32 * G), bytes, prefetch};   // narrow C=4096 fp32: wide
-    }
-    return {BLOCK_WARPS, MAX_CHUNKS, 16, false};   // not reached: cols <= 4096
+// The fewest warps a row (a power of 2) with at most MAX_CHUNKS 16-byte chunks a thread: at most
+// 8 warps, since cols <= MAX_COLS.
+Plan plan_for(int cols, DType h_dtype) {
+    const int row_chunks = cols / (h_dtype == DType::bf16 ? 8 : 4);
+    int G = 1;
+    while (G * 32 * MAX_CHUNKS < row_chunks) G *= 2;
+    return {G, (row_chunks + 32 * G - 1) / (32 * G)};
 }
 
 int sm_count_and_cc(int* cc_major) {
@@ -629,21 +589,21 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_
     return cudaLaunchKernelEx(&config, kernel, Params(args)...);   // void* -> the kernel's T*
 }
 
-template <typename TH, typename TR, typename TY, int CB, int CHUNKS, bool PF>
+template <typename TH, typename TR, typename TY, int CHUNKS>
 cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
-    constexpr auto kernel = forward_kernel<TH, TR, TY, CB, CHUNKS, PF>;
+    constexpr auto kernel = forward_kernel<TH, TR, TY, CHUNKS>;
     return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, stream, a.x, a.residual, a.weight,
                   a.bias, a.params_bf16, a.y, a.h, a.mean, a.rstd, a.rows, a.cols, G, a.eps);
 }
 
-template <typename TH, typename TR, typename TY, int CB, int CHUNKS, bool PF> int backward_grid(const BackwardArgs& a, int G) {
-    return grid_for<backward_kernel<TH, TR, TY, CB, CHUNKS, PF>>(a.rows, G);
+template <typename TH, typename TR, typename TY, int CHUNKS> int backward_grid(const BackwardArgs& a, int G) {
+    return grid_for<backward_kernel<TH, TR, TY, CHUNKS>>(a.rows, G);
 }
 
-template <typename TH, typename TR, typename TY, int CB, int CHUNKS, bool PF>
+template <typename TH, typename TR, typename TY, int CHUNKS>
 cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
-    const int blocks = backward_grid<TH, TR, TY, CB, CHUNKS, PF>(a, G);
-    cudaError_t err = launch(backward_kernel<TH, TR, TY, CB, CHUNKS, PF>, blocks, BLOCK_THREADS, stream, a.dy, a.dh, a.h, a.mean,
+    const int blocks = backward_grid<TH, TR, TY, CHUNKS>(a, G);
+    cudaError_t err = launch(backward_kernel<TH, TR, TY, CHUNKS>, blocks, BLOCK_THREADS, stream, a.dy, a.dh, a.h, a.mean,
                              a.rstd, a.weight, a.params_bf16, a.dh_out, a.dresidual_out, a.partial, a.rows, a.cols, G,
                              current_variant().bwd_reverse, current_variant().bwd_tree);
     if (err != cudaSuccess) return err;
@@ -658,39 +618,27 @@ bool supported(DType h, DType r, DType y) {
     return h == DType::f32 || (r == DType::bf16 && y == DType::bf16);
 }
 
-// Calls f.template operator()<TH, TR, TY, CB, CHUNKS, PF>() for one instance: 5 dtype combinations
-// x 2 chunk sizes x (4 chunk counts + 3 with prefetch: with 4 chunks a thread, a second row would
-// not fit in registers, so those run without). The caller has checked supported(h, r, y).
-template <typename TH, typename TR, typename TY, int CB, bool PF, typename F> auto with_chunks(int chunks, F& f) {
+// Calls f.template operator()<TH, TR, TY, CHUNKS>() for one instance: 5 dtype combinations x 4
+// chunk counts. The caller has checked supported(h, r, y).
+template <typename TH, typename TR, typename TY, typename F> auto with_chunks(int chunks, F& f) {
     switch (chunks) {
-        case 1: return f.template operator()<TH, TR, TY, CB, 1, PF>();
-        case 2: return f.template operator()<TH, TR, TY, CB, 2, PF>();
-        case 3: return f.template operator()<TH, TR, TY, CB, 3, PF>();
-        default: return f.template operator()<TH, TR, TY, CB, 4, false>();
+        case 1: return f.template operator()<TH, TR, TY, 1>();
+        case 2: return f.template operator()<TH, TR, TY, 2>();
+        case 3: return f.template operator()<TH, TR, TY, 3>();
+        default: return f.template operator()<TH, TR, TY, 4>();
     }
 }
 
-template <typename TH, typename TR, typename TY, typename F> auto with_plan(const Plan& p, F& f) {
-    if (p.bytes == 8)
-        return p.prefetch ? with_chunks<TH, TR, TY, 8, true>(p.chunks, f) : with_chunks<TH, TR, TY, 8, false>(p.chunks, f);
-    return p.prefetch ? with_chunks<TH, TR, TY, 16, true>(p.chunks, f) : with_chunks<TH, TR, TY, 16, false>(p.chunks, f);
-}
-
 template <typename F> auto dispatch(DType h, DType r, DType y, const Plan& p, F&& f) {
-    if (h == DType::bf16) return with_plan<bf16, bf16, bf16>(p, f);
+    if (h == DType::bf16) return with_chunks<bf16, bf16, bf16>(p.chunks, f);
     if (r == DType::bf16)
-        return y == DType::bf16 ? with_plan<float, bf16, bf16>(p, f) : with_plan<float, bf16, float>(p, f);
-    return y == DType::bf16 ? with_plan<float, float, bf16>(p, f) : with_plan<float, float, float>(p, f);
+        return y == DType::bf16 ? with_chunks<float, bf16, bf16>(p.chunks, f) : with_chunks<float, bf16, float>(p.chunks, f);
+    return y == DType::bf16 ? with_chunks<float, float, bf16>(p.chunks, f) : with_chunks<float, float, float>(p.chunks, f);
 }
 
 // Without a residual there is no r: run the instance whose TR is TH (r is nullptr, never read).
 DType residual_or_h(const ForwardArgs& a) { return a.residual != nullptr ? a.residual_dtype : a.x_dtype; }
 
-Plan backward_plan(const BackwardArgs& a) {
-    const Variant& v = current_variant();
-    const bool narrow = v.bwd_narrow || (v.bwd_narrow_small && a.rows * a.cols <= (int64_t(1) << 24));
-    return plan_for(a.cols, a.h_dtype, narrow, v.bwd_prefetch);
-}
 
 }  // namespace
 
@@ -710,10 +658,10 @@ std::string variant_name() {
 
 int backward_partial_blocks(const BackwardArgs& a) {
     if (!supported(a.h_dtype, a.residual_dtype, a.y_dtype)) return -1;
-    const Plan p = backward_plan(a);
+    const Plan p = plan_for(a.cols, a.h_dtype);
     return dispatch(a.h_dtype, a.residual_dtype, a.y_dtype, p,
-                    [&]<typename TH, typename TR, typename TY, int CB, int CHUNKS, bool PF>() {
-                        return backward_grid<TH, TR, TY, CB, CHUNKS, PF>(a, p.G);
+                    [&]<typename TH, typename TR, typename TY, int CHUNKS>() {
+                        return backward_grid<TH, TR, TY, CHUNKS>(a, p.G);
                     });
 }
 
@@ -721,9 +669,9 @@ cudaError_t forward(const ForwardArgs& a, cudaStream_t stream) {
     const DType r = residual_or_h(a);
     if (!supported(a.x_dtype, r, a.y_dtype)) return cudaErrorInvalidValue;
     if (a.rows == 0) return cudaSuccess;
-    const Plan p = plan_for(a.cols, a.x_dtype, current_variant().fwd_narrow, current_variant().fwd_prefetch);
-    return dispatch(a.x_dtype, r, a.y_dtype, p, [&]<typename TH, typename TR, typename TY, int CB, int CHUNKS, bool PF>() {
-        return launch_forward<TH, TR, TY, CB, CHUNKS, PF>(a, p.G, stream);
+    const Plan p = plan_for(a.cols, a.x_dtype);
+    return dispatch(a.x_dtype, r, a.y_dtype, p, [&]<typename TH, typename TR, typename TY, int CHUNKS>() {
+        return launch_forward<TH, TR, TY, CHUNKS>(a, p.G, stream);
     });
 }
 
@@ -732,9 +680,9 @@ cudaError_t backward(const BackwardArgs& a, cudaStream_t stream) {
     if (a.rows == 0) return cudaSuccess;   // (before the next check: an empty dresidual has no pointer)
     // dresidual_out is written exactly when the residual's dtype differs from h's.
     if ((a.residual_dtype != a.h_dtype) != (a.dresidual_out != nullptr)) return cudaErrorInvalidValue;
-    const Plan p = backward_plan(a);
-    return dispatch(a.h_dtype, a.residual_dtype, a.y_dtype, p, [&]<typename TH, typename TR, typename TY, int CB, int CHUNKS, bool PF>() {
-        return launch_backward<TH, TR, TY, CB, CHUNKS, PF>(a, p.G, stream);
+    const Plan p = plan_for(a.cols, a.h_dtype);
+    return dispatch(a.h_dtype, a.residual_dtype, a.y_dtype, p, [&]<typename TH, typename TR, typename TY, int CHUNKS>() {
+        return launch_backward<TH, TR, TY, CHUNKS>(a, p.G, stream);
     });
 }
 

@@ -55,16 +55,11 @@ struct BackwardArgs {
     DType y_dtype;          // dy: h_dtype or bf16
 };
 
-// Runtime choices of grid, chunk size, prefetch, row order and launch, for measuring them against
-// each other in one process (kernels/layernorm.cu, "variants", says what each does). All false is
-// session 2's plan ("none"); the default plan is layernorm.cu's DEFAULT_PLAN.
+// Runtime choices of grid, block sum, row order and launch, for measuring them against each other
+// in one process (kernels/layernorm.cu, "variants", says what each does). All false is session
+// 2's plan ("none"); the default plan is layernorm.cu's DEFAULT_PLAN.
 struct Variant {
     bool fwd_full_grid = false;   // "fwd_full"
-    bool fwd_narrow = false;      // "fwd_narrow"
-    bool bwd_narrow = false;      // "bwd_narrow"
-    bool bwd_narrow_small = false;   // "bwd_narrow_small"
-    bool fwd_prefetch = false;    // "fwd_prefetch"
-    bool bwd_prefetch = false;    // "bwd_prefetch"
     bool bwd_reverse = false;     // "bwd_reverse"
     bool bwd_tree = false;        // "bwd_tree"
     bool pdl = false;             // "pdl"

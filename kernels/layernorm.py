@@ -343,8 +343,7 @@ def _contiguous(t):
 
 # ---- 5. measuring variants of the kernels' plan (kernels/layernorm.cu, "variants") ------------
 
-VARIANT_FLAGS = ("fwd_full", "fwd_narrow", "bwd_narrow", "bwd_narrow_small", "fwd_prefetch", "bwd_prefetch",
-                 "bwd_reverse", "bwd_tree", "pdl")
+VARIANT_FLAGS = ("fwd_full", "bwd_reverse", "bwd_tree", "pdl")
 
 
 def set_variant(spec="default"):

@@ -22,12 +22,10 @@ REPO = base.REPO
 needs_cuda = base.needs_cuda
 BF16, F32 = base.BF16, base.F32
 
-VARIANTS = ["fwd_full", "fwd_narrow", "bwd_narrow", "bwd_narrow_small", "fwd_prefetch", "bwd_prefetch",
-            "bwd_reverse", "bwd_tree", "pdl", "bwd_narrow,bwd_tree", "bwd_prefetch,bwd_tree",
-            "fwd_full,fwd_narrow,bwd_narrow,bwd_narrow_small,fwd_prefetch,bwd_prefetch,bwd_reverse,bwd_tree,pdl"]
+VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", "fwd_full,bwd_reverse,bwd_tree,pdl"]
 # (rows, cols): 1 and 7 rows (fewer rows than a block takes), a tail of a few rows past a
-# block step, widths where narrow chunks change the warps per row (384, 768, 1600 with idle
-# lanes) or cannot (4096 fp32 keeps 16-byte chunks), and more rows than one wave of blocks.
+# block step, widths with 1 to 4 chunks a thread and 1 to 8 warps a row (1600: idle lanes),
+# and more rows than one wave of blocks.
 SHAPES = [(1, 64), (7, 768), (333, 4096), (1000, 768), (4099, 384), (5, 1600), (16387, 768)]
 
 
@@ -77,7 +75,6 @@ def test_variant_backward_is_bitwise_reproducible_and_equals_default_outputs(ln,
     ln.set_variant("none")
     y0, h0, mean0, rstd0 = ln.add_layernorm_fwd(x, r, w, b, 1e-5, True)
     # the per-row arithmetic is the same in every plan: y and h bitwise; mean/rstd within rounding
-    # (narrow chunks add a row's values in another order)
     assert torch.equal(h, h0)
     assert (y.float() - y0.float()).abs().max().item() <= 2 ** -6 * y0.float().abs().max().item()
     torch.testing.assert_close(mean, mean0, rtol=1e-5, atol=1e-6)
@@ -97,51 +94,28 @@ def launched(fn):
 
 @needs_cuda
 def test_the_variant_is_what_launches(ln):
-    """bwd_narrow / fwd_narrow launch the 8-byte-chunk instances (template argument 8) for bf16
-    C=768, "none" the 16-byte ones; *_prefetch the PF=true ones; the flags in force are reported."""
+    """Every plan launches the same three kernels (the flags change the grid, the block sum, the row
+    order and the launch, not the instance): bf16 C=768 is one warp a row, 3 chunks a thread; the
+    flags in force are reported, in the FLAGS table's order."""
     x, r, w, b, dy, dh = base.make(2048, 768, base.KERNEL_COMBOS["bf16"], 1)
 
     def call():
         y, h, mean, rstd = ln.add_layernorm_fwd(x, r, w, b, 1e-5)
         ln.layernorm_bwd(dy, dh, h, mean, rstd, w)
 
-    def chunk_bytes(names, kernel):   # the CB template argument of the launched instances
-        return {int(m) for n in names for m in re.findall(kernel + r"<[^>]*?, (\d+), \d, (?:true|false)>", n)}
-
-    def prefetch(names, kernel):      # the PF template argument
-        return {m == "true" for n in names for m in re.findall(kernel + r"<[^>]*?, \d+, \d, (true|false)>", n)}
+    def chunks(names, kernel):   # the CHUNKS template argument of the launched instances
+        return {int(m) for n in names for m in re.findall(kernel + r"<[^>]*?, (\d)>", n)}
 
     try:
         assert ln.set_variant("none") == "none" and ln.variant() == "none" and ln.set_variant("") == "none"
-        names = launched(call)
-        assert chunk_bytes(names, "forward_kernel") == {16} and chunk_bytes(names, "backward_kernel") == {16}, names
-        assert ln.set_variant("bwd_narrow") == "bwd_narrow"
-        names = launched(call)
-        assert chunk_bytes(names, "forward_kernel") == {16} and chunk_bytes(names, "backward_kernel") == {8}, names
-        assert ln.set_variant("fwd_narrow, pdl") == "fwd_narrow,pdl"
-        names = launched(call)
-        assert chunk_bytes(names, "forward_kernel") == {8} and chunk_bytes(names, "backward_kernel") == {16}, names
-        assert sum("column_sum_kernel" in n for n in names) == 1, names
-        assert prefetch(names, "forward_kernel") == prefetch(names, "backward_kernel") == {False}, names
-        ln.set_variant("bwd_narrow,bwd_prefetch")
-        names = launched(call)
-        assert chunk_bytes(names, "backward_kernel") == {8} and prefetch(names, "backward_kernel") == {True}, names
-        assert prefetch(names, "forward_kernel") == {False}, names
+        for spec, active in (("none", "none"), ("pdl, bwd_tree", "bwd_tree,pdl"),
+                             ("pdl,bwd_reverse,fwd_full", "fwd_full,bwd_reverse,pdl")):
+            assert ln.set_variant(spec) == active == ln.variant()
+            names = launched(call)
+            assert chunks(names, "forward_kernel") == {3} and chunks(names, "backward_kernel") == {3}, names
+            assert sum("column_sum_kernel" in n for n in names) == 1, names
     finally:
         ln.set_variant("default")
-
-
-@needs_cuda
-@pytest.mark.parametrize("variant", ["bwd_narrow_small", "bwd_narrow_small,bwd_tree"], indirect=True)
-def test_narrow_small_switches_at_2_24_elements(ln, variant):
-    """bwd_narrow_small: 8-byte chunks up to 2^24 elements (16384 x 1024), 16-byte ones above; both
-    sides against float64."""
-    for rows, cols, chunk in ((16384, 1024, 8), (16385, 1024, 16), (22000, 768, 16)):
-        x, r, w, b, dy, dh = base.make(rows, cols, base.KERNEL_COMBOS["bf16"], 2)
-        y, h, mean, rstd = ln.add_layernorm_fwd(x, r, w, b, 1e-5)
-        names = launched(lambda: ln.layernorm_bwd(dy, dh, h, mean, rstd, w))
-        assert {int(m) for n in names for m in re.findall(r"backward_kernel<[^>]*?, (\d+), \d, (?:true|false)>", n)} == {chunk}
-        base.check(rows, cols, "fp32_bf16r_autocast", seed=rows)
 
 
 @needs_cuda
@@ -201,10 +175,10 @@ def test_default_none_and_flags_combine(ln):
 
 @needs_cuda
 def test_bad_variant_flags_are_refused(ln):
-    before = ln.set_variant("bwd_prefetch")
+    before = ln.set_variant("bwd_reverse")
     try:
-        with pytest.raises(ValueError, match="unknown layernorm variant flag 'wide'.*bwd_narrow"):
-            ln.set_variant("bwd_narrow,wide")
+        with pytest.raises(ValueError, match="unknown layernorm variant flag 'wide'.*bwd_tree"):
+            ln.set_variant("bwd_tree,wide")
         assert ln.variant() == before   # unchanged
         with pytest.raises(TypeError, match="string"):
             ln.set_variant(3)
@@ -217,10 +191,10 @@ def test_environment_variable_sets_the_start_up_variant():
     code = ("from kernels import layernorm as ln; assert ln._ext.why_not() is None; "
             "import torch; x = torch.randn(4, 256, device='cuda'); w = torch.ones(256, device='cuda'); "
             "ln.add_layernorm_fwd(x, x, w, None, 1e-5); print('VARIANT', ln.variant())")
-    env = dict(os.environ, TK_LAYERNORM_VARIANT="bwd_narrow,pdl")
+    env = dict(os.environ, TK_LAYERNORM_VARIANT="bwd_reverse,pdl")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "VARIANT bwd_narrow,pdl" in out.stdout, out.stdout
+    assert "VARIANT bwd_reverse,pdl" in out.stdout, out.stdout
 
 
 # ---- CPU ---------------------------------------------------------------------------------------
