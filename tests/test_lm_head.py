@@ -8,8 +8,9 @@ tensors with the extension replaced by FakeLMHeadExt (plain torch, the bindings'
 its gradient plumbing is checked against float64 with several chunks and a partial last one.
 
 GPU (skipped without CUDA): kernels/cross_entropy.cu alone (loss rows and in-place gradient vs
-float64, both kernels: rows in registers and streamed), the op (loss, dx, dW vs float64 at
-N in {1, 17, 1000, 4097} x V in {65, 1000, 1003, 50304}, some targets ignored), fp32, no_grad,
+float64, every kernel: rows in registers, in shared memory, streamed, one warp per row), the op
+(loss, dx, dW vs float64 at N in {1, 17, 1000, 4097} x V in {65, 1000, 1003, 50304}, some
+targets ignored; and with the kernels requested that are not yet the defaults), fp32, no_grad,
 CUDA graph capture, torch.compile, and the GPT's loss and gradients with kernels_lm_head=tk vs
 torch. tests/gpu_lm_head.sh runs them with the build, compute-sanitizer and the bench row.
 """
@@ -51,6 +52,13 @@ def make_inputs(N, C, V, device="cpu", x_dtype=torch.float32, seed=0, ignore_eve
     targets = torch.randint(0, V, (N,), generator=gen)
     targets[::ignore_every] = -1
     return x.requires_grad_(), weight.requires_grad_(), targets.to(device)
+
+
+def request_new_kernels(monkeypatch):
+    """lm_head_op's KERNEL_WIDE = "shared", KERNEL_NARROW = "warp": the kernels written after call 2,
+    as a switch of its defaults would run them."""
+    monkeypatch.setattr(lm_head_op, "KERNEL_WIDE", "shared")
+    monkeypatch.setattr(lm_head_op, "KERNEL_NARROW", "warp")
 
 
 def float64_reference(x, weight, targets):
@@ -269,8 +277,7 @@ def test_op_asks_for_the_configured_kernel(fake_ext, monkeypatch):
     x, w, t = make_inputs(10, 24, 40)
     lm_head_op.lm_head_loss(x, w, t)
     assert fake.kernels == ["auto"]                                   # the defaults: what ran on the H200
-    monkeypatch.setattr(lm_head_op, "KERNEL_NARROW", "warp")
-    monkeypatch.setattr(lm_head_op, "KERNEL_WIDE", "shared")
+    request_new_kernels(monkeypatch)
     lm_head_op.lm_head_loss(x, w, t)
     x, w, t = make_inputs(3, 8, 1500)
     lm_head_op.lm_head_loss(x, w, t)
@@ -498,10 +505,8 @@ def test_op_vs_float64_under_autocast(N, V):
 @gpu
 @pytest.mark.parametrize("N,V", [(17, 65), (1000, 65), (1025, 300), (1000, 1000), (4097, 50304)])
 def test_op_with_requested_kernels(N, V, monkeypatch):
-    """The op with KERNEL_WIDE = "shared" and KERNEL_NARROW = "warp" (kernels/lm_head_op.py): what a
-    switch of the defaults to the kernels written after call 2 would run."""
-    monkeypatch.setattr(lm_head_op, "KERNEL_WIDE", "shared")
-    monkeypatch.setattr(lm_head_op, "KERNEL_NARROW", "warp")
+    """The op vs float64 with request_new_kernels: what a switch of lm_head_op's defaults would run."""
+    request_new_kernels(monkeypatch)
     errors = _op_errors(N, V)
     for name, e, e_ref in zip(("loss", "dx", "dW"), errors["tk"], errors["torch"]):
         assert e < 2e-2 and e <= 2 * e_ref + 2e-3, (name, errors)
@@ -578,8 +583,7 @@ def test_op_under_cuda_graph_and_compile():
 @pytest.mark.parametrize("vocab", [65, 50304])
 def test_model_loss_and_grads_tk_vs_torch(vocab, requested, monkeypatch):
     if requested:
-        monkeypatch.setattr(lm_head_op, "KERNEL_WIDE", "shared")
-        monkeypatch.setattr(lm_head_op, "KERNEL_NARROW", "warp")
+        request_new_kernels(monkeypatch)
     torch.manual_seed(0)
     cfg = GPTConfig(block_size=128, vocab_size=vocab, n_layer=2, n_head=4, n_embd=256)
     model = GPT(cfg).cuda()
