@@ -29,6 +29,16 @@ AttentionTensor view_of(const at::Tensor& t) {
     return AttentionTensor{t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)};
 }
 
+// The launcher's parameters; d_rowsum and dq_accum are the scratch buffers (stand-ins while checking).
+AttentionBackwardParams params_of(const at::Tensor& d_o, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& o, const at::Tensor& lse, bool causal, double scale,
+                                  const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv, float* d_rowsum,
+                                  float* dq_accum) {
+    const AttentionShape shape{int(q.size(0)), int(q.size(1)), int(q.size(2)), int(q.size(3)), causal, float(scale)};
+    return AttentionBackwardParams{shape, view_of(q), view_of(k), view_of(v), view_of(o), view_of(d_o),
+                                   view_of(dq), view_of(dk), view_of(dv), lse.data_ptr<float>(), d_rowsum, dq_accum};
+}
+
 std::string say(const char* name, const std::string& rest) {
     return std::string("tk Hopper attention backward: ") + name + rest;
 }
@@ -68,13 +78,9 @@ Problem backward_problem(const at::Tensor& d_o, const at::Tensor& q, const at::T
                                             dims(lse.sizes()) + " strides " + dims(lse.strides())));
     if (q.size(0) > INT32_MAX || q.size(1) > INT32_MAX || q.size(2) > INT32_MAX)
         return value_problem(say("q", " is too large: " + dims(q.sizes())));
-    AttentionBackwardParams p{};
-    p.shape = AttentionShape{int(q.size(0)), int(q.size(1)), int(q.size(2)), int(q.size(3)), true, float(scale)};
-    p.q = view_of(q); p.k = view_of(k); p.v = view_of(v); p.o = view_of(o); p.d_o = view_of(d_o);
-    p.dq = view_of(dq); p.dk = view_of(dk); p.dv = view_of(dv);
     float dummy = 0.f;   // stands in for the scratch buffers, allocated after the checks
-    p.lse = lse.data_ptr<float>(); p.d_rowsum = &dummy; p.dq_accum = &dummy;
-    if (const char* why = attention_hopper_backward_why_not(p))
+    if (const char* why = attention_hopper_backward_why_not(
+            params_of(d_o, q, k, v, o, lse, true, scale, dq, dk, dv, &dummy, &dummy)))
         return value_problem(std::string("tk Hopper attention backward cannot take these inputs: ") + why + " (q " +
                              dims(q.sizes()) + ", scale " + tk_bindings::number(scale) +
                              "). Use --kernels_attention=torch for the PyTorch reference.");
@@ -102,13 +108,8 @@ void backward_into(const at::Tensor& d_o, const at::Tensor& q, const at::Tensor&
     const c10::cuda::CUDAGuard guard(q.device());
     at::Tensor d_rowsum = at::empty({B, H, T}, q.options().dtype(at::kFloat));
     at::Tensor dq_accum = at::empty({attention_hopper_backward_dq_accum_floats(B, H, T, D)}, q.options().dtype(at::kFloat));
-    AttentionBackwardParams p{};
-    p.shape = AttentionShape{B, H, T, D, causal, float(scale)};
-    p.q = view_of(q); p.k = view_of(k); p.v = view_of(v); p.o = view_of(o); p.d_o = view_of(d_o);
-    p.dq = view_of(dq); p.dk = view_of(dk); p.dv = view_of(dv);
-    p.lse = lse.data_ptr<float>();
-    p.d_rowsum = d_rowsum.data_ptr<float>();
-    p.dq_accum = dq_accum.data_ptr<float>();
+    const AttentionBackwardParams p = params_of(d_o, q, k, v, o, lse, causal, scale, dq, dk, dv,
+                                                d_rowsum.data_ptr<float>(), dq_accum.data_ptr<float>());
     auto stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
     const int err = attention_hopper_backward_variant(p, stream, int(variant));
     tk_bindings::raise_if_failed(err == 0 ? nullptr : cudaGetErrorString(static_cast<cudaError_t>(err)),
