@@ -24,8 +24,9 @@
 // consumer's tile is 128x128 or 64x256: a policy must take the tile width from tile_pos::cols
 // (or the accumulator's ::cols), never assume step 4's 256.
 //
-// Read in order: configuration, tile shapes, shared memory, work decomposition, the kernel
-// (producer, consumer main loop, epilogue loop), the plain linear-layer policy, launcher.
+// Read in order: configuration, tile shapes, shared memory, work decomposition, the producer,
+// the epilogue of one slab, the kernel (consumer main loop, then that epilogue), the plain
+// linear-layer policy, launcher.
 #pragma once
 #include <algorithm>
 #include <string>
@@ -131,6 +132,49 @@ __device__ inline void produce(Smem& s, const AGl& A, const BGl& B, const shape&
     }
 }
 
+// ---- the epilogue of one 64-row accumulator slab (steps 4 and 5): each consumer warp moves its
+// 16 rows x Acc::cols out in boxes of 16 x 128 bytes. Per accumulator box: the policy's in-place
+// work, then each of its outputs goes registers -> swizzled staging box -> TMA; the warp's NBUF
+// staging buffers rotate so one store drains while the next box fills (no warpgroup barrier).
+template <int NBUF, typename Epi, typename CTile, typename Acc>
+__device__ __forceinline__ void store_slab(CTile (&bufs)[NBUF], const Epi& epi, typename Epi::tile_state& ts,
+                                           Acc& acc, const tile_pos& pos, const shape& sh, int lane) {
+    constexpr int CC = CTile::cols;                  // columns per box: 64 bf16 / 32 fp32
+    constexpr int OUTPUTS = Epi::OUTPUTS;
+    static_assert((Acc::cols / CC * OUTPUTS) % NBUF == 0, "buffer ring must restart in step with the slab");
+    const int box_row = pos.slab_row / 16;
+#pragma unroll
+    for (int ch = 0; ch < Acc::cols / CC; ++ch) {
+        epi.box(ts, acc, ch, pos, sh);
+#pragma unroll
+        for (int o = 0; o < OUTPUTS; ++o) {
+            CTile& buf = bufs[(ch * OUTPUTS + o) % NBUF];
+            if (lane == 0) tma::store_wait_read<NBUF - 1>();   // the store NBUF boxes ago has read buf
+            __syncwarp();
+#pragma unroll
+            for (int j = 0; j < CC / 8; ++j) {       // 8-column blocks of this box
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {        // rows g and g + 8
+                    int i = 4 * (ch * CC / 8 + j) + 2 * h;
+                    int row = pos.g + 8 * h, col = 8 * j + 2 * pos.t;
+                    float2 v = epi.value(o, acc.d[i], acc.d[i + 1], pos.tile_col + ch * CC + col, sh);
+                    // buf.ptr applies the tile's 128B swizzle: the warp's 32 stores hit 32 banks
+                    if constexpr (sizeof(typename Epi::out_t) == 2)
+                        *reinterpret_cast<bf16_2*>(buf.ptr(row, col)) = __floats2bfloat162_rn(v.x, v.y);
+                    else
+                        *reinterpret_cast<float2*>(buf.ptr(row, col)) = v;
+                }
+            }
+            fence_proxy_async();                     // generic writes -> TMA reads
+            __syncwarp();
+            if (lane == 0) {
+                epi.store(o, buf, box_row, pos.tile_col / CC + ch, sh);
+                tma::store_commit_group();
+            }
+        }
+    }
+}
+
 template <typename Cfg, major MA, major MB, typename Epi>
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params p) {
@@ -191,45 +235,8 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
             }
             wgmma::fence_operand(acc);
 
-            // ---- epilogue: each warp moves its 16 x 256 slice out in boxes of 16 x 128 bytes.
-            // Per accumulator box: the policy's in-place work, then each of its outputs goes
-            // registers -> swizzled staging box -> TMA; the warp's staging buffers rotate so one
-            // store drains while the next box fills (no warpgroup barrier anywhere).
-            using c_tile = typename L::c_tile;
-            constexpr int CC = c_tile::cols;                 // columns per box: 64 bf16 / 32 fp32
-            constexpr int OUTPUTS = Epi::OUTPUTS;
-            static_assert((BN / CC * OUTPUTS) % Cfg::NBUF == 0, "buffer ring must restart in step with the tile");
-            const int box_row = pos.slab_row / 16;
-#pragma unroll
-            for (int ch = 0; ch < BN / CC; ++ch) {
-                p.epi.box(ts, acc, ch, pos, p.sh);
-#pragma unroll
-                for (int o = 0; o < OUTPUTS; ++o) {
-                    c_tile& buf = s.c[c][warp][(ch * OUTPUTS + o) % Cfg::NBUF];
-                    if (lane == 0) tma::store_wait_read<Cfg::NBUF - 1>();   // the store NBUF boxes ago has read buf
-                    __syncwarp();
-#pragma unroll
-                    for (int j = 0; j < CC / 8; ++j) {       // 8-column blocks of this box
-#pragma unroll
-                        for (int h = 0; h < 2; ++h) {        // rows g and g + 8
-                            int i = 4 * (ch * CC / 8 + j) + 2 * h;
-                            int row = pos.g + 8 * h, col = 8 * j + 2 * pos.t;
-                            float2 v = p.epi.value(o, acc.d[i], acc.d[i + 1], pos.tile_col + ch * CC + col, p.sh);
-                            // buf.ptr applies the tile's 128B swizzle: the warp's 32 stores hit 32 banks
-                            if constexpr (sizeof(typename Epi::out_t) == 2)
-                                *reinterpret_cast<bf16_2*>(buf.ptr(row, col)) = __floats2bfloat162_rn(v.x, v.y);
-                            else
-                                *reinterpret_cast<float2*>(buf.ptr(row, col)) = v;
-                        }
-                    }
-                    fence_proxy_async();                     // generic writes -> TMA reads
-                    __syncwarp();
-                    if (lane == 0) {
-                        p.epi.store(o, buf, box_row, pos.tile_col / CC + ch, p.sh);
-                        tma::store_commit_group();
-                    }
-                }
-            }
+            // ---- epilogue: each warp moves its 16 x 256 slice out (store_slab above)
+            store_slab(s.c[c][warp], p.epi, ts, acc, pos, p.sh, lane);
         }
         if (lane == 0) tma::store_wait<0>();
     }

@@ -21,7 +21,7 @@
 //
 // Read in order: configuration, shared memory, cluster helpers, the producers (step 4's, and the
 // cluster one), the kernel (consumer: which tiles are mine, the turn barriers, the main loop, the
-// epilogue per 64-row slab), launcher.
+// epilogue per 64-row slab: step 4's gemm4::store_slab), launcher.
 #pragma once
 #include <algorithm>
 #include <string>
@@ -254,44 +254,11 @@ gemm_pingpong_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::
 #pragma unroll
             for (int h = 0; h < SLABS; ++h) wgmma::fence_operand(acc[h]);
 
-            // ---- epilogue, as step 4's, once per 64-row slab: warp w stores rows 16w.. of each
-            using c_tile = typename L::c_tile;
-            constexpr int CC = c_tile::cols;
-            constexpr int OUTPUTS = Epi::OUTPUTS;
-            static_assert((BN / CC * OUTPUTS) % Cfg::NBUF == 0, "buffer ring must restart in step with the slab");
+            // ---- epilogue, step 4's (gemm4::store_slab), once per 64-row slab: warp w stores rows 16w..
 #pragma unroll
             for (int h = 0; h < SLABS; ++h) {
                 if (h > 0) p.epi.begin_tile(ts[h], pos[h], p.sh);
-                const int box_row = pos[h].slab_row / 16;
-#pragma unroll
-                for (int ch = 0; ch < BN / CC; ++ch) {
-                    p.epi.box(ts[h], acc[h], ch, pos[h], p.sh);
-#pragma unroll
-                    for (int o = 0; o < OUTPUTS; ++o) {
-                        c_tile& buf = s.c[c][warp][(ch * OUTPUTS + o) % Cfg::NBUF];
-                        if (lane == 0) tma::store_wait_read<Cfg::NBUF - 1>();
-                        __syncwarp();
-#pragma unroll
-                        for (int j = 0; j < CC / 8; ++j) {
-#pragma unroll
-                            for (int r = 0; r < 2; ++r) {
-                                int i = 4 * (ch * CC / 8 + j) + 2 * r;
-                                int row = pos[h].g + 8 * r, col = 8 * j + 2 * pos[h].t;
-                                float2 v = p.epi.value(o, acc[h].d[i], acc[h].d[i + 1], pos[h].tile_col + ch * CC + col, p.sh);
-                                if constexpr (sizeof(typename Epi::out_t) == 2)
-                                    *reinterpret_cast<bf16_2*>(buf.ptr(row, col)) = __floats2bfloat162_rn(v.x, v.y);
-                                else
-                                    *reinterpret_cast<float2*>(buf.ptr(row, col)) = v;
-                            }
-                        }
-                        fence_proxy_async();
-                        __syncwarp();
-                        if (lane == 0) {
-                            p.epi.store(o, buf, box_row, pos[h].tile_col / CC + ch, p.sh);
-                            tma::store_commit_group();
-                        }
-                    }
-                }
+                gemm4::store_slab(s.c[c][warp], p.epi, ts[h], acc[h], pos[h], p.sh, lane);
             }
         }
         if (lane == 0) tma::store_wait<0>();
