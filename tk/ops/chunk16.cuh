@@ -1,4 +1,4 @@
-// tk/ops/chunk16.cuh: a chunk of a row (16 bytes: 8 bf16 or 4 float; or 8 or 4 bytes) moved
+// tk/ops/chunk16.cuh: a chunk of a row (16 bytes: 8 bf16 or 4 float; or 8 bytes) moved
 // between global memory and registers with ONE vector instruction each way. For memory-bound row
 // kernels (layernorm, softmax, elementwise), where the whole game is wide, coalesced loads and
 // stores. Read after tk/common/ (uses bf16, bf16_2 and convert from base_types.cuh).
@@ -9,7 +9,7 @@
 //     float v[8] = ...;
 //     tk::store(y + col, v);         // rounds to bf16 (nearest even), one st.global.v4
 //
-// Narrower chunks, tk::chunk<T, E> with E * sizeof(T) = 8 or 4 bytes, serve a tensor that walks
+// The narrower chunk, tk::chunk<T, E> with E * sizeof(T) = 8 bytes, serves a tensor that walks
 // beside a wider one: 4 bf16 columns next to 4 float columns of another tensor move in 8 bytes
 // (ld.global.nc.v2), so the same thread covers the same columns of both.
 //
@@ -28,7 +28,7 @@ template <typename T, int E> struct chunk {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, bf16>, "chunk: float or bf16");
     static constexpr int elems = E;                        // columns
     static constexpr int words = E * int(sizeof(T)) / 4;   // 32-bit registers
-    static_assert(words == 4 || words == 2 || words == 1, "chunk: 16, 8 or 4 bytes, one instruction");
+    static_assert(words == 4 || words == 2, "chunk: 16 or 8 bytes, one instruction");
     uint32_t word[words];                                  // the bytes, as in memory
 
     // Element e (0 = lowest address) as a float. Use with a compile-time e (unrolled loops) so
@@ -50,17 +50,15 @@ template <typename T, int E> struct chunk {
 // The usual chunk: 16 bytes, 8 bf16 or 4 floats.
 template <typename T> using chunk16 = chunk<T, 16 / int(sizeof(T))>;
 
-// Global memory -> chunk, one ld.global.nc.v4 / .v2 / 32-bit load. `__ldg`: the read-only path,
+// Global memory -> chunk, one ld.global.nc.v4 / .v2. `__ldg`: the read-only path,
 // for inputs a kernel never writes.
 template <typename T, int E> __device__ __forceinline__ void load(chunk<T, E>& c, const T* src) {
     if constexpr (chunk<T, E>::words == 4) {
         const uint4 raw = __ldg(reinterpret_cast<const uint4*>(src));
         c.word[0] = raw.x; c.word[1] = raw.y; c.word[2] = raw.z; c.word[3] = raw.w;
-    } else if constexpr (chunk<T, E>::words == 2) {
+    } else {
         const uint2 raw = __ldg(reinterpret_cast<const uint2*>(src));
         c.word[0] = raw.x; c.word[1] = raw.y;
-    } else {
-        c.word[0] = __ldg(reinterpret_cast<const uint32_t*>(src));
     }
 }
 
@@ -78,8 +76,7 @@ template <typename T, int E> __device__ __forceinline__ void store(T* dst, const
         }
     }
     if constexpr (words == 4) *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-    else if constexpr (words == 2) *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
-    else *reinterpret_cast<uint32_t*>(dst) = w[0];
+    else *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
 }
 
 // v rounded to T and back: exactly the value a store of v would write. A kernel that computes
