@@ -31,16 +31,15 @@ using config2 = config<8, 32, false>;
 using config3 = config<8, 32, true>;
 using config4 = config<3, 64, false, 4>;
 
-// Step 4's epilogue is gemm4::linear_epilogue (in the header, shared with step 5): bias and
-// GELU per value, TMA store or split-K reduce-add per box.
-template <typename OutT> using step4_epilogue = gemm4::linear_epilogue<OutT>;
-
 template <typename Cfg, major MA, major MB, typename OutT>
 const char* launch(const gemm::args& g) {
-    return gemm4::launch<Cfg, MA, MB, step4_epilogue<OutT>>(
+    // Step 4's epilogue policy: gemm4::linear_epilogue (in the header, shared with step 5): bias
+    // and GELU per value, TMA store or split-K reduce-add per box.
+    using Epi = gemm4::linear_epilogue<OutT>;
+    return gemm4::launch<Cfg, MA, MB, Epi>(
         "gemm step 4", g.a, g.b, g.M, g.N, g.K, g.splits, g.num_sms, g.stream, [&] {
-            return step4_epilogue<OutT>{gemm4::out_gl<OutT>(static_cast<OutT*>(g.c), 1, g.M, g.N),
-                                        {static_cast<const bf16*>(g.bias), g.gelu}};
+            return Epi{gemm4::out_gl<OutT>(static_cast<OutT*>(g.c), 1, g.M, g.N),
+                       {static_cast<const bf16*>(g.bias), g.gelu}};
         });
 }
 
