@@ -14,14 +14,9 @@ SKIP=${SKIP:-}
 export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/ext}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 t0=$(date +%s)
-build() {   # $1 module, $2 its LazyExtension attribute
-  timeout -s KILL 150 python3 -c "import time; t=time.time(); from kernels import $1 as m; print('$2', m.$2.why_not(), round(time.time()-t,1), 's')"
-}
-build attention_hopper _bwd_ext > "$OUT/build_bwd.log" 2>&1 &
-build attention_hopper _ext > "$OUT/build_fwd.log" 2>&1 &
-build attention_op _portable > "$OUT/build_portable.log" 2>&1 &
-wait
-cat "$OUT"/build_*.log | grep -v "^$" | tail -20; echo "builds: $(( $(date +%s) - t0 )) s"
+# the three attention extensions at once (python -m kernels --build: one process each)
+timeout -s KILL 150 python3 -m kernels --build tk_attention_hopper_bwd tk_attention_hopper tk_attention > "$OUT/build.log" 2>&1
+grep -E "^build|^built" "$OUT/build.log"; echo "builds: $(( $(date +%s) - t0 )) s"
 SO=$TORCH_EXTENSIONS_DIR/tk_attention_hopper_bwd/tk_attention_hopper_bwd.so
 cuobjdump --dump-sass "$SO" 2>/dev/null | grep -oE "HGMMA\.[0-9x]+\.F32\.BF16|USETMAXREG\.[A-Z_.]+|UTMALDG\.[0-9A-Z]+|UBLKRED[A-Z0-9_.]*|STSM[A-Z0-9_.]*|LDL|STL" | sort | uniq -c | tee "$OUT/sass.txt"
 PYT="python3 -m pytest -q -rf --tb=short -p no:cacheprovider"
