@@ -74,7 +74,7 @@ QUICK_ROWS = (("gpt2", "fwd"), ("gpt2", "fwd+bwd"), ("shakespeare-char", "fwd+bw
 SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-cudnn": "CUDNN_ATTENTION",
                  "sdpa-efficient": "EFFICIENT_ATTENTION"}   # name -> torch.nn.attention.SDPBackend member
 IMPLS = ("tk", "tk-hopper", "tk-portable", "eager") + tuple(SDPA_BACKENDS)
-FORWARD_ONLY = ("tk-hopper",)
+FORWARD_ONLY = ("tk-hopper",)   # timed forward only: on sm_90 its fwd+bwd is the 'tk' row
 CUDNN = "sdpa-cudnn"
 
 
@@ -172,7 +172,7 @@ def implementations():
     def pinned(backend):
         # Pinning is global in attention_op; restore it at once so no other row sees it. The
         # backward backend is fixed at forward time, so the autograd.grad after this still runs
-        # the pinned one (or, for the forward-only 'hopper', the backward attention_op borrows).
+        # the pinned one (or, where the pinned backend declines the backward, the next one's).
         run = entry(attention_op)
 
         def attend(qkv):
