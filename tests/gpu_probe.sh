@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# A short look at where time goes, on a TWO-GPU machine (kind nvidia-h200-x2), ~4 min:
+# A session's first look, on a TWO-GPU machine (kind nvidia-h200-x2), ~6 min:
 #
 #   bash tests/gpu_probe.sh OUT
 #
 #   both:   every tk extension builds (in parallel)
-#   GPU 0:  config/shakespeare.py, standard evals, back to back: --kernels=torch, then tk
-#           (train.py's summary line says how much of the wall time the evals took)
-#   GPU 1:  bench.py --profile of GPT-2 on tk (with the copy/cast table: shapes and calling
-#           lines); the tk+compile shakespeare e2e row under TORCH_LOGS=recompiles,graph_breaks
-#           and its profile; the GPU tests of train.py, the compile bookkeeping and the switch
-# Logs in OUT/logs, packed into OUT/logs.tgz; headlines in OUT/summary.txt. LANE_LIMIT (s, 300).
+#   GPU 0:  every GPU test in tests/ (12 workers, -v and -rf: a run cut by its limit still names
+#           its failures), so that each test edit since the last GPU run is re-run
+#   GPU 1:  bench.py --e2e of GPT-2 on tk with the defaults, then with the LM head's wide rows on
+#           rows_in_shared (TK_LM_HEAD_KERNEL_WIDE=shared); bench.py --profile of the GPT-2 tk
+#           step; config/shakespeare.py on tk with the narrow rows on rows_per_warp
+#           (TK_LM_HEAD_KERNEL_NARROW=warp), to time it against the last final check's 40.7 s
+# Logs in OUT/logs, packed into OUT/logs.tgz; headlines in OUT/summary.txt. LANE_LIMIT (s, 420).
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: bash tests/gpu_probe.sh OUT" >&2; exit 2; }
 cd "$(dirname "$0")/.."
-LANE_LIMIT=${LANE_LIMIT:-300}
+LANE_LIMIT=${LANE_LIMIT:-420}
 source tests/gpu_lib.sh "$1"
 note "gpu_probe"
 setup_shakespeare
@@ -21,24 +22,22 @@ prebuild_all
 
 lane0() {
     export CUDA_VISIBLE_DEVICES=0
-    for k in torch tk; do
-        step 100 shk_$k.log python3 train.py config/shakespeare.py --kernels=$k --always_save_checkpoint=False --out_dir=/tmp/o_$k
-        note "shakespeare $k: $(grep -E '^(summary|cuda_graphs|error)' "$L/shk_$k.log" | tr '\n' ' ')"
-    done
+    step 400 pytest.log python3 -m pytest -v -rf -n 12 -p no:cacheprovider tests/
+    note "pytest: $(grep -cE ' PASSED' "$L/pytest.log") passed, $(grep -cE ' FAILED' "$L/pytest.log") failed; $(grep -E '^=+ .*(passed|failed)' "$L/pytest.log" | tail -1)"
+    grep -E " FAILED|^ERROR|^FAILED" "$L/pytest.log" | sort -u | head -30 | tee -a "$S"
 }
 
 lane1() {
     export CUDA_VISIBLE_DEVICES=1
-    step 90 profile_gpt2.log python3 bench.py --profile --models gpt2 --kernels tk --profile-rows 25 --json "$L/profile_gpt2.json"
+    step 90 e2e_tk.log python3 bench.py --e2e --models gpt2 --variants tk --json "$L/e2e_tk.json"
+    note "e2e gpt2 tk: $(grep -E 'ms/step' "$L/e2e_tk.log" | tr '\n' ' ')"
+    TK_LM_HEAD_KERNEL_WIDE=shared step 90 e2e_tk_shared.log python3 bench.py --e2e --models gpt2 --variants tk --json "$L/e2e_tk_shared.json"
+    note "e2e gpt2 tk, lm_head shared: $(grep -E 'ms/step' "$L/e2e_tk_shared.log" | tr '\n' ' ')"
+    step 90 profile_gpt2.log python3 bench.py --profile --models gpt2 --kernels tk --profile-rows 30 --json "$L/profile_gpt2.json"
     note "gpt2 tk profile: $(grep -E '^GPU kernels' "$L/profile_gpt2.log" | head -1)"
-    TORCH_LOGS=recompiles,graph_breaks step 120 e2e_tk_compile.log python3 bench.py --e2e --models shakespeare-char \
-        --variants tk,tk+compile --json "$L/e2e_tk_compile.json"
-    note "tk+compile: $(grep -ciE 'graph break|recompil' "$L/e2e_tk_compile.log") graph-break/recompile lines"
-    step 90 profile_shk_compile.log python3 bench.py --profile --models shakespeare-char --kernels tk \
-        --profile-compile default --profile-rows 25 --json "$L/profile_shk_compile.json"
-    step 90 pytest.log python3 -m pytest -q -p no:cacheprovider tests/test_train.py tests/test_compile_graph_breaks.py tests/test_dispatch.py
-    note "pytest: $(grep -E 'passed|failed|error' "$L/pytest.log" | tail -1)"
-    grep -E "^(FAILED|ERROR)" "$L/pytest.log" | head -20 | tee -a "$S"
+    TK_LM_HEAD_KERNEL_NARROW=warp step 70 shk_tk_warp.log python3 train.py config/shakespeare.py --kernels=tk \
+        --always_save_checkpoint=False --out_dir=/tmp/o_tk
+    note "shakespeare tk, lm_head warp: $(grep -E '^(summary|cuda_graphs|error)' "$L/shk_tk_warp.log" | tr '\n' ' ')"
 }
 
 lane0 & P0=$!
