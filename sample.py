@@ -94,6 +94,7 @@ def sample(config):
     except ValueError as e:
         raise ConfigError(str(e)) from None
 
+    prompt_text = read_prompt(c.start)   # before the checkpoint and the kernels load: a bad prompt is one line
     ckpt, model = load_checkpoint(os.path.join(c.out_dir, "ckpt.pt"))
     print(f"checkpoint: iter {ckpt['iter_num']}, best val loss {ckpt['best_val_loss']:.4f}, "
           f"trained with kernels {ckpt.get('kernels', {}).get('used')}")
@@ -104,7 +105,7 @@ def sample(config):
     if c.compile:
         model = torch.compile(model)
     encode, decode = codec(ckpt.get("vocab"))
-    prompt = encode(read_prompt(c.start))
+    prompt = encode(prompt_text)
     if not prompt:
         raise ConfigError("the prompt encodes to no tokens")
     idx = torch.tensor(prompt, dtype=torch.long, device=dev)[None].repeat(c.num_samples, 1)

@@ -56,18 +56,16 @@ OP = "tk_lm_head"
 DTYPES = (torch.bfloat16, torch.float32)
 CHUNK_BYTES = 512 * 2**20   # a chunk's logits: at most this (GPT-2: 4096 rows, 412 MB; 8 chunks)
 
-# Which kernel of cross_entropy.cu the op asks for, by row width. "auto" is what ran on the H200
-# first (call 2): rows_in_registers where the row fits, else rows_streamed. rows_in_shared
-# ("shared") and rows_per_warp ("warp") came after it; tests/gpu_lm_head.sh times all of them
-# and tests the op with these set to them (test_op_with_requested_kernels). Set them here once a
-# run shows them faster and passing. A kernel that cannot take a row falls back to "auto".
-# Session 3's final call (H200, kernel alone, loss + gradient): shared 0.221 ms vs registers
-# 0.327 ms on a 4096 x 50304 bf16 chunk, warp 0.013 ms vs streamed 0.067 ms on 16384 x 65; the
-# op's and the GPT's tests with both requested passed there. Still "auto": the kernel test's two
-# fp32 V=5 failures (warp AND streamed; a test tolerance, fixed after that call) are not re-run.
-# TK_LM_HEAD_KERNEL_WIDE / _NARROW override them (a GPU script that has just tested a kernel).
-KERNEL_WIDE = os.environ.get("TK_LM_HEAD_KERNEL_WIDE", "auto")       # rows wider than NARROW_COLS (GPT-2: 50304)
-KERNEL_NARROW = os.environ.get("TK_LM_HEAD_KERNEL_NARROW", "auto")   # rows of at most NARROW_COLS (shakespeare-char: 65)
+# Which kernel of cross_entropy.cu the op asks for, by row width: rows_in_shared ("shared") for
+# GPT-2's 50304-wide rows, rows_per_warp ("warp") for shakespeare-char's 65. "auto" is what ran
+# first (rows_in_registers where the row fits, else rows_streamed); a kernel that cannot take a
+# row falls back to it. Measured on the H200 (session 3's final call, kernel alone, loss +
+# gradient): shared 0.221 ms vs registers 0.327 ms on a 4096 x 50304 bf16 chunk; warp 0.013 ms vs
+# streamed 0.067 ms on 16384 x 65. Session 4's probe: every GPU test passed with them (the fp32
+# V=5 tolerance fixed), and the GPT-2 tk step went 62.82 -> 61.26 ms with "shared" (bench --e2e).
+# TK_LM_HEAD_KERNEL_WIDE / _NARROW override them ("auto" gives the first kernels back).
+KERNEL_WIDE = os.environ.get("TK_LM_HEAD_KERNEL_WIDE", "shared")       # rows wider than NARROW_COLS (GPT-2: 50304)
+KERNEL_NARROW = os.environ.get("TK_LM_HEAD_KERNEL_NARROW", "warp")   # rows of at most NARROW_COLS (shakespeare-char: 65)
 NARROW_COLS = 1024   # the widest row rows_per_warp takes (WARP_ROW_COLS in cross_entropy.cu)
 
 

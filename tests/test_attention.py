@@ -384,7 +384,10 @@ def test_backend_table_order_and_pinning():
         # a pinned forward-only backend borrows the backward of another backend
         assert A._choose(q, True, 0.125, "forward") == (None, "fast: not on this GPU")
         name, reason = A._choose(q, True, 0.125, "backward")
-        assert name == "portable" if torch.cuda.is_available() else "portable: no CUDA" in reason
+        if torch.cuda.is_available():   # the next backend with a backward that takes q
+            assert name in ("hopper", "portable")
+        else:
+            assert name is None and "portable: no CUDA" in reason
     finally:
         A.set_backend("auto")
         A.BACKENDS.clear()

@@ -68,12 +68,13 @@ def test_environment_narrows_the_run(monkeypatch):
                                                   ("TK_BENCH_ATTENTION_IMPLS", "tk,sdpa-fa3", "'sdpa-fa3'")])
 def test_bad_names_are_refused(monkeypatch, variable, value, bad):
     monkeypatch.setenv(variable, value)
+    before = kernels.choice()   # whatever earlier tests left: the refused call must not change it
     with pytest.raises(ValueError) as e:
         next(ab.cases(bench.Case, quick=False, device="cpu"))
     message = str(e.value)
     assert message.startswith(f"{variable}: unknown name(s) {bad};") and "choose from" in message
     assert ("sdpa-cudnn" if "IMPLS" in variable else "shakespeare-char") in message   # lists the good names
-    assert kernels.choice()["attention"] == "auto"
+    assert kernels.choice() == before
 
 
 def test_inputs_as_the_model_makes_them():
@@ -123,10 +124,14 @@ def test_cases_on_cpu_keep_what_runs_and_skip_the_rest_with_reasons(monkeypatch,
         note = case.note
         assert note.startswith(("odd; causal, bf16, d(qkv) of (B,T,3,H,D)", "d128; causal"))
         assert "skipped tk: KernelUnavailable" in note and "CUDA" in note
-        assert "skipped tk-portable: RuntimeError: tk attention cannot run here: portable: no CUDA device" in note
         assert "skipped sdpa-cudnn: RuntimeError: No viable backend" in note
         assert "skipped sdpa-efficient: RuntimeError" in note
-        assert ("skipped tk-hopper: RuntimeError" in note) == (direction == "fwd")   # forward-only
+        if torch.cuda.is_available():   # a GPU machine: the CPU tensors are refused by the input checks
+            assert "skipped tk-portable: ValueError: tk attention: q must be a CUDA tensor" in note
+            assert "skipped tk-hopper: ValueError: tk Hopper attention: q must be a CUDA tensor" in note
+        else:                           # no CUDA: the backend's availability check says so first
+            assert "skipped tk-portable: RuntimeError: tk attention cannot run here: portable: no CUDA device" in note
+            assert ("skipped tk-hopper: RuntimeError" in note) == (direction == "fwd")
         # what runs was checked against eager (sdpa-flash here), and agreed
         checked = "y checked" if direction == "fwd" else "y and d(qkv) checked"
         err = float(note.split(f"; {checked} against eager: max rel err ")[1].split(";")[0])

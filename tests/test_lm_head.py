@@ -55,8 +55,8 @@ def make_inputs(N, C, V, device="cpu", x_dtype=torch.float32, seed=0, ignore_eve
 
 
 def request_new_kernels(monkeypatch):
-    """lm_head_op's KERNEL_WIDE = "shared", KERNEL_NARROW = "warp": the kernels written after call 2,
-    as a switch of its defaults would run them."""
+    """lm_head_op's KERNEL_WIDE = "shared", KERNEL_NARROW = "warp" (the defaults since session 4),
+    set explicitly so that these tests keep testing them if the defaults change."""
     monkeypatch.setattr(lm_head_op, "KERNEL_WIDE", "shared")
     monkeypatch.setattr(lm_head_op, "KERNEL_NARROW", "warp")
 
@@ -276,12 +276,16 @@ def test_op_asks_for_the_configured_kernel(fake_ext, monkeypatch):
     fake = lm_head_op._ext._module
     x, w, t = make_inputs(10, 24, 40)
     lm_head_op.lm_head_loss(x, w, t)
-    assert fake.kernels == ["auto"]                                   # the defaults: what ran on the H200
-    request_new_kernels(monkeypatch)
-    lm_head_op.lm_head_loss(x, w, t)
+    assert fake.kernels == ["warp"]                                   # the defaults: narrow rows on rows_per_warp
     x, w, t = make_inputs(3, 8, 1500)
     lm_head_op.lm_head_loss(x, w, t)
-    assert fake.kernels[1] == "warp" and set(fake.kernels[2:]) == {"shared"}   # 3 one-row chunks here
+    assert set(fake.kernels[1:]) == {"shared"}                        # wide rows on rows_in_shared (3 one-row chunks)
+    monkeypatch.setattr(lm_head_op, "KERNEL_WIDE", "auto")
+    monkeypatch.setattr(lm_head_op, "KERNEL_NARROW", "auto")
+    lm_head_op.lm_head_loss(x, w, t)
+    x, w, t = make_inputs(10, 24, 40)
+    lm_head_op.lm_head_loss(x, w, t)
+    assert fake.kernels[4:] == ["auto"] * 4                           # what the overrides ask for
 
 
 def test_fake_kernel_path_bf16_inputs(fake_ext):

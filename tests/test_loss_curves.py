@@ -43,7 +43,7 @@ def tiny_run(tmp_path_factory):
     out = root / "out"
     result = subprocess.run([sys.executable, "tests/loss_curves.py", "--out", str(out), "--text", str(text),
                              "--iters", "20", "--paths", "torch,torch", *TINY_FLAGS],
-                            cwd=REPO, capture_output=True, text=True, timeout=120)
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
     with open(out / "loss_curves.json") as f:
         return result, json.load(f), out
 

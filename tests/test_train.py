@@ -218,12 +218,12 @@ def test_graphed_replays_draw_fresh_dropout_masks_and_copy_inputs():
 
 @needs_cuda
 @pytest.mark.parametrize("split", ["train", "val"])
-def test_gpu_resident_tokens_give_the_memmap_windows(char_data, split, monkeypatch):
+def test_gpu_resident_tokens_give_the_memmap_windows(char_data, split):
     # A small token file is kept on the GPU and windows are gathered there; the starts come
     # from the same generator, so training and eval batches must be the memmap path's, exactly.
     resident = train.Batches(os.path.join(char_data, "shakespeare_char"), 65, 8, 33, 1337, "cuda")
-    monkeypatch.setattr(train.Batches, "GPU_RESIDENT_MAX_TOKENS", 0)
     memmap = train.Batches(os.path.join(char_data, "shakespeare_char"), 65, 8, 33, 1337, "cuda")
+    memmap.GPU_RESIDENT_MAX_TOKENS = 0   # this instance only: the files are loaded lazily, on first use
     for (xa, ya), (xb, yb) in zip(resident.eval_batches(split, 3), memmap.eval_batches(split, 3)):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
         assert torch.equal(xa[:, 1:], ya[:, :-1]) and xa.dtype == torch.int64 and xa.is_contiguous()
