@@ -5,9 +5,10 @@
 #
 #   both:   every tk extension builds (in parallel)
 #   GPU 0:  config/shakespeare.py, standard evals, back to back: --kernels=torch, then tk;
-#           then bench.py --e2e on GPT-2 124M: torch.compile vs tk (issue 7's comparison)
-#   GPU 1:  the GPU tests of every kernel (4 workers, -v: a run cut by its limit still names its
-#           failures, which session 3's did not); GPT-2 shapes on tk on one GPU (the DDP baseline)
+#           then bench.py --e2e on GPT-2 124M (issue 7's comparison): torch.compile (modes default
+#           and reduce-overhead, the one with CUDA graphs) vs tk eager and tk with CUDA graphs
+#   GPU 1:  the GPU tests of every kernel (PYTEST=0 leaves them out when a call just before ran
+#           them all); GPT-2 shapes on tk on one GPU (the DDP baseline)
 #   both:   DDP on tk: torchrun --nproc_per_node=2, GPT-2 shapes, 32x1024 tokens per GPU,
 #           all-reduce every step; then tests/gpu_loss_curves.sh (500 iterations, torch on one
 #           GPU and tk on the other)
@@ -20,7 +21,7 @@ source tests/gpu_lib.sh "$1"
 note "gpu_final_check"
 setup_shakespeare
 prebuild_all
-G2="config/gpt2.py --dataset=synthetic --batch_size=32 --gradient_accumulation_steps=1 --max_iters=30
+G2="config/gpt2.py --dataset=synthetic --batch_size=32 --gradient_accumulation_steps=1 --max_iters=60
     --eval_interval=100000 --eval_iters=1 --log_interval=5 --compile=False --kernels=tk --out_dir=/tmp/o_gpt2"
 
 lane0() {
@@ -29,13 +30,14 @@ lane0() {
         step 100 shk_$k.log python3 train.py config/shakespeare.py --kernels=$k --always_save_checkpoint=False --out_dir=/tmp/o_$k
         note "shakespeare $k: $(grep -E '^(summary|cuda_graphs|error)' "$L/shk_$k.log" | tr '\n' ' ')"
     done
-    step 170 e2e_gpt2.log python3 bench.py --e2e --models gpt2 --variants torch+compile,tk --json "$L/e2e_gpt2.json"
+    step 200 e2e_gpt2.log python3 bench.py --e2e --models gpt2 --variants torch+compile,tk,tk+graphs \
+        --compile-modes default,reduce-overhead --json "$L/e2e_gpt2.json"
     note "e2e gpt2: $(grep -E 'ms/step' "$L/e2e_gpt2.log" | tr '\n' ' ')"
 }
 
 lane1() {
     export CUDA_VISIBLE_DEVICES=1
-    step 240 pytest.log python3 -m pytest -v -n 4 -p no:cacheprovider tests/test_attention_hopper_bwd.py \
+    [ "${PYTEST:-1}" = 0 ] || step 240 pytest.log python3 -m pytest -v -n 8 -p no:cacheprovider tests/test_attention_hopper_bwd.py \
         tests/test_attention.py tests/test_lm_head.py tests/test_mlp.py tests/test_gemm.py tests/test_layernorm.py \
         tests/test_layernorm_model.py tests/test_layernorm_variants.py tests/test_model.py tests/test_train.py tests/test_dispatch.py
     note "pytest: $(grep -cE ' PASSED' "$L/pytest.log") passed, $(grep -cE ' FAILED' "$L/pytest.log") failed; $(grep -E '^=+ .*(passed|failed)' "$L/pytest.log" | tail -1)"
