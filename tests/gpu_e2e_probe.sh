@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The lead's measurements of whole training steps between the session's first and final calls:
 #
-#   bash tests/gpu_e2e_probe.sh OUT [one]  # one GPU (~150 s): GPT-2 on tk, eager vs CUDA graphs
-#                                          # (bench.py --e2e), and the one-GPU baseline of the DDP runs
+#   bash tests/gpu_e2e_probe.sh OUT [one]  # one GPU (~200 s): GPT-2 on tk, eager vs CUDA graphs
+#                                          # (bench.py --e2e); the shakespeare tk step's profile
+#                                          # (dropout 0.2, as it trains); the one-GPU baseline of
+#                                          # the DDP runs
 #   bash tests/gpu_e2e_probe.sh OUT ddp    # both GPUs (~120 s): torchrun --nproc_per_node=2, GPT-2
 #                                          # shapes on tk, 32x1024 tokens per GPU, with DDP bucket
 #                                          # sizes and NCCL channel limits side by side
@@ -21,6 +23,9 @@ one)
     note "gpu_e2e_probe one"
     step 150 e2e_gpt2.log python3 bench.py --e2e --models gpt2 --variants tk,tk+graphs --json "$L/e2e_gpt2.json"
     note "e2e gpt2: $(grep -E 'ms/step' "$L/e2e_gpt2.log" | grep -v variant | tr '\n' ' ')"
+    step 60 profile_shk.log python3 bench.py --profile --models shakespeare-char --kernels tk --dropout 0.2 \
+        --profile-rows 30 --json "$L/profile_shk.json"
+    note "shakespeare tk profile: $(grep -E '^GPU kernels' "$L/profile_shk.log" | head -1)"
     step 60 gpt2_1gpu.log python3 train.py $G2
     note "gpt2 tk, one GPU: $(grep -E '^summary' "$L/gpt2_1gpu.log")"
     ;;
