@@ -14,6 +14,8 @@ fwd+bwd), holding every implementation below that can run it:
                   the views. On sm_90 the Hopper forward + the Hopper backward; elsewhere portable
   tk-hopper       the Hopper backend pinned (attention_op pinned to 'hopper'); fwd rows only: on
                   sm_90 its fwd+bwd is the 'tk' row
+  tk-hopper-vN    the same with forward variant N (1..8, kernels/attention_hopper.py VARIANTS);
+                  fwd rows only, and only when named in TK_BENCH_ATTENTION_IMPLS
   tk-portable     the portable kernel for both passes (attention_op pinned to 'portable'), through
                   the same entry as 'tk'
   eager           kernels/reference.py's attention(_qkv): SDPA with torch's own backend choice,
@@ -74,7 +76,10 @@ QUICK_ROWS = (("gpt2", "fwd"), ("gpt2", "fwd+bwd"), ("shakespeare-char", "fwd+bw
 SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-cudnn": "CUDNN_ATTENTION",
                  "sdpa-efficient": "EFFICIENT_ATTENTION"}   # name -> torch.nn.attention.SDPBackend member
 IMPLS = ("tk", "tk-hopper", "tk-portable", "eager") + tuple(SDPA_BACKENDS)
-FORWARD_ONLY = ("tk-hopper",)   # timed forward only: on sm_90 its fwd+bwd is the 'tk' row
+# The Hopper forward's variants one by one (kernels/attention_hopper.py VARIANTS, 1..8), timed only
+# when named in TK_BENCH_ATTENTION_IMPLS (e.g. tk-hopper-v4,tk-hopper-v6): to compare them in one run.
+HOPPER_VARIANT_IMPLS = tuple(f"tk-hopper-v{n}" for n in range(1, 9))
+FORWARD_ONLY = ("tk-hopper",) + HOPPER_VARIANT_IMPLS   # timed forward only: on sm_90 the fwd+bwd is the 'tk' row
 CUDNN = "sdpa-cudnn"
 
 
@@ -89,17 +94,19 @@ def flops(B, H, T, D, direction):
     return forward * (3.5 if direction == "fwd+bwd" else 1.0)
 
 
-def selected(variable, choices):
+def selected(variable, choices, extra=()):
     """The names listed in environment variable `variable` (comma-separated), all of `choices`
-    if it is unset or empty; ValueError naming the variable and the good names for a bad one."""
+    if it is unset or empty (`extra` names are taken only when listed); ValueError naming the
+    variable and the good names for a bad one."""
     text = os.environ.get(variable, "").strip()
     if not text:
         return list(choices)
     names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in choices]
+    good = tuple(choices) + tuple(extra)
+    bad = [n for n in names if n not in good]
     if bad:
         raise ValueError(f"{variable}: unknown name(s) {', '.join(map(repr, bad))}; "
-                         f"choose from {', '.join(choices)} (comma-separated), or unset it for all")
+                         f"choose from {', '.join(good)} (comma-separated), or unset it for all")
     return names
 
 
@@ -183,6 +190,19 @@ def implementations():
                 attention_op.set_backend(old)
         return attend
 
+    def hopper_variant(variant):
+        # the Hopper backend pinned, running forward variant `variant` (restored after the call)
+        run = pinned("hopper")
+
+        def attend(qkv):
+            from kernels import attention_hopper
+            old = attention_hopper.set_forward_variant(variant)
+            try:
+                return run(qkv)
+            finally:
+                attention_hopper.set_forward_variant(old)
+        return attend
+
     def forced(backend):
         def attention(q, k, v, causal):
             with sdpa_kernel(backend):
@@ -198,6 +218,8 @@ def implementations():
     }
     for name, member in SDPA_BACKENDS.items():
         table[name] = forced(getattr(SDPBackend, member))
+    for name in HOPPER_VARIANT_IMPLS:
+        table[name] = hopper_variant(int(name.rsplit("-v", 1)[1]))
     return table
 
 
@@ -278,7 +300,7 @@ def cases(Case, quick, device="cuda"):
     """bench.py's Cases for attention (bench.py passes its Case class: kernels/ never imports bench)."""
     import kernels
     rows = plan(quick)
-    wanted = selected("TK_BENCH_ATTENTION_IMPLS", IMPLS)
+    wanted = selected("TK_BENCH_ATTENTION_IMPLS", IMPLS, HOPPER_VARIANT_IMPLS)
     table = implementations()
     saved = kernels.choice()
     kernels.configure("auto", attention="tk", layernorm=saved["layernorm"], mlp=saved["mlp"])
@@ -326,7 +348,8 @@ def ratios(row, table="ms"):
     sdpa = {name: rate[name] for name in SDPA_BACKENDS if name in rate}
     best = max(sdpa, key=sdpa.get) if sdpa else None
     out = {}
-    for name in sorted(rate, key=lambda n: IMPLS.index(n) if n in IMPLS else len(IMPLS)):
+    order = IMPLS + HOPPER_VARIANT_IMPLS
+    for name in sorted(rate, key=lambda n: order.index(n) if n in order else len(order)):
         out[name] = (rate[name], rate[name] / rate[CUDNN] if CUDNN in rate else None,
                      rate[name] / rate[best] if best else None)
     return out, best

@@ -62,8 +62,13 @@
 //   4 ONE consumer per CTA and two CTAs per SM, fast softmax (D=64): default D=64. Instead of
 //     ping-pong between two warpgroups of one CTA, two CTAs interleave, and one CTA's start
 //     (Q and the first K in flight) and end (O stores) hide under the other's matrix products.
-// What is not here (yet): a persistent grid, a TMA store epilogue, the backward pass (the
-// portable backward reads this forward's LSE).
+// Session 4 (not yet measured when written; kernels/NOTES.md, "Session 4: H3 attention"):
+//   5 the default of 1-4 with the query blocks taken in L2 groups of heads (item_at)
+//   6 persistent_kernel: one CTA per SM walks over query blocks (2 consumers, ping-pong, L2
+//     groups); the producer loads the next block's Q and K while the consumers finish this one
+//   7 6 in the old order; 8 persistent with one consumer and two CTAs per SM (D=64)
+// What is not here (yet): a TMA store epilogue; the backward pass is attention_hopper_bwd.cu.
+#include <algorithm>
 #include <cstdint>
 #include <cmath>
 #include <string>
@@ -117,7 +122,27 @@ struct kernel_params {
     int heads, seq_len;
     float scale_log2;                                   // softmax scale · log2(e)
     int causal;
+    int batch_heads, m_blocks;                          // work items: batch_heads x m_blocks query blocks
+    int heads_per_group;                                // see item_at
 };
+
+// ---- Work items: which (batch, head, query block) the i-th CTA (or persistent step) takes ------
+// Every query block of a head reads the same K and V, so they should run close together in time
+// and find K and V in L2 rather than in DRAM. Heads are taken in groups of heads_per_group (the
+// launcher sizes a group so its K and V fit in a third of the L2); inside a group the heaviest
+// (latest, most keys) query blocks go first, every head of the group for one query block before
+// the next one. heads_per_group = batch·heads is the order of the first kernels (all heads' last
+// block, then all heads' second-last, ...): at the GPT-2 shape its working set is the whole
+// 50 MB of K and V, the size of the L2.
+struct work_item { int b, h, m_block; };
+__device__ inline work_item item_at(int i, const kernel_params& p) {
+    const int group_items = p.heads_per_group * p.m_blocks;
+    const int group = i / group_items, in_group = i - group * group_items;
+    const int first_bh = group * p.heads_per_group;
+    const int heads_here = min(p.heads_per_group, p.batch_heads - first_bh);   // the last group may be short
+    const int bh = first_bh + in_group % heads_here;
+    return work_item{bh / p.heads, bh % p.heads, p.m_blocks - 1 - in_group / heads_here};
+}
 
 // ---- One tile of online softmax, on the 64 x 128 score accumulator of one consumer -----------
 // Thread (w, g, t) of the warpgroup holds rows r0 = 16w + g and r1 = r0 + 8, columns
@@ -245,8 +270,8 @@ forward_kernel(const __grid_constant__ kernel_params p) {
     auto k_tile = [&](int s) { return smem + C::q_bytes + s * C::kv_bytes; };
     auto v_tile = [&](int s) { return smem + C::q_bytes + (S + s) * C::kv_bytes; };
 
-    const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
-    const int m_block = gridDim.y - 1 - blockIdx.y;    // heaviest (latest) query blocks first
+    const work_item item = item_at(blockIdx.x, p);     // one CTA per query block
+    const int b = item.b, h = item.h, m_block = item.m_block;
     const int m0 = m_block * BM;
     const int kv_end = p.causal ? min(p.seq_len, m0 + BM) : p.seq_len;
     const int n_tiles = (kv_end + BN - 1) / BN;
@@ -409,18 +434,235 @@ forward_kernel(const __grid_constant__ kernel_params p) {
     }
 }
 
-// ---- Host side -----------------------------------------------------------------------------------
-template <int D, int CONSUMERS, bool PINGPONG, bool FAST_SOFTMAX>
-cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream) {
+// ---- The persistent kernel (variant 6): one CTA per SM walks over many query blocks ----------
+// The same producer / two ping-pong consumers / intra-warpgroup overlap as forward_kernel, but the
+// grid is one CTA per SM and each CTA takes work items blockIdx.x, + gridDim.x, ... (item_at's
+// order). At the GPT-2 shape a CTA of forward_kernel owns 4.5 key tiles on average, and its start
+// (barrier init, Q and the first K arriving from memory, the first S with nothing to overlap) and
+// its end (the last P·V, the stores) are paid again for every query block. Here they are paid
+// once per CTA: the producer runs ahead into the next item as soon as ring slots free up (Q has
+// two slots, q_full / q_empty, so the next item's Q lands while this one's is still read), and the
+// consumers' epilogue (O from registers to global memory) overlaps the next item's first loads.
+// The K/V ring's slot and parity count tiles over the CTA's whole life (`tile`, not n), Q's count
+// items (`j`); the ping-pong turns simply continue from item to item (both consumers take
+// n_tiles + 1 turns per item).
+// CONSUMERS = 1 (variant 8, D = 64): the same with one consumer, two CTAs per SM (grid 2 x SMs)
+// and no ping-pong, as variant 4; its K/V ring has 2 slots, so that two CTAs fit in shared memory.
+template <int D, int CONSUMERS>
+struct persistent_config : config<D, CONSUMERS> {
     using C = config<D, CONSUMERS>;
+    static constexpr int q_slots = 2;
+    static constexpr int stages = CONSUMERS == 2 ? C::stages : 2;
+    static constexpr int smem_bytes = q_slots * C::q_bytes + 2 * stages * C::kv_bytes + 1024;   // 129 / 193 / 81 KB
+};
+
+template <int D, int CONSUMERS>
+__global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
+persistent_kernel(const __grid_constant__ kernel_params p) {
+    using C = persistent_config<D, CONSUMERS>;
+    using namespace tk;
+    constexpr bool PINGPONG = CONSUMERS == 2;
+    constexpr int BM = C::block_m, BN = C::block_n, S = C::stages, QS = C::q_slots;
+
+    extern __shared__ uint8_t smem_raw[];
+    __shared__ mbarrier q_full[QS], q_empty[QS], k_full[S], k_empty[S], v_full[S], v_empty[S];
+    const uint32_t smem = (smem_addr(smem_raw) + 1023) & ~1023u;
+    auto q_tile = [&](int s) { return smem + s * C::q_bytes; };
+    auto k_tile = [&](int s) { return smem + QS * C::q_bytes + s * C::kv_bytes; };
+    auto v_tile = [&](int s) { return smem + QS * C::q_bytes + (S + s) * C::kv_bytes; };
+    const int n_items = p.batch_heads * p.m_blocks;
+    auto tiles_of = [&](int m_block) {
+        const int kv_end = p.causal ? min(p.seq_len, (m_block + 1) * BM) : p.seq_len;
+        return (kv_end + BN - 1) / BN;
+    };
+    const int warpgroup = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < QS; ++s) {
+            mbar::init(q_full[s], 1);
+            mbar::init(q_empty[s], C::consumers * 4);   // lane 0 of every consumer warp
+        }
+        for (int s = 0; s < S; ++s) {
+            mbar::init(k_full[s], 1);
+            mbar::init(v_full[s], 1);
+            mbar::init(k_empty[s], C::consumers * 4);
+            mbar::init(v_empty[s], C::consumers * 4);
+        }
+        mbar::fence_init();
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        // ================= producer: one thread issues every copy, item after item =================
+        warpgroup_decrease_registers<C::producer_regs>();
+        if (threadIdx.x / 32 == 0 && elect_one()) {
+            int tile = 0;                                // K/V tiles loaded so far (this CTA)
+            for (int item = blockIdx.x, j = 0; item < n_items; item += gridDim.x, ++j) {
+                const work_item w = item_at(item, p);
+                const int n_tiles = tiles_of(w.m_block);
+                auto load = [&](uint32_t dst, const CUtensorMap* map, int row, int bytes, mbarrier& bar) {
+#pragma unroll
+                    for (int cb = 0; cb < C::col_blocks; ++cb)
+                        tma::load_box_4d(dst + cb * (bytes / C::col_blocks), map, cb * 64, row, w.h, w.b, bar);
+                };
+                auto load_kv = [&](int n, mbarrier* empty, mbarrier* full, bool is_k) {
+                    const int g = tile + n, s = g % S;
+                    mbar::wait(empty[s], ((g / S) & 1) ^ 1);
+                    mbar::arrive_expect_bytes(full[s], C::kv_bytes);
+                    load(is_k ? k_tile(s) : v_tile(s), is_k ? &p.k_map : &p.v_map, n * BN, C::kv_bytes, full[s]);
+                };
+                const int qs = j % QS;
+                mbar::wait(q_empty[qs], ((j / QS) & 1) ^ 1);
+                mbar::arrive_expect_bytes(q_full[qs], C::q_bytes);
+                load(q_tile(qs), &p.q_map, w.m_block * BM, C::q_bytes, q_full[qs]);
+                load_kv(0, k_empty, k_full, true);
+                for (int n = 1; n < n_tiles; ++n) {
+                    load_kv(n, k_empty, k_full, true);
+                    load_kv(n - 1, v_empty, v_full, false);
+                }
+                load_kv(n_tiles - 1, v_empty, v_full, false);
+                tile += n_tiles;
+            }
+        }
+        return;
+    }
+
+    // ================= consumers =================
+    warpgroup_increase_registers<C::consumer_regs>();
+    const int c = warpgroup - 1;                        // which 64 query rows of each block
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t = lane % 4;
+
+    wgmma::accumulator<BN> s_acc;
+    wgmma::accumulator<D> o_acc;
+    uint32_t p_frag[BN / 16][4];
+    float m[2], l[2], rescale[2];
+
+    auto turn_begin = [&] { if constexpr (PINGPONG) named_sync<256>(1 + c); };
+    auto turn_end = [&] { if constexpr (PINGPONG) named_arrive<256>(1 + (1 - c)); };
+    auto release = [&](mbarrier& bar) { if (lane == 0) mbar::arrive(bar); };
+
+    if (PINGPONG && c == 1) named_arrive<256>(1);       // consumer 0 goes first
+    int tile = 0;                                       // K/V tiles consumed so far (this CTA)
+    for (int item = blockIdx.x, j = 0; item < n_items; item += gridDim.x, ++j) {
+        const work_item w = item_at(item, p);
+        const int n_tiles = tiles_of(w.m_block);
+        const int first_row = w.m_block * BM + 64 * c;   // this warpgroup's first query row
+        const int row0 = first_row + 16 * warp + lane / 4;
+        const int qs = j % QS;
+
+        auto issue_qk = [&](int n) {                     // S = Q · Kₙᵀ
+            const int g = tile + n, s = g % S;
+            mbar::wait(k_full[s], (g / S) & 1);
+            wgmma::fence();
+#pragma unroll
+            for (int k = 0; k < D / 16; ++k)
+                wgmma::mma_ss<wgmma::major::K, wgmma::major::K>(
+                    s_acc, wgmma::desc<wgmma::major::K, BM, 128>(q_tile(qs), 64 * c, k),
+                    wgmma::desc<wgmma::major::K, BN, 128>(k_tile(s), 0, k), k > 0);
+            wgmma::commit_group();
+        };
+        auto issue_pv = [&](int n, bool accumulate) {    // O (+)= P · Vₙ
+            const int g = tile + n, s = g % S;
+            mbar::wait(v_full[s], (g / S) & 1);
+            wgmma::fence();
+#pragma unroll
+            for (int k = 0; k < BN / 16; ++k)
+                wgmma::mma_rs<wgmma::major::MN>(o_acc, p_frag[k],
+                                                wgmma::desc<wgmma::major::MN, BN, 128>(v_tile(s), 0, k),
+                                                accumulate || k > 0);
+            wgmma::commit_group();
+        };
+        auto needs_mask = [&](int n) {
+            return p.causal ? (n * BN + BN - 1 > first_row) : (n * BN + BN > p.seq_len);
+        };
+
+#pragma unroll
+        for (int r = 0; r < 2; ++r) { m[r] = -INFINITY; l[r] = 0.f; }
+        mbar::wait(q_full[qs], (j / QS) & 1);
+
+        turn_begin();
+        issue_qk(0);
+        turn_end();
+        wgmma::wait_group<0>();
+        wgmma::fence_operand(s_acc);
+        release(k_empty[tile % S]);
+        softmax_tile<BN, true>(s_acc.d, m, l, rescale, needs_mask(0), p.causal, row0, 0, p.seq_len, p.scale_log2);
+        scores_to_a_operand<BN>(p_frag, s_acc.d);
+
+        for (int n = 1; n < n_tiles; ++n) {
+            turn_begin();
+            issue_qk(n);
+            issue_pv(n - 1, n > 1);
+            turn_end();
+            wgmma::wait_group<1>();                      // S = Q·Kₙᵀ is done (P·V may still run)
+            wgmma::fence_operand(s_acc);
+            release(k_empty[(tile + n) % S]);
+            softmax_tile<BN, true>(s_acc.d, m, l, rescale, needs_mask(n), p.causal, row0, n * BN, p.seq_len,
+                                   p.scale_log2);
+            wgmma::wait_group<0>();                      // O += P·Vₙ₋₁ is done
+            wgmma::fence_operand(o_acc);
+            keep_alive(p_frag);
+            release(v_empty[(tile + n - 1) % S]);
+#pragma unroll
+            for (int i = 0; i < D / 2; ++i) o_acc.d[i] *= rescale[(i >> 1) & 1];
+            scores_to_a_operand<BN>(p_frag, s_acc.d);
+        }
+        turn_begin();
+        issue_pv(n_tiles - 1, n_tiles > 1);
+        turn_end();
+        wgmma::wait_group<0>();
+        wgmma::fence_operand(o_acc);
+        release(v_empty[(tile + n_tiles - 1) % S]);
+        release(q_empty[qs]);                           // every S of this item is done: Q's slot is free
+        tile += n_tiles;
+
+        // ---- epilogue: O /= l, store O (bf16) and LSE; the producer is already loading the next item ----
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            l[r] += __shfl_xor_sync(0xffffffff, l[r], 1);
+            l[r] += __shfl_xor_sync(0xffffffff, l[r], 2);
+        }
+        float inv_l[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) inv_l[r] = (l[r] > 0.f) ? 1.f / l[r] : 0.f;
+        __nv_bfloat16* o_head = p.o + w.b * p.o_stride_batch + w.h * p.o_stride_head;
+#pragma unroll
+        for (int i = 0; i < D / 2; i += 2) {
+            const int r = (i >> 1) & 1, row = row0 + 8 * r, col = 8 * (i >> 2) + 2 * t;
+            if (row < p.seq_len)
+                *reinterpret_cast<uint32_t*>(o_head + row * p.o_stride_seq + col) =
+                    pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]);
+        }
+        if (t == 0) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int row = row0 + 8 * r;
+                if (row < p.seq_len)
+                    p.lse[(int64_t(w.b) * p.heads + w.h) * p.seq_len + row] =
+                        l[r] > 0.f ? (m[r] * p.scale_log2 + log2f(l[r])) * 0.69314718055994531f : -INFINITY;
+            }
+        }
+    }
+    if (PINGPONG && c == 0) named_sync<256>(1);         // consume consumer 1's last turn_end
+}
+
+// ---- Host side -----------------------------------------------------------------------------------
+// K and V of one L2 group of heads (item_at) take at most this much: a third of the H200's 50 MB
+// L2, so Q and O streaming past and the other groups' tail do not push them out.
+constexpr int64_t L2_GROUP_BYTES = 16ll << 20;
+
+// The kernels' parameters: tensor maps (Q in boxes of block_m rows, K and V of block_n), O, LSE,
+// and the work-item order: l2_groups = false is the first kernels' order (one group of all heads).
+template <int D, int BLOCK_M, int BLOCK_N>
+cudaError_t make_params(const AttentionForwardParams& a, bool l2_groups, kernel_params& kp) {
     const AttentionShape& sh = a.shape;
-    kernel_params kp{};
+    kp = kernel_params{};
     const AttentionTensor* in[3] = {&a.q, &a.k, &a.v};
     CUtensorMap* maps[3] = {&kp.q_map, &kp.k_map, &kp.v_map};
     for (int i = 0; i < 3; ++i) {
         std::string why = tk::tma::make_bhtd_tensor_map(
             maps[i], in[i]->data, sh.batch, sh.heads, sh.seq_len, D, in[i]->stride_batch,
-            in[i]->stride_head, in[i]->stride_seq, i == 0 ? C::block_m : C::block_n);
+            in[i]->stride_head, in[i]->stride_seq, i == 0 ? BLOCK_M : BLOCK_N);
         if (!why.empty()) return cudaErrorInvalidValue;
     }
     kp.o = static_cast<__nv_bfloat16*>(a.o.data);
@@ -432,20 +674,51 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream) {
     kp.seq_len = sh.seq_len;
     kp.scale_log2 = sh.scale * 1.4426950408889634f;
     kp.causal = sh.causal ? 1 : 0;
+    kp.batch_heads = sh.batch * sh.heads;
+    kp.m_blocks = (sh.seq_len + BLOCK_M - 1) / BLOCK_M;
+    const int64_t kv_bytes_per_head = int64_t(sh.seq_len) * D * 2 * 2;   // K and V, bf16
+    kp.heads_per_group = l2_groups ? int(std::clamp<int64_t>(L2_GROUP_BYTES / kv_bytes_per_head, 1, kp.batch_heads))
+                                   : kp.batch_heads;
+    return cudaSuccess;
+}
 
+// Once per kernel (and per process; the attribute is per device, we use the current one): more
+// than 48 KB of dynamic shared memory, and all of the SM's 228 KB as shared memory.
+template <typename Kernel>
+cudaError_t allow_shared_memory(Kernel kernel, int bytes) {
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared));
+    return e;
+}
+
+// One CTA per query block (forward_kernel).
+template <int D, int CONSUMERS, bool PINGPONG, bool FAST_SOFTMAX>
+cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2_groups) {
+    using C = config<D, CONSUMERS>;
+    kernel_params kp;
+    if (cudaError_t e = make_params<D, C::block_m, C::block_n>(a, l2_groups, kp)) return e;
     auto kernel = forward_kernel<D, CONSUMERS, PINGPONG, FAST_SOFTMAX>;
-    // Once per kernel (and per process; the attribute is per device, we use the current one):
-    // more than 48 KB of dynamic shared memory, and all of the SM's 228 KB as shared memory.
-    static cudaError_t configured = [&] {
-        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::smem_bytes);
-        if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                     int(cudaSharedmemCarveoutMaxShared));
-        return e;
-    }();
+    static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
-    dim3 grid(sh.batch * sh.heads, (sh.seq_len + C::block_m - 1) / C::block_m);
-    kernel<<<grid, C::threads, C::smem_bytes, stream>>>(kp);
+    kernel<<<kp.batch_heads * kp.m_blocks, C::threads, C::smem_bytes, stream>>>(kp);
+    return cudaGetLastError();
+}
+
+// One CTA (two with one consumer) per SM, each walking over query blocks (persistent_kernel).
+template <int D, int CONSUMERS = 2>
+cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, bool l2_groups) {
+    using C = persistent_config<D, CONSUMERS>;
+    kernel_params kp;
+    if (cudaError_t e = make_params<D, C::block_m, C::block_n>(a, l2_groups, kp)) return e;
+    auto kernel = persistent_kernel<D, CONSUMERS>;
+    static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
+    if (configured != cudaSuccess) return configured;
+    int device = 0, sms = 0;
+    if (cudaError_t e = cudaGetDevice(&device)) return e;
+    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) return e;
+    const int items = kp.batch_heads * kp.m_blocks;
+    kernel<<<std::min(items, sms * C::ctas_per_sm), C::threads, C::smem_bytes, stream>>>(kp);
     return cudaGetLastError();
 }
 
@@ -458,6 +731,8 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
     if (s.seq_len < 1 || s.batch < 1 || s.heads < 1) return "batch, heads and seq_len must be >= 1";
     if (int64_t(s.batch) * s.heads > 0x7fffffff) return "batch * heads must be < 2^31";
     if ((s.seq_len + 63) / 64 > 65535) return "seq_len must be < 65535 * 64";
+    if (int64_t(s.batch) * s.heads * ((s.seq_len + 63) / 64) > 0x7fffffff)
+        return "batch * heads * ceil(seq_len / 64) must be < 2^31 (one work item per 64 query rows)";
     if (!(s.scale > 0.f) || !std::isfinite(s.scale)) return "scale must be a positive finite number";
     const AttentionTensor* ts[4] = {&a.q, &a.k, &a.v, &a.o};
     for (const AttentionTensor* t : ts) {
@@ -477,6 +752,11 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //   2: two consumers, ping-pong, fast softmax
 //   3: two consumers, no ping-pong, fast softmax
 //   4: one consumer, two CTAs per SM, fast softmax      (head_dim 64; 128 runs variant 2)
+//   5: the default of session 3 (4 for D = 64, 2 for D = 128) with L2 groups of heads (item_at)
+//   6: persistent (one CTA per SM, persistent_kernel), two consumers, ping-pong, L2 groups
+//   7: 6 in the first kernels' order (no L2 groups), to tell the two changes apart
+//   8: persistent with one consumer and two CTAs per SM (as 4), L2 groups (D = 64; 128 runs 6)
+// 1-4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant) {
     using namespace attention_hopper;
     if (attention_hopper_why_not(p)) return cudaErrorInvalidValue;
@@ -484,10 +764,14 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
     const bool d64 = p.shape.head_dim == 64;
     if (variant == 0) variant = d64 ? DEFAULT_VARIANT_D64 : DEFAULT_VARIANT_D128;
     switch (variant) {
-    case 1: return d64 ? launch<64, 2, true, false>(p, stream) : launch<128, 2, true, false>(p, stream);
-    case 2: return d64 ? launch<64, 2, true, true>(p, stream) : launch<128, 2, true, true>(p, stream);
-    case 3: return d64 ? launch<64, 2, false, true>(p, stream) : launch<128, 2, false, true>(p, stream);
-    case 4: return d64 ? launch<64, 1, false, true>(p, stream) : launch<128, 2, true, true>(p, stream);
+    case 1: return d64 ? launch<64, 2, true, false>(p, stream, false) : launch<128, 2, true, false>(p, stream, false);
+    case 2: return d64 ? launch<64, 2, true, true>(p, stream, false) : launch<128, 2, true, true>(p, stream, false);
+    case 3: return d64 ? launch<64, 2, false, true>(p, stream, false) : launch<128, 2, false, true>(p, stream, false);
+    case 4: return d64 ? launch<64, 1, false, true>(p, stream, false) : launch<128, 2, true, true>(p, stream, false);
+    case 5: return d64 ? launch<64, 1, false, true>(p, stream, true) : launch<128, 2, true, true>(p, stream, true);
+    case 6: return d64 ? launch_persistent<64>(p, stream, true) : launch_persistent<128>(p, stream, true);
+    case 7: return d64 ? launch_persistent<64>(p, stream, false) : launch_persistent<128>(p, stream, false);
+    case 8: return d64 ? launch_persistent<64, 1>(p, stream, true) : launch_persistent<128>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }

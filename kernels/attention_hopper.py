@@ -48,7 +48,7 @@ def why_not(q, k, v, causal=True, dropout_p=0.0, scale=None):
         return f"head_dim {q.shape[-1]} is not supported (64 or 128)"
     if q.shape[2] < 1 or q.shape[0] * q.shape[1] < 1:
         return "empty input"
-    if q.shape[0] * q.shape[1] > 2**31 - 1 or q.shape[2] > 65535 * 64:
+    if q.shape[0] * q.shape[1] * -(-q.shape[2] // 64) > 2**31 - 1 or q.shape[2] > 65535 * 64:
         return f"q is too large: {tuple(q.shape)}"
     if scale is not None and not (FLOAT32_UNDERFLOW < scale < FLOAT32_OVERFLOW):
         return f"scale must be a positive finite number (as the float32 the kernel takes); got {scale}"
@@ -62,7 +62,11 @@ def why_not(q, k, v, causal=True, dropout_p=0.0, scale=None):
 # The kernel variants (kernels/attention_hopper.cu, attention_hopper_forward_variant); 0 is the
 # default, the fastest measured. Tests run all of them, bench.py times all of them.
 VARIANTS = {0: "default", 1: "2 consumers, ping-pong, plain softmax", 2: "2 consumers, ping-pong, fast softmax",
-            3: "2 consumers, no ping-pong, fast softmax", 4: "1 consumer, 2 CTAs/SM, fast softmax (D=64)"}
+            3: "2 consumers, no ping-pong, fast softmax", 4: "1 consumer, 2 CTAs/SM, fast softmax (D=64)",
+            5: "session 3's default (4 for D=64, 2 for D=128) with L2 groups of heads",
+            6: "persistent: 1 CTA/SM over many query blocks, 2 consumers, ping-pong, L2 groups",
+            7: "persistent in the old order (no L2 groups)",
+            8: "persistent, 1 consumer, 2 CTAs/SM, L2 groups (D=64; D=128 runs 6)"}
 
 
 OP = "tk Hopper attention"
@@ -86,8 +90,8 @@ def check_inputs(q, k, v, scale, variant=0, cuda=True):
         fail(OP, f"head_dim is {D}; the kernel takes 64 or 128")
     if B < 1 or H < 1 or T < 1:
         fail(OP, f"q is empty: {shape_str(q.shape)}")
-    if B * H > 2**31 - 1 or T > 65535 * 64:
-        fail(OP, f"q is too large: {shape_str(q.shape)} (batch*heads < 2^31, seq <= {65535 * 64})")
+    if B * H * -(-T // 64) > 2**31 - 1 or T > 65535 * 64:
+        fail(OP, f"q is too large: {shape_str(q.shape)} (batch*heads*ceil(seq/64) < 2^31, seq <= {65535 * 64})")
     require_number(OP, "scale", scale, positive=True, float32=True)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not _strides_ok(t):
@@ -185,8 +189,23 @@ def backend_backward_why_not(q, causal, scale):
     return _bwd_build_reason()
 
 
+# The forward variant the op runs: 0 = the kernel's default per head dim.
+# TK_ATTENTION_HOPPER_FWD_VARIANT=6 (read once, at import) runs another one everywhere;
+# set_forward_variant changes it in-process (bench.py's tk-hopper-vN rows time each variant).
+OP_FORWARD_VARIANT = int(os.environ.get("TK_ATTENTION_HOPPER_FWD_VARIANT", "0") or 0)
+
+
+def set_forward_variant(variant):
+    """Make the op's Hopper forward run `variant` (a key of VARIANTS); returns the previous one."""
+    global OP_FORWARD_VARIANT
+    if variant not in VARIANTS:
+        fail(OP, f"variant must be one of {sorted(VARIANTS)} (0 is the default); got {variant}")
+    old, OP_FORWARD_VARIANT = OP_FORWARD_VARIANT, variant
+    return old
+
+
 def backend_forward(q, k, v, causal, scale):
-    return forward(q, k, v, causal, scale)
+    return forward(q, k, v, causal, scale, variant=OP_FORWARD_VARIANT)
 
 
 # The variant the op runs: 0 = the kernel's default per head dim. TK_ATTENTION_HOPPER_BWD_VARIANT=3

@@ -64,6 +64,29 @@ def test_environment_narrows_the_run(monkeypatch):
     assert ab.selected("TK_BENCH_ATTENTION_IMPLS", ab.IMPLS) == ["tk", "sdpa-cudnn"]
 
 
+def test_hopper_variant_rows_only_when_named(monkeypatch):
+    from kernels import attention_hopper
+    assert [f"tk-hopper-v{n}" for n in sorted(attention_hopper.VARIANTS) if n] == list(ab.HOPPER_VARIANT_IMPLS)
+    monkeypatch.delenv("TK_BENCH_ATTENTION_IMPLS", raising=False)
+    assert ab.selected("TK_BENCH_ATTENTION_IMPLS", ab.IMPLS, ab.HOPPER_VARIANT_IMPLS) == list(ab.IMPLS)
+    monkeypatch.setenv("TK_BENCH_ATTENTION_IMPLS", "tk-hopper-v6,sdpa-cudnn")
+    assert ab.selected("TK_BENCH_ATTENTION_IMPLS", ab.IMPLS, ab.HOPPER_VARIANT_IMPLS) == ["tk-hopper-v6", "sdpa-cudnn"]
+    assert set(ab.HOPPER_VARIANT_IMPLS) <= set(ab.FORWARD_ONLY)
+    assert set(ab.HOPPER_VARIANT_IMPLS) <= set(ab.implementations())
+
+
+def test_hopper_forward_variant_setter():
+    from kernels import attention_hopper
+    old = attention_hopper.set_forward_variant(6)
+    try:
+        assert attention_hopper.OP_FORWARD_VARIANT == 6
+        with pytest.raises(ValueError, match="variant must be one of"):
+            attention_hopper.set_forward_variant(9)
+    finally:
+        attention_hopper.set_forward_variant(old)
+    assert attention_hopper.OP_FORWARD_VARIANT == old
+
+
 @pytest.mark.parametrize("variable, value, bad", [("TK_BENCH_ATTENTION_SHAPES", "gpt2,gpt3", "'gpt3'"),
                                                   ("TK_BENCH_ATTENTION_IMPLS", "tk,sdpa-fa3", "'sdpa-fa3'")])
 def test_bad_names_are_refused(monkeypatch, variable, value, bad):
