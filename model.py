@@ -14,7 +14,8 @@ PyTorch reference twins (see kernels/__init__.py):
 The residual add is fused into the next layernorm, so the residual stream is carried as a pair
 (h, branch): the running sum so far, and the latest branch output not yet added to it. That is
 the same arithmetic as nanoGPT's `x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))`, with one fewer
-pass over memory per add.
+pass over memory per add. A branch's dropout (nanoGPT's resid_dropout and the MLP's dropout) is
+applied there too, when the branch is added: h = h + dropout(branch) inside the same op.
 """
 import math
 import os
@@ -47,16 +48,19 @@ class GPTConfig:
 
 
 class LayerNorm(nn.Module):
-    """Holds a layernorm's weight and optional bias; the op itself is kernels.add_layernorm."""
+    """Holds a layernorm's weight and optional bias; the op itself is kernels.add_layernorm.
+    dropout: of the residual branch it adds (in training)."""
 
-    def __init__(self, ndim, bias):
+    def __init__(self, ndim, bias, dropout=0.0):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(ndim))
         self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+        self.dropout = dropout
 
     def add_norm(self, x, residual):
-        """(LayerNorm(x + residual), x + residual); residual may be None."""
-        return kernels.add_layernorm(x, residual, self.weight, self.bias, 1e-5)
+        """(LayerNorm(x + dropout(residual)), x + dropout(residual)); residual may be None."""
+        p = self.dropout if self.training else 0.0
+        return kernels.add_layernorm(x, residual, self.weight, self.bias, 1e-5, p)
 
 
 class KVCache:
@@ -84,7 +88,6 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
-        self.resid_dropout = nn.Dropout(config.dropout)
         self.n_head = config.n_head
         self.attn_dropout = config.attn_dropout
         self.layer = layer
@@ -113,7 +116,7 @@ class CausalSelfAttention(nn.Module):
                 y = reference.attention(q, k_all, v_all, causal=False)
             y = y.transpose(1, 2)
         y = y.reshape(B, T, C)
-        return self.resid_dropout(self.c_proj(y))
+        return self.c_proj(y)   # its dropout is applied where it is added (LayerNorm.add_norm)
 
 
 class MLP(nn.Module):
@@ -122,20 +125,18 @@ class MLP(nn.Module):
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
-        self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x):
-        y = kernels.mlp(x, self.c_fc.weight, self.c_fc.bias, self.c_proj.weight, self.c_proj.bias)
-        return self.dropout(y)
+    def forward(self, x):   # its dropout is applied where it is added (LayerNorm.add_norm)
+        return kernels.mlp(x, self.c_fc.weight, self.c_fc.bias, self.c_proj.weight, self.c_proj.bias)
 
 
 class Block(nn.Module):
 
     def __init__(self, config, layer):
         super().__init__()
-        self.ln_1 = LayerNorm(config.n_embd, config.bias)
+        self.ln_1 = LayerNorm(config.n_embd, config.bias, config.dropout)   # drops the previous MLP's output
         self.attn = CausalSelfAttention(config, layer)
-        self.ln_2 = LayerNorm(config.n_embd, config.bias)
+        self.ln_2 = LayerNorm(config.n_embd, config.bias, config.dropout)   # drops the attention output
         self.mlp = MLP(config)
 
     def forward(self, h, branch, cache=None):
@@ -155,7 +156,7 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(config.block_size, config.n_embd)
         self.drop = nn.Dropout(config.dropout)
         self.h = nn.ModuleList([Block(config, i) for i in range(config.n_layer)])
-        self.ln_f = LayerNorm(config.n_embd, config.bias)
+        self.ln_f = LayerNorm(config.n_embd, config.bias, config.dropout)   # drops the last MLP's output
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight   # tied: one matrix embeds and un-embeds tokens
         self.apply(self._init_weights)

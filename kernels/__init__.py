@@ -162,9 +162,15 @@ def _dispatch(op, ref, *args, entry=None, **kwargs):
     return ref(*args, **kwargs)
 
 
-def add_layernorm(x, residual, weight, bias, eps=1e-5):
-    """h = x + residual (residual may be None); y = LayerNorm(h; weight, bias). Returns (y, h)."""
-    return _dispatch("layernorm", reference.add_layernorm, x, residual, weight, bias, eps)
+def add_layernorm(x, residual, weight, bias, eps=1e-5, dropout_p=0.0):
+    """h = x + residual (residual may be None); y = LayerNorm(h; weight, bias). Returns (y, h).
+    dropout_p > 0: h = x + dropout(residual, dropout_p) (training; the caller passes 0 in eval).
+    The tk kernel draws its own mask (another one than F.dropout's, with the same law)."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0 <= dropout_p < 1:
+        raise ValueError(f"add_layernorm: dropout_p must be a number in [0, 1), got {dropout_p!r}")
+    # Passed on only when on, so a call without dropout is exactly the call it was before.
+    drop = {"dropout_p": dropout_p} if dropout_p else {}
+    return _dispatch("layernorm", reference.add_layernorm, x, residual, weight, bias, eps, **drop)
 
 
 def attention(q, k, v, causal=True, dropout_p=0.0, scale=None):

@@ -1,6 +1,7 @@
 // kernels/layernorm.cu: fused residual add + LayerNorm on tk, forward and backward.
 //
 //   forward   h = x + r                         (r optional; without it h is x and is not written)
+//             (or h = x + dropout(r): DROPOUT below; the backward regenerates the mask)
 //             y = (h - mean) * rstd * w + b     mean, rstd = 1/sqrt(var + eps) saved per row, fp32
 //   backward  xhat = (h - mean) * rstd,  g = dy * w
 //             dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
@@ -59,9 +60,20 @@
 // LayerNorm speed") has the measurements and the default. (8-byte "narrow" chunks and a
 // next-row "prefetch" were tried there too, lost on the H200 and were removed.)
 //
-// Read in this order: Chunk, RowGroup (who holds which columns), group_sum, forward_kernel,
-// backward_kernel, column_sum_kernel, the variants, then the launchers at the bottom (grid
-// sizing, dispatch).
+// DROPOUT of the branch (session 4): training drops elements of each residual branch (attention
+// and MLP outputs) before adding them to the stream. Done as its own kernels that costs a read
+// and a write of the branch each way plus a saved byte-per-element mask. Here it costs no bytes:
+// the mask is a pure function of (seed, element index), a counter-based hash, computed in
+// registers where r is added (forward) and again where r's gradient is written (backward).
+// The seed is one int64 in device memory, drawn by the caller with torch's generator for every
+// forward, so a CUDA graph replays a fresh mask each time and nothing waits for the host. The
+// kernels are templates on DROP; without dropout the DROP = false instances run, which hold no
+// dropout code at all.
+//
+// Read in this order: Chunk, RowGroup (who holds which columns), group_sum, the dropout mask,
+// forward_kernel, backward_kernel, column_sum_kernel, the variants, then the launchers at the
+// bottom (grid sizing, dispatch).
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -178,6 +190,47 @@ __device__ __forceinline__ void allow_next_grid() {
 #endif
 }
 
+// ---- dropout: the mask as a function of (seed, index) ------------------------------------------
+// Element i of the [rows, cols] branch (i = row * cols + col) is kept when its 16 bits of
+// mix64(seed + (i / 4) * GAMMA) are >= threshold = round(p * 65536): one 64-bit hash gives the 16
+// bits of 4 consecutive elements. mix64 is the finalizer of splitmix64 (Steele, Lea and Flood,
+// "Fast splittable pseudorandom number generators", 2014): seed + n * GAMMA is its counter
+// stream, so two seeds give unrelated masks unless the seeds are within ~rows*cols/4 steps of
+// each other along that stream (a 2^-40 chance for 2^24 elements). About 20 integer
+// instructions per 4 elements, hidden under the loads. p is kept to 16 bits (0.2 -> 13107/65536,
+// keep rate 1 - p + 3e-6); kernels/layernorm.py's dropout_keep_mask is the same function in numpy.
+struct DropoutMask {
+    uint64_t seed;
+    uint32_t threshold;   // drop when the 16 bits are below this (0 .. 65536)
+    float scale;          // 1 / (1 - p) for the kept ones
+};
+
+constexpr uint64_t GAMMA = 0x9e3779b97f4a7c15ull;   // 2^64 / golden ratio, odd
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// The multiplier of each of the E elements from flat index `index` (a multiple of 4, as every
+// chunk starts at a multiple of 4 columns and cols is a multiple of 64): scale if kept, else 0.
+template <int E> __device__ __forceinline__ void keep_scale(float (&k)[E], const DropoutMask& d, int64_t index) {
+    static_assert(E % 4 == 0, "a chunk holds whole groups of 4 elements");
+#pragma unroll
+    for (int q = 0; q < E / 4; ++q) {
+        const uint64_t bits = mix64(d.seed + uint64_t(index / 4 + q) * GAMMA);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) k[4 * q + j] = uint32_t(bits >> (16 * j)) % 65536u >= d.threshold ? d.scale : 0.0f;
+    }
+}
+
+// The mask's parameters for a kernel: the seed is read here, after wait_for_previous_grid (the
+// kernel that drew it may be the one just before).
+__device__ __forceinline__ DropoutMask read_mask(const int64_t* seed, uint32_t threshold, float scale) {
+    return {uint64_t(*seed), threshold, scale};
+}
+
 // ---- forward: one read of x and r, one write of h and y ----------------------------------------
 // Occupancy asked of ptxas: up to 3 chunks (48 bytes of h) a thread, four blocks (32 warps) an
 // SM; more, no minimum.
@@ -198,17 +251,20 @@ template <typename TH, typename TR, int E, int CHUNKS> struct ForwardRow {
     }
 };
 
-template <typename TH, typename TR, typename TY, int CHUNKS>
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 __global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 4 : 1)
 forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* __restrict__ w,
                const void* __restrict__ b, bool params_bf16, TY* __restrict__ y, TH* __restrict__ h,
                float* __restrict__ mean_out, float* __restrict__ rstd_out,
-               int64_t rows, int cols, int G, float eps) {
+               int64_t rows, int cols, int G, float eps,
+               const int64_t* __restrict__ seed, uint32_t threshold, float scale) {
     constexpr int E = 16 / int(sizeof(TH));   // columns per chunk
     __shared__ float scratch[BLOCK_WARPS];
     const RowGroup g(G, cols / E);
     const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
-    wait_for_previous_grid();   // pdl: x and r are written by the kernel before this one
+    wait_for_previous_grid();   // pdl: x and r (and the seed) are written by kernels before this one
+    DropoutMask mask{};
+    if constexpr (DROP) mask = read_mask(seed, threshold, scale);
     // Persistent loop (or one trip, when the grid has a block per row step). Its trip count
     // depends only on blockIdx, so every group runs it equally often and group_sum's barriers
     // are safe; rows past the end are "not live".
@@ -225,12 +281,16 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
         float s = 0.0f;       // backward reads, so forward and backward see the same input. A bf16
                               // r widens exactly, so for fp32 h this is torch's promoted x + r.
 #pragma unroll
-        for (int i = 0; i < CHUNKS; ++i)
+        for (int i = 0; i < CHUNKS; ++i) {
+            float k[E];   // dropout: r's multiplier, scale or 0 (its product is not rounded to TR)
+            if constexpr (DROP) keep_scale<E>(k, mask, base + g.col(i, E));
 #pragma unroll
             for (int e = 0; e < E; ++e) {
-                v[i][e] = tk::round_to<TH>(in.x[i][e] + in.r[i][e]);
+                const float ri = DROP ? in.r[i][e] * k[e] : float(in.r[i][e]);
+                v[i][e] = tk::round_to<TH>(in.x[i][e] + ri);
                 s += v[i][e];
             }
+        }
 
         // 2. mean, then 3. variance from the same registers (missing chunks are zeros: skip them).
         const float mean = group_sum(s, g, scratch) / cols;
@@ -301,15 +361,17 @@ template <typename TH, typename TY, int E, int CHUNKS> struct BackwardRow {
     }
 };
 
-template <typename TH, typename TR, typename TY, int CHUNKS>
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 __global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 2 : 1)
 backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* __restrict__ h,
                 const float* __restrict__ mean, const float* __restrict__ rstd,
                 const void* __restrict__ w, bool params_bf16, TH* __restrict__ dh_out,
                 TR* __restrict__ dr_out, float* __restrict__ partial, int64_t rows, int cols, int G,
-                bool reverse, bool tree) {
+                bool reverse, bool tree, const int64_t* __restrict__ seed, uint32_t threshold, float scale) {
     constexpr int E = 16 / int(sizeof(TH));
-    constexpr bool WRITE_DR = !std::is_same_v<TH, TR>;
+    // r's gradient is its own tensor when r's dtype differs from h's, or with dropout
+    // (dh_out * mask * scale); otherwise it is dh_out itself.
+    constexpr bool WRITE_DR = !std::is_same_v<TH, TR> || DROP;
     __shared__ float2 scratch[BLOCK_WARPS];
     __shared__ __align__(16) float col_sums[2 * MAX_COLS];   // this block's dw (first cols) and db (next cols)
     const RowGroup g(G, cols / E);
@@ -321,6 +383,8 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
 
     const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
     wait_for_previous_grid();   // pdl: dy, dh and h are written by kernels before this one
+    DropoutMask mask{};
+    if constexpr (DROP) mask = read_mask(seed, threshold, scale);   // the forward's seed: its mask
     auto row_of = [&](int64_t step_row) { return reverse ? rows - 1 - step_row : step_row; };
     int64_t first = int64_t(blockIdx.x) * g.rows_per_step;
     for (; first < rows; first += stride) {
@@ -370,7 +434,13 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
                     out[e] = in.dh[i][e] + rs * (grad - mean_g - xhat * mean_gx);
                 }
                 tk::store(dh_out + base + g.col(i, E), out);
-                if constexpr (WRITE_DR) tk::store(dr_out + base + g.col(i, E), out);   // = bf16(dh_out)
+                if constexpr (DROP) {   // r's gradient: dh_out where r was kept, times scale; else 0
+                    float k[E];
+                    keep_scale<E>(k, mask, base + g.col(i, E));
+#pragma unroll
+                    for (int e = 0; e < E; ++e) out[e] *= k[e];
+                }
+                if constexpr (WRITE_DR) tk::store(dr_out + base + g.col(i, E), out);   // in TR
             }
         }
     }
@@ -589,23 +659,29 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_
     return cudaLaunchKernelEx(&config, kernel, Params(args)...);   // void* -> the kernel's T*
 }
 
-template <typename TH, typename TR, typename TY, int CHUNKS>
+// The mask's threshold and scale from p (layernorm.h, Dropout): p is kept to 16 bits.
+uint32_t drop_threshold(const Dropout& d) { return uint32_t(std::floor(d.p * 65536.0 + 0.5)); }
+float keep_scale_of(const Dropout& d) { return float(1.0 / (1.0 - d.p)); }
+
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
-    constexpr auto kernel = forward_kernel<TH, TR, TY, CHUNKS>;
+    constexpr auto kernel = forward_kernel<TH, TR, TY, CHUNKS, DROP>;
     return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, stream, a.x, a.residual, a.weight,
-                  a.bias, a.params_bf16, a.y, a.h, a.mean, a.rstd, a.rows, a.cols, G, a.eps);
+                  a.bias, a.params_bf16, a.y, a.h, a.mean, a.rstd, a.rows, a.cols, G, a.eps, a.dropout.seed,
+                  drop_threshold(a.dropout), keep_scale_of(a.dropout));
 }
 
-template <typename TH, typename TR, typename TY, int CHUNKS> int backward_grid(const BackwardArgs& a, int G) {
-    return grid_for<backward_kernel<TH, TR, TY, CHUNKS>>(a.rows, G);
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> int backward_grid(const BackwardArgs& a, int G) {
+    return grid_for<backward_kernel<TH, TR, TY, CHUNKS, DROP>>(a.rows, G);
 }
 
-template <typename TH, typename TR, typename TY, int CHUNKS>
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
-    const int blocks = backward_grid<TH, TR, TY, CHUNKS>(a, G);
-    cudaError_t err = launch(backward_kernel<TH, TR, TY, CHUNKS>, blocks, BLOCK_THREADS, stream, a.dy, a.dh, a.h, a.mean,
+    const int blocks = backward_grid<TH, TR, TY, CHUNKS, DROP>(a, G);
+    cudaError_t err = launch(backward_kernel<TH, TR, TY, CHUNKS, DROP>, blocks, BLOCK_THREADS, stream, a.dy, a.dh, a.h, a.mean,
                              a.rstd, a.weight, a.params_bf16, a.dh_out, a.dresidual_out, a.partial, a.rows, a.cols, G,
-                             current_variant().bwd_reverse, current_variant().bwd_tree);
+                             current_variant().bwd_reverse, current_variant().bwd_tree, a.dropout.seed,
+                             drop_threshold(a.dropout), keep_scale_of(a.dropout));
     if (err != cudaSuccess) return err;
     return launch(column_sum_kernel, (2 * a.cols + 31) / 32, COLSUM_WARPS * 32, stream, a.partial, blocks, a.cols, a.dweight, a.dbias,
                   a.params_bf16);
@@ -618,23 +694,33 @@ bool supported(DType h, DType r, DType y) {
     return h == DType::f32 || (r == DType::bf16 && y == DType::bf16);
 }
 
-// Calls f.template operator()<TH, TR, TY, CHUNKS>() for one instance: 5 dtype combinations x 4
-// chunk counts. The caller has checked supported(h, r, y).
-template <typename TH, typename TR, typename TY, typename F> auto with_chunks(int chunks, F& f) {
+// Calls f.template operator()<TH, TR, TY, CHUNKS, DROP>() for one instance: 5 dtype combinations
+// x 4 chunk counts x with or without dropout. The caller has checked supported(h, r, y).
+template <typename TH, typename TR, typename TY, bool DROP, typename F> auto with_chunks(int chunks, F& f) {
     switch (chunks) {
-        case 1: return f.template operator()<TH, TR, TY, 1>();
-        case 2: return f.template operator()<TH, TR, TY, 2>();
-        case 3: return f.template operator()<TH, TR, TY, 3>();
-        default: return f.template operator()<TH, TR, TY, 4>();
+        case 1: return f.template operator()<TH, TR, TY, 1, DROP>();
+        case 2: return f.template operator()<TH, TR, TY, 2, DROP>();
+        case 3: return f.template operator()<TH, TR, TY, 3, DROP>();
+        default: return f.template operator()<TH, TR, TY, 4, DROP>();
     }
 }
 
-template <typename F> auto dispatch(DType h, DType r, DType y, const Plan& p, F&& f) {
-    if (h == DType::bf16) return with_chunks<bf16, bf16, bf16>(p.chunks, f);
-    if (r == DType::bf16)
-        return y == DType::bf16 ? with_chunks<float, bf16, bf16>(p.chunks, f) : with_chunks<float, bf16, float>(p.chunks, f);
-    return y == DType::bf16 ? with_chunks<float, float, bf16>(p.chunks, f) : with_chunks<float, float, float>(p.chunks, f);
+template <typename TH, typename TR, typename TY, typename F> auto with_dropout(bool drop, int chunks, F& f) {
+    return drop ? with_chunks<TH, TR, TY, true>(chunks, f) : with_chunks<TH, TR, TY, false>(chunks, f);
 }
+
+template <typename F> auto dispatch(DType h, DType r, DType y, bool drop, const Plan& p, F&& f) {
+    if (h == DType::bf16) return with_dropout<bf16, bf16, bf16>(drop, p.chunks, f);
+    if (r == DType::bf16)
+        return y == DType::bf16 ? with_dropout<float, bf16, bf16>(drop, p.chunks, f)
+                                : with_dropout<float, bf16, float>(drop, p.chunks, f);
+    return y == DType::bf16 ? with_dropout<float, float, bf16>(drop, p.chunks, f)
+                            : with_dropout<float, float, float>(drop, p.chunks, f);
+}
+
+// Dropout is on when the caller gave a seed; it needs 0 <= p < 1 (the bindings check that first).
+bool dropout_on(const Dropout& d) { return d.seed != nullptr; }
+bool dropout_ok(const Dropout& d) { return !dropout_on(d) || (d.p >= 0.0 && d.p < 1.0); }
 
 // Without a residual there is no r: run the instance whose TR is TH (r is nullptr, never read).
 DType residual_or_h(const ForwardArgs& a) { return a.residual != nullptr ? a.residual_dtype : a.x_dtype; }
@@ -659,31 +745,37 @@ std::string variant_name() {
 int backward_partial_blocks(const BackwardArgs& a) {
     if (!supported(a.h_dtype, a.residual_dtype, a.y_dtype)) return -1;
     const Plan p = plan_for(a.cols, a.h_dtype);
-    return dispatch(a.h_dtype, a.residual_dtype, a.y_dtype, p,
-                    [&]<typename TH, typename TR, typename TY, int CHUNKS>() {
-                        return backward_grid<TH, TR, TY, CHUNKS>(a, p.G);
+    return dispatch(a.h_dtype, a.residual_dtype, a.y_dtype, dropout_on(a.dropout), p,
+                    [&]<typename TH, typename TR, typename TY, int CHUNKS, bool DROP>() {
+                        return backward_grid<TH, TR, TY, CHUNKS, DROP>(a, p.G);
                     });
 }
 
 cudaError_t forward(const ForwardArgs& a, cudaStream_t stream) {
     const DType r = residual_or_h(a);
     if (!supported(a.x_dtype, r, a.y_dtype)) return cudaErrorInvalidValue;
+    // dropout needs a residual to drop and a p in [0, 1)
+    if (!dropout_ok(a.dropout) || (dropout_on(a.dropout) && a.residual == nullptr)) return cudaErrorInvalidValue;
     if (a.rows == 0) return cudaSuccess;
     const Plan p = plan_for(a.cols, a.x_dtype);
-    return dispatch(a.x_dtype, r, a.y_dtype, p, [&]<typename TH, typename TR, typename TY, int CHUNKS>() {
-        return launch_forward<TH, TR, TY, CHUNKS>(a, p.G, stream);
-    });
+    return dispatch(a.x_dtype, r, a.y_dtype, dropout_on(a.dropout), p,
+                    [&]<typename TH, typename TR, typename TY, int CHUNKS, bool DROP>() {
+                        return launch_forward<TH, TR, TY, CHUNKS, DROP>(a, p.G, stream);
+                    });
 }
 
 cudaError_t backward(const BackwardArgs& a, cudaStream_t stream) {
     if (!supported(a.h_dtype, a.residual_dtype, a.y_dtype)) return cudaErrorInvalidValue;
+    if (!dropout_ok(a.dropout)) return cudaErrorInvalidValue;
     if (a.rows == 0) return cudaSuccess;   // (before the next check: an empty dresidual has no pointer)
-    // dresidual_out is written exactly when the residual's dtype differs from h's.
-    if ((a.residual_dtype != a.h_dtype) != (a.dresidual_out != nullptr)) return cudaErrorInvalidValue;
+    // dresidual_out is written exactly when the residual's dtype differs from h's, or with dropout.
+    const bool write_dr = a.residual_dtype != a.h_dtype || dropout_on(a.dropout);
+    if (write_dr != (a.dresidual_out != nullptr)) return cudaErrorInvalidValue;
     const Plan p = plan_for(a.cols, a.h_dtype);
-    return dispatch(a.h_dtype, a.residual_dtype, a.y_dtype, p, [&]<typename TH, typename TR, typename TY, int CHUNKS>() {
-        return launch_backward<TH, TR, TY, CHUNKS>(a, p.G, stream);
-    });
+    return dispatch(a.h_dtype, a.residual_dtype, a.y_dtype, dropout_on(a.dropout), p,
+                    [&]<typename TH, typename TR, typename TY, int CHUNKS, bool DROP>() {
+                        return launch_backward<TH, TR, TY, CHUNKS, DROP>(a, p.G, stream);
+                    });
 }
 
 }  // namespace tk_layernorm

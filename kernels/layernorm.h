@@ -4,6 +4,10 @@
 // Dtypes (layernorm.cu says why they may differ): h = x + residual is stored in x's dtype;
 // the residual is x's dtype or bf16; y (and so dy) is x's dtype or bf16. The launchers take
 // float32 x with any of those, or bf16 everywhere. Statistics are always fp32.
+//
+// Dropout of the branch (optional): h = x + dropout(residual). The mask is a pure function of a
+// seed on the device and each element's index (layernorm.cu, "dropout"), so the backward
+// regenerates it instead of reading a saved mask.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,6 +18,14 @@ namespace tk_layernorm {
 enum class DType { f32, bf16 };
 
 constexpr int MAX_COLS = 4096;    // hidden sizes: multiples of 64 up to this
+
+// Dropout of the residual (the branch): element i is kept when 16 bits of a hash of (*seed, i)
+// are >= round(p * 65536), and a kept element is scaled by 1 / (1 - p). seed nullptr: no dropout
+// (the kernels without any dropout code run).
+struct Dropout {
+    const int64_t* seed = nullptr;   // [1] int64 on the device, drawn by the caller for each forward
+    double p = 0.0;                  // in [0, 1)
+};
 
 struct ForwardArgs {
     const void* x;          // [rows, cols]  x_dtype
@@ -31,6 +43,7 @@ struct ForwardArgs {
     DType x_dtype;          // x and h
     DType residual_dtype;   // x_dtype or bf16 (ignored without a residual)
     DType y_dtype;          // x_dtype or bf16
+    Dropout dropout;        // of the residual (needs one)
 };
 
 struct BackwardArgs {
@@ -43,8 +56,10 @@ struct BackwardArgs {
     bool params_bf16;
     void* dh_out;           // [rows, cols]  h_dtype: dh + LN's input gradient (= grad of x, and of
                             //               the residual when it has h's dtype)
-    void* dresidual_out;    // [rows, cols]  bf16: the same gradient for a bf16 residual beside fp32
-                            //               h, or nullptr (needs h_dtype f32, residual_dtype bf16)
+    void* dresidual_out;    // [rows, cols]  residual_dtype: the residual's gradient, written when its
+                            //               dtype differs from h's (bf16 beside fp32 h: dh_out
+                            //               rounded) or with dropout (dh_out * mask / (1 - p));
+                            //               else nullptr (dh_out is the residual's gradient)
     float* partial;         // [partial_blocks, 2, cols] scratch: per-block dweight, dbias sums
     void* dweight;          // [cols], weight's dtype
     void* dbias;            // [cols], weight's dtype
@@ -53,6 +68,7 @@ struct BackwardArgs {
     DType h_dtype;          // h, dh, dh_out
     DType residual_dtype;   // h_dtype, or bf16 with dresidual_out set
     DType y_dtype;          // dy: h_dtype or bf16
+    Dropout dropout;        // the forward's (same seed and p: the same mask)
 };
 
 // Runtime choices of grid, block sum, row order and launch, for measuring them against each other

@@ -22,6 +22,11 @@ Nothing here builds at import.
 Dtypes (section 4, add_layernorm, says why): h = x + residual in torch's promoted dtype; y in
 bf16 under bf16 autocast (its readers are bf16 matmuls), else in h's dtype; each gradient in its
 own input's dtype. The kernel reads and writes every tensor in its own dtype: no cast kernels.
+
+Dropout (session 4): add_layernorm(..., dropout_p) computes h = x + dropout(residual) in the same
+kernel. The mask is a function of a seed tensor drawn on the GPU for every call (section 4) and
+of each element's index (layernorm.cu, "dropout"; dropout_keep_mask below is its twin in numpy),
+so the backward regenerates it from the saved seed and nothing but the seed is saved.
 """
 import math
 from typing import Optional
@@ -32,6 +37,7 @@ from torch import Tensor
 from . import _preflight_checks, checks, register_tk
 from .build import LazyExtension
 from .checks import InputDTypeError, dtype_str, fail, realign16, require_number, require_same_dtype, require_tensor, shape_str
+import numpy as np
 
 _ext = LazyExtension("tk_layernorm", ["layernorm.cu", "layernorm_bindings.cpp"])
 
@@ -85,9 +91,28 @@ def _check_stats(name, t, h, cuda):
                  f"pass the mean/rstd the forward returned for this h")
 
 
-def check_forward(x, residual, weight, bias, eps, y_bf16=False, cuda=True):
+def check_dropout_p(p):
+    """dropout_p: a number in [0, 1) (1 would drop everything and scale by infinity)."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
+        fail(OP, f"dropout_p must be a number, got {type(p).__name__}", TypeError)
+    if not 0 <= p < 1:
+        fail(OP, f"dropout_p must be in [0, 1), got {p}")
+
+
+def _check_dropout(seed, p, like_name, like, cuda):
+    """dropout_seed: one int64 on like's device (None: no dropout); dropout_p in [0, 1)."""
+    if seed is None:
+        return
+    require_tensor(OP, "dropout_seed", seed, dtypes=(torch.int64,), cuda=cuda, same_device_as=(like_name, like))
+    if seed.numel() != 1:
+        fail(OP, f"dropout_seed must hold one value, got shape {shape_str(seed.shape)}")
+    check_dropout_p(p)
+
+
+def check_forward(x, residual, weight, bias, eps, y_bf16=False, dropout_seed=None, dropout_p=0.0, cuda=True):
     """Raise TypeError/ValueError naming the argument unless forward() takes these inputs: x
-    (and h) float32 or bf16, the residual x's dtype or bf16, y in x's dtype or (y_bf16) bf16."""
+    (and h) float32 or bf16, the residual x's dtype or bf16, y in x's dtype or (y_bf16) bf16;
+    dropout_seed (with a residual to drop) one int64 on x's device, dropout_p in [0, 1)."""
     _check_activation("x", x, cuda)
     if residual is not None:
         _check_activation("residual", residual, cuda, like=("x", x),
@@ -98,9 +123,13 @@ def check_forward(x, residual, weight, bias, eps, y_bf16=False, cuda=True):
     _check_param("weight", weight, "x", x, cuda)
     if bias is not None:
         _check_param("bias", bias, "x", x, cuda, weight=weight)
+    if dropout_seed is not None and residual is None:
+        fail(OP, "dropout_seed is given but residual is None: dropout applies to the residual")
+    _check_dropout(dropout_seed, dropout_p, "x", x, cuda)
 
 
-def check_backward(dy, dh, h, mean, rstd, weight, residual_grad_bf16=False, cuda=True):
+def check_backward(dy, dh, h, mean, rstd, weight, residual_grad_bf16=False, dropout_seed=None, dropout_p=0.0,
+                   cuda=True):
     """Raise TypeError/ValueError naming the argument unless backward() takes these inputs: dy in
     h's dtype or bf16 (y's dtype), dh in h's; residual_grad_bf16 (a bf16 copy of the gradient for
     a bf16 residual) only with float32 h."""
@@ -113,6 +142,7 @@ def check_backward(dy, dh, h, mean, rstd, weight, residual_grad_bf16=False, cuda
         _check_activation("dh", dh, cuda, like=("h", h))
     _check_stats("mean", mean, h, cuda)
     _check_stats("rstd", rstd, h, cuda)
+    _check_dropout(dropout_seed, dropout_p, "h", h, cuda)
     _check_param("weight", weight, "h", h, cuda)
 
 
@@ -124,24 +154,32 @@ def _options(**flags):
     return {name: True for name, on in flags.items() if on}
 
 
-def _ext_forward(x, residual, weight, bias, eps, y_bf16=False):
-    """h = x + residual (in x's dtype), y = LN(h) (bf16 if y_bf16, else x's dtype).
-    Returns (y, h, mean, rstd); h is None when residual is None."""
+def _dropout_options(seed, p):
+    """The bindings' dropout keywords: none without a seed (the call without any dropout code)."""
+    return {} if seed is None else {"dropout_seed": seed, "dropout_p": float(p)}
+
+
+def _ext_forward(x, residual, weight, bias, eps, y_bf16=False, seed=None, p=0.0):
+    """h = x + residual (in x's dtype), y = LN(h) (bf16 if y_bf16, else x's dtype); with a seed,
+    h = x + dropout(residual). Returns (y, h, mean, rstd); h is None when residual is None."""
     x, residual = realign16(x), realign16(residual)   # a view at an odd offset: copy (why_not takes it)
-    check_forward(x, residual, weight, bias, eps, y_bf16)
-    y, h, mean, rstd = _ext.module.forward(x, residual, weight, bias, eps, **_options(y_bf16=y_bf16))
+    check_forward(x, residual, weight, bias, eps, y_bf16, seed, p)
+    y, h, mean, rstd = _ext.module.forward(x, residual, weight, bias, eps, **_options(y_bf16=y_bf16),
+                                           **_dropout_options(seed, p))
     return y, h, mean, rstd
 
 
-def _ext_backward_both(dy, dh, h, mean, rstd, weight, residual_grad_bf16):
+def _ext_backward_both(dy, dh, h, mean, rstd, weight, residual_grad_bf16, seed=None, p=0.0):
     """(dh_out, dresidual, dweight, dbias): dh_out = dh + LN's input gradient in h's dtype (dh may
-    be None); dresidual is the same in bf16 when residual_grad_bf16, else dh_out itself."""
+    be None); dresidual is the residual's gradient: in bf16 when residual_grad_bf16, else h's
+    dtype; with a seed, dh_out * mask / (1 - p) (the forward's mask); else dh_out itself."""
     dy, h = realign16(dy), realign16(h)
     dh = None if dh is None else realign16(dh)
-    check_backward(dy, dh, h, mean, rstd, weight, residual_grad_bf16)
-    out = _ext.module.backward(dy, dh, h, mean, rstd, weight, **_options(residual_grad_bf16=residual_grad_bf16))
+    check_backward(dy, dh, h, mean, rstd, weight, residual_grad_bf16, seed, p)
+    out = _ext.module.backward(dy, dh, h, mean, rstd, weight, **_options(residual_grad_bf16=residual_grad_bf16),
+                               **_dropout_options(seed, p))
     dx, dw, db = out[:3]
-    return dx, (out[3] if residual_grad_bf16 else dx), dw, db
+    return dx, (out[3] if len(out) == 4 else dx), dw, db
 
 
 def _ext_backward(dy, dh, h, mean, rstd, weight):
@@ -155,14 +193,22 @@ def _ext_backward_mixed(dy, dh, h, mean, rstd, weight):
     return _ext_backward_both(dy, dh, h, mean, rstd, weight, True)
 
 
+def _ext_backward_dropout(dy, dh, h, mean, rstd, weight, seed, p, residual_grad_bf16):
+    """With the forward's dropout: (dh_out, dresidual, dweight, dbias), dresidual = dh_out * mask
+    / (1 - p) in bf16 (residual_grad_bf16) or h's dtype."""
+    return _ext_backward_both(dy, dh, h, mean, rstd, weight, residual_grad_bf16, seed, p)
+
+
 # ---- 2. the custom ops: what torch.compile sees ----------------------------------------------
 
 @torch.library.custom_op("tk::add_layernorm_fwd", mutates_args=())
 def add_layernorm_fwd(x: Tensor, residual: Tensor, weight: Tensor, bias: Optional[Tensor],
-                      eps: float, y_bf16: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                      eps: float, y_bf16: bool = False, seed: Optional[Tensor] = None,
+                      dropout_p: float = 0.0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """h = x + residual in x's dtype (residual: x's dtype or bf16), y = LN(h) in bf16 if y_bf16
-    else x's dtype. Returns (y, h, mean, rstd); mean/rstd are fp32, per row."""
-    y, h, mean, rstd = _ext_forward(x, residual, weight, bias, eps, y_bf16)
+    else x's dtype. Returns (y, h, mean, rstd); mean/rstd are fp32, per row. With a seed (one
+    int64 on the device), h = x + dropout(residual, dropout_p), the mask a function of the seed."""
+    y, h, mean, rstd = _ext_forward(x, residual, weight, bias, eps, y_bf16, seed, dropout_p)
     return y, h, mean, rstd
 
 
@@ -191,12 +237,23 @@ def layernorm_bwd_mixed(dy: Tensor, dh: Optional[Tensor], h: Tensor, mean: Tenso
     return dx, dr, dw, db
 
 
+@torch.library.custom_op("tk::layernorm_bwd_dropout", mutates_args=())
+def layernorm_bwd_dropout(dy: Tensor, dh: Optional[Tensor], h: Tensor, mean: Tensor, rstd: Tensor,
+                          weight: Tensor, seed: Tensor, dropout_p: float,
+                          residual_grad_bf16: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """layernorm_bwd after a forward with dropout: (dh_out, dresidual, dweight, dbias), the
+    residual's gradient dh_out * mask / (1 - p) (the mask regenerated from the forward's seed),
+    in bf16 with residual_grad_bf16, else in h's dtype."""
+    dx, dr, dw, db = _ext_backward_dropout(dy, dh, h, mean, rstd, weight, seed, dropout_p, residual_grad_bf16)
+    return dx, dr, dw, db
+
+
 def _y_like(x, y_bf16):
     return torch.empty_like(x, dtype=torch.bfloat16 if y_bf16 else x.dtype)
 
 
 @add_layernorm_fwd.register_fake
-def _(x, residual, weight, bias, eps, y_bf16=False):
+def _(x, residual, weight, bias, eps, y_bf16=False, seed=None, dropout_p=0.0):
     stats = x.new_empty(x.shape[:-1], dtype=torch.float32)
     return _y_like(x, y_bf16), torch.empty_like(x), stats, torch.empty_like(stats)
 
@@ -218,34 +275,44 @@ def _(dy, dh, h, mean, rstd, weight):
             torch.empty_like(weight))
 
 
+@layernorm_bwd_dropout.register_fake
+def _(dy, dh, h, mean, rstd, weight, seed, dropout_p, residual_grad_bf16):
+    dr = torch.empty_like(h, dtype=torch.bfloat16 if residual_grad_bf16 else h.dtype)
+    return torch.empty_like(h), dr, torch.empty_like(weight), torch.empty_like(weight)
+
+
 # ---- 3. autograd: save h (not x and r) and the fp32 statistics; backward is one more call ----
 # One setup_context and one backward body serve both paths: registered on the custom ops, the
 # backward calls the custom op layernorm_bwd (so torch.compile sees it); on the eager fast path
 # (section 4) it calls _ext_backward directly.
 
 def _setup_add(ctx, inputs, output):
-    x, residual, weight, bias, _, _ = inputs
+    x, residual, weight, bias, _, _, seed, dropout_p = inputs
     y, h, mean, rstd = output
-    ctx.save_for_backward(h, mean, rstd, weight)
+    ctx.save_for_backward(h, mean, rstd, weight, seed)   # seed: None without dropout
+    ctx.dropout_p = dropout_p
     ctx.has_bias = bias is not None
     ctx.y_dtype = y.dtype
     ctx.mixed = residual.dtype != x.dtype   # a bf16 residual beside fp32 x: its gradient in bf16
 
 
-def _make_backward_add(ln_backward, ln_backward_mixed):
+def _make_backward_add(ln_backward, ln_backward_mixed, ln_backward_dropout):
     def backward(ctx, dy, dh, _dmean, _drstd):
-        h, mean, rstd, weight = ctx.saved_tensors
+        h, mean, rstd, weight, seed = ctx.saved_tensors
         # None: y did not reach the loss
         dy = torch.zeros_like(h, dtype=ctx.y_dtype) if dy is None else dy.contiguous()
         dh = None if dh is None else dh.contiguous()
         # h = x + residual, so both get the same gradient (as torch.add's backward does), each in
-        # its own dtype (as the cast in torch's promoted add would give it).
-        if ctx.mixed:
+        # its own dtype (as the cast in torch's promoted add would give it). With dropout the
+        # residual's is masked and scaled: the kernel regenerates the forward's mask from seed.
+        if seed is not None:
+            dx, dr, dw, db = ln_backward_dropout(dy, dh, h, mean, rstd, weight, seed, ctx.dropout_p, ctx.mixed)
+        elif ctx.mixed:
             dx, dr, dw, db = ln_backward_mixed(dy, dh, h, mean, rstd, weight)
         else:
             dx, dw, db = ln_backward(dy, dh, h, mean, rstd, weight)
             dr = dx
-        return dx, dr, dw, (db if ctx.has_bias else None), None, None
+        return dx, dr, dw, (db if ctx.has_bias else None), None, None, None, None
     return backward
 
 
@@ -266,7 +333,8 @@ def _make_backward_plain(ln_backward):
     return backward
 
 
-add_layernorm_fwd.register_autograd(_make_backward_add(layernorm_bwd, layernorm_bwd_mixed), setup_context=_setup_add)
+add_layernorm_fwd.register_autograd(_make_backward_add(layernorm_bwd, layernorm_bwd_mixed, layernorm_bwd_dropout),
+                                    setup_context=_setup_add)
 layernorm_fwd.register_autograd(_make_backward_plain(layernorm_bwd), setup_context=_setup_plain)
 
 
@@ -278,13 +346,13 @@ layernorm_fwd.register_autograd(_make_backward_plain(layernorm_bwd), setup_conte
 class _AddLayerNormEager(torch.autograd.Function):
     """add_layernorm_fwd without torch.library: the same call, saved tensors and backward."""
     @staticmethod
-    def forward(ctx, x, residual, weight, bias, eps, y_bf16):
+    def forward(ctx, x, residual, weight, bias, eps, y_bf16, seed, dropout_p):
         ctx.set_materialize_grads(False)
-        output = _ext_forward(x, residual, weight, bias, eps, y_bf16)   # (y, h, mean, rstd)
-        _setup_add(ctx, (x, residual, weight, bias, eps, y_bf16), output)
+        output = _ext_forward(x, residual, weight, bias, eps, y_bf16, seed, dropout_p)   # (y, h, mean, rstd)
+        _setup_add(ctx, (x, residual, weight, bias, eps, y_bf16, seed, dropout_p), output)
         return output
 
-    backward = staticmethod(_make_backward_add(_ext_backward, _ext_backward_mixed))
+    backward = staticmethod(_make_backward_add(_ext_backward, _ext_backward_mixed, _ext_backward_dropout))
 
 
 class _LayerNormEager(torch.autograd.Function):
@@ -310,8 +378,35 @@ def _autocast_bf16():
     return torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") == torch.bfloat16
 
 
-def add_layernorm(x, residual, weight, bias, eps=1e-5):
+def draw_dropout_seed(device):
+    """The seed of one call's dropout mask: one int64 drawn ON the device with torch's generator.
+    No host sync, and inside a CUDA graph the draw is replayed too (PyTorch makes its RNG ops
+    graph-safe), so every replay gets a fresh seed and so a fresh mask."""
+    return torch.randint(0, 2**62, (1,), device=device, dtype=torch.int64)
+
+
+def dropout_keep_mask(seed, rows, cols, p):
+    """The kernels' dropout mask (layernorm.cu, "dropout"), in numpy: a (rows, cols) bool array,
+    True where the element of the residual is kept, for an int seed. For tests and readers.
+
+    Element i = row * cols + col is kept when its 16 bits of mix64(seed + (i // 4) * GAMMA) (bits
+    16 * (i % 4) and up) are >= round(p * 65536); uint64 arithmetic wraps, as on the GPU."""
+    gamma, m1, m2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+    n = np.arange(rows * cols // 4, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = np.uint64(seed % 2**64) + n * gamma
+        z = (z ^ (z >> np.uint64(30))) * m1
+        z = (z ^ (z >> np.uint64(27))) * m2
+        z = z ^ (z >> np.uint64(31))
+    bits = (z[:, None] >> (np.uint64(16) * np.arange(4, dtype=np.uint64))) & np.uint64(0xFFFF)
+    threshold = math.floor(p * 65536 + 0.5)
+    return (bits >= np.uint64(threshold)).reshape(rows, cols)
+
+
+def add_layernorm(x, residual, weight, bias, eps=1e-5, dropout_p=0.0):
     """h = x + residual (residual may be None); y = LayerNorm(h). Returns (y, h).
+    With dropout_p > 0 (training): h = x + dropout(residual, dropout_p), in the same kernel
+    (a fresh mask each call: draw_dropout_seed). dropout_p = 0 is the call without dropout.
 
     Dtypes: x and residual may be float32 and bf16 in either order (under autocast the model
     passes its fp32 residual stream and a bf16 branch output). h has x + residual's promoted
@@ -324,16 +419,20 @@ def add_layernorm(x, residual, weight, bias, eps=1e-5):
     """
     eager = not torch.compiler.is_compiling()
     y_bf16 = _autocast_bf16()
-    if residual is None:
+    check_dropout_p(dropout_p)
+    if residual is None:   # (nothing to drop)
         op = _LayerNormEager.apply if eager else layernorm_fwd
         y, _, _ = op(x.contiguous(), weight.contiguous(), _contiguous(bias), float(eps), y_bf16)
         return y, x
     if residual.dtype != x.dtype and torch.promote_types(x.dtype, residual.dtype) == residual.dtype:
         # The kernel stores h in its first input's dtype; x + residual = residual + x, so the
         # wider one goes first. Autograd still returns each gradient to its own tensor.
+        # (why_not refuses dropout here: the kernel drops its second input.)
         x, residual = residual, x
+    seed = draw_dropout_seed(x.device) if dropout_p > 0 else None
     op = _AddLayerNormEager.apply if eager else add_layernorm_fwd
-    y, h, _, _ = op(x.contiguous(), residual.contiguous(), weight.contiguous(), _contiguous(bias), float(eps), y_bf16)
+    y, h, _, _ = op(x.contiguous(), residual.contiguous(), weight.contiguous(), _contiguous(bias), float(eps), y_bf16,
+                    seed, float(dropout_p) if seed is not None else 0.0)
     return y, h
 
 
@@ -371,7 +470,7 @@ def _build_reason():
     return _ext.why_not()
 
 
-def why_not(x, residual, weight, bias, eps=1e-5):
+def why_not(x, residual, weight, bias, eps=1e-5, dropout_p=0.0):
     """None if the tk kernel can run add_layernorm on these inputs, else the reason it cannot."""
     if not checks.on_kernel_device(x):
         return f"x is on {x.device.type}; the tk kernel needs CUDA tensors"
@@ -387,6 +486,9 @@ def why_not(x, residual, weight, bias, eps=1e-5):
             return f"residual shape {tuple(residual.shape)} differs from x {tuple(x.shape)} (no broadcasting)"
         if residual.dtype not in DTYPES:
             return f"residual is {residual.dtype}; the tk kernel takes bfloat16 or float32"
+        if dropout_p and torch.promote_types(x.dtype, residual.dtype) != x.dtype:
+            return (f"dropout of a residual wider than x ({residual.dtype} beside {x.dtype}): the kernel drops "
+                    f"its second input and stores h in its first's dtype; pass the wider one as x")
     if cols % 64 != 0 or not 64 <= cols <= MAX_COLS:
         return f"hidden size {cols} is not a multiple of 64 between 64 and {MAX_COLS}"
     if weight is None:

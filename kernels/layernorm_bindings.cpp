@@ -7,6 +7,8 @@
 // Dtypes (kernels/layernorm.cu says why they may differ): x and h float32 or bf16; the residual
 // x's dtype or bf16; y x's dtype, or bf16 with y_bf16. Backward: dy h's dtype or bf16, dh h's;
 // with residual_grad_bf16 (fp32 h only) the gradient is also returned in bf16 for a bf16 residual.
+// Dropout of the residual: dropout_seed (one int64 on x's device) and dropout_p in [0, 1), the
+// same pair to forward and backward (the backward regenerates the forward's mask from them).
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -99,8 +101,23 @@ Problem stats_problem(const Tensor& t, const char* name, const Tensor& h) {
     return {};
 }
 
+// dropout_seed and dropout_p: a seed is one int64 on `like`'s device; p in [0, 1).
+Problem dropout_problem(const c10::optional<Tensor>& seed, double p, const Tensor& like, const char* like_name) {
+    using tk_bindings::type_problem, tk_bindings::value_problem;
+    if (!seed) return {};
+    if (!seed->is_cuda() || seed->device() != like.device())
+        return value_problem(say("dropout_seed", " must be on " + device_name(like) + " (" + like_name + "'s device), got " +
+                                                     device_name(*seed)));
+    if (seed->scalar_type() != at::kLong) return type_problem(say("dropout_seed", " must be int64, got " + dtype_name(*seed)));
+    if (seed->numel() != 1) return value_problem(say("dropout_seed", " must hold one value, got shape " + dims(seed->sizes())));
+    if (!(p >= 0.0 && p < 1.0))
+        return value_problem("tk_layernorm: dropout_p must be in [0, 1), got " + tk_bindings::number(p));
+    return {};
+}
+
 Problem forward_problem(const Tensor& x, const c10::optional<Tensor>& residual, const Tensor& weight,
-                        const c10::optional<Tensor>& bias, double eps) {
+                        const c10::optional<Tensor>& bias, double eps, const c10::optional<Tensor>& dropout_seed = {},
+                        double dropout_p = 0.0) {
     if (Problem p = activation_problem(x, "x", Tensor(), "")) return p;
     if (residual)
         if (Problem p = activation_problem(*residual, "residual", x, "x",
@@ -111,11 +128,14 @@ Problem forward_problem(const Tensor& x, const c10::optional<Tensor>& residual, 
     if (Problem p = param_problem(weight, "weight", x, Tensor())) return p;
     if (bias)
         if (Problem p = param_problem(*bias, "bias", x, weight)) return p;
-    return {};
+    if (dropout_seed && !residual)
+        return tk_bindings::value_problem("tk_layernorm: dropout_seed is given but residual is None: dropout applies to the residual");
+    return dropout_problem(dropout_seed, dropout_p, x, "x");
 }
 
 Problem backward_problem(const Tensor& dy, const c10::optional<Tensor>& dh, const Tensor& h, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& weight, bool residual_grad_bf16) {
+                         const Tensor& rstd, const Tensor& weight, bool residual_grad_bf16,
+                         const c10::optional<Tensor>& dropout_seed = {}, double dropout_p = 0.0) {
     if (Problem p = activation_problem(h, "h", Tensor(), "")) return p;
     if (Problem p = activation_problem(dy, "dy", h, "h", " or be BFloat16 (when y was BFloat16)")) return p;
     if (residual_grad_bf16 && h.scalar_type() != at::kFloat)
@@ -125,6 +145,7 @@ Problem backward_problem(const Tensor& dy, const c10::optional<Tensor>& dh, cons
         if (Problem p = activation_problem(*dh, "dh", h, "h")) return p;
     if (Problem p = stats_problem(mean, "mean", h)) return p;
     if (Problem p = stats_problem(rstd, "rstd", h)) return p;
+    if (Problem p = dropout_problem(dropout_seed, dropout_p, h, "h")) return p;
     return param_problem(weight, "weight", h, Tensor());
 }
 
@@ -135,15 +156,26 @@ Tensor param_for_kernel(const Tensor& p) {
     return tk_bindings::aligned16(c) ? c : c.clone();
 }
 
+tk_layernorm::Dropout dropout_of(const c10::optional<Tensor>& seed, double p) {
+    tk_layernorm::Dropout d;
+    if (seed) {
+        d.seed = seed->data_ptr<int64_t>();
+        d.p = p;
+    }
+    return d;
+}
+
 void raise_if_launch_failed(cudaError_t err, const char* what) {
     tk_bindings::raise_if_failed(err == cudaSuccess ? nullptr : cudaGetErrorString(err), "tk_layernorm", what);
 }
 
 // Returns [y, h, mean, rstd]; h is None when residual is None (then h is x itself). h has x's
 // dtype; y has x's dtype, or bf16 with y_bf16 (for a bf16 matmul that reads it).
+// With dropout_seed: h = x + dropout(residual), the mask a function of the seed (layernorm.cu).
 std::vector<Tensor> forward(const Tensor& x, const c10::optional<Tensor>& residual, const Tensor& weight,
-                            const c10::optional<Tensor>& bias, double eps, bool y_bf16) {
-    tk_bindings::raise_if(forward_problem(x, residual, weight, bias, eps));
+                            const c10::optional<Tensor>& bias, double eps, bool y_bf16,
+                            const c10::optional<Tensor>& dropout_seed, double dropout_p) {
+    tk_bindings::raise_if(forward_problem(x, residual, weight, bias, eps, dropout_seed, dropout_p));
     c10::cuda::CUDAGuard guard(x.device());
     const Tensor w = param_for_kernel(weight);
     const Tensor b = bias ? param_for_kernel(*bias) : Tensor();
@@ -171,16 +203,19 @@ std::vector<Tensor> forward(const Tensor& x, const c10::optional<Tensor>& residu
     a.x_dtype = dtype_of(x);
     a.residual_dtype = residual ? dtype_of(*residual) : a.x_dtype;
     a.y_dtype = dtype_of(y);
+    a.dropout = dropout_of(dropout_seed, dropout_p);
     raise_if_launch_failed(tk_layernorm::forward(a, c10::cuda::getCurrentCUDAStream().stream()), "forward");
     return {y, h, mean, rstd};
 }
 
 // Returns [dh_out, dweight, dbias] (dh_out in h's dtype; dweight, dbias in weight's), and with
-// residual_grad_bf16 a fourth: dh_out in bf16, written by the kernel, for a bf16 residual.
+// residual_grad_bf16 or dropout_seed a fourth: the residual's gradient, written by the kernel
+// (bf16 with residual_grad_bf16, else h's dtype; with dropout it is dh_out * mask / (1 - p)).
 // dh may be None.
 std::vector<Tensor> backward(const Tensor& dy, const c10::optional<Tensor>& dh, const Tensor& h, const Tensor& mean,
-                             const Tensor& rstd, const Tensor& weight, bool residual_grad_bf16) {
-    tk_bindings::raise_if(backward_problem(dy, dh, h, mean, rstd, weight, residual_grad_bf16));
+                             const Tensor& rstd, const Tensor& weight, bool residual_grad_bf16,
+                             const c10::optional<Tensor>& dropout_seed, double dropout_p) {
+    tk_bindings::raise_if(backward_problem(dy, dh, h, mean, rstd, weight, residual_grad_bf16, dropout_seed, dropout_p));
     c10::cuda::CUDAGuard guard(h.device());
     const Tensor w = param_for_kernel(weight);
 
@@ -190,8 +225,11 @@ std::vector<Tensor> backward(const Tensor& dy, const c10::optional<Tensor>& dh, 
     a.h_dtype = dtype_of(h);
     a.residual_dtype = residual_grad_bf16 ? tk_layernorm::DType::bf16 : a.h_dtype;
     a.y_dtype = dtype_of(dy);
+    a.dropout = dropout_of(dropout_seed, dropout_p);
     Tensor dh_out = at::empty_like(h);
-    Tensor dresidual = residual_grad_bf16 ? at::empty_like(h, h.options().dtype(at::kBFloat16)) : Tensor();
+    Tensor dresidual = residual_grad_bf16 ? at::empty_like(h, h.options().dtype(at::kBFloat16))
+                       : dropout_seed     ? at::empty_like(h)
+                                          : Tensor();
     // Every column is written by the column-sum kernel; with no rows there is no launch, so zeros.
     Tensor dw = a.rows ? at::empty_like(w) : at::zeros_like(w);
     Tensor db = a.rows ? at::empty_like(w) : at::zeros_like(w);
@@ -211,20 +249,22 @@ std::vector<Tensor> backward(const Tensor& dy, const c10::optional<Tensor>& dh, 
     a.dweight = dw.data_ptr();
     a.dbias = db.data_ptr();
     raise_if_launch_failed(tk_layernorm::backward(a, c10::cuda::getCurrentCUDAStream().stream()), "backward");
-    if (residual_grad_bf16) return {dh_out, dw, db, dresidual};
+    if (dresidual.defined()) return {dh_out, dw, db, dresidual};
     return {dh_out, dw, db};
 }
 
 // The checks alone: "" if forward / backward would take these arguments, else the message they
 // would raise (without any C++ throw).
 std::string check_forward(const Tensor& x, const c10::optional<Tensor>& residual, const Tensor& weight,
-                          const c10::optional<Tensor>& bias, double eps) {
-    return forward_problem(x, residual, weight, bias, eps).message;
+                          const c10::optional<Tensor>& bias, double eps, const c10::optional<Tensor>& dropout_seed,
+                          double dropout_p) {
+    return forward_problem(x, residual, weight, bias, eps, dropout_seed, dropout_p).message;
 }
 
 std::string check_backward(const Tensor& dy, const c10::optional<Tensor>& dh, const Tensor& h, const Tensor& mean,
-                           const Tensor& rstd, const Tensor& weight, bool residual_grad_bf16) {
-    return backward_problem(dy, dh, h, mean, rstd, weight, residual_grad_bf16).message;
+                           const Tensor& rstd, const Tensor& weight, bool residual_grad_bf16,
+                           const c10::optional<Tensor>& dropout_seed, double dropout_p) {
+    return backward_problem(dy, dh, h, mean, rstd, weight, residual_grad_bf16, dropout_seed, dropout_p).message;
 }
 
 // Measuring variants (kernels/layernorm.cu, "variants"): set_variant("bwd_narrow,pdl") and the
@@ -240,19 +280,22 @@ std::string set_variant(const std::string& spec) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "tk fused residual-add + LayerNorm (kernels/layernorm.cu)";
-    m.def("check_forward", &check_forward, "'' or what forward(x, residual, weight, bias, eps) would raise",
-          py::arg("x"), py::arg("residual"), py::arg("weight"), py::arg("bias"), py::arg("eps"));
+    m.def("check_forward", &check_forward, "'' or what forward(x, residual, weight, bias, eps, ...) would raise",
+          py::arg("x"), py::arg("residual"), py::arg("weight"), py::arg("bias"), py::arg("eps"),
+          py::arg("dropout_seed") = py::none(), py::arg("dropout_p") = 0.0);
     m.def("check_backward", &check_backward, "'' or what backward(dy, dh, h, mean, rstd, weight, ...) would raise",
           py::arg("dy"), py::arg("dh"), py::arg("h"), py::arg("mean"), py::arg("rstd"), py::arg("weight"),
-          py::arg("residual_grad_bf16") = false);
+          py::arg("residual_grad_bf16") = false, py::arg("dropout_seed") = py::none(), py::arg("dropout_p") = 0.0);
     m.def("set_variant", &set_variant, "set_variant('fwd_full,bwd_narrow,...' | 'default' | 'none') -> the flags on",
           py::arg("spec"));
     m.def("variant", &tk_layernorm::variant_name, "the flags on, comma-separated, or 'none'");
-    m.def("forward", &forward, "y, h, mean, rstd = forward(x, residual|None, weight, bias|None, eps, y_bf16=False)",
+    m.def("forward", &forward,
+          "y, h, mean, rstd = forward(x, residual|None, weight, bias|None, eps, y_bf16=False, dropout_seed=None, dropout_p=0)",
           py::arg("x"), py::arg("residual"), py::arg("weight"), py::arg("bias"), py::arg("eps"),
-          py::arg("y_bf16") = false);
+          py::arg("y_bf16") = false, py::arg("dropout_seed") = py::none(), py::arg("dropout_p") = 0.0);
     m.def("backward", &backward,
-          "dh_out, dweight, dbias[, dresidual_bf16] = backward(dy, dh|None, h, mean, rstd, weight, residual_grad_bf16=False)",
+          "dh_out, dweight, dbias[, dresidual] = backward(dy, dh|None, h, mean, rstd, weight, residual_grad_bf16=False, "
+          "dropout_seed=None, dropout_p=0)",
           py::arg("dy"), py::arg("dh"), py::arg("h"), py::arg("mean"), py::arg("rstd"), py::arg("weight"),
-          py::arg("residual_grad_bf16") = false);
+          py::arg("residual_grad_bf16") = false, py::arg("dropout_seed") = py::none(), py::arg("dropout_p") = 0.0);
 }

@@ -8,8 +8,11 @@ import torch
 import torch.nn.functional as F
 
 
-def add_layernorm(x, residual, weight, bias, eps=1e-5):
-    """h = x + residual (or x when residual is None); y = LayerNorm(h). Returns (y, h)."""
+def add_layernorm(x, residual, weight, bias, eps=1e-5, dropout_p=0.0):
+    """h = x + residual (or x when residual is None); y = LayerNorm(h). Returns (y, h).
+    dropout_p > 0: h = x + F.dropout(residual, dropout_p) (as a training nn.Dropout would)."""
+    if residual is not None and dropout_p > 0:
+        residual = F.dropout(residual, dropout_p)
     h = x if residual is None else x + residual
     y = F.layer_norm(h, (h.shape[-1],), weight, bias, eps)
     return y, h
