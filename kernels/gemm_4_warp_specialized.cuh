@@ -20,6 +20,16 @@
 //                                   (96 threads, 40 registers each) beside the GEMM: independent
 //                                   work such as zeroing a buffer a later kernel needs (most
 //                                   policies: nothing)
+// Optional, for a policy that reads a second [M][N] matrix at its output's coordinates (the MLP's
+// dGELU reads pre): `static constexpr bool INPUT_BOXES = true;` and
+//   input()                         -> the out_gl to read, boxes like the output's (out_t)
+//   box(st, acc, ch, pos, shape, in)  as box() above, with `in` the staging box holding the input
+//                                   box at accumulator box ch's place
+// Then lane 0 of each consumer warp TMA-loads ALL of its tile's input boxes into the warp's
+// staging buffers at the start of the tile (load_input_boxes), so they land during the main loop
+// instead of as scattered per-thread loads in the epilogue; the epilogue reads box ch's input
+// from the buffer its output is then written into (each thread reads and rewrites only its own
+// positions, so in place is safe). The configuration needs NBUF >= the tile's boxes per warp.
 // The same policies run in step 5's ping-pong kernel (kernels/gemm_5_pingpong.cuh), where a
 // consumer's tile is 128x128 or 64x256: a policy must take the tile width from tile_pos::cols
 // (or the accumulator's ::cols), never assume step 4's 256.
@@ -88,6 +98,7 @@ struct layout {
         b_tile b[Cfg::STAGES];
         c_tile c[CONSUMERS][4][Cfg::NBUF];   // [consumer][warp][staging buffer]
         mbarrier full[Cfg::STAGES], empty[Cfg::STAGES];
+        mbarrier input_full[CONSUMERS][4];   // a warp's input boxes have landed (INPUT_BOXES policies)
     };
     struct params {
         a_gl A; b_gl B;
@@ -132,25 +143,62 @@ __device__ inline void produce(Smem& s, const AGl& A, const BGl& B, const shape&
     }
 }
 
+// ---- input boxes (policies with INPUT_BOXES, see the top of this file) ----
+template <typename Epi> __host__ __device__ constexpr bool has_input_boxes() {
+    if constexpr (requires { Epi::INPUT_BOXES; }) return Epi::INPUT_BOXES;
+    else return false;
+}
+
+// Lane 0 of a consumer warp: once the warp's earlier stores have read its staging buffers, load
+// the input boxes of its SLABS slabs (box ch of slab h into buffer h·(cols/CC) + ch), all
+// completing on `bar` (one phase per tile). Boxes wholly outside the matrix are not loaded
+// (their outputs are not stored either); partly outside ones read zeros there.
+template <int NBUF, typename Epi, typename CTile, int SLABS>
+__device__ __forceinline__ void load_input_boxes(CTile (&bufs)[NBUF], mbarrier& bar, const Epi& epi,
+                                                 const tile_pos (&pos)[SLABS], const shape& sh, int lane) {
+    constexpr int CC = CTile::cols;
+    if (lane != 0) return;
+    const int boxes = pos[0].cols / CC;              // per slab
+    tma::store_wait_read<0>();
+    uint32_t bytes = 0;
+    for (int h = 0; h < SLABS; ++h)
+        for (int ch = 0; ch < boxes; ++ch)
+            if (pos[h].slab_row < sh.M && pos[h].tile_col + ch * CC < sh.N) bytes += tma::bytes<CTile>;
+    mbar::arrive_expect_bytes(bar, bytes);
+    for (int h = 0; h < SLABS; ++h)
+        for (int ch = 0; ch < boxes; ++ch)
+            if (pos[h].slab_row < sh.M && pos[h].tile_col + ch * CC < sh.N)
+                tma::load_async(bufs[h * boxes + ch], epi.input(), pos[h].slab_row / 16, pos[h].tile_col / CC + ch, bar);
+}
+
 // ---- the epilogue of one 64-row accumulator slab (steps 4 and 5): each consumer warp moves its
 // 16 rows x Acc::cols out in boxes of 16 x 128 bytes. Per accumulator box: the policy's in-place
 // work, then each of its outputs goes registers -> swizzled staging box -> TMA; the warp's NBUF
 // staging buffers rotate so one store drains while the next box fills (no warpgroup barrier).
+// With INPUT_BOXES, box ch's input (loaded by load_input_boxes) and output share buffer
+// first_buf + ch; `input_bar` (nullptr: already waited for) is waited on before the first box.
 template <int NBUF, typename Epi, typename CTile, typename Acc>
 __device__ __forceinline__ void store_slab(CTile (&bufs)[NBUF], const Epi& epi, typename Epi::tile_state& ts,
-                                           Acc& acc, const tile_pos& pos, const shape& sh, int lane) {
+                                           Acc& acc, const tile_pos& pos, const shape& sh, int lane,
+                                           int first_buf = 0, mbarrier* input_bar = nullptr, uint32_t input_parity = 0) {
     constexpr int CC = CTile::cols;                  // columns per box: 64 bf16 / 32 fp32
     constexpr int OUTPUTS = Epi::OUTPUTS;
-    static_assert((Acc::cols / CC * OUTPUTS) % NBUF == 0, "buffer ring must restart in step with the slab");
+    constexpr bool INPUT = has_input_boxes<Epi>();
+    static_assert((Acc::cols / CC * OUTPUTS) % NBUF == 0 || INPUT, "buffer ring must restart in step with the slab");
+    static_assert(!INPUT || (OUTPUTS == 1 && Acc::cols / CC <= NBUF), "input boxes: one output, a buffer per box");
     const int box_row = pos.slab_row / 16;
+    if constexpr (INPUT) if (input_bar) mbar::wait(*input_bar, input_parity);
 #pragma unroll
     for (int ch = 0; ch < Acc::cols / CC; ++ch) {
-        epi.box(ts, acc, ch, pos, sh);
+        if constexpr (INPUT) epi.box(ts, acc, ch, pos, sh, bufs[first_buf + ch]);
+        else epi.box(ts, acc, ch, pos, sh);
 #pragma unroll
         for (int o = 0; o < OUTPUTS; ++o) {
-            CTile& buf = bufs[(ch * OUTPUTS + o) % NBUF];
-            if (lane == 0) tma::store_wait_read<NBUF - 1>();   // the store NBUF boxes ago has read buf
-            __syncwarp();
+            CTile& buf = INPUT ? bufs[first_buf + ch] : bufs[(ch * OUTPUTS + o) % NBUF];
+            if constexpr (!INPUT) {                  // (input boxes: buf was free when its load was issued)
+                if (lane == 0) tma::store_wait_read<NBUF - 1>();   // the store NBUF boxes ago has read buf
+                __syncwarp();
+            }
 #pragma unroll
             for (int j = 0; j < CC / 8; ++j) {       // 8-column blocks of this box
 #pragma unroll
@@ -189,6 +237,7 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
             mbar::init(s.full[i], 1);                // the producer's arrive_expect_bytes
             mbar::init(s.empty[i], CONSUMERS * 4);   // one arrive per consumer warp
         }
+        for (int i = 0; i < CONSUMERS * 4; ++i) mbar::init(s.input_full[i / 4][i % 4], 1);
         mbar::fence_init();
     }
     __syncthreads();
@@ -205,8 +254,8 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
         const int c = wg - 1;                        // which 64-row half of the CTA tile
         const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
         wgmma::accumulator<BN> acc;
-        int it = 0;
-        for (int unit = blockIdx.x; unit < p.sh.units; unit += gridDim.x) {
+        int it = 0, tiles_done = 0;
+        for (int unit = blockIdx.x; unit < p.sh.units; unit += gridDim.x, ++tiles_done) {
             work w = unit_work(p.sh, unit);
             const tile_pos pos{w.tm * BM + 64 * c + 16 * warp, w.tn * BN, lane / 4, lane % 4, BN};
             typename Epi::tile_state ts;
@@ -221,6 +270,10 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
                     wgmma::mma_ss<MA, MB>(acc, wgmma::desc<MA>(s.a[stage], 64 * c, k),
                                           wgmma::desc<MB>(s.b[stage], 0, k), kt > w.k_begin || k > 0);
                 wgmma::commit_group();
+                // input boxes: loaded once the tile's first wgmmas are issued, so waiting for the
+                // last tile's stores to leave the buffers does not delay the math
+                if constexpr (has_input_boxes<Epi>())
+                    if (kt == w.k_begin) load_input_boxes(s.c[c][warp], s.input_full[c][warp], p.epi, {pos}, p.sh, lane);
                 if constexpr (Cfg::DRAIN) {
                     wgmma::wait_group<0>();
                     if (lane == 0) mbar::arrive(s.empty[stage]);
@@ -236,7 +289,7 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
             wgmma::fence_operand(acc);
 
             // ---- epilogue: each warp moves its 16 x 256 slice out (store_slab above)
-            store_slab(s.c[c][warp], p.epi, ts, acc, pos, p.sh, lane);
+            store_slab(s.c[c][warp], p.epi, ts, acc, pos, p.sh, lane, 0, &s.input_full[c][warp], uint32_t(tiles_done & 1));
         }
         if (lane == 0) tma::store_wait<0>();
     }

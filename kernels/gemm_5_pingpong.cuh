@@ -24,6 +24,8 @@
 // epilogue per 64-row slab: step 4's gemm4::store_slab), launcher.
 #pragma once
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include "gemm_4_warp_specialized.cuh"   // tile types, shape, tile_pos, work order, producer, policies
 
@@ -49,6 +51,10 @@ using pingpong_128x128 = config<2, 6>;   // step 5 as first measured (6 x 32 KB 
 using pingpong_64x256 = config<1, 4>;    // one m64n256 wgmma per k16 (4 x 40 KB stages)
 using pingpong_128x128_cluster2 = config<2, 6, 2, 2>;   // 128x128, B multicast across a CTA pair
 using pingpong_64x256_cluster2 = config<1, 4, 2, 2>;    // 64x256, B (256 x 64) multicast across a CTA pair
+// For policies with input boxes (gemm_4_warp_specialized.cuh: a staging buffer per box of the tile,
+// 4 per warp): 64x256 keeps its 4 stages (224 KB in all); 128x128 drops to 5.
+using pingpong_64x256_inputs = config<1, 4, 4>;
+using pingpong_128x128_inputs = config<2, 5, 4>;
 
 constexpr int CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
 
@@ -69,6 +75,7 @@ struct layout {
         c_tile c[CONSUMERS][4][Cfg::NBUF];
         mbarrier full[Cfg::STAGES], empty[Cfg::STAGES];
         mbarrier turn[CONSUMERS];            // "the other consumer finished its main loop"
+        mbarrier input_full[CONSUMERS][4];   // a warp's input boxes have landed (INPUT_BOXES policies)
     };
     struct params {
         a_gl A; b_gl B;
@@ -181,6 +188,7 @@ gemm_pingpong_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::
             mbar::init(s.empty[i], 4 * CLUSTER);     // a stage is read by ONE consumer (4 warps) per CTA
         }
         for (int i = 0; i < CONSUMERS; ++i) mbar::init(s.turn[i], 4);
+        for (int i = 0; i < CONSUMERS * 4; ++i) mbar::init(s.input_full[i / 4][i % 4], 1);
         mbar::fence_init();
     }
     if constexpr (CLUSTER == 2) cluster_sync();      // the peer's barriers exist before we multicast
@@ -223,6 +231,9 @@ gemm_pingpong_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::
             // the main loop next to 128 accumulators made ptxas spill, and in this schedule the
             // epilogue's latency hides behind the other consumer's math anyway.
             p.epi.begin_tile(ts[0], pos[0], p.sh);
+            // Input boxes (e.g. dgelu's pre) for the whole tile, by TMA: they land while this
+            // consumer waits for its turn and multiplies.
+            if constexpr (gemm4::has_input_boxes<Epi>()) gemm4::load_input_boxes(s.c[c][warp], s.input_full[c][warp], p.epi, pos, p.sh, lane);
             // Wait for the other consumer to finish the main loop of the tile before mine: the
             // math of the two alternates (my epilogue overlaps its math), and every stage phase
             // before mine has completed when I start waiting, so a parity wait cannot match a
@@ -258,7 +269,9 @@ gemm_pingpong_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::
 #pragma unroll
             for (int h = 0; h < SLABS; ++h) {
                 if (h > 0) p.epi.begin_tile(ts[h], pos[h], p.sh);
-                gemm4::store_slab(s.c[c][warp], p.epi, ts[h], acc[h], pos[h], p.sh, lane);
+                gemm4::store_slab(s.c[c][warp], p.epi, ts[h], acc[h], pos[h], p.sh, lane,
+                                  h * (BN / gemm4::box_cols<typename Epi::out_t>),       // input boxes: this slab's buffers
+                                  h == 0 ? &s.input_full[c][warp] : nullptr, uint32_t((turns - 1) & 1));
             }
         }
         if (lane == 0) tma::store_wait<0>();
@@ -317,6 +330,10 @@ const char* launch(const char* who, const void* a_ptr, const void* b_ptr, int M,
                 cudaGetLastError();
             }
             const int clusters = std::min({p.sh.units, std::max(num_sms / 2, 1), max_clusters});
+            if (std::getenv("TK_GEMM_VERBOSE"))              // evidence for the cluster slowdown (NOTES.md, session 4)
+                std::fprintf(stderr, "%s: step 5 cluster launch: %d SMs, max active 2-CTA clusters %d, launching %d clusters "
+                             "for %d pair units, %d bytes of shared memory\n", who, num_sms, max_clusters, clusters,
+                             p.sh.units, smem_bytes);
             lc.gridDim = dim3(2 * clusters);
             cudaError_t e = cudaLaunchKernelEx(&lc, kernel, p);
             if (e != cudaSuccess) {

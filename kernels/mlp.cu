@@ -55,6 +55,7 @@
 // Read in order: kernels/mlp_epilogues.cuh (GELU math, the policies), then this file's schedule
 // dispatch and launchers, then kernels/mlp_pingpong.cu and kernels/mlp_inference.cu.
 #include <algorithm>
+#include <type_traits>
 #include "mlp.h"
 #include "mlp_epilogues.cuh"
 
@@ -66,13 +67,18 @@ using cfg = step4_config;                    // 4 stages of K = 64, one group in
 constexpr int BM = gemm4::BM, BN = gemm4::BN, BK = cfg::BK;
 
 // ---- the schedule dispatch: step 4 here, step 5 in kernels/mlp_pingpong.cu -------------------
+int resolved_schedule(const tk_mlp::gemm_args& g, bool b_mn_major) {
+    return g.schedule ? g.schedule : tk_mlp::auto_schedule(g.M, g.N, g.K, g.splits, b_mn_major, g.pre_tma != 0);
+}
+
 template <major MA, major MB, typename Epi>
 const char* launch(const tk_mlp::gemm_args& g) {
     if (g.M <= 0 || g.N <= 0 || g.K <= 0) return "tk_mlp: empty GEMM";
     if (!tk_mlp::valid_schedule(g.schedule)) return "tk_mlp: schedule must be 0 (auto), 4, 5, 6 or 7";
-    const int schedule = g.schedule ? g.schedule : tk_mlp::auto_schedule(g.M, g.N, g.K, g.splits, MB == major::MN);
+    const int schedule = resolved_schedule(g, MB == major::MN);
     if (schedule != tk_mlp::SCHEDULE_STEP4) return launch_pingpong<MA, MB, Epi>(g, schedule);
-    return gemm4::launch<cfg, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, std::max(g.splits, 1),
+    using Cfg = std::conditional_t<gemm4::has_input_boxes<Epi>(), step4_inputs_config, cfg>;
+    return gemm4::launch<Cfg, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, std::max(g.splits, 1),
                                            g.num_sms, g.stream, [&] { return Epi::make(g); });
 }
 }  // namespace
@@ -87,6 +93,8 @@ const char* linear_bias_gelu(const gemm_args& g) {
 const char* linear_bias(const gemm_args& g) { return launch<major::K, major::K, bias_epilogue>(g); }
 const char* linear_dgelu(const gemm_args& g) {
     if (!g.pre || !g.bias_grad_partial) return "tk_mlp: linear_dgelu needs pre and bias_grad_partial";
+    if (g.pre_tma && resolved_schedule(g, true) != SCHEDULE_PINGPONG_128x128_CLUSTER2)
+        return launch<major::K, major::MN, dgelu_pre_tma_epilogue>(g);
     return launch<major::K, major::MN, dgelu_epilogue>(g);
 }
 const char* linear_grad_input(const gemm_args& g) { return launch<major::K, major::MN, bias_epilogue>(g); }

@@ -26,6 +26,9 @@ struct gemm_args {
     int splits;                 // weight_grad only: split-K factor (c is fp32, zeroed beforehand)
     int num_sms;                // persistent grid size
     int schedule;               // which kernel runs it: SCHEDULE_AUTO (0) or one of the values below
+    int pre_tma;                // linear_dgelu only: 1 = pre comes in by TMA into shared memory at the
+                                //   tile's start (dgelu_pre_tma_epilogue), 0 = per-thread loads in the
+                                //   epilogue (dgelu_epilogue). Schedule 7 (clusters) always takes 0.
     cudaStream_t stream;
 };
 
@@ -45,13 +48,16 @@ constexpr int SCHEDULE_AUTO = 0, SCHEDULE_STEP4 = 4, SCHEDULE_PINGPONG_128x128 =
               SCHEDULE_PINGPONG_128x128_CLUSTER2 = 7;
 inline bool valid_schedule(int s) { return s == 0 || (s >= 4 && s <= 7); }
 // The rule SCHEDULE_AUTO applies, from the H200 measurements of session 3 (call 2): ping-pong
-// 64x256 when a tile's K loop is short (K <= 1024), both operands are K-major and there is no
-// split-K: that is c_fc's forward, 0.293 -> 0.273 ms per MLP forward at M = 16384, C = 768 (plain
-// GEMMs of that shape: 0.70x -> 0.78-0.80x cuBLAS). Step 4 everywhere else: long K (c_proj,
-// dx: step 4 0.90x vs ping-pong 0.85-0.89x), the weight gradients (split-K), and the dGELU GEMM
-// (B N-major), whose backward measured 0.601 ms on step 4 against 0.62-0.64 on any ping-pong.
-inline int auto_schedule(int /*M*/, int /*N*/, int K, int splits, bool b_mn_major) {
-    return (K <= 1024 && splits <= 1 && !b_mn_major) ? SCHEDULE_PINGPONG_64x256 : SCHEDULE_STEP4;
+// 64x256 when a tile's K loop is short (K <= 1024) and there is no split-K: c_fc's forward,
+// 0.293 -> 0.273 ms per MLP forward at M = 16384, C = 768 (plain GEMMs of that shape: 0.70x ->
+// 0.78-0.80x cuBLAS). Step 4 everywhere else: long K (c_proj, dx: step 4 0.90x vs ping-pong
+// 0.85-0.89x) and the weight gradients (split-K). The dGELU GEMM (B N-major, K = C) measured
+// SLOWER on ping-pong than on step 4 in session 3 (backward 0.62-0.64 vs 0.601 ms) while its
+// epilogue loaded pre per thread; with pre by TMA (pre_tma, session 4) it takes ping-pong 64x256
+// like c_fc (a prediction until the H200 says so; kernels/NOTES.md, session 4), without pre_tma
+// step 4 as before.
+inline int auto_schedule(int /*M*/, int /*N*/, int K, int splits, bool b_mn_major, bool pre_tma = false) {
+    return (K <= 1024 && splits <= 1 && (!b_mn_major || pre_tma)) ? SCHEDULE_PINGPONG_64x256 : SCHEDULE_STEP4;
 }
 
 // Each returns nullptr on success, else a message.

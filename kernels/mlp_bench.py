@@ -43,8 +43,7 @@ def cases(Case, quick):
 # torch eager, so the ratios come from the same run (absolute figures drift ~10% between runs);
 # the timer is the GEMM bench's (kernels/gemm_bench.py time_ms: back-to-back calls between events).
 
-DEFAULT_SCHEDULES = ("0", "0,side=0", "4", "4,side=0", "5", "6", "7", "fc=5,dgelu=5,dw=5", "fc=5,dgelu=5,dx=5,proj=5",
-                     "fc=6,dgelu=6", "fc=7,dgelu=7", "fc=7,dgelu=7,dx=7,proj=7")
+DEFAULT_SCHEDULES = ("0", "dgelu=4,pre=0", "dgelu=4", "dgelu=5", "dgelu=6,pre=0", "0,side=0", "4", "5", "6")
 
 
 def main(argv=None):
@@ -60,6 +59,8 @@ def main(argv=None):
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--parts", action="store_true", help="also time the forward and backward halves alone")
+    ap.add_argument("--kernels", action="store_true",
+                    help="also profile each schedule's fwd+bwd (torch.profiler) and print every kernel's time")
     args = ap.parse_args(argv)
     specs = [s.strip() for s in args.schedules.split(";") if s.strip()]
     for spec in specs:
@@ -68,7 +69,7 @@ def main(argv=None):
     print(f"MLP fwd+bwd on {torch.cuda.get_device_name()}: C={C}, {args.trials} interleaved trials of "
           f"{args.iters} back-to-back steps; TFLOP/s counts 3 x 2·2·M·C·4C; schedules: fc,proj,dgelu,dx,dw "
           f"(0 auto, 4 step 4, 5 ping-pong 128x128, 6 ping-pong 64x256, 7 ping-pong 128x128 in 2-CTA clusters); "
-          f"side=0: no side jobs in dGELU")
+          f"side=0: no side jobs in dGELU; pre=0: dGELU loads pre per thread instead of by TMA")
     for M in (int(m) for m in args.M.split(",")):
         g = torch.Generator(device="cuda").manual_seed(M)
         def t(*shape, scale=1.0, grad=True):
@@ -113,7 +114,45 @@ def main(argv=None):
             ms = statistics.median(per[k])
             share = flops / 3 if k.startswith("fwd") else 2 * flops / 3
             print(f"  {k:32s} {ms:7.3f} {share / ms / 1e9:8.0f}")
+        if args.kernels:
+            for spec in specs:
+                mlp_op.set_schedule(spec)
+                print(f"  kernels of tk[{spec}] (µs per launch; GEMMs: TFLOP/s at 2·M·C·4C):")
+                for name, us, count in profile_kernels(lambda: step(mlp_op.mlp), args.iters):
+                    gemm = "gemm" in name
+                    rate = f"{2 * M * C * H / us / 1e6:6.0f}" if gemm else "      "
+                    print(f"    {us:8.1f} {rate} x{count:<3d} {short_kernel_name(name)}")
     mlp_op.set_schedule("0")
+
+
+def profile_kernels(fn, iters):
+    """[(kernel name, µs per launch, launches per call)] of `iters` calls of fn, by total time."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        total = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if total <= 0 or e.count < iters:
+            continue
+        rows.append((e.key, total / e.count, e.count // iters, total))
+    return [(k, us, n) for k, us, n, _ in sorted(rows, key=lambda r: -r[3])][:12]
+
+
+def short_kernel_name(name):
+    """'void gemm5::gemm_pingpong_kernel<gemm5::config<1, 4, 4, 1>, (tk::wgmma::major)0, ...dgelu_pre_tma_epilogue>(...)'
+    -> 'gemm5 config<1, 4, 4, 1> K,MN dgelu_pre_tma_epilogue'."""
+    import re
+    m = re.match(r"void (gemm\d)::\w+<\w+::(config<[^>]*>), \(tk::wgmma::major\)(\d), \(tk::wgmma::major\)(\d), "
+                 r"(?:tk_mlp::detail::)?([\w:<>]+)>", name)
+    if not m:
+        return name[:90]
+    major = {"0": "K", "1": "MN"}
+    return f"{m.group(1)} {m.group(2)} {major[m.group(3)]},{major[m.group(4)]} {m.group(5)}"
 
 
 if __name__ == "__main__":

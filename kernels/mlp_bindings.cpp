@@ -107,16 +107,18 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // gradients' split-K buffer, sum dy's columns for db_proj) instead of separate fill and
 // reduction kernels. Set from Python (kernels/mlp_op.py set_schedule, or the TK_MLP_SCHEDULE
 // environment variable) so one process can time several. Order: c_fc forward, c_proj
-// forward, dGELU, dx, weight gradients, side jobs (1 on, 0 off).
+// forward, dGELU, dx, weight gradients, side jobs (1 on, 0 off), pre by TMA in the dGELU GEMM
+// (1: dgelu_pre_tma_epilogue, 0: per-thread loads; kernels/mlp_epilogues.cuh).
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
 bool side_jobs = true;
+bool pre_tma = true;
 
 void set_schedule(const std::vector<int64_t>& s) {
     using tk_bindings::raise_if;
     using tk_bindings::value_problem;
-    if (s.size() != PRODUCTS + 1)
-        raise_if(value_problem("tk_mlp: set_schedule takes 6 values (fc, proj, dgelu, dx, dw, side jobs), got " +
+    if (s.size() != PRODUCTS + 2)
+        raise_if(value_problem("tk_mlp: set_schedule takes 7 values (fc, proj, dgelu, dx, dw, side jobs, pre by TMA), got " +
                                std::to_string(s.size())));
     for (int i = 0; i < PRODUCTS; ++i)
         if (s[i] < 0 || s[i] > 7 || !tk_mlp::valid_schedule(int(s[i])))
@@ -125,12 +127,16 @@ void set_schedule(const std::vector<int64_t>& s) {
                                    std::to_string(s[i])));
     if (s[PRODUCTS] != 0 && s[PRODUCTS] != 1)
         raise_if(value_problem("tk_mlp: the side-jobs flag is 0 or 1, got " + std::to_string(s[PRODUCTS])));
+    if (s[PRODUCTS + 1] != 0 && s[PRODUCTS + 1] != 1)
+        raise_if(value_problem("tk_mlp: the pre-by-TMA flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 1])));
     for (int i = 0; i < PRODUCTS; ++i) schedules[i] = int(s[i]);
     side_jobs = s[PRODUCTS] == 1;
+    pre_tma = s[PRODUCTS + 1] == 1;
 }
 std::vector<int64_t> get_schedule() {
     std::vector<int64_t> out(schedules, schedules + PRODUCTS);
     out.push_back(side_jobs ? 1 : 0);
+    out.push_back(pre_tma ? 1 : 0);
     return out;
 }
 
@@ -217,6 +223,7 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     Tensor colsum = side_jobs ? at::empty({g.num_sms, C}, x.options().dtype(at::kFloat)) : Tensor();
     g.a = dy.data_ptr(); g.b = w_proj.data_ptr(); g.c = dpre.data_ptr();
     g.M = int(M); g.N = int(H); g.K = int(C); g.pre = pre.data_ptr(); g.bias_grad_partial = partial.data_ptr<float>();
+    g.pre_tma = pre_tma ? 1 : 0;
     if (side_jobs) {
         g.zero = dw_buf.data_ptr<float>(); g.zero_floats = 2 * HC;
         g.a_colsum = colsum.data_ptr<float>();
@@ -259,9 +266,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("check_backward", &check_backward, "'' or what backward(dy, x, pre, h, w_fc, w_proj) would raise",
           py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"));
     m.def("set_schedule", &set_schedule,
-          "set_schedule([fc, proj, dgelu, dx, dw, side_jobs]): schedules 0 (auto), 4, 5, 6 or 7 (kernels/mlp.h), side jobs 0/1",
+          "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma]): schedules 0 (auto), 4, 5, 6 or 7 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1",
           py::arg("schedules"));
-    m.def("get_schedule", &get_schedule, "the six values set_schedule last set");
+    m.def("get_schedule", &get_schedule, "the seven values set_schedule last set");
     m.def("forward", &forward, "y, pre, h = forward(x, w_fc, b_fc|None, w_proj, b_proj|None)",
           py::arg("x"), py::arg("w_fc"), py::arg("b_fc"), py::arg("w_proj"), py::arg("b_proj"));
     m.def("forward_inference", &forward_inference,

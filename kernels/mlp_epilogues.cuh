@@ -19,6 +19,9 @@ using wgmma::major;
 // Step 4's configuration for every MLP GEMM: 4 stages of K = 64, one wgmma group in flight
 // (kernels/mlp.cu and kernels/mlp_inference.cu both launch it).
 using step4_config = gemm4::config<4, 64, false>;
+// ... and for policies with input boxes (dgelu_pre_tma: a staging buffer per box, 4 per warp),
+// 3 stages to make room (208 KB).
+using step4_inputs_config = gemm4::config<3, 64, false, 4>;
 
 // ---- GELU(tanh) and its derivative, in fp32 --------------------------------------------------
 constexpr float SQRT_2_OVER_PI = 0.7978845608028654f, GELU_C = 0.044715f;
@@ -229,6 +232,54 @@ struct dgelu_epilogue : base_epilogue<bf16> {
     }
     __device__ void store(int, gemm4::out_tile<bf16>& buf, int box_row, int box_col, const shape& sh) const {
         if (inside(box_row, box_col, sh)) tma::store_async(C, buf, box_row, box_col);
+    }
+};
+
+// The same dGELU product with pre read by TMA (gemm4's INPUT_BOXES): each consumer warp's lane 0
+// loads the tile's pre boxes into the warp's staging buffers when the tile starts, so the
+// epilogue reads pre from shared memory (coalesced 128-byte rows from DRAM, no per-thread
+// global loads and no latency in the epilogue) and writes dpre over it in place. db1's column
+// sums over each warp's 16 rows use a reduce-scatter across the 8 lanes that share columns
+// (14 shuffles per box instead of 48; afterwards lane g holds 8-column block g).
+struct dgelu_pre_tma_epilogue : dgelu_epilogue {
+    static constexpr bool INPUT_BOXES = true;
+    gemm4::out_gl<bf16> pre_view;                      // pre [M][N], in output-sized boxes
+    struct tile_state {};
+    static dgelu_pre_tma_epilogue make(const gemm_args& g) {
+        return {dgelu_epilogue::make(g), out_view<bf16>(const_cast<void*>(g.pre), g)};
+    }
+    __device__ const gemm4::out_gl<bf16>& input() const { return pre_view; }
+    __device__ void begin_tile(tile_state&, const tile_pos&, const shape&) const {}
+    template <typename Acc>
+    __device__ void box(tile_state&, Acc& acc, int ch, const tile_pos& pos, const shape& sh,
+                        const gemm4::out_tile<bf16>& in) const {
+        float v[16];                                   // [2j + p]: column 8j + 2t + p, summed over rows g, g+8
+#pragma unroll
+        for (int j = 0; j < CC / 8; ++j) {
+            const int blk = ch * CC / 8 + j;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float2 x = __bfloat1622float2(*reinterpret_cast<const bf16_2*>(in.ptr(pos.g + 8 * h, 8 * j + 2 * pos.t)));
+                acc.d[4 * blk + 2 * h] *= gelu_grad(x.x);
+                acc.d[4 * blk + 2 * h + 1] *= gelu_grad(x.y);
+            }
+            v[2 * j] = acc.d[4 * blk] + acc.d[4 * blk + 2];
+            v[2 * j + 1] = acc.d[4 * blk + 1] + acc.d[4 * blk + 3];
+        }
+        // Reduce-scatter over g (lane bits 2-4): at each round a lane keeps the half of its values
+        // whose block bit matches its own g bit and adds the partner's copy of that half.
+#pragma unroll
+        for (int half = 8, lane_bit = 16; half >= 2; half /= 2, lane_bit /= 2) {
+            const bool upper = (4 * pos.g) & lane_bit;   // lane & lane_bit, as lane = 4g + t
+#pragma unroll
+            for (int k = 0; k < half; ++k) {
+                const float keep = upper ? v[k + half] : v[k], send = upper ? v[k] : v[k + half];
+                v[k] = keep + __shfl_xor_sync(0xffffffffu, send, lane_bit);
+            }
+        }
+        const int col = pos.tile_col + ch * CC + 8 * pos.g + 2 * pos.t;   // block j = g
+        if (pos.slab_row < sh.M && col < sh.N)
+            *reinterpret_cast<float2*>(bias_grad_partial + size_t(pos.slab_row / 16) * sh.N + col) = make_float2(v[0], v[1]);
     }
 };
 

@@ -105,12 +105,16 @@ SCHEDULES = {0: "auto by shape", 4: "step 4 (cooperative 128x256)", 5: "step 5 p
 SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 
 
+FLAGS = ("side", "pre")   # dGELU GEMM: side jobs on/off; pre by TMA (1) or per-thread loads (0)
+
+
 def parse_schedule(spec):
     """'5' (every GEMM) or 'fc=5,dgelu=5,dx=4' (the rest auto), optionally with 'side=0' (the
-    dGELU GEMM's side jobs off: separate fill and dy reduction kernels) -> six ints: the five
-    schedules in PRODUCTS order, then the side-jobs flag (default 1)."""
-    out = [0] * len(PRODUCTS) + [1]
-    names = PRODUCTS + ("side",)
+    dGELU GEMM's side jobs off: separate fill and dy reduction kernels) and 'pre=0' (the dGELU
+    epilogue loads pre per thread instead of by TMA) -> seven ints: the five schedules in
+    PRODUCTS order, then the side-jobs and pre-by-TMA flags (default 1 each)."""
+    out = [0] * len(PRODUCTS) + [1, 1]
+    names = PRODUCTS + FLAGS
     text = str(spec).strip()
     try:
         for item in filter(None, (t.strip() for t in text.split(","))):
@@ -125,8 +129,9 @@ def parse_schedule(spec):
     if bad:
         raise ValueError(f"{OP}: schedule {spec!r}: each value must be one of {sorted(SCHEDULES)} "
                          f"({'; '.join(f'{k} {v}' for k, v in SCHEDULES.items())}), got {bad[0]}")
-    if out[-1] not in (0, 1):
-        raise ValueError(f"{OP}: schedule {spec!r}: side must be 0 or 1, got {out[-1]}")
+    for name, value in zip(FLAGS, out[len(PRODUCTS):]):
+        if value not in (0, 1):
+            raise ValueError(f"{OP}: schedule {spec!r}: {name} must be 0 or 1, got {value}")
     return out
 
 

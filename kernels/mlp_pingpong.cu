@@ -13,22 +13,33 @@ template <major MA, major MB, typename Epi>
 const char* launch_pingpong(const gemm_args& g, int schedule) {
     auto make = [&] { return Epi::make(g); };
     const int splits = std::max(g.splits, 1);
-    if (schedule == SCHEDULE_PINGPONG_128x128)
-        return gemm5::launch<gemm5::pingpong_128x128, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
-                                                                   g.num_sms, g.stream, make);
-    if (schedule == SCHEDULE_PINGPONG_64x256)
-        return gemm5::launch<gemm5::pingpong_64x256, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
-                                                                  g.num_sms, g.stream, make);
-    if (schedule == SCHEDULE_PINGPONG_128x128_CLUSTER2)
-        return gemm5::launch<gemm5::pingpong_128x128_cluster2, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
-                                                                            g.num_sms, g.stream, make);
-    return "tk_mlp: unknown ping-pong schedule";
+    if constexpr (gemm4::has_input_boxes<Epi>()) {   // a staging buffer per box: the *_inputs configurations
+        if (schedule == SCHEDULE_PINGPONG_128x128)
+            return gemm5::launch<gemm5::pingpong_128x128_inputs, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
+                                                                              g.num_sms, g.stream, make);
+        if (schedule == SCHEDULE_PINGPONG_64x256)
+            return gemm5::launch<gemm5::pingpong_64x256_inputs, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
+                                                                             g.num_sms, g.stream, make);
+        return "tk_mlp: input-box epilogues (pre by TMA) run on schedules 4, 5 and 6 only";
+    } else {
+        if (schedule == SCHEDULE_PINGPONG_128x128)
+            return gemm5::launch<gemm5::pingpong_128x128, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
+                                                                       g.num_sms, g.stream, make);
+        if (schedule == SCHEDULE_PINGPONG_64x256)
+            return gemm5::launch<gemm5::pingpong_64x256, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
+                                                                      g.num_sms, g.stream, make);
+        if (schedule == SCHEDULE_PINGPONG_128x128_CLUSTER2)
+            return gemm5::launch<gemm5::pingpong_128x128_cluster2, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
+                                                                                g.num_sms, g.stream, make);
+        return "tk_mlp: unknown ping-pong schedule";
+    }
 }
 
 // The five products (operand layouts as in kernels/mlp.cu's launchers).
 template const char* launch_pingpong<major::K, major::K, bias_gelu_epilogue>(const gemm_args&, int);
 template const char* launch_pingpong<major::K, major::K, bias_epilogue>(const gemm_args&, int);
 template const char* launch_pingpong<major::K, major::MN, dgelu_epilogue>(const gemm_args&, int);
+template const char* launch_pingpong<major::K, major::MN, dgelu_pre_tma_epilogue>(const gemm_args&, int);
 template const char* launch_pingpong<major::K, major::MN, bias_epilogue>(const gemm_args&, int);
 template const char* launch_pingpong<major::MN, major::MN, reduce_add_epilogue>(const gemm_args&, int);
 

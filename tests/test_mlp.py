@@ -101,7 +101,10 @@ SCHEDULE_SHAPES = [(1, 768), (17, 384), (1000, 768), (333, 1600), (4099, 1280), 
 CLUSTER = pytest.mark.skipif(os.environ.get("TK_TEST_CLUSTER") == "0", reason="TK_TEST_CLUSTER=0 (its smoke test failed)")
 
 
-@pytest.mark.parametrize("schedule", ["4", "5", "6", "fc=5,dgelu=6,dx=5,proj=6,dw=4", "fc=6,dgelu=5,dw=6,side=0", "4,side=0",
+# pre=0: the dGELU epilogue loads pre per thread (dgelu_epilogue) instead of by TMA into its staging
+# boxes (dgelu_pre_tma_epilogue, the default), on each schedule.
+@pytest.mark.parametrize("schedule", ["4", "5", "6", "4,pre=0", "5,pre=0", "6,pre=0", "fc=5,dgelu=6,dx=5,proj=6,dw=4",
+                                      "fc=6,dgelu=5,dw=6,side=0", "fc=6,dgelu=4,side=0,pre=0", "4,side=0",
                                       pytest.param("7", marks=CLUSTER), pytest.param("fc=7,dgelu=7,dw=5,side=0", marks=CLUSTER)])
 @pytest.mark.parametrize("M,C", SCHEDULE_SHAPES)
 def test_schedules_vs_float64(mlp, schedule, M, C):
@@ -206,13 +209,17 @@ def test_set_schedule_refuses_bad_values(mlp):
     for bad in ["side=2", "fc=5,side=x"]:
         with pytest.raises(ValueError, match="side"):
             mlp.set_schedule(bad)
-    with pytest.raises(ValueError, match="6 values"):
+    with pytest.raises(ValueError, match="pre"):
+        mlp.set_schedule("pre=3")
+    with pytest.raises(ValueError, match="7 values"):
         mlp._ext.module.set_schedule([4, 4])
     with pytest.raises(ValueError, match="schedule is 0"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 8, 1])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 8, 1, 1])
     with pytest.raises(ValueError, match="side-jobs flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 2])
-    assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1]
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 2, 1])
+    with pytest.raises(ValueError, match="pre-by-TMA flag"):
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 2])
+    assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 1]
 
 
 def test_intermediates_pre_and_h(mlp):

@@ -1,0 +1,101 @@
+#!/bin/bash
+# tests/gpu_h2_gemm_mlp.sh OUT — session 4's H200 call for the GEMM and the MLP (engineer H2), on ONE
+# GPU, within 240 s including the builds (LANE_LIMIT, default 228 s, bounds every step):
+#   1. build tk_gemm and tk_mlp (python -m kernels --build, in parallel; ~50 s cold)
+#   2. smoke: the dGELU GEMM with pre by TMA (new) and by per-thread loads, on every schedule, vs
+#      float64 at tails (a protocol bug hangs here, under a 40 s limit); one 2-CTA cluster launch
+#      with TK_GEMM_VERBOSE=1 (how many clusters the launcher runs: the cluster-slowdown suspect)
+#   3. pytest tests/test_mlp.py, then tests/test_gemm.py (steps 0, 4, 5): correctness first
+#   4. kernels/mlp_bench.py --kernels: the MLP fwd+bwd per schedule, interleaved with torch eager,
+#      and every kernel's time per schedule (torch.profiler): the dGELU GEMM on each schedule
+#   5. bench.py --ops mlp --compile-modes default: tk vs torch eager vs torch.compile, CUDA graphs,
+#      M = 16384 and 65536, C = 768 (issue 6's done-when, one run)
+#   6. kernels/gemm_bench.py: GPT-2 shapes vs cuBLAS, 5 interleaved trials (issue 3's done-when)
+#   7. ncu (if >= 40 s are left): the ping-pong GEMM, its 2-CTA cluster form and cuBLAS at
+#      16384x768x3072, and the dGELU kernel: launch stats, occupancy, throughput, stall reasons
+# Results: OUT/summary.txt (compact) and OUT/logs.tgz (every log).
+cd "$(dirname "$0")/.."
+export LANE_LIMIT=${LANE_LIMIT:-228}
+source tests/gpu_lib.sh "${1:-/tmp/h2_gemm_mlp_out}"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+note "gpu_h2_gemm_mlp.sh on $(nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | head -1), commit $(git rev-parse --short HEAD 2>/dev/null)"
+
+# 1. builds
+step 150 build.log python3 -m kernels --build tk_gemm tk_mlp
+note "$(grep -E '^build|^built' "$L/build.log" | tr '\n' ' ')"
+
+# 2. smoke
+cat > /tmp/h2_smoke.py <<'PY'
+import os, torch, torch.nn.functional as F
+from kernels import gemm, mlp_op
+def rel(a, b): return ((a.double() - b.double()).norm() / b.double().norm()).item()
+r = lambda *s, sc=1.0: (torch.randn(*s, device="cuda") * sc).to(torch.bfloat16)
+for spec in ("dgelu=6", "dgelu=5", "dgelu=4", "dgelu=6,pre=0", "0"):
+    mlp_op.set_schedule(spec)
+    for M, C in ((1000, 768), (77, 384), (1, 768)):
+        xs, w1, b1, w2, b2, g = r(M, C), r(4 * C, C, sc=C ** -0.5), r(4 * C, sc=0.5), r(C, 4 * C, sc=(4 * C) ** -0.5), r(C, sc=0.5), r(M, C)
+        y, pre, h = mlp_op.mlp_fwd(xs, w1, b1, w2, b2)
+        dx, dw1, db1, dw2, db2 = mlp_op.mlp_bwd(g, xs, pre, h, w1, w2); torch.cuda.synchronize()
+        L = [t.double().requires_grad_() for t in (xs, w1, b1, w2, b2)]
+        y64 = F.linear(F.gelu(F.linear(L[0], L[1], L[2]), approximate="tanh"), L[3], L[4]); y64.backward(g.double())
+        errs = [rel(a, b) for a, b in [(y, y64), (dx, L[0].grad), (dw1, L[1].grad), (db1, L[2].grad), (dw2, L[3].grad), (db2, L[4].grad)]]
+        print(f"smoke mlp [{spec}] M={M} C={C}: y dx dw1 db1 dw2 db2 " + " ".join(f"{e:.1e}" for e in errs), flush=True)
+mlp_op.set_schedule("0")
+x, W = r(4096, 768), r(3072, 768)
+for v in (1, 4):
+    os.environ["TK_GEMM_VERBOSE"] = "1"
+    c = gemm.matmul(x, W.t(), step=5, variant=v, out_dtype=torch.float32); torch.cuda.synchronize()
+    print(f"smoke gemm step 5 v{v}: {rel(c, x.float() @ W.float().t()):.1e}", flush=True)
+print("smoke done", flush=True)
+PY
+step 40 smoke.log python3 /tmp/h2_smoke.py
+grep -E "^smoke|cluster launch" "$L/smoke.log" | tee -a "$S"
+grep -q "smoke done" "$L/smoke.log" || note "SMOKE DID NOT FINISH: see smoke.log"
+
+# 3. correctness
+step 60 pytest_mlp.log python3 -m pytest -q --maxfail=8 --tb=short -rf tests/test_mlp.py -k "not torch_compile_module"
+note "pytest test_mlp.py: $(grep -E 'passed|failed|error|skipped' "$L/pytest_mlp.log" | tail -1)"
+step 40 pytest_gemm.log env GEMM_TEST_STEPS=0,4,5 python3 -m pytest -q --maxfail=8 --tb=short -rf tests/test_gemm.py
+note "pytest test_gemm.py (steps 0,4,5): $(grep -E 'passed|failed|error|skipped' "$L/pytest_gemm.log" | tail -1)"
+grep -hE "^FAILED|^ERROR" "$L/pytest_mlp.log" "$L/pytest_gemm.log" | head -12 | tee -a "$S"
+
+# 4. the MLP per schedule and per kernel
+step 45 mlp_bench.log python3 -m kernels.mlp_bench --kernels --trials 5 --iters 10 \
+    --schedules "0;dgelu=4,pre=0;dgelu=4;dgelu=5;dgelu=6,pre=0"
+{ echo "--- mlp_bench"; grep -vE "^===|^rc=" "$L/mlp_bench.log"; } | tee -a "$S"
+
+# 5. issue 6's table: tk vs eager vs torch.compile, CUDA graphs, one run
+step 70 bench_mlp.log python3 bench.py --ops mlp --quick --compile-modes default --reps 30 --json "$OUT/bench_mlp.json"
+{ echo "--- bench.py --ops mlp"; grep -vE "^===|^\s*$" "$L/bench_mlp.log" | tail -12; } | tee -a "$S"
+
+# 6. issue 3's table: GPT-2 shapes vs cuBLAS (auto = step 5 64x256 at K <= 1024), 5 interleaved trials
+step 40 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --variants5 4 --trials 5 --iters 20
+{ echo "--- gemm_bench (TFLOP/s, ratio to torch in the same trials)"; grep -vE "^===|^rc=" "$L/gemm_bench.log"; } | tee -a "$S"
+
+# 7. ncu, if time is left
+cat > /tmp/h2_ncu.py <<'PY'
+import torch
+from kernels import gemm, mlp_op
+r = lambda *s: torch.randn(*s, device="cuda").to(torch.bfloat16)
+x, W = r(16384, 768), r(3072, 768)
+torch.matmul(x, W.t())                                  # cuBLAS
+gemm.matmul(x, W.t(), step=5, variant=1)                # ping-pong 64x256
+gemm.matmul(x, W.t(), step=5, variant=4)                # the same in 2-CTA clusters (B multicast)
+gemm.matmul(x, W.t(), step=4)                           # step 4 (cooperative 128x256)
+M, C = 16384, 768
+xs, w1, b1, w2, b2, g = r(M, C), r(4 * C, C) * 0.03, r(4 * C), r(C, 4 * C) * 0.02, r(C), r(M, C)
+y, pre, h = mlp_op.mlp_fwd(xs, w1, b1, w2, b2)
+mlp_op.mlp_bwd(g, xs, pre, h, w1, w2)                   # the dGELU GEMM (default schedule)
+torch.cuda.synchronize()
+print("ncu script done")
+PY
+if [ $(( LIMIT - ($(date +%s) - START) )) -ge 40 ]; then
+  step 60 ncu.log ncu --kernel-name "regex:nvjet|sm90_xmma|cutlass|gemm_pingpong|gemm_ws" --launch-count 7 \
+      --section LaunchStats --section Occupancy --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
+      python3 /tmp/h2_ncu.py
+  { echo "--- ncu (key lines)"; grep -E "^  [a-z_]|void |nvjet|Grid Size|Cluster Size|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Achieved Occupancy|Stall|Waves Per SM|Registers Per Thread" "$L/ncu.log" | cut -c1-160 | head -90; } >> "$S"
+else
+  note "ncu skipped: under 40 s left"
+fi
+note "done in $(( $(date +%s) - START )) s"
+pack
