@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# tests/gpu_attention_h3.sh OUT_DIR — session 4 (H3): the Hopper attention forward's new variants
+# (5: L2 groups of heads; 6, 7, 8: persistent) and the D = 128 backward variant 3, on ONE H200,
+# in <= 240 s with the builds (TORCH_EXTENSIONS_DIR=/tmp/ext). In order, each step under its own
+# limit and the lane's (tests/gpu_lib.sh; logs in OUT/logs, packed into OUT/logs.tgz; the
+# figures also in OUT/summary.txt):
+#   1 build the three attention extensions at once (python -m kernels --build)
+#   2 smoke: each new forward variant alone at T = 1000, D 64 and 128, under a hard limit, so a
+#     variant that hangs (mbarrier phases) is dropped from the rest instead of eating the call
+#   3 backward variant 3 (D = 128) against float64 (test_attention_hopper_bwd.py -k 128)
+#   4 the forward's tests against float64 for every variant that passed the smoke (awkward T,
+#     poisoned outputs, large logits, strided views, many query blocks per SM)
+#   5 bench.py's attention rows, one process: gpt2, shakespeare-char, t4096-d128, fwd and fwd+bwd;
+#     tk (defaults), each forward variant (tk-hopper-vN, fwd rows), tk-portable, eager, cuDNN, FA2
+#   6 bench.py --quick again with the op on forward variant 6 and backward variant 3 (when they
+#     passed), tk against cuDNN: the fwd+bwd figures those defaults would give
+#   7 ncu (if time is left): SOL, memory, compute, warp-state sections of variants 4, 6 and 8 at
+#     the GPT-2 shape (DRAM bytes tell whether the L2 groups work)
+# Checked here without a GPU: bash -n; LANE_LIMIT=60 runs every step to its failure.
+set -uo pipefail
+LANE_LIMIT=${LANE_LIMIT:-235}
+source tests/gpu_lib.sh "${1:?usage: tests/gpu_attention_h3.sh OUT_DIR}"
+PYT="python3 -m pytest -q -rf --tb=short -p no:cacheprovider"
+note "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
+
+step 120 build.log python3 -m kernels --build tk_attention_hopper tk_attention_hopper_bwd tk_attention \
+    || note "a build FAILED (logs/build.log)"
+note "$(grep -E '^build |^built' "$L/build.log" | tr '\n' ' ')"
+
+# 2: smoke. Variant 7 is variant 6's kernel in another order: it stands or falls with 6.
+FWD_OK=""
+for v in 6 8 5; do
+    if TK_ATTENTION_HOPPER_VARIANTS=$v step 30 "smoke_v$v.log" $PYT tests/test_attention_hopper.py -k "test_causal and 1000" \
+        && grep -q " passed" "$L/smoke_v$v.log"; then   # (all skipped, without a GPU, is no pass)
+        FWD_OK="$FWD_OK $v"; [ "$v" = 6 ] && FWD_OK="$FWD_OK 7"
+    else
+        note "forward variant $v FAILED or hung in the smoke test (logs/smoke_v$v.log): left out below"
+    fi
+done
+note "forward variants through the smoke test:${FWD_OK:- none}"
+
+# 3: the D = 128 backward variant 3
+BWD=0
+if TK_ATTENTION_HOPPER_BWD_VARIANTS=3 step 60 bwd_v3.log $PYT tests/test_attention_hopper_bwd.py -k 128 \
+    && grep -q " passed" "$L/bwd_v3.log"; then BWD=3; fi
+note "backward variant 3 tests: $(grep -E 'passed|failed|skipped|rc=' "$L/bwd_v3.log" | tail -2 | tr '\n' ' ') -> bench with backward variant $BWD"
+grep -E "^FAILED" "$L/bwd_v3.log" | head -10 | while read -r line; do note "  $line"; done
+
+# 4: the forward's tests for every new variant that passed the smoke (and the default's tests)
+if [ -n "$FWD_OK" ]; then
+    TK_ATTENTION_HOPPER_VARIANTS="$FWD_OK" step 70 forward_tests.log $PYT tests/test_attention_hopper.py
+    note "forward tests (variants$FWD_OK + default): $(grep -E 'passed|failed|skipped|rc=' "$L/forward_tests.log" | tail -2 | tr '\n' ' ')"
+    grep -E "^FAILED" "$L/forward_tests.log" | head -20 | while read -r line; do note "  $line"; done
+fi
+
+# 5: one bench.py process: every forward variant that passed, beside cuDNN and FA2
+IMPLS="tk"
+for v in $FWD_OK; do IMPLS="$IMPLS,tk-hopper-v$v"; done
+IMPLS="$IMPLS,tk-portable,eager,sdpa-cudnn,sdpa-flash"
+TK_BENCH_ATTENTION_SHAPES=gpt2,shakespeare-char,t4096-d128 TK_BENCH_ATTENTION_IMPLS=$IMPLS \
+    step 75 bench_variants.log python3 bench.py --ops attention --compile-modes "" --reps 20 --warmup 3 \
+    --json "$L/attention_variants.json"
+python3 -m kernels.attention_bench "$L/attention_variants.json" > "$L/bench_variants_tflops.txt" 2>&1
+grep -E "^fwd|^    (tk|sdpa)|targets|>=" "$L/bench_variants_tflops.txt" | head -60 | while read -r line; do note "$line"; done
+
+# 6: the op as it would be with forward variant 6 and backward variant 3 (where they passed)
+FWD=0; case " $FWD_OK " in *" 6 "*) FWD=6 ;; esac
+TK_ATTENTION_HOPPER_FWD_VARIANT=$FWD TK_ATTENTION_HOPPER_BWD_VARIANT=$BWD \
+TK_BENCH_ATTENTION_SHAPES=gpt2,shakespeare-char,t4096-d128 TK_BENCH_ATTENTION_IMPLS=tk,sdpa-cudnn,sdpa-flash \
+    step 45 bench_op.log python3 bench.py --ops attention --quick --compile-modes "" --reps 20 --warmup 3 \
+    --json "$L/attention_op_fwd${FWD}_bwd${BWD}.json"
+python3 -m kernels.attention_bench "$L/attention_op_fwd${FWD}_bwd${BWD}.json" > "$L/bench_op_tflops.txt" 2>&1
+note "op with forward variant $FWD, backward variant $BWD:"
+grep -E "^fwd|^    (tk|sdpa)|>=" "$L/bench_op_tflops.txt" | head -30 | while read -r line; do note "$line"; done
+
+# 7: ncu, with whatever time is left
+cat > "$L/ncu_case.py" <<'PY'
+import sys, torch
+sys.path.insert(0, ".")
+from kernels import attention_hopper as H
+qkv = torch.randn(16, 1024, 3, 12, 64, device="cuda").bfloat16()
+q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+for variant in map(int, sys.argv[1:]):
+    H.forward(q, k, v, True, 0.125, variant)
+torch.cuda.synchronize()
+print("ncu case ran", sys.argv[1:])
+PY
+NCU_VARIANTS="4"; for v in 6 8; do case " $FWD_OK " in *" $v "*) NCU_VARIANTS="$NCU_VARIANTS $v" ;; esac; done
+step 60 ncu.log ncu --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+    --section WarpStateStats -k "regex:forward_kernel|persistent_kernel" python3 "$L/ncu_case.py" $NCU_VARIANTS
+grep -E "forward_kernel|persistent_kernel|Duration|DRAM Throughput|Memory Throughput|L2 Hit Rate|Compute \(SM\) Throughput|Stall|Issue Slots Busy|ERR" "$L/ncu.log" | head -60 > "$L/ncu_summary.txt"
+note "ncu (variants $NCU_VARIANTS): logs/ncu_summary.txt"
+pack
