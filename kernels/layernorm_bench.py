@@ -17,6 +17,14 @@ L2 cache: bench.py's own timer), for each variant of kernels/layernorm.cu ("vari
   4. a torch.profiler breakdown of that row (kernel by kernel) for eager, "none" and the pick.
 Prints compact tables and a last line `BEST=<flags>` (tests/gpu_layernorm_speed.sh hands it to
 bench.py through TK_LAYERNORM_VARIANT). No correctness checks here: tests/test_layernorm_variants.py.
+
+    python -m kernels.layernorm_bench --dropout       # ~15 s: the residual dropout (session 4)
+
+--dropout times only the fused residual dropout at shakespeare's 16384x384 (the model's mixed
+dtypes under autocast, and all-bf16): per call fwd+bwd of the public op under autograd with
+dropout fused, with F.dropout beside it (the unfused way), and without dropout, PyTorch eager
+(x + F.dropout(r), F.layer_norm) in the same process; and the kernels alone with and without the
+mask (tests/test_layernorm_dropout.py checks the values).
 """
 import argparse
 import json
@@ -178,6 +186,78 @@ def profile_rows(ln, plans):
     return out
 
 
+DROPOUT_SHAPES = {k: SHAPES[k] for k in ("shakesp mixed 16384x384",)}
+DROPOUT_SHAPES["shakesp bf16 16384x384"] = (16384, 384, BF16, BF16, BF16, BF16)
+DROPOUT_P = 0.2   # config/shakespeare.py's
+
+
+def dropout_rows(args, ln, l2_bytes, p=DROPOUT_P):
+    """--dropout: {shape: {impl: us}} for the fwd+bwd step per call and the kernels alone."""
+    import torch.nn.functional as F
+    from bench import time_graph_ms
+    ext = ln._ext.module
+    out = {}
+    for name, (rows, cols, th, tr, ty, tp) in DROPOUT_SHAPES.items():
+        autocast = ty == BF16 and th == F32
+        sets = make_sets(ext, rows, cols, th, tr, ty, tp, l2_bytes)
+        for s in sets:
+            for k in ("x", "r", "w", "b"):
+                s[k].requires_grad_()
+            s["seed"] = ln.draw_dropout_seed("cuda")
+
+        def tk_step(s, drop, fused):
+            with torch.autocast("cuda", dtype=BF16, enabled=autocast):
+                r = F.dropout(s["r"], p) if drop and not fused else s["r"]
+                y, h = ln.add_layernorm(s["x"], r, s["w"], s["b"], 1e-5, p if drop and fused else 0.0)
+            torch.autograd.grad((y, h), (s["x"], s["r"], s["w"], s["b"]), (s["dy"], s["dh"]))
+
+        def eager_step(s, drop):
+            with torch.autocast("cuda", dtype=BF16, enabled=autocast):
+                h = s["x"] + (F.dropout(s["r"], p) if drop else s["r"])
+                y = F.layer_norm(h, (cols,), s["w"], s["b"], 1e-5)
+            torch.autograd.grad((y, h), (s["x"], s["r"], s["w"], s["b"]), (s["dy"].to(y.dtype), s["dh"].to(h.dtype)))
+
+        mixed = tr != th
+        impls = {
+            "tk fused dropout": lambda s: tk_step(s, True, True),
+            "tk + F.dropout": lambda s: tk_step(s, True, False),
+            "tk no dropout": lambda s: tk_step(s, False, False),
+            "eager dropout": lambda s: eager_step(s, True),
+            "eager no dropout": lambda s: eager_step(s, False),
+            # the kernels alone (no autograd, no seed draw): what the mask costs inside them
+            "fwd kernel, mask": lambda s: ext.forward(s["x"], s["r"], s["w"], s["b"], 1e-5, y_bf16=autocast,
+                                                      dropout_seed=s["seed"], dropout_p=p),
+            "fwd kernel": lambda s: ext.forward(s["x"], s["r"], s["w"], s["b"], 1e-5, y_bf16=autocast),
+            "bwd kernels, mask": lambda s: ext.backward(s["dy"], s["dh"], s["h"], s["mean"], s["rstd"], s["w"],
+                                                        residual_grad_bf16=mixed, dropout_seed=s["seed"], dropout_p=p),
+            "bwd kernels": lambda s: ext.backward(s["dy"], s["dh"], s["h"], s["mean"], s["rstd"], s["w"],
+                                                  residual_grad_bf16=mixed),
+        }
+        row = {}
+        for impl, fn in impls.items():
+            try:
+                row[impl] = 1e3 * time_graph_ms(fn, sets, args.warmup, args.reps)
+            except Exception as e:   # one failing row must not hide the others
+                row[impl] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        out[name] = row
+        del sets
+        torch.cuda.empty_cache()
+    return out
+
+
+def print_dropout_rows(rows):
+    print(f"\nresidual dropout p={DROPOUT_P}, per call, us (CUDA-graph replay, median)")
+    for name, row in rows.items():
+        print(f"  {name}")
+        for impl, us in row.items():
+            print(f"    {impl:<22}" + (f"{us:9.1f}" if isinstance(us, float) else f"  FAILED {us}"))
+        f, u = row.get("tk fused dropout"), row.get("tk + F.dropout")
+        e, n = row.get("eager dropout"), row.get("tk no dropout")
+        if all(isinstance(v, float) for v in (f, u, e, n)):
+            print(f"    fused saves {u - f:.1f} us a call over tk + F.dropout ({u / f:.2f}x); dropout costs the fused "
+                  f"op {f - n:.1f} us; {e / f:.2f}x eager")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=50)
@@ -186,6 +266,7 @@ def main(argv=None):
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--final", action="store_true",
                     help="only the backward alone and the fwd+bwd row, for the default plan and none")
+    ap.add_argument("--dropout", action="store_true", help="only the residual dropout rows (session 4)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("kernels.layernorm_bench needs a CUDA GPU", file=sys.stderr)
@@ -200,6 +281,16 @@ def main(argv=None):
     print(f"{props.name}, {props.multi_processor_count} SMs, L2 {l2 / 2**20:.0f} MiB, torch {torch.__version__}; "
           f"floor = bytes at {FLOOR_TBS} TB/s; TK_LAYERNORM_VARIANT={os.environ.get('TK_LAYERNORM_VARIANT', '')!r}")
     t0 = time.time()
+    if args.dropout:
+        rows = dropout_rows(args, ln, l2)
+        print_dropout_rows(rows)
+        if args.json:
+            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+            with open(args.json, "w") as f:
+                json.dump({"gpu": props.name, "torch": torch.__version__, "dropout_p": DROPOUT_P, "dropout": rows}, f,
+                          indent=1)
+        print(f"({time.time() - t0:.0f} s)")
+        return 0
 
     fwd_variants, bwd_variants = ([], FINAL_BWD) if args.final else (FWD_VARIANTS, BWD_VARIANTS)
     rows = kernel_rows(args, ln, l2, fwd_variants, bwd_variants)
