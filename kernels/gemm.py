@@ -40,8 +40,9 @@ VARIANTS = {0: "4 stages x K64, free stage s-1 after issuing s", 1: "4 stages x 
 # Step 5's variants (kernels/gemm_5_pingpong.cu): one consumer's tile and the ring depth.
 VARIANTS5 = {0: "128x128 per consumer, 6 stages", 1: "64x256 per consumer, 4 stages", 2: "128x128 per consumer, 4 stages",
              3: "128x128 per consumer, 6 stages, 2-CTA clusters sharing B by TMA multicast",
-             4: "64x256 per consumer, 4 stages, 2-CTA clusters sharing B by TMA multicast"}
-TILES5 = {0: (128, 128), 1: (64, 256), 2: (128, 128), 3: (128, 128), 4: (64, 256)}
+             4: "64x256 per consumer, 4 stages, 2-CTA clusters sharing B by TMA multicast",
+             5: "64x256 per consumer, 5 stages, 1 output staging box per warp"}
+TILES5 = {0: (128, 128), 1: (64, 256), 2: (128, 128), 3: (128, 128), 4: (64, 256), 5: (64, 256)}
 
 
 def auto_step(M, N, K):

@@ -69,7 +69,7 @@ step 70 bench_mlp.log python3 bench.py --ops mlp --quick --compile-modes default
 { echo "--- bench.py --ops mlp"; grep -vE "^===|^\s*$" "$L/bench_mlp.log" | tail -12; } | tee -a "$S"
 
 # 6. issue 3's table: GPT-2 shapes vs cuBLAS (auto = step 5 64x256 at K <= 1024), 5 interleaved trials
-step 40 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --variants5 4 --trials 5 --iters 20
+step 40 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --variants5 4,5 --trials 5 --iters 20
 { echo "--- gemm_bench (TFLOP/s, ratio to torch in the same trials)"; grep -vE "^===|^rc=" "$L/gemm_bench.log"; } | tee -a "$S"
 
 # 7. ncu, if time is left

@@ -100,7 +100,7 @@ def test_step4_variants(variant):
 CLUSTER = pytest.mark.skipif(os.environ.get("TK_TEST_CLUSTER") == "0", reason="TK_TEST_CLUSTER=0 (its smoke test failed)")
 
 
-@pytest.mark.parametrize("variant", [1, 2, pytest.param(3, marks=CLUSTER), pytest.param(4, marks=CLUSTER)])   # v0: every other step-5 test
+@pytest.mark.parametrize("variant", [1, 2, pytest.param(3, marks=CLUSTER), pytest.param(4, marks=CLUSTER), 5])   # v0: every other step-5 test
 def test_step5_variants(variant):
     """Step 5's other consumer tiles (64x256), ring depths and 2-CTA clusters (3), every operand
     layout, tails (an odd number of tile rows leaves a cluster's second CTA past M), bias+GELU,
