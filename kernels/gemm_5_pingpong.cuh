@@ -329,7 +329,9 @@ const char* launch(const char* who, const void* a_ptr, const void* b_ptr, int M,
                     max_clusters = std::max(num_sms / 2, 1);
                 cudaGetLastError();
             }
-            const int clusters = std::min({p.sh.units, std::max(num_sms / 2, 1), max_clusters});
+            int clusters = std::min({p.sh.units, std::max(num_sms / 2, 1), max_clusters});
+            if (const char* force = std::getenv("TK_GEMM_CLUSTERS"))   // experiment: override the occupancy answer
+                clusters = std::max(1, std::min(p.sh.units, std::atoi(force)));
             if (std::getenv("TK_GEMM_VERBOSE"))              // evidence for the cluster slowdown (NOTES.md, session 4)
                 std::fprintf(stderr, "%s: step 5 cluster launch: %d SMs, max active 2-CTA clusters %d, launching %d clusters "
                              "for %d pair units, %d bytes of shared memory\n", who, num_sms, max_clusters, clusters,

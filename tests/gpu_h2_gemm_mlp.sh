@@ -71,6 +71,10 @@ step 70 bench_mlp.log python3 bench.py --ops mlp --quick --compile-modes default
 # 6. issue 3's table: GPT-2 shapes vs cuBLAS (auto = step 5 64x256 at K <= 1024), 5 interleaved trials
 step 40 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --variants5 4,5 --trials 5 --iters 20
 { echo "--- gemm_bench (TFLOP/s, ratio to torch in the same trials)"; grep -vE "^===|^rc=" "$L/gemm_bench.log"; } | tee -a "$S"
+# the cluster slowdown: the same cluster kernel with its cluster count forced to half the SMs
+step 20 gemm_bench_clusters.log env TK_GEMM_CLUSTERS=66 TK_GEMM_VERBOSE=1 python3 -m kernels.gemm_bench --steps 0 --variants5 4 \
+    --trials 3 --iters 20 --shapes "fwd 16384x768x3072,8192"
+{ echo "--- gemm_bench, TK_GEMM_CLUSTERS=66"; grep -vE "^===|^rc=" "$L/gemm_bench_clusters.log" | sort | uniq -c | sort -rn | head -8; } | tee -a "$S"
 
 # 7. ncu, if time is left
 cat > /tmp/h2_ncu.py <<'PY'
