@@ -230,6 +230,23 @@ __device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)
     }
 }
 
+// The persistent kernel's mask (softmax_tile's own is kept for variants 1-5 as they were
+// measured): -inf where the key is right of the query (causal) or past the sequence. Thread
+// (g, t) holds columns col0 + 2t + (8·(i>>2) + (i&1)), a compile-time offset per element, in
+// rows row0 and row0 + 8; so one limit per row, then one compare with an immediate and one
+// select per score (softmax_tile's general test costs about three times that: 420 against ~130
+// instructions per warp on a diagonal tile, D = 64, from the SASS).
+template <int N>
+__device__ inline void mask_tile(float (&s)[N / 2], bool causal, int row0, int col0, int seq_len) {
+    const int base = col0 + 2 * (threadIdx.x % 4);
+    int limit[2];                                        // the last allowed column offset per row
+#pragma unroll
+    for (int r = 0; r < 2; ++r) limit[r] = (causal ? min(row0 + 8 * r, seq_len - 1) : seq_len - 1) - base;
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i)
+        if (8 * (i >> 2) + (i & 1) > limit[(i >> 1) & 1]) s[i] = -INFINITY;
+}
+
 // The f32 score accumulator of one wgmma becomes the bf16 A operand of the next one without any
 // shuffle (hopper-facts §4.3): k-chunk j (16 keys) = registers (8j, 8j+1), (8j+2, 8j+3), ...
 __device__ inline uint32_t pack_bf16(float lo, float hi) {
@@ -446,6 +463,23 @@ forward_kernel(const __grid_constant__ kernel_params p) {
 // The K/V ring's slot and parity count tiles over the CTA's whole life (`tile`, not n), Q's count
 // items (`j`); the ping-pong turns simply continue from item to item (both consumers take
 // n_tiles + 1 turns per item).
+// Where the consumer is in the K/V ring: slot and the parity to wait for; counting up by one tile
+// at a time instead of slot = g % STAGES, parity = (g / STAGES) & 1 (a division by 3 per tile).
+template <int STAGES>
+struct ring_pos {
+    int slot = 0, phase = 0;
+    __device__ void next() { if (++slot == STAGES) { slot = 0; phase ^= 1; } }
+};
+
+// A wgmma descriptor moved `bytes` further into shared memory: the start address is the low 14
+// bits in 16-byte units and shared addresses stay below 2^18, so the sum never leaves the field.
+// One add per wgmma instead of rebuilding the descriptor (about 5 instructions each, SASS).
+__device__ inline uint64_t desc_plus(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+// The byte offset of k-step k (16 columns) in a K-major tile of `rows` rows stored as 64-column
+// blocks of rows x 128 B (tk::wgmma::desc's rule).
+template <int rows>
+__device__ constexpr uint32_t k_step_bytes(int k) { return (k / 4) * rows * 128 + (k % 4) * 32; }
+
 // CONSUMERS = 1 (variant 8, D = 64): the same with one consumer, two CTAs per SM (grid 2 x SMs)
 // and no ping-pong, as variant 4; its K/V ring has 2 slots, so that two CTAs fit in shared memory.
 template <int D, int CONSUMERS>
@@ -541,8 +575,13 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     auto turn_end = [&] { if constexpr (PINGPONG) named_arrive<256>(1 + (1 - c)); };
     auto release = [&](mbarrier& bar) { if (lane == 0) mbar::arrive(bar); };
 
+    // Descriptors of slot 0 and k-step 0; the others are these plus a byte offset (desc_plus).
+    const uint64_t q_desc0 = wgmma::desc<wgmma::major::K, BM, 128>(q_tile(0), 64 * c, 0);
+    const uint64_t k_desc0 = wgmma::desc<wgmma::major::K, BN, 128>(k_tile(0), 0, 0);
+    const uint64_t v_desc0 = wgmma::desc<wgmma::major::MN, BN, 128>(v_tile(0), 0, 0);
+    ring_pos<S> k_pos, v_pos;                           // the next K and V tile in the ring
+
     if (PINGPONG && c == 1) named_arrive<256>(1);       // consumer 0 goes first
-    int tile = 0;                                       // K/V tiles consumed so far (this CTA)
     for (int item = blockIdx.x, j = 0; item < n_items; item += gridDim.x, ++j) {
         const work_item w = item_at(item, p);
         const int n_tiles = tiles_of(w.m_block);
@@ -550,27 +589,31 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         const int row0 = first_row + 16 * warp + lane / 4;
         const int qs = j % QS;
 
-        auto issue_qk = [&](int n) {                     // S = Q · Kₙᵀ
-            const int g = tile + n, s = g % S;
-            mbar::wait(k_full[s], (g / S) & 1);
+        // Both return the ring slot they read, for the release once the product is done.
+        auto issue_qk = [&] {                            // S = Q · Kₙᵀ, n = the next K in the ring
+            const int s = k_pos.slot;
+            mbar::wait(k_full[s], k_pos.phase);
+            k_pos.next();
+            const uint64_t q_desc = desc_plus(q_desc0, qs * C::q_bytes), k_desc = desc_plus(k_desc0, s * C::kv_bytes);
             wgmma::fence();
 #pragma unroll
             for (int k = 0; k < D / 16; ++k)
-                wgmma::mma_ss<wgmma::major::K, wgmma::major::K>(
-                    s_acc, wgmma::desc<wgmma::major::K, BM, 128>(q_tile(qs), 64 * c, k),
-                    wgmma::desc<wgmma::major::K, BN, 128>(k_tile(s), 0, k), k > 0);
+                wgmma::mma_ss<wgmma::major::K, wgmma::major::K>(s_acc, desc_plus(q_desc, k_step_bytes<BM>(k)),
+                                                                desc_plus(k_desc, k_step_bytes<BN>(k)), k > 0);
             wgmma::commit_group();
+            return s;
         };
-        auto issue_pv = [&](int n, bool accumulate) {    // O (+)= P · Vₙ
-            const int g = tile + n, s = g % S;
-            mbar::wait(v_full[s], (g / S) & 1);
+        auto issue_pv = [&](bool accumulate) {           // O (+)= P · Vₙ, n = the next V in the ring
+            const int s = v_pos.slot;
+            mbar::wait(v_full[s], v_pos.phase);
+            v_pos.next();
+            const uint64_t v_desc = desc_plus(v_desc0, s * C::kv_bytes);
             wgmma::fence();
 #pragma unroll
-            for (int k = 0; k < BN / 16; ++k)
-                wgmma::mma_rs<wgmma::major::MN>(o_acc, p_frag[k],
-                                                wgmma::desc<wgmma::major::MN, BN, 128>(v_tile(s), 0, k),
-                                                accumulate || k > 0);
+            for (int k = 0; k < BN / 16; ++k)            // k-step k: the next 16 keys = 16 rows of 128 B
+                wgmma::mma_rs<wgmma::major::MN>(o_acc, p_frag[k], desc_plus(v_desc, k * 16 * 128), accumulate || k > 0);
             wgmma::commit_group();
+            return s;
         };
         auto needs_mask = [&](int n) {
             return p.causal ? (n * BN + BN - 1 > first_row) : (n * BN + BN > p.seq_len);
@@ -581,40 +624,40 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         mbar::wait(q_full[qs], (j / QS) & 1);
 
         turn_begin();
-        issue_qk(0);
+        int k_slot = issue_qk();
         turn_end();
         wgmma::wait_group<0>();
         wgmma::fence_operand(s_acc);
-        release(k_empty[tile % S]);
-        softmax_tile<BN, true>(s_acc.d, m, l, rescale, needs_mask(0), p.causal, row0, 0, p.seq_len, p.scale_log2);
+        release(k_empty[k_slot]);
+        if (needs_mask(0)) mask_tile<BN>(s_acc.d, p.causal, row0, 0, p.seq_len);
+        softmax_tile<BN, true>(s_acc.d, m, l, rescale, false, p.causal, row0, 0, p.seq_len, p.scale_log2);
         scores_to_a_operand<BN>(p_frag, s_acc.d);
 
         for (int n = 1; n < n_tiles; ++n) {
             turn_begin();
-            issue_qk(n);
-            issue_pv(n - 1, n > 1);
+            k_slot = issue_qk();
+            const int v_slot = issue_pv(n > 1);          // V of tile n - 1
             turn_end();
             wgmma::wait_group<1>();                      // S = Q·Kₙᵀ is done (P·V may still run)
             wgmma::fence_operand(s_acc);
-            release(k_empty[(tile + n) % S]);
-            softmax_tile<BN, true>(s_acc.d, m, l, rescale, needs_mask(n), p.causal, row0, n * BN, p.seq_len,
-                                   p.scale_log2);
+            release(k_empty[k_slot]);
+            if (needs_mask(n)) mask_tile<BN>(s_acc.d, p.causal, row0, n * BN, p.seq_len);
+            softmax_tile<BN, true>(s_acc.d, m, l, rescale, false, p.causal, row0, n * BN, p.seq_len, p.scale_log2);
             wgmma::wait_group<0>();                      // O += P·Vₙ₋₁ is done
             wgmma::fence_operand(o_acc);
             keep_alive(p_frag);
-            release(v_empty[(tile + n - 1) % S]);
+            release(v_empty[v_slot]);
 #pragma unroll
             for (int i = 0; i < D / 2; ++i) o_acc.d[i] *= rescale[(i >> 1) & 1];
             scores_to_a_operand<BN>(p_frag, s_acc.d);
         }
         turn_begin();
-        issue_pv(n_tiles - 1, n_tiles > 1);
+        const int v_slot = issue_pv(n_tiles > 1);
         turn_end();
         wgmma::wait_group<0>();
         wgmma::fence_operand(o_acc);
-        release(v_empty[(tile + n_tiles - 1) % S]);
+        release(v_empty[v_slot]);
         release(q_empty[qs]);                           // every S of this item is done: Q's slot is free
-        tile += n_tiles;
 
         // ---- epilogue: O /= l, store O (bf16) and LSE; the producer is already loading the next item ----
 #pragma unroll
