@@ -286,8 +286,8 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
             if constexpr (DROP) keep_scale<E>(k, mask, base + g.col(i, E));
 #pragma unroll
             for (int e = 0; e < E; ++e) {
-                const float ri = DROP ? in.r[i][e] * k[e] : float(in.r[i][e]);
-                v[i][e] = tk::round_to<TH>(in.x[i][e] + ri);
+                if constexpr (DROP) v[i][e] = tk::round_to<TH>(in.x[i][e] + in.r[i][e] * k[e]);
+                else v[i][e] = tk::round_to<TH>(in.x[i][e] + in.r[i][e]);
                 s += v[i][e];
             }
         }

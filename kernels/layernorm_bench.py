@@ -204,6 +204,7 @@ def dropout_rows(args, ln, l2_bytes, p=DROPOUT_P):
             for k in ("x", "r", "w", "b"):
                 s[k].requires_grad_()
             s["seed"] = ln.draw_dropout_seed("cuda")
+            s["dy32"] = s["dy"].float()   # eager's y is fp32 under autocast: its dy, cast outside the timing
 
         def tk_step(s, drop, fused):
             with torch.autocast("cuda", dtype=BF16, enabled=autocast):
@@ -215,7 +216,8 @@ def dropout_rows(args, ln, l2_bytes, p=DROPOUT_P):
             with torch.autocast("cuda", dtype=BF16, enabled=autocast):
                 h = s["x"] + (F.dropout(s["r"], p) if drop else s["r"])
                 y = F.layer_norm(h, (cols,), s["w"], s["b"], 1e-5)
-            torch.autograd.grad((y, h), (s["x"], s["r"], s["w"], s["b"]), (s["dy"].to(y.dtype), s["dh"].to(h.dtype)))
+            dy = s["dy"] if y.dtype == s["dy"].dtype else s["dy32"]
+            torch.autograd.grad((y, h), (s["x"], s["r"], s["w"], s["b"]), (dy, s["dh"]))
 
         mixed = tr != th
         impls = {
