@@ -55,6 +55,7 @@ using pingpong_64x256_cluster2 = config<1, 4, 2, 2>;    // 64x256, B (256 x 64) 
 // 4 per warp): 64x256 keeps its 4 stages (224 KB in all); 128x128 drops to 5.
 using pingpong_64x256_inputs = config<1, 4, 4>;
 using pingpong_128x128_inputs = config<2, 5, 4>;
+using pingpong_64x256_cluster2_inputs = config<1, 4, 4, 2>;
 
 constexpr int CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
 

@@ -74,7 +74,7 @@ int resolved_schedule(const tk_mlp::gemm_args& g, bool b_mn_major) {
 template <major MA, major MB, typename Epi>
 const char* launch(const tk_mlp::gemm_args& g) {
     if (g.M <= 0 || g.N <= 0 || g.K <= 0) return "tk_mlp: empty GEMM";
-    if (!tk_mlp::valid_schedule(g.schedule)) return "tk_mlp: schedule must be 0 (auto), 4, 5, 6 or 7";
+    if (!tk_mlp::valid_schedule(g.schedule)) return "tk_mlp: schedule must be 0 (auto), 4, 5, 6, 7 or 8";
     const int schedule = resolved_schedule(g, MB == major::MN);
     if (schedule != tk_mlp::SCHEDULE_STEP4) return launch_pingpong<MA, MB, Epi>(g, schedule);
     using Cfg = std::conditional_t<gemm4::has_input_boxes<Epi>(), step4_inputs_config, cfg>;
@@ -104,7 +104,7 @@ const char* weight_grad(const gemm_args& g) { return launch<major::MN, major::MN
 // (k-tiles per unit + the epilogue, worth ~3 k-tiles when it reduce-adds fp32); take the cheapest.
 int choose_splits(int M, int N, int K, int num_sms, int schedule) {
     const bool t128 = schedule == SCHEDULE_PINGPONG_128x128 || schedule == SCHEDULE_PINGPONG_128x128_CLUSTER2;
-    const int tm = t128 ? 128 : schedule == SCHEDULE_PINGPONG_64x256 ? 64 : BM;
+    const int tm = t128 ? 128 : (schedule == SCHEDULE_PINGPONG_64x256 || schedule == SCHEDULE_PINGPONG_64x256_CLUSTER2) ? 64 : BM;
     const int tn = t128 ? 128 : BN;
     const int tiles = ((M + tm - 1) / tm) * ((N + tn - 1) / tn);
     const int k_tiles = (K + BK - 1) / BK;

@@ -43,10 +43,12 @@ struct gemm_args {
 //   PINGPONG_128x128_CLUSTER2  step 5 128x128 with CTA pairs sharing each B tile by TMA
 //                     multicast: correct, but measured at 0.3-0.5x of the others (not understood;
 //                     never picked by auto).
+//   PINGPONG_64x256_CLUSTER2   the same pairing on 64x256 tiles (session 4, for the cluster
+//                     question at K = 768; never picked by auto).
 // SCHEDULE_AUTO picks by shape (auto_schedule).
 constexpr int SCHEDULE_AUTO = 0, SCHEDULE_STEP4 = 4, SCHEDULE_PINGPONG_128x128 = 5, SCHEDULE_PINGPONG_64x256 = 6,
-              SCHEDULE_PINGPONG_128x128_CLUSTER2 = 7;
-inline bool valid_schedule(int s) { return s == 0 || (s >= 4 && s <= 7); }
+              SCHEDULE_PINGPONG_128x128_CLUSTER2 = 7, SCHEDULE_PINGPONG_64x256_CLUSTER2 = 8;
+inline bool valid_schedule(int s) { return s == 0 || (s >= 4 && s <= 8); }
 // The rule SCHEDULE_AUTO applies, from the H200 measurements of session 3 (call 2): ping-pong
 // 64x256 when a tile's K loop is short (K <= 1024) and there is no split-K: c_fc's forward,
 // 0.293 -> 0.273 ms per MLP forward at M = 16384, C = 768 (plain GEMMs of that shape: 0.70x ->

@@ -8,11 +8,13 @@
 #   3. pytest tests/test_mlp.py, then tests/test_gemm.py (steps 0, 4, 5): correctness first
 #   4. kernels/mlp_bench.py --kernels: the MLP fwd+bwd per schedule, interleaved with torch eager,
 #      and every kernel's time per schedule (torch.profiler): the dGELU GEMM on each schedule
-#   5. bench.py --ops mlp --compile-modes default: tk vs torch eager vs torch.compile, CUDA graphs,
+#   5. ncu (if >= 40 s are left): the ping-pong GEMM, its 2-CTA cluster form, step 4 and cuBLAS
+#      at 16384x768x3072, and the MLP's c_fc, c_proj and dGELU kernels: launch stats, occupancy,
+#      throughput, pipe use, stall reasons
+#   6. kernels/gemm_bench.py: GPT-2 shapes vs cuBLAS, 5 interleaved trials (issue 3's done-when),
+#      and the cluster variant with its cluster count forced
+#   7. bench.py --ops mlp --compile-modes default: tk vs torch eager vs torch.compile, CUDA graphs,
 #      M = 16384 and 65536, C = 768 (issue 6's done-when, one run)
-#   6. kernels/gemm_bench.py: GPT-2 shapes vs cuBLAS, 5 interleaved trials (issue 3's done-when)
-#   7. ncu (if >= 40 s are left): the ping-pong GEMM, its 2-CTA cluster form and cuBLAS at
-#      16384x768x3072, and the dGELU kernel: launch stats, occupancy, throughput, stall reasons
 # Results: OUT/summary.txt (compact) and OUT/logs.tgz (every log).
 cd "$(dirname "$0")/.."
 export LANE_LIMIT=${LANE_LIMIT:-228}
@@ -30,7 +32,7 @@ import os, torch, torch.nn.functional as F
 from kernels import gemm, mlp_op
 def rel(a, b): return ((a.double() - b.double()).norm() / b.double().norm()).item()
 r = lambda *s, sc=1.0: (torch.randn(*s, device="cuda") * sc).to(torch.bfloat16)
-for spec in ("dgelu=6", "dgelu=5", "dgelu=4", "dgelu=6,pre=0", "0"):
+for spec in ("dgelu=6", "dgelu=5", "dgelu=4", "dgelu=6,pre=0", "0", "fc=8,dgelu=8"):
     mlp_op.set_schedule(spec)
     for M, C in ((1000, 768), (77, 384), (1, 768)):
         xs, w1, b1, w2, b2, g = r(M, C), r(4 * C, C, sc=C ** -0.5), r(4 * C, sc=0.5), r(C, 4 * C, sc=(4 * C) ** -0.5), r(C, sc=0.5), r(M, C)
@@ -61,22 +63,10 @@ grep -hE "^FAILED|^ERROR" "$L/pytest_mlp.log" "$L/pytest_gemm.log" | head -12 | 
 
 # 4. the MLP per schedule and per kernel
 step 45 mlp_bench.log python3 -m kernels.mlp_bench --kernels --trials 5 --iters 10 \
-    --schedules "0;dgelu=4,pre=0;dgelu=4;dgelu=5;dgelu=6,pre=0"
+    --schedules "0;dgelu=4,pre=0;dgelu=4;dgelu=5;dgelu=6,pre=0;fc=8,dgelu=8"
 { echo "--- mlp_bench"; grep -vE "^===|^rc=" "$L/mlp_bench.log"; } | tee -a "$S"
 
-# 5. issue 6's table: tk vs eager vs torch.compile, CUDA graphs, one run
-step 70 bench_mlp.log python3 bench.py --ops mlp --quick --compile-modes default --reps 30 --json "$OUT/bench_mlp.json"
-{ echo "--- bench.py --ops mlp"; grep -vE "^===|^\s*$" "$L/bench_mlp.log" | tail -12; } | tee -a "$S"
-
-# 6. issue 3's table: GPT-2 shapes vs cuBLAS (auto = step 5 64x256 at K <= 1024), 5 interleaved trials
-step 40 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --variants5 4,5 --trials 5 --iters 20
-{ echo "--- gemm_bench (TFLOP/s, ratio to torch in the same trials)"; grep -vE "^===|^rc=" "$L/gemm_bench.log"; } | tee -a "$S"
-# the cluster slowdown: the same cluster kernel with its cluster count forced to half the SMs
-step 20 gemm_bench_clusters.log env TK_GEMM_CLUSTERS=66 TK_GEMM_VERBOSE=1 python3 -m kernels.gemm_bench --steps 0 --variants5 4 \
-    --trials 3 --iters 20 --shapes "fwd 16384x768x3072,8192"
-{ echo "--- gemm_bench, TK_GEMM_CLUSTERS=66"; grep -vE "^===|^rc=" "$L/gemm_bench_clusters.log" | sort | uniq -c | sort -rn | head -8; } | tee -a "$S"
-
-# 7. ncu, if time is left
+# 5. ncu (before the long benches: goal 3 needs it most)
 cat > /tmp/h2_ncu.py <<'PY'
 import torch
 from kernels import gemm, mlp_op
@@ -94,12 +84,24 @@ torch.cuda.synchronize()
 print("ncu script done")
 PY
 if [ $(( LIMIT - ($(date +%s) - START) )) -ge 40 ]; then
-  step 60 ncu.log ncu --kernel-name "regex:nvjet|sm90_xmma|cutlass|gemm_pingpong|gemm_ws" --launch-count 7 \
-      --section LaunchStats --section Occupancy --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
+  step 45 ncu.log ncu --kernel-name "regex:nvjet|sm90_xmma|cutlass|gemm_pingpong|gemm_ws" --launch-count 7 \
+      --section LaunchStats --section Occupancy --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis \
       python3 /tmp/h2_ncu.py
   { echo "--- ncu (key lines)"; grep -E "^  [a-z_]|void |nvjet|Grid Size|Cluster Size|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Achieved Occupancy|Stall|Waves Per SM|Registers Per Thread" "$L/ncu.log" | cut -c1-160 | head -90; } >> "$S"
 else
   note "ncu skipped: under 40 s left"
 fi
+# 6. issue 3's table: GPT-2 shapes vs cuBLAS (auto = step 5 64x256 at K <= 1024), 5 interleaved trials
+step 40 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --variants5 4,5 --trials 5 --iters 20
+{ echo "--- gemm_bench (TFLOP/s, ratio to torch in the same trials)"; grep -vE "^===|^rc=" "$L/gemm_bench.log"; } | tee -a "$S"
+# the cluster slowdown: the same cluster kernel with its cluster count forced to half the SMs
+step 20 gemm_bench_clusters.log env TK_GEMM_CLUSTERS=66 TK_GEMM_VERBOSE=1 python3 -m kernels.gemm_bench --steps 0 --variants5 4 \
+    --trials 3 --iters 20 --shapes "fwd 16384x768x3072,8192"
+{ echo "--- gemm_bench, TK_GEMM_CLUSTERS=66"; grep -vE "^===|^rc=" "$L/gemm_bench_clusters.log" | sort | uniq -c | sort -rn | head -8; } | tee -a "$S"
+
+# 7. issue 6's table: tk vs eager vs torch.compile, CUDA graphs, one run
+step 70 bench_mlp.log python3 bench.py --ops mlp --quick --compile-modes default --reps 30 --json "$OUT/bench_mlp.json"
+{ echo "--- bench.py --ops mlp"; grep -vE "^===|^\s*$" "$L/bench_mlp.log" | tail -12; } | tee -a "$S"
+
 note "done in $(( $(date +%s) - START )) s"
 pack

@@ -23,10 +23,10 @@ NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nv
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
-@pytest.mark.parametrize("source,kernels_expected", [("mlp.cu", 6), ("mlp_pingpong.cu", 17)])
+@pytest.mark.parametrize("source,kernels_expected", [("mlp.cu", 6), ("mlp_pingpong.cu", 23)])
 def test_mlp_cu_compiles_for_sm90a(tmp_path, source, kernels_expected):
     # mlp.cu: the five epilogues on step 4, plus dGELU with pre by TMA; mlp_pingpong.cu: the same
-    # five on step 5's three configurations, plus dGELU with pre by TMA on the two without clusters.
+    # five on step 5's four configurations, plus dGELU with pre by TMA on the three 4-buffer ones.
     cmd = [NVCC, "-std=c++20", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-I", str(ROOT),
            "-I", str(ROOT / "kernels"), "-Xptxas", "-v", "-c", str(ROOT / "kernels" / source),
            "-o", str(tmp_path / "mlp.o")]
@@ -37,10 +37,11 @@ def test_mlp_cu_compiles_for_sm90a(tmp_path, source, kernels_expected):
     kernels_built = re.findall(r"Compiling entry function '(\w+)'", r.stderr)
     assert len(kernels_built) == kernels_expected, f"expected {kernels_expected} instantiations, got {kernels_built}"
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", r.stderr)]
-    # One known exception: the dGELU epilogue on the 64x256 ping-pong tile spills 8 bytes since the
-    # producer's idle warps got side jobs (any code there tips it; 128x128 and step 4 do not).
+    # One known exception: the per-thread-load dGELU epilogue (pre=0) on the 64x256 ping-pong tile,
+    # with and without clusters, spills 8 bytes since the producer's idle warps got side jobs (any
+    # code there tips it; 128x128, step 4 and the pre-by-TMA epilogue do not).
     allowed = 8 if source == "mlp_pingpong.cu" else 0
-    assert spills and sum(1 for n in spills if n) <= (1 if allowed else 0) and max(spills) <= allowed, \
+    assert spills and sum(1 for n in spills if n) <= (2 if allowed else 0) and max(spills) <= allowed, \
         f"register spills:\n{r.stderr[-3000:]}"
 
 
