@@ -23,7 +23,7 @@ timeout 120 python3 -m kernels --build tk_layernorm tk_attention tk_attention_ho
     tk_lm_head > "$L/build.log" 2>&1 || { note "a build FAILED: see build.log"; status=1; }
 note "$(tail -1 "$L/build.log")"
 
-step 75 pytest.log python3 -m pytest -q -rfEs --tb=short tests/test_layernorm_dropout.py || status=1
+step 90 pytest.log python3 -m pytest -q -rfEs --tb=short tests/test_layernorm_dropout.py || status=1
 note "pytest test_layernorm_dropout: $(grep -E '(passed|failed|error)' "$L/pytest.log" | tail -1)"
 
 step 40 bench.log python3 -m kernels.layernorm_bench --dropout --json "$OUT/ln_dropout.json" || status=1

@@ -480,17 +480,19 @@ def test_opcheck_with_dropout(ln):
 
 
 @needs_cuda
-@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-def test_torch_compile_with_dropout(ln, backend):
+@pytest.mark.parametrize("backend, combo", [("aot_eager", "fp32_bf16r_autocast"), ("inductor", "fp32_bf16r")])
+def test_torch_compile_with_dropout(ln, backend, combo):
     """The compiled call draws a seed in its graph (inductor may use its own RNG for it): the
-    mask seen in h is one the kernel makes (keep rate) and the backward uses the same one."""
+    mask seen in h is one the kernel makes (keep rate) and the backward uses the same one.
+    (Inductor without autocast, as test_layernorm.py's compile test: one inductor compile.)"""
     rows, cols, p = 2048, 768, 0.2
-    x, r, w, b, dy, dh = gpu_inputs(rows, cols, COMBOS["fp32_bf16r_autocast"], seed=13)
+    autocast = COMBOS[combo][2]
+    x, r, w, b, dy, dh = gpu_inputs(rows, cols, COMBOS[combo], seed=13)
     xs, rs = x.clone().requires_grad_(), r.clone().requires_grad_()
     kernels.configure("auto", layernorm="tk")
     try:
         def f(x, r, w, b):
-            with torch.autocast("cuda", dtype=BF16):
+            with torch.autocast("cuda", dtype=BF16, enabled=autocast):
                 return kernels.add_layernorm(x, r, w, b, 1e-5, p)
         torch._dynamo.reset()
         compiled = torch.compile(f, backend=backend)
@@ -500,7 +502,7 @@ def test_torch_compile_with_dropout(ln, backend):
             keep = mask_in(h, x)
             ok, msg = within(keep.mean().item(), keep_prob(p), keep.numel())
             assert ok, msg
-            assert torch.equal(dr, (dx * keep.float() * torch.tensor(1 / (1 - p), device="cuda")).to(BF16))
+            assert torch.equal(dr, (dx * keep.float() * torch.tensor(1 / (1 - p), device="cuda")).to(r.dtype))
     finally:
         kernels.configure("auto")
 
