@@ -67,6 +67,7 @@
 //   6 persistent_kernel: one CTA per SM walks over query blocks (2 consumers, ping-pong, L2
 //     groups); the producer loads the next block's Q and K while the consumers finish this one
 //   7 6 in the old order; 8 persistent with one consumer and two CTAs per SM (D=64)
+//   9 6 with consumer 0's diagonal tile as a half tile (its second 64 keys are all masked)
 // What is not here (yet): a TMA store epilogue; the backward pass is attention_hopper_bwd.cu.
 #include <algorithm>
 #include <cstdint>
@@ -479,6 +480,10 @@ __device__ inline uint64_t desc_plus(uint64_t desc, uint32_t bytes) { return des
 // blocks of rows x 128 B (tk::wgmma::desc's rule).
 template <int rows>
 __device__ constexpr uint32_t k_step_bytes(int k) { return (k / 4) * rows * 128 + (k % 4) * 32; }
+// The first half of a score accumulator: the accumulator of an m64n(N/2) wgmma has exactly the
+// layout of the first N/4 registers of an m64nN one (columns 0 .. N/2 - 1, hopper-facts §4.2).
+template <int LEN>
+__device__ inline float (&first_half(float (&d)[LEN]))[LEN / 2] { return *reinterpret_cast<float(*)[LEN / 2]>(&d); }
 
 // CONSUMERS = 1 (variant 8, D = 64): the same with one consumer, two CTAs per SM (grid 2 x SMs)
 // and no ping-pong, as variant 4; its K/V ring has 2 slots, so that two CTAs fit in shared memory.
@@ -490,7 +495,7 @@ struct persistent_config : config<D, CONSUMERS> {
     static constexpr int smem_bytes = q_slots * C::q_bytes + 2 * stages * C::kv_bytes + 1024;   // 129 / 193 / 81 KB
 };
 
-template <int D, int CONSUMERS>
+template <int D, int CONSUMERS, bool HALF_TILE>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
@@ -563,7 +568,10 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
 
     // ================= consumers =================
     warpgroup_increase_registers<C::consumer_regs>();
-    const int c = warpgroup - 1;                        // which 64 query rows of each block
+    // Which 64 query rows of each block. Broadcast from lane 0 (CUTLASS does the same): ptxas then
+    // knows c is the same in the whole warp, and the half-tile branches around wgmmas below are not
+    // "divergent paths" (C7520, which serialises every wgmma of the kernel).
+    const int c = __shfl_sync(0xffffffff, warpgroup, 0) - 1;
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t = lane % 4;
 
     wgmma::accumulator<BN> s_acc;
@@ -589,6 +597,15 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         const int row0 = first_row + 16 * warp + lane / 4;
         const int qs = j % QS;
 
+        // HALF_TILE: is the last tile's second half (keys n·BN + BN/2 ..) masked for every row of this
+        // warpgroup? (Causal: consumer 0's diagonal tile, always; else a short sequence tail.) Then
+        // that tile's softmax and P·V take its first half only: half the exponentials and P·V k-steps.
+        // (S = Q·Kᵀ stays whole: as an m64n64 wgmma into half the accumulator, ptxas serialised the
+        // kernel's wgmmas, C7511.)
+        const int last_row = p.causal ? min(first_row + 63, p.seq_len - 1) : p.seq_len - 1;
+        const bool last_half = HALF_TILE && (n_tiles - 1) * BN + BN / 2 > last_row;
+        auto is_half = [&](int n) { return HALF_TILE && last_half && n == n_tiles - 1; };
+
         // Both return the ring slot they read, for the release once the product is done.
         auto issue_qk = [&] {                            // S = Q · Kₙᵀ, n = the next K in the ring
             const int s = k_pos.slot;
@@ -603,7 +620,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
             wgmma::commit_group();
             return s;
         };
-        auto issue_pv = [&](bool accumulate) {           // O (+)= P · Vₙ, n = the next V in the ring
+        auto issue_pv = [&](bool accumulate, bool half) {   // O (+)= P · Vₙ, n = the next V in the ring
             const int s = v_pos.slot;
             mbar::wait(v_full[s], v_pos.phase);
             v_pos.next();
@@ -611,12 +628,30 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
             wgmma::fence();
 #pragma unroll
             for (int k = 0; k < BN / 16; ++k)            // k-step k: the next 16 keys = 16 rows of 128 B
-                wgmma::mma_rs<wgmma::major::MN>(o_acc, p_frag[k], desc_plus(v_desc, k * 16 * 128), accumulate || k > 0);
+                if (!half || k < BN / 32)
+                    wgmma::mma_rs<wgmma::major::MN>(o_acc, p_frag[k], desc_plus(v_desc, k * 16 * 128), accumulate || k > 0);
             wgmma::commit_group();
             return s;
         };
         auto needs_mask = [&](int n) {
             return p.causal ? (n * BN + BN - 1 > first_row) : (n * BN + BN > p.seq_len);
+        };
+        auto scores_to_probabilities = [&](int n, bool half) {   // mask, online softmax (P stays in s_acc)
+            if (half) {
+                if (needs_mask(n)) mask_tile<BN / 2>(first_half(s_acc.d), p.causal, row0, n * BN, p.seq_len);
+                softmax_tile<BN / 2, true>(first_half(s_acc.d), m, l, rescale, false, p.causal, row0, n * BN,
+                                           p.seq_len, p.scale_log2);
+            } else {
+                if (needs_mask(n)) mask_tile<BN>(s_acc.d, p.causal, row0, n * BN, p.seq_len);
+                softmax_tile<BN, true>(s_acc.d, m, l, rescale, false, p.causal, row0, n * BN, p.seq_len, p.scale_log2);
+            }
+        };
+        auto to_a_operand = [&](bool half) {             // P (bf16) as P·V's A operand; half: 4 k-steps
+#pragma unroll
+            for (int j = 0; j < BN / 16; ++j)
+                if (!half || j < BN / 32)
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) p_frag[j][q] = pack_bf16(s_acc.d[8 * j + 2 * q], s_acc.d[8 * j + 2 * q + 1]);
         };
 
 #pragma unroll
@@ -629,30 +664,28 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         wgmma::wait_group<0>();
         wgmma::fence_operand(s_acc);
         release(k_empty[k_slot]);
-        if (needs_mask(0)) mask_tile<BN>(s_acc.d, p.causal, row0, 0, p.seq_len);
-        softmax_tile<BN, true>(s_acc.d, m, l, rescale, false, p.causal, row0, 0, p.seq_len, p.scale_log2);
-        scores_to_a_operand<BN>(p_frag, s_acc.d);
+        scores_to_probabilities(0, is_half(0));
+        to_a_operand(is_half(0));
 
         for (int n = 1; n < n_tiles; ++n) {
             turn_begin();
             k_slot = issue_qk();
-            const int v_slot = issue_pv(n > 1);          // V of tile n - 1
+            const int v_slot = issue_pv(n > 1, false);   // V of tile n - 1 (only the last tile is ever half)
             turn_end();
             wgmma::wait_group<1>();                      // S = Q·Kₙᵀ is done (P·V may still run)
             wgmma::fence_operand(s_acc);
             release(k_empty[k_slot]);
-            if (needs_mask(n)) mask_tile<BN>(s_acc.d, p.causal, row0, n * BN, p.seq_len);
-            softmax_tile<BN, true>(s_acc.d, m, l, rescale, false, p.causal, row0, n * BN, p.seq_len, p.scale_log2);
+            scores_to_probabilities(n, is_half(n));
             wgmma::wait_group<0>();                      // O += P·Vₙ₋₁ is done
             wgmma::fence_operand(o_acc);
             keep_alive(p_frag);
             release(v_empty[v_slot]);
 #pragma unroll
             for (int i = 0; i < D / 2; ++i) o_acc.d[i] *= rescale[(i >> 1) & 1];
-            scores_to_a_operand<BN>(p_frag, s_acc.d);
+            to_a_operand(is_half(n));
         }
         turn_begin();
-        const int v_slot = issue_pv(n_tiles > 1);
+        const int v_slot = issue_pv(n_tiles > 1, last_half);
         turn_end();
         wgmma::wait_group<0>();
         wgmma::fence_operand(o_acc);
@@ -749,12 +782,12 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 }
 
 // One CTA (two with one consumer) per SM, each walking over query blocks (persistent_kernel).
-template <int D, int CONSUMERS = 2>
+template <int D, int CONSUMERS = 2, bool HALF_TILE = false>
 cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, bool l2_groups) {
     using C = persistent_config<D, CONSUMERS>;
     kernel_params kp;
     if (cudaError_t e = make_params<D, C::block_m, C::block_n>(a, l2_groups, kp)) return e;
-    auto kernel = persistent_kernel<D, CONSUMERS>;
+    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -799,6 +832,8 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //   6: persistent (one CTA per SM, persistent_kernel), two consumers, ping-pong, L2 groups
 //   7: 6 in the first kernels' order (no L2 groups), to tell the two changes apart
 //   8: persistent with one consumer and two CTAs per SM (as 4), L2 groups (D = 64; 128 runs 6)
+//   9: 6 with the half tile: consumer 0's diagonal tile (and a tail tile whose second half is all
+//      past the sequence) runs as N = 64
 // 1-4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant) {
     using namespace attention_hopper;
@@ -815,6 +850,7 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
     case 6: return d64 ? launch_persistent<64>(p, stream, true) : launch_persistent<128>(p, stream, true);
     case 7: return d64 ? launch_persistent<64>(p, stream, false) : launch_persistent<128>(p, stream, false);
     case 8: return d64 ? launch_persistent<64, 1>(p, stream, true) : launch_persistent<128>(p, stream, true);
+    case 9: return d64 ? launch_persistent<64, 2, true>(p, stream, true) : launch_persistent<128, 2, true>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }

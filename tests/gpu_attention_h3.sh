@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/gpu_attention_h3.sh OUT_DIR — session 4 (H3): the Hopper attention forward's new variants
-# (5: L2 groups of heads; 6, 7, 8: persistent) and the D = 128 backward variant 3, on ONE H200,
+# (5: L2 groups of heads; 6-9: persistent) and the D = 128 backward variant 3, on ONE H200,
 # in <= 240 s with the builds (TORCH_EXTENSIONS_DIR=/tmp/ext). In order, each step under its own
 # limit and the lane's (tests/gpu_lib.sh; logs in OUT/logs, packed into OUT/logs.tgz; the
 # figures also in OUT/summary.txt):
@@ -29,7 +29,7 @@ note "$(grep -E '^build |^built' "$L/build.log" | tr '\n' ' ')"
 
 # 2: smoke. Variant 7 is variant 6's kernel in another order: it stands or falls with 6.
 FWD_OK=""
-for v in 6 8 5; do
+for v in 6 9 8 5; do
     if TK_ATTENTION_HOPPER_VARIANTS=$v step 30 "smoke_v$v.log" $PYT tests/test_attention_hopper.py -k "test_causal and 1000" \
         && grep -q " passed" "$L/smoke_v$v.log"; then   # (all skipped, without a GPU, is no pass)
         FWD_OK="$FWD_OK $v"; [ "$v" = 6 ] && FWD_OK="$FWD_OK 7"
@@ -85,7 +85,7 @@ for variant in map(int, sys.argv[1:]):
 torch.cuda.synchronize()
 print("ncu case ran", sys.argv[1:])
 PY
-NCU_VARIANTS="4"; for v in 6 8; do case " $FWD_OK " in *" $v "*) NCU_VARIANTS="$NCU_VARIANTS $v" ;; esac; done
+NCU_VARIANTS="4"; for v in 6 9 8; do case " $FWD_OK " in *" $v "*) NCU_VARIANTS="$NCU_VARIANTS $v" ;; esac; done
 step 60 ncu.log ncu --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
     --section WarpStateStats -k "regex:forward_kernel|persistent_kernel" python3 "$L/ncu_case.py" $NCU_VARIANTS
 grep -E "forward_kernel|persistent_kernel|Duration|DRAM Throughput|Memory Throughput|L2 Hit Rate|Compute \(SM\) Throughput|Stall|Issue Slots Busy|ERR" "$L/ncu.log" | head -60 > "$L/ncu_summary.txt"

@@ -81,7 +81,7 @@ def test_hopper_forward_variant_setter():
     try:
         assert attention_hopper.OP_FORWARD_VARIANT == 6
         with pytest.raises(ValueError, match="variant must be one of"):
-            attention_hopper.set_forward_variant(9)
+            attention_hopper.set_forward_variant(99)
     finally:
         attention_hopper.set_forward_variant(old)
     assert attention_hopper.OP_FORWARD_VARIANT == old
