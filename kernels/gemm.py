@@ -36,7 +36,8 @@ STEPS = (0, 1, 2, 3, 4, 5)                 # 0: auto_step picks 4 or 5 by shape
 TILE_M, TILE_N, TILE_K = 128, 256, 64      # step 4's CTA tile (kernels/gemm_4_warp_specialized.cu)
 VARIANTS = {0: "4 stages x K64, free stage s-1 after issuing s", 1: "4 stages x K64, drain and free each stage",
             2: "8 stages x K32, free stage s-1 after issuing s", 3: "8 stages x K32, drain and free each stage",
-            4: "3 stages x K64, 4 output staging boxes per warp"}
+            4: "3 stages x K64, 4 output staging boxes per warp",
+            5: "4 stages x K64, 2-CTA clusters sharing B by TMA multicast"}
 # Step 5's variants (kernels/gemm_5_pingpong.cu): one consumer's tile and the ring depth.
 VARIANTS5 = {0: "128x128 per consumer, 6 stages", 1: "64x256 per consumer, 4 stages", 2: "128x128 per consumer, 4 stages",
              3: "128x128 per consumer, 6 stages, 2-CTA clusters sharing B by TMA multicast",

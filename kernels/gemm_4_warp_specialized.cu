@@ -30,6 +30,7 @@ using config1 = config<4, 64, true>;
 using config2 = config<8, 32, false>;
 using config3 = config<8, 32, true>;
 using config4 = config<3, 64, false, 4>;
+using config5 = config<4, 64, false, 2, 2>;   // 2-CTA clusters sharing B by multicast (cuBLAS's "2x1"; session 4)
 
 template <typename Cfg, major MA, major MB, typename OutT>
 const char* launch(const gemm::args& g) {
@@ -69,6 +70,7 @@ const char* gemm::step4_warp_specialized(const gemm::args& g) {
         case 2: return dispatch<config2>(g);
         case 3: return dispatch<config3>(g);
         case 4: return dispatch<config4>(g);
-        default: return "gemm step 4: variant must be 0..4";
+        case 5: return dispatch<config5>(g);
+        default: return "gemm step 4: variant must be 0..5";
     }
 }

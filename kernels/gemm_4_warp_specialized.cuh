@@ -39,6 +39,8 @@
 // linear-layer policy, launcher.
 #pragma once
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 #include "tk/types/types.cuh"
@@ -54,9 +56,13 @@ using wgmma::major;
 //   DRAIN = true:  wait for stage s itself and free it at once (the other consumer keeps the
 //                  tensor cores busy meanwhile); the producer gets each stage back one step sooner.
 // NBUF: output staging boxes per consumer warp (more = fewer waits for TMA stores to read them).
-template <int STAGES_, int BK_, bool DRAIN_, int NBUF_ = 2> struct config {
-    static constexpr int STAGES = STAGES_, BK = BK_, NBUF = NBUF_;
+// CLUSTER = 2: CTA pairs work on vertically adjacent tiles and share each B tile, each loading
+// half of it and multicasting it to both (what cuBLAS's "2x1" kernels do; step 5's header says
+// how the pair keeps in step).
+template <int STAGES_, int BK_, bool DRAIN_, int NBUF_ = 2, int CLUSTER_ = 1> struct config {
+    static constexpr int STAGES = STAGES_, BK = BK_, NBUF = NBUF_, CLUSTER = CLUSTER_;
     static constexpr bool DRAIN = DRAIN_;
+    static_assert(CLUSTER_ == 1 || CLUSTER_ == 2, "clusters of 1 or 2 CTAs");
 };
 
 constexpr int BM = 128, BN = 256;            // CTA tile; each consumer owns 64 x 256
@@ -90,9 +96,10 @@ template <typename Cfg, major MA, major MB, typename Epi>
 struct layout {
     using a_tile = operand_tile<MA, BM, Cfg::BK>;
     using b_tile = operand_tile<MB, BN, Cfg::BK>;
+    using b_half = operand_tile<MB, BN / 2, Cfg::BK>;   // what one CTA of a pair loads
     using c_tile = out_tile<typename Epi::out_t>;
     using a_gl = gl<bf16, runtime, runtime, a_tile>;
-    using b_gl = gl<bf16, runtime, runtime, b_tile>;
+    using b_gl = std::conditional_t<Cfg::CLUSTER == 2, gl<bf16, runtime, runtime, b_tile, b_half>, gl<bf16, runtime, runtime, b_tile>>;
     struct smem {
         a_tile a[Cfg::STAGES];
         b_tile b[Cfg::STAGES];
@@ -139,6 +146,90 @@ __device__ inline void produce(Smem& s, const AGl& A, const BGl& B, const shape&
             else                          tma::load_async(s.a[stage], A, kt, w.tm, s.full[stage]);
             if constexpr (MB == major::K) tma::load_async(s.b[stage], B, w.tn, kt, s.full[stage]);
             else                          tma::load_async(s.b[stage], B, kt, w.tn, s.full[stage]);
+        }
+    }
+}
+
+// ---- cluster helpers (sm_90): rank, whole-cluster barrier, arrive on the peer's mbarrier,
+// TMA load multicast to the CTAs of a mask (same shared offsets and mbarrier in each) ----------
+__device__ inline uint32_t cluster_rank() {
+    uint32_t r = 0;
+#ifdef TK_SM90
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+    return r;
+}
+__device__ inline int cluster_id() {               // which cluster of the grid, and how many
+    uint32_t r = 0;
+#ifdef TK_SM90
+    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+#endif
+    return int(r);
+}
+__device__ inline int cluster_count() {
+    uint32_t r = 1;
+#ifdef TK_SM90
+    asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
+#endif
+    return int(r);
+}
+__device__ inline void cluster_sync() {        // every thread of both CTAs; warps may be diverged
+#ifdef TK_SM90
+    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+#endif
+}
+__device__ inline void arrive_on_cta(mbarrier& bar, uint32_t cta) {
+#ifdef TK_SM90
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(&bar)), "r"(cta));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(remote) : "memory");
+#endif
+}
+template <tma_tile S, typename G>
+__device__ inline void load_multicast(S& dst, const G& src, int row, int col, mbarrier& bar, uint16_t cta_mask) {
+    using box = tma_box<S>;
+#pragma unroll
+    for (int b = 0; b < box::blocks; ++b) {
+#ifdef TK_SM90
+        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                     " [%0], [%1, {%2, %3, %4}], [%5], %6;"
+                     :: "r"(smem_addr(&dst) + b * box::block_bytes), "l"(src.template tma<S>()),
+                        "r"(col * S::cols + b * box::cols), "r"(row * S::rows), "r"(0), "r"(smem_addr(&bar)), "h"(cta_mask)
+                     : "memory");
+#endif
+    }
+}
+
+// Units of a CTA pair: the pair walks step 4's order over PAIRS of tile rows; rank r of the
+// cluster takes tile row 2·(pair row) + r (past the last row when tiles_m is odd: its loads read
+// zeros, its stores are clipped away).
+__device__ inline work pair_work(const shape& sh, int unit, int rank) {
+    shape pairs = sh;
+    pairs.tiles_m = (sh.tiles_m + 1) / 2;
+    work w = unit_work(pairs, unit);
+    w.tm = 2 * w.tm + rank;
+    return w;
+}
+
+// The cluster producer: as produce, over the pair's units; A alone, B's half `rank` multicast to
+// both CTAs. The stage's "empty" barrier counts the consumers of BOTH CTAs, since this CTA's copy
+// also writes into the peer's stage.
+template <int STAGES, major MA, major MB, typename BHalf, typename Smem, typename AGl, typename BGl>
+__device__ inline void produce_pair(Smem& s, const AGl& A, const BGl& B, const shape& sh, int rank, int cluster, int clusters) {
+    using a_tile = std::remove_reference_t<decltype(s.a[0])>;
+    using b_tile = std::remove_reference_t<decltype(s.b[0])>;
+    int it = 0;
+    for (int unit = cluster; unit < sh.units; unit += clusters) {
+        work w = pair_work(sh, unit, rank);
+        for (int kt = w.k_begin; kt < w.k_end; ++kt, ++it) {
+            int stage = it % STAGES;
+            mbar::wait(s.empty[stage], ((it / STAGES) & 1) ^ 1);
+            mbar::arrive_expect_bytes(s.full[stage], tma::bytes<a_tile> + tma::bytes<b_tile>);
+            if constexpr (MA == major::K) tma::load_async(s.a[stage], A, w.tm, kt, s.full[stage]);
+            else                          tma::load_async(s.a[stage], A, kt, w.tm, s.full[stage]);
+            BHalf& half = *reinterpret_cast<BHalf*>(reinterpret_cast<char*>(&s.b[stage]) + rank * sizeof(BHalf));
+            if constexpr (MB == major::K) load_multicast(half, B, 2 * w.tn + rank, kt, s.full[stage], uint16_t(3));
+            else                          load_multicast(half, B, kt, 2 * w.tn + rank, s.full[stage], uint16_t(3));
         }
     }
 }
@@ -231,32 +322,46 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
     extern __shared__ char smem_raw[];
     shared_allocator alloc(smem_raw);
     auto& s = alloc.template allocate<typename L::smem>();
+    constexpr int CLUSTER = Cfg::CLUSTER;
+    const int rank = CLUSTER == 2 ? int(cluster_rank()) : 0;
+    const int first_unit = CLUSTER == 2 ? cluster_id() : int(blockIdx.x);   // per CTA or per pair
+    const int unit_step = CLUSTER == 2 ? cluster_count() : int(gridDim.x);
 
     if (threadIdx.x == 0) {
         for (int i = 0; i < STAGES; ++i) {
             mbar::init(s.full[i], 1);                // the producer's arrive_expect_bytes
-            mbar::init(s.empty[i], CONSUMERS * 4);   // one arrive per consumer warp
+            mbar::init(s.empty[i], CONSUMERS * 4 * CLUSTER);   // one arrive per consumer warp (of both CTAs of a pair)
         }
         for (int i = 0; i < CONSUMERS * 4; ++i) mbar::init(s.input_full[i / 4][i % 4], 1);
         mbar::fence_init();
     }
-    __syncthreads();
+    if constexpr (CLUSTER == 2) cluster_sync();      // the peer's barriers exist before we multicast
+    else __syncthreads();
 
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         // ================= producer: one thread issues every TMA load =================
         warpgroup_decrease_registers<40>();
-        if (threadIdx.x == 0) produce<STAGES, MA, MB>(s, p.A, p.B, p.sh);
+        if (threadIdx.x == 0) {
+            if constexpr (CLUSTER == 2) produce_pair<STAGES, MA, MB, typename L::b_half>(s, p.A, p.B, p.sh, rank, first_unit, unit_step);
+            else produce<STAGES, MA, MB>(s, p.A, p.B, p.sh);
+        }
         else if (threadIdx.x >= 32) p.epi.side_job(threadIdx.x - 32, 96, p.sh);   // warps 1-3 are otherwise idle
     } else {
         // ================= consumers: wgmma on the ring, then the epilogue =================
         warpgroup_increase_registers<232>();
         const int c = wg - 1;                        // which 64-row half of the CTA tile
         const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+        // A stage is free once my wgmmas have read it; in a pair, the peer's producer writes its
+        // half of B into my stage too, so its "empty" barrier hears from me as well.
+        auto free_stage = [&](mbarrier& empty) {
+            mbar::arrive(empty);
+            if constexpr (CLUSTER == 2) arrive_on_cta(empty, rank ^ 1);
+        };
         wgmma::accumulator<BN> acc;
         int it = 0, tiles_done = 0;
-        for (int unit = blockIdx.x; unit < p.sh.units; unit += gridDim.x, ++tiles_done) {
-            work w = unit_work(p.sh, unit);
+        for (int unit = first_unit; unit < p.sh.units; unit += unit_step, ++tiles_done) {
+            work w = CLUSTER == 2 ? pair_work(p.sh, unit, rank) : unit_work(p.sh, unit);
             const tile_pos pos{w.tm * BM + 64 * c + 16 * warp, w.tn * BN, lane / 4, lane % 4, BN};
             typename Epi::tile_state ts;
             p.epi.begin_tile(ts, pos, p.sh);
@@ -276,15 +381,15 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
                     if (kt == w.k_begin) load_input_boxes(s.c[c][warp], s.input_full[c][warp], p.epi, {pos}, p.sh, lane);
                 if constexpr (Cfg::DRAIN) {
                     wgmma::wait_group<0>();
-                    if (lane == 0) mbar::arrive(s.empty[stage]);
+                    if (lane == 0) free_stage(s.empty[stage]);
                 } else if (kt > w.k_begin) {         // the previous stage's wgmmas are done: free it
                     wgmma::wait_group<1>();
-                    if (lane == 0) mbar::arrive(s.empty[(it - 1) % STAGES]);
+                    if (lane == 0) free_stage(s.empty[(it - 1) % STAGES]);
                 }
             }
             if constexpr (!Cfg::DRAIN) {
                 wgmma::wait_group<0>();
-                if (lane == 0) mbar::arrive(s.empty[(it - 1) % STAGES]);
+                if (lane == 0) free_stage(s.empty[(it - 1) % STAGES]);
             }
             wgmma::fence_operand(acc);
 
@@ -293,6 +398,8 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
         }
         if (lane == 0) tma::store_wait<0>();
     }
+    // A pair's CTAs may still arrive on each other's barriers: neither exits before both are done.
+    if constexpr (CLUSTER == 2) cluster_sync();
 }
 
 // ---- the plain linear-layer policy (GEMM steps 4 and 5): every value passes through
@@ -322,6 +429,41 @@ struct linear_epilogue {
         }
     }
 };
+
+// ---- launching 2-CTA clusters (steps 4 and 5): as many clusters as the occupancy query says fit
+// (asked once per kernel: max_clusters), at most one per two SMs, no more than the pair units.
+// TK_GEMM_CLUSTERS=n forces n (an experiment: the half-speed clusters, NOTES.md session 4);
+// TK_GEMM_VERBOSE=1 prints what was launched. Returns nullptr or a message (kept in msg).
+template <typename Kernel, typename P>
+const char* launch_pairs(const char* who, const char* step_name, Kernel kernel, const P& p, int threads, int smem_bytes,
+                         int num_sms, cudaStream_t stream, int& max_clusters, std::string& msg) {
+    cudaLaunchConfig_t lc = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2; attr[0].val.clusterDim.y = 1; attr[0].val.clusterDim.z = 1;
+    lc.blockDim = dim3(threads); lc.dynamicSmemBytes = smem_bytes; lc.stream = stream;
+    lc.attrs = attr; lc.numAttrs = 1;
+    if (!max_clusters) {
+        lc.gridDim = dim3(2 * std::max(num_sms / 2, 1));
+        if (cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &lc) != cudaSuccess || max_clusters < 1)
+            max_clusters = std::max(num_sms / 2, 1);
+        cudaGetLastError();
+    }
+    int clusters = std::min({p.sh.units, std::max(num_sms / 2, 1), max_clusters});
+    if (const char* force = std::getenv("TK_GEMM_CLUSTERS"))
+        clusters = std::max(1, std::min(p.sh.units, std::atoi(force)));
+    if (std::getenv("TK_GEMM_VERBOSE"))
+        std::fprintf(stderr, "%s: %s cluster launch: %d SMs, max active 2-CTA clusters %d, launching %d clusters "
+                     "for %d pair units, %d bytes of shared memory\n", who, step_name, num_sms, max_clusters, clusters,
+                     p.sh.units, smem_bytes);
+    lc.gridDim = dim3(2 * clusters);
+    cudaError_t e = cudaLaunchKernelEx(&lc, kernel, p);
+    if (e != cudaSuccess) {
+        msg = std::string(who) + ": cluster launch failed: " + cudaGetErrorString(e);
+        return msg.c_str();
+    }
+    return nullptr;
+}
 
 // ---- launcher: `who` prefixes error messages; make_epi() builds the policy (its gl
 // constructors may throw, so it runs inside the try). Returns nullptr or a message.
@@ -353,9 +495,16 @@ const char* launch(const char* who, const void* a_ptr, const void* b_ptr, int M,
             msg = std::string(who) + ": splits must be in 1..ceil(K/" + std::to_string(Cfg::BK) + ")";
             return msg.c_str();
         }
-        p.sh.units = p.sh.tiles_m * p.sh.tiles_n * p.sh.splits;
-        int grid = std::min(p.sh.units, std::max(num_sms, 1));
-        kernel<<<grid, THREADS, smem_bytes, stream>>>(p);
+        if constexpr (Cfg::CLUSTER == 1) {
+            p.sh.units = p.sh.tiles_m * p.sh.tiles_n * p.sh.splits;
+            int grid = std::min(p.sh.units, std::max(num_sms, 1));
+            kernel<<<grid, THREADS, smem_bytes, stream>>>(p);
+        } else {                                     // units count tile-row PAIRS (pair_work)
+            p.sh.units = (p.sh.tiles_m + 1) / 2 * p.sh.tiles_n * p.sh.splits;
+            static int max_clusters = 0;
+            if (const char* e = launch_pairs(who, "step 4", kernel, p, THREADS, smem_bytes, num_sms, stream, max_clusters, msg))
+                return e;
+        }
     } catch (const std::exception& e) {
         msg = e.what();
         return msg.c_str();

@@ -85,90 +85,14 @@ struct layout {
     };
 };
 
-// ---- cluster helpers (sm_90): rank, whole-cluster barrier, arrive on the peer's mbarrier,
-// TMA load multicast to the CTAs of a mask (same shared offsets and mbarrier in each) ----------
-__device__ inline uint32_t cluster_rank() {
-    uint32_t r = 0;
-#ifdef TK_SM90
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-#endif
-    return r;
-}
-__device__ inline int cluster_id() {               // which cluster of the grid, and how many
-    uint32_t r = 0;
-#ifdef TK_SM90
-    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
-#endif
-    return int(r);
-}
-__device__ inline int cluster_count() {
-    uint32_t r = 1;
-#ifdef TK_SM90
-    asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
-#endif
-    return int(r);
-}
-__device__ inline void cluster_sync() {        // every thread of both CTAs; warps may be diverged
-#ifdef TK_SM90
-    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
-#endif
-}
-__device__ inline void arrive_on_cta(mbarrier& bar, uint32_t cta) {
-#ifdef TK_SM90
-    uint32_t remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(&bar)), "r"(cta));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(remote) : "memory");
-#endif
-}
-template <tma_tile S, typename G>
-__device__ inline void load_multicast(S& dst, const G& src, int row, int col, mbarrier& bar, uint16_t cta_mask) {
-    using box = tma_box<S>;
-#pragma unroll
-    for (int b = 0; b < box::blocks; ++b) {
-#ifdef TK_SM90
-        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
-                     " [%0], [%1, {%2, %3, %4}], [%5], %6;"
-                     :: "r"(smem_addr(&dst) + b * box::block_bytes), "l"(src.template tma<S>()),
-                        "r"(col * S::cols + b * box::cols), "r"(row * S::rows), "r"(0), "r"(smem_addr(&bar)), "h"(cta_mask)
-                     : "memory");
-#endif
-    }
-}
-
-// Units of a CTA pair: the pair walks step 4's order over PAIRS of tile rows; rank r of the
-// cluster takes tile row 2·(pair row) + r (past the last row when tiles_m is odd: its loads read
-// zeros, its stores are clipped away).
-__device__ inline work pair_work(const shape& sh, int unit, int rank) {
-    shape pairs = sh;
-    pairs.tiles_m = (sh.tiles_m + 1) / 2;
-    work w = unit_work(pairs, unit);
-    w.tm = 2 * w.tm + rank;
-    return w;
-}
-
-// The cluster producer: as gemm4::produce, over the pair's units; A alone, B's half `rank`
-// multicast to both CTAs. The stage's "empty" barrier counts the consumers of BOTH CTAs, since
-// this CTA's copy also writes into the peer's stage.
-template <int STAGES, major MA, major MB, typename L, typename Smem>
-__device__ inline void produce_pair(Smem& s, const typename L::params& p, int rank, int cluster, int clusters) {
-    using a_tile = typename L::a_tile;
-    using b_tile = typename L::b_tile;
-    using b_half = typename L::b_half;
-    int it = 0;
-    for (int unit = cluster; unit < p.sh.units; unit += clusters) {
-        work w = pair_work(p.sh, unit, rank);
-        for (int kt = w.k_begin; kt < w.k_end; ++kt, ++it) {
-            int stage = it % STAGES;
-            mbar::wait(s.empty[stage], ((it / STAGES) & 1) ^ 1);
-            mbar::arrive_expect_bytes(s.full[stage], tma::bytes<a_tile> + tma::bytes<b_tile>);
-            if constexpr (MA == major::K) tma::load_async(s.a[stage], p.A, w.tm, kt, s.full[stage]);
-            else                          tma::load_async(s.a[stage], p.A, kt, w.tm, s.full[stage]);
-            b_half& half = *reinterpret_cast<b_half*>(reinterpret_cast<char*>(&s.b[stage]) + rank * sizeof(b_half));
-            if constexpr (MB == major::K) load_multicast(half, p.B, 2 * w.tn + rank, kt, s.full[stage], uint16_t(3));
-            else                          load_multicast(half, p.B, kt, 2 * w.tn + rank, s.full[stage], uint16_t(3));
-        }
-    }
-}
+// The cluster helpers (rank, cluster barrier, remote arrive, multicast loads, pair_work and the
+// pair producer) are step 4's, in kernels/gemm_4_warp_specialized.cuh: both schedules run in pairs.
+using gemm4::cluster_rank;
+using gemm4::cluster_id;
+using gemm4::cluster_count;
+using gemm4::cluster_sync;
+using gemm4::arrive_on_cta;
+using gemm4::pair_work;
 
 template <typename Cfg, major MA, major MB, typename Epi>
 __global__ void __launch_bounds__(THREADS, 1)
@@ -199,7 +123,7 @@ gemm_pingpong_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::
     if (wg == 0) {
         warpgroup_decrease_registers<40>();
         if (threadIdx.x == 0) {
-            if constexpr (CLUSTER == 2) produce_pair<STAGES, MA, MB, L>(s, p, rank, first_unit, unit_step);
+            if constexpr (CLUSTER == 2) gemm4::produce_pair<STAGES, MA, MB, typename L::b_half>(s, p.A, p.B, p.sh, rank, first_unit, unit_step);
             else gemm4::produce<STAGES, MA, MB>(s, p.A, p.B, p.sh);   // step 4's producer
         }
         else if (threadIdx.x >= 32) p.epi.side_job(threadIdx.x - 32, 96, p.sh);   // the policy's extra work
@@ -317,32 +241,9 @@ const char* launch(const char* who, const void* a_ptr, const void* b_ptr, int M,
         } else {
             // units count tile-row PAIRS; one pair per cluster at a time, as many clusters as fit
             p.sh.units = (p.sh.tiles_m + 1) / 2 * p.sh.tiles_n * p.sh.splits;
-            cudaLaunchConfig_t lc = {};
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeClusterDimension;
-            attr[0].val.clusterDim.x = 2; attr[0].val.clusterDim.y = 1; attr[0].val.clusterDim.z = 1;
-            lc.blockDim = dim3(THREADS); lc.dynamicSmemBytes = smem_bytes; lc.stream = stream;
-            lc.attrs = attr; lc.numAttrs = 1;
             static int max_clusters = 0;
-            if (!max_clusters) {
-                lc.gridDim = dim3(2 * std::max(num_sms / 2, 1));
-                if (cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &lc) != cudaSuccess || max_clusters < 1)
-                    max_clusters = std::max(num_sms / 2, 1);
-                cudaGetLastError();
-            }
-            int clusters = std::min({p.sh.units, std::max(num_sms / 2, 1), max_clusters});
-            if (const char* force = std::getenv("TK_GEMM_CLUSTERS"))   // experiment: override the occupancy answer
-                clusters = std::max(1, std::min(p.sh.units, std::atoi(force)));
-            if (std::getenv("TK_GEMM_VERBOSE"))              // evidence for the cluster slowdown (NOTES.md, session 4)
-                std::fprintf(stderr, "%s: step 5 cluster launch: %d SMs, max active 2-CTA clusters %d, launching %d clusters "
-                             "for %d pair units, %d bytes of shared memory\n", who, num_sms, max_clusters, clusters,
-                             p.sh.units, smem_bytes);
-            lc.gridDim = dim3(2 * clusters);
-            cudaError_t e = cudaLaunchKernelEx(&lc, kernel, p);
-            if (e != cudaSuccess) {
-                msg = std::string(who) + ": cluster launch failed: " + cudaGetErrorString(e);
-                return msg.c_str();
-            }
+            if (const char* e = gemm4::launch_pairs(who, "step 5", kernel, p, THREADS, smem_bytes, num_sms, stream, max_clusters, msg))
+                return e;
         }
     } catch (const std::exception& e) {
         msg = e.what();

@@ -4,6 +4,7 @@
     python -m kernels.gemm_bench --quick    # fewer shapes and trials
     python -m kernels.gemm_bench --variants # step 4's pipeline variants (gemm.VARIANTS) instead of the steps
     python -m kernels.gemm_bench --steps 0,4,5 --variants5 1,2,3   # auto, 4, 5 and step 5's variants (gemm.VARIANTS5)
+    python -m kernels.gemm_bench --steps 0,4 --variants4 5          # ... and step 4's (gemm.VARIANTS)
 
 Each trial times torch.matmul and each step on the same inputs (CUDA events around `iters`
 back-to-back launches after a warm-up); the reported ratio is the median over trials of
@@ -61,6 +62,7 @@ def main():
     ap.add_argument("--steps", default="1,2,3,4", help="e.g. 0,4,5: auto (0), step 4, step 5")
     ap.add_argument("--variants", action="store_true", help="time step 4's variants instead of the steps")
     ap.add_argument("--variants5", default="", help="also time these step-5 variants, e.g. 1,2,3 (v0 is step5)")
+    ap.add_argument("--variants4", default="", help="also time these step-4 variants, e.g. 5 (v0 is step4)")
     ap.add_argument("--shapes", default="", help="comma-separated substrings of the case names to keep")
     args = ap.parse_args()
     steps = [int(s) for s in args.steps.split(",")]
@@ -82,6 +84,8 @@ def main():
             fns["auto" if s == 0 else f"step{s}"] = (lambda s=s: gemm.matmul(a, b, step=s))
         for v in (int(v) for v in args.variants5.split(",") if v.strip()):
             fns[f"5v{v}"] = (lambda v=v: gemm.matmul(a, b, step=5, variant=v))
+        for v in (int(v) for v in args.variants4.split(",") if v.strip()):
+            fns[f"4v{v}"] = (lambda v=v: gemm.matmul(a, b, step=4, variant=v))
         per = {k: [] for k in fns}
         for _ in range(trials):
             for k, fn in fns.items():

@@ -32,7 +32,7 @@ import os, torch, torch.nn.functional as F
 from kernels import gemm, mlp_op
 def rel(a, b): return ((a.double() - b.double()).norm() / b.double().norm()).item()
 r = lambda *s, sc=1.0: (torch.randn(*s, device="cuda") * sc).to(torch.bfloat16)
-for spec in ("dgelu=6", "dgelu=5", "dgelu=4", "dgelu=6,pre=0", "0", "fc=8,dgelu=8"):
+def mlp_smoke(spec):
     mlp_op.set_schedule(spec)
     for M, C in ((1000, 768), (77, 384), (1, 768)):
         xs, w1, b1, w2, b2, g = r(M, C), r(4 * C, C, sc=C ** -0.5), r(4 * C, sc=0.5), r(C, 4 * C, sc=(4 * C) ** -0.5), r(C, sc=0.5), r(M, C)
@@ -42,17 +42,27 @@ for spec in ("dgelu=6", "dgelu=5", "dgelu=4", "dgelu=6,pre=0", "0", "fc=8,dgelu=
         y64 = F.linear(F.gelu(F.linear(L[0], L[1], L[2]), approximate="tanh"), L[3], L[4]); y64.backward(g.double())
         errs = [rel(a, b) for a, b in [(y, y64), (dx, L[0].grad), (dw1, L[1].grad), (db1, L[2].grad), (dw2, L[3].grad), (db2, L[4].grad)]]
         print(f"smoke mlp [{spec}] M={M} C={C}: y dx dw1 db1 dw2 db2 " + " ".join(f"{e:.1e}" for e in errs), flush=True)
-mlp_op.set_schedule("0")
-x, W = r(4096, 768), r(3072, 768)
-for v in (1, 4):
-    os.environ["TK_GEMM_VERBOSE"] = "1"
-    c = gemm.matmul(x, W.t(), step=5, variant=v, out_dtype=torch.float32); torch.cuda.synchronize()
-    print(f"smoke gemm step 5 v{v}: {rel(c, x.float() @ W.float().t()):.1e}", flush=True)
+    mlp_op.set_schedule("0")
+for spec in ("dgelu=6", "dgelu=5", "dgelu=4", "dgelu=6,pre=0", "0"):
+    mlp_smoke(spec)
 print("smoke done", flush=True)
+mlp_smoke("fc=8,dgelu=8")
+os.environ["TK_GEMM_VERBOSE"] = "1"
+for M in (4096, 77, 1000):
+    x, W, dy = r(M, 768), r(3072, 768), r(M, 3072)
+    for step, v in ((5, 1), (5, 4), (4, 5)):
+        c = gemm.matmul(x, W.t(), step=step, variant=v, out_dtype=torch.float32)
+        d = gemm.matmul(dy.t(), x, step=step, variant=v); torch.cuda.synchronize()
+        print(f"smoke gemm step {step} v{v} M={M}: fwd {rel(c, x.float() @ W.float().t()):.1e} dW {rel(d, dy.float().t() @ x.float()):.1e}", flush=True)
+print("cluster smoke done", flush=True)
 PY
 step 40 smoke.log python3 /tmp/h2_smoke.py
-grep -E "^smoke|cluster launch" "$L/smoke.log" | tee -a "$S"
-MLP_ENV=""; SCHEDS="0;dgelu=4,pre=0;dgelu=4;dgelu=5;dgelu=6,pre=0;fc=8,dgelu=8"
+grep -E "^smoke|cluster launch" "$L/smoke.log" | sort | uniq -c | sort -k2 | cut -c1-220 | tee -a "$S"
+MLP_ENV=""; SCHEDS="0;dgelu=4,pre=0;dgelu=4;dgelu=5;dgelu=6,pre=0;fc=8,dgelu=8"; V4=5; V5=4,5
+if ! grep -q "cluster smoke done" "$L/smoke.log"; then
+  note "CLUSTER SMOKE DID NOT FINISH: cluster kernels left out below"
+  export TK_TEST_CLUSTER=0; SCHEDS="0;dgelu=4,pre=0;dgelu=4;dgelu=5;dgelu=6,pre=0"; V4=""; V5=5
+fi
 if ! grep -q "smoke done" "$L/smoke.log"; then
   note "SMOKE DID NOT FINISH: see smoke.log; the benches below run with pre=0 (session 3's dGELU epilogue)"
   MLP_ENV="TK_MLP_SCHEDULE=0,pre=0"; SCHEDS="0,pre=0;dgelu=4,pre=0;dgelu=6,pre=0"
@@ -79,6 +89,7 @@ torch.matmul(x, W.t())                                  # cuBLAS
 gemm.matmul(x, W.t(), step=5, variant=1)                # ping-pong 64x256
 gemm.matmul(x, W.t(), step=5, variant=4)                # the same in 2-CTA clusters (B multicast)
 gemm.matmul(x, W.t(), step=4)                           # step 4 (cooperative 128x256)
+gemm.matmul(x, W.t(), step=4, variant=5)                # step 4 in 2-CTA clusters (cuBLAS's 2x1 design)
 M, C = 16384, 768
 xs, w1, b1, w2, b2, g = r(M, C), r(4 * C, C) * 0.03, r(4 * C), r(C, 4 * C) * 0.02, r(C), r(M, C)
 y, pre, h = mlp_op.mlp_fwd(xs, w1, b1, w2, b2)
@@ -87,7 +98,7 @@ torch.cuda.synchronize()
 print("ncu script done")
 PY
 if [ $(( LIMIT - ($(date +%s) - START) )) -ge 40 ]; then
-  step 45 ncu.log ncu --kernel-name "regex:nvjet|sm90_xmma|cutlass|gemm_pingpong|gemm_ws" --launch-count 7 \
+  step 45 ncu.log ncu --kernel-name "regex:nvjet|sm90_xmma|cutlass|gemm_pingpong|gemm_ws" --launch-count 8 \
       --section LaunchStats --section Occupancy --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis \
       python3 /tmp/h2_ncu.py
   { echo "--- ncu (key lines)"; grep -E "^  [a-z_]|void |nvjet|Grid Size|Cluster Size|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Achieved Occupancy|Stall|Waves Per SM|Registers Per Thread" "$L/ncu.log" | cut -c1-160 | head -90; } >> "$S"
@@ -95,10 +106,10 @@ else
   note "ncu skipped: under 40 s left"
 fi
 # 6. issue 3's table: GPT-2 shapes vs cuBLAS (auto = step 5 64x256 at K <= 1024), 5 interleaved trials
-step 40 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --variants5 4,5 --trials 5 --iters 20
+step 40 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --variants4 "$V4" --variants5 "$V5" --trials 5 --iters 20
 { echo "--- gemm_bench (TFLOP/s, ratio to torch in the same trials)"; grep -vE "^===|^rc=" "$L/gemm_bench.log"; } | tee -a "$S"
 # the cluster slowdown: the same cluster kernel with its cluster count forced to half the SMs
-step 20 gemm_bench_clusters.log env TK_GEMM_CLUSTERS=66 TK_GEMM_VERBOSE=1 python3 -m kernels.gemm_bench --steps 0 --variants5 4 \
+[ -n "$V4" ] && step 20 gemm_bench_clusters.log env TK_GEMM_CLUSTERS=66 TK_GEMM_VERBOSE=1 python3 -m kernels.gemm_bench --steps 0 --variants4 5 --variants5 4 \
     --trials 3 --iters 20 --shapes "fwd 16384x768x3072,8192"
 { echo "--- gemm_bench, TK_GEMM_CLUSTERS=66"; grep -vE "^===|^rc=" "$L/gemm_bench_clusters.log" | sort | uniq -c | sort -rn | head -8; } | tee -a "$S"
 

@@ -80,7 +80,10 @@ def test_split_k(step, splits):
         assert rel_err(c, a.float() @ b.float().t()) < 1e-3
 
 
-@pytest.mark.parametrize("variant", [1, 2, 3, 4])   # variant 0 is what every other test runs
+CLUSTER = pytest.mark.skipif(os.environ.get("TK_TEST_CLUSTER") == "0", reason="TK_TEST_CLUSTER=0 (its smoke test failed)")
+
+
+@pytest.mark.parametrize("variant", [1, 2, 3, 4, pytest.param(5, marks=CLUSTER)])   # variant 0: every other test; 5: 2-CTA clusters
 def test_step4_variants(variant):
     for M, K, N in [(77, 48, 272), (1000, 320, 528), (16384, 768, 3072)]:
         x, W = randn(M, K), randn(N, K)
@@ -95,9 +98,6 @@ def test_step4_variants(variant):
     for splits in (1, 3):
         dW = gemm.matmul(dy.t(), x, variant=variant, splits=splits)
         assert rel_err(dW, dy.float().t() @ x.float()) < 1e-2, (variant, splits)
-
-
-CLUSTER = pytest.mark.skipif(os.environ.get("TK_TEST_CLUSTER") == "0", reason="TK_TEST_CLUSTER=0 (its smoke test failed)")
 
 
 @pytest.mark.parametrize("variant", [1, 2, pytest.param(3, marks=CLUSTER), pytest.param(4, marks=CLUSTER), 5])   # v0: every other step-5 test
