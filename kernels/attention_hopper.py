@@ -124,7 +124,9 @@ BACKWARD_HEAD_DIMS = (64, 128)
 # The backward's variants (attention_hopper_backward_variant in the .cu); 0 is the default.
 BACKWARD_VARIANTS = {0: "default (2 for D=64, 1 for D=128)", 1: "five products in turn, 2 slots",
                      2: "3 slots, two dQ buffers, masked first block skipped (D=64; D=128 runs 1)",
-                     3: "dQ split by columns over both consumers (D=128; D=64 runs its default)"}
+                     3: "dQ split by columns over both consumers (D=128; D=64 runs its default)",
+                     4: "the default's kernel (2 for D=64, 1 for D=128) with the CTAs in L2 groups of heads",
+                     5: "3 with L2 groups of heads (D=128; D=64 runs 4)"}
 
 
 def backward(grad_out, q, k, v, o, lse, causal=True, scale=None, out=None, variant=0):

@@ -89,6 +89,7 @@
 //      the bulk reduce-add traffic (each column half is added once per key block, not twice),
 //      32 dQ accumulators instead of 64 (so dQ need not wait for dV and dK), at the price of a
 //      bar.sync of both consumers per query block (id 3) instead of one per consumer.
+#include <algorithm>
 #include <cstdint>
 #include <cmath>
 #include <string>
@@ -152,7 +153,24 @@ struct kernel_params {
     int heads, seq_len, q_blocks;
     float scale, scale_log2;
     int causal;
+    int batch_heads, n_blocks, heads_per_group;         // the CTA order: see block_at
 };
+
+// Which (batch, head, key block) CTA i takes. Every key block of a head reads that head's Q, dO,
+// lse, Di and adds into its dQ accumulator, so they should run close together in time and find
+// those in L2: heads go in groups of heads_per_group (the launcher sizes a group to a third of
+// the L2), and inside a group the heaviest key blocks (the first: causal, they see every query
+// block) first, every head of the group for one key block before the next. heads_per_group =
+// batch·heads is the order of session 3 (every head's first block, then every head's second, ...).
+struct block_item { int b, h, n_block; };
+__device__ inline block_item block_at(int i, const kernel_params& p) {
+    const int group_items = p.heads_per_group * p.n_blocks;
+    const int group = i / group_items, in_group = i - group * group_items;
+    const int first_bh = group * p.heads_per_group;
+    const int heads_here = min(p.heads_per_group, p.batch_heads - first_bh);   // the last group may be short
+    const int bh = first_bh + in_group % heads_here;
+    return block_item{bh / p.heads, bh % p.heads, in_group / heads_here};
+}
 
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr int DEFAULT_VARIANT_D64 = 2;   // see attention_hopper_backward_variant at the bottom
@@ -246,8 +264,8 @@ backward_kernel(const __grid_constant__ kernel_params p) {
     float* lse2_s = reinterpret_cast<float*>(smem_ptr + C::vec_off);   // [S][BM]: lse·log2(e)
     float* di_s = lse2_s + S * BM;                                       // [S][BM]
 
-    const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
-    const int n_block = blockIdx.y;                     // heaviest (earliest keys) first
+    const block_item item = block_at(blockIdx.x, p);   // heaviest (earliest keys) first
+    const int b = item.b, h = item.h, n_block = item.n_block, bh = b * p.heads + h;
     const int kv0 = n_block * BN;
     const int m_begin = p.causal ? kv0 / BM : 0;        // first query block that sees these keys
     const int n_iter = p.q_blocks - m_begin;
@@ -570,8 +588,12 @@ inline int64_t dq_accum_floats(int batch, int heads, int seq_len, int head_dim) 
     return int64_t(batch) * heads * query_blocks(seq_len) * 64 * head_dim;
 }
 
+// One L2 group of heads (block_at): the Q, dO (bf16) and dQ accumulator (fp32) of its
+// heads take at most this much, a third of the H200's 50 MB L2.
+constexpr int64_t L2_GROUP_BYTES = 16ll << 20;
+
 template <int D, bool PIPELINED, bool SPLIT_DQ = false>
-cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream) {
+cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l2_groups) {
     using C = config<D, PIPELINED, SPLIT_DQ>;
     const AttentionShape& sh = a.shape;
     const int q_blocks = query_blocks(sh.seq_len);
@@ -606,6 +628,12 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream) {
     kp.scale = sh.scale;
     kp.scale_log2 = sh.scale * LOG2E;
     kp.causal = sh.causal ? 1 : 0;
+    kp.batch_heads = sh.batch * sh.heads;
+    kp.n_blocks = (sh.seq_len + C::block_n - 1) / C::block_n;
+    const int64_t bytes_per_head = int64_t(sh.seq_len) * D * (2 + 2 + 4);   // Q, dO, dQ accumulator
+    kp.heads_per_group = l2_groups ? int(std::min<int64_t>(std::max<int64_t>(L2_GROUP_BYTES / bytes_per_head, 1),
+                                                           kp.batch_heads))
+                                   : kp.batch_heads;
 
     auto kernel = backward_kernel<D, PIPELINED, SPLIT_DQ>;
     static cudaError_t configured = [&] {
@@ -616,8 +644,7 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream) {
         return e;
     }();
     if (configured != cudaSuccess) return configured;
-    dim3 grid(sh.batch * sh.heads, (sh.seq_len + C::block_n - 1) / C::block_n);
-    kernel<<<grid, C::threads, C::smem_bytes, stream>>>(kp);
+    kernel<<<kp.batch_heads * kp.n_blocks, C::threads, C::smem_bytes, stream>>>(kp);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
 
     const int64_t float4s = accum_floats / 4;
@@ -634,6 +661,8 @@ const char* attention_hopper_backward_why_not(const AttentionBackwardParams& a) 
     if (s.seq_len < 1 || s.batch < 1 || s.heads < 1) return "batch, heads and seq_len must be >= 1";
     if (int64_t(s.batch) * s.heads > 0x7fffffff) return "batch * heads must be < 2^31";
     if ((s.seq_len + 127) / 128 > 65535) return "seq_len must be < 65535 * 128";
+    if (int64_t(s.batch) * s.heads * ((s.seq_len + 127) / 128) > 0x7fffffff)
+        return "batch * heads * ceil(seq_len / 128) must be < 2^31 (one CTA per 128 keys)";
     if (!(s.scale > 0.f) || !std::isfinite(s.scale)) return "scale must be a positive finite number";
     const AttentionTensor* ts[8] = {&a.q, &a.k, &a.v, &a.o, &a.d_o, &a.dq, &a.dk, &a.dv};
     for (const AttentionTensor* t : ts) {
@@ -658,6 +687,9 @@ int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_
 //   2: 3 slots, two dQ buffers, consumer 1 skips its fully masked first block; D = 64's
 //      default (D = 128 has no room for the extra slot and buffers: it runs variant 1)
 //   3: D = 128: variant 1 with dQ split by columns over both consumers (D = 64 runs its default)
+//   4: the session-3 default (2 for D = 64, 1 for D = 128) with the CTAs in L2 groups of heads
+//   5: D = 128: 3 with L2 groups (D = 64 runs 4)
+// 1-3 take the CTAs in session 3's order (block_at with one group of all heads).
 // (The file's opening comment says more about each.)
 // Runs the three kernels on `cuda_stream`; returns the CUDA error (0 = ok).
 int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cuda_stream, int variant) {
@@ -666,13 +698,19 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
     auto stream = static_cast<cudaStream_t>(cuda_stream);
     if (p.shape.head_dim == 128) {
         if (variant == 0) variant = DEFAULT_VARIANT_D128;
-        if (variant == 3) return launch<128, false, true>(p, stream);
-        return variant == 1 || variant == 2 ? launch<128, false>(p, stream) : cudaErrorInvalidValue;
+        switch (variant) {
+        case 1: case 2: return launch<128, false>(p, stream, false);
+        case 3: return launch<128, false, true>(p, stream, false);
+        case 4: return launch<128, false>(p, stream, true);
+        case 5: return launch<128, false, true>(p, stream, true);
+        default: return cudaErrorInvalidValue;
+        }
     }
     if (variant == 0) variant = DEFAULT_VARIANT_D64;
     switch (variant) {
-    case 1: return launch<64, false>(p, stream);
-    case 2: case 3: return launch<64, true>(p, stream);
+    case 1: return launch<64, false>(p, stream, false);
+    case 2: case 3: return launch<64, true>(p, stream, false);
+    case 4: case 5: return launch<64, true>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -7,48 +7,59 @@
 #   1 build the three attention extensions at once (python -m kernels --build)
 #   2 smoke: each new forward variant alone at T = 1000, D 64 and 128, under a hard limit, so a
 #     variant that hangs (mbarrier phases) is dropped from the rest instead of eating the call
-#   3 backward variant 3 (D = 128) against float64 (test_attention_hopper_bwd.py -k 128)
+#   3 backward variants 3 and 5 (D = 128), 4 (both) against float64 (test_attention_hopper_bwd.py)
 #   4 the forward's tests against float64 for every variant that passed the smoke (awkward T,
 #     poisoned outputs, large logits, strided views, many query blocks per SM)
 #   5 bench.py's attention rows, one process: gpt2, shakespeare-char, t4096-d128, fwd and fwd+bwd;
 #     tk (defaults), each forward variant (tk-hopper-vN, fwd rows), tk-portable, eager, cuDNN, FA2
-#   6 bench.py --quick again with the op on forward variant 6 and backward variant 3 (when they
-#     passed), tk against cuDNN: the fwd+bwd figures those defaults would give
+#   6 bench.py --quick again with the op on forward variant 6 and backward variant 5 (or 4; when
+#     they passed), tk against cuDNN: the fwd+bwd figures those defaults would give
 #   7 ncu (if time is left): SOL, memory, compute, warp-state sections of variants 4, 6 and 8 at
 #     the GPT-2 shape (DRAM bytes tell whether the L2 groups work)
 # Checked here without a GPU: bash -n; LANE_LIMIT=60 runs every step to its failure.
 set -uo pipefail
-LANE_LIMIT=${LANE_LIMIT:-235}
+LANE_LIMIT=${LANE_LIMIT:-230}
 source tests/gpu_lib.sh "${1:?usage: tests/gpu_attention_h3.sh OUT_DIR}"
 PYT="python3 -m pytest -q -rf --tb=short -p no:cacheprovider"
 note "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
 
-step 120 build.log python3 -m kernels --build tk_attention_hopper tk_attention_hopper_bwd tk_attention \
+step 100 build.log python3 -m kernels --build tk_attention_hopper tk_attention_hopper_bwd tk_attention \
     || note "a build FAILED (logs/build.log)"
 note "$(grep -E '^build |^built' "$L/build.log" | tr '\n' ' ')"
 
-# 2: smoke. Variant 7 is variant 6's kernel in another order: it stands or falls with 6.
+# 2: smoke. Variant 7 is variant 6's kernel in another order: it stands or falls with 6 (and is
+# tested only in test_causal below); 5 is the old kernel in another order: it runs with 8.
 FWD_OK=""
-for v in 6 9 8 5; do
-    if TK_ATTENTION_HOPPER_VARIANTS=$v step 30 "smoke_v$v.log" $PYT tests/test_attention_hopper.py -k "test_causal and 1000" \
-        && grep -q " passed" "$L/smoke_v$v.log"; then   # (all skipped, without a GPU, is no pass)
-        FWD_OK="$FWD_OK $v"; [ "$v" = 6 ] && FWD_OK="$FWD_OK 7"
+for vs in 6 9 "8 5"; do
+    if TK_ATTENTION_HOPPER_VARIANTS="$vs" step 25 "smoke_v${vs// /}.log" $PYT tests/test_attention_hopper.py -k "test_causal and 1000" \
+        && grep -q " passed" "$L/smoke_v${vs// /}.log"; then   # (all skipped, without a GPU, is no pass)
+        FWD_OK="$FWD_OK $vs"
     else
-        note "forward variant $v FAILED or hung in the smoke test (logs/smoke_v$v.log): left out below"
+        note "forward variant(s) $vs FAILED or hung in the smoke test (logs/smoke_v${vs// /}.log): left out below"
     fi
 done
 note "forward variants through the smoke test:${FWD_OK:- none}"
 
-# 3: the D = 128 backward variant 3
-BWD=0
-if TK_ATTENTION_HOPPER_BWD_VARIANTS=3 step 60 bwd_v3.log $PYT tests/test_attention_hopper_bwd.py -k 128 \
-    && grep -q " passed" "$L/bwd_v3.log"; then BWD=3; fi
-note "backward variant 3 tests: $(grep -E 'passed|failed|skipped|rc=' "$L/bwd_v3.log" | tail -2 | tr '\n' ' ') -> bench with backward variant $BWD"
-grep -E "^FAILED" "$L/bwd_v3.log" | head -10 | while read -r line; do note "  $line"; done
+# 3: the backward's new variants: 3 and 5 (= 3 with L2 groups of heads) at D = 128, 4 (the
+# default's kernel with L2 groups) at both head dims
+D128_OK=0; V4_OK=0
+if TK_ATTENTION_HOPPER_BWD_VARIANTS="3 5" step 45 bwd_v35.log $PYT tests/test_attention_hopper_bwd.py -k 128 \
+    && grep -q " passed" "$L/bwd_v35.log"; then D128_OK=1; fi
+note "backward variants 3, 5 (D = 128): $(grep -E 'passed|failed|skipped|rc=' "$L/bwd_v35.log" | tail -2 | tr '\n' ' ')"
+grep -E "^FAILED" "$L/bwd_v35.log" | head -10 | while read -r line; do note "  $line"; done
+if TK_ATTENTION_HOPPER_BWD_VARIANTS=4 step 30 bwd_v4.log $PYT tests/test_attention_hopper_bwd.py -k "many_heads or (test_causal and (1000 or 17))" \
+    && grep -q " passed" "$L/bwd_v4.log"; then V4_OK=1; fi
+note "backward variant 4 (D = 64 and 128): $(grep -E 'passed|failed|skipped|rc=' "$L/bwd_v4.log" | tail -2 | tr '\n' ' ')"
+grep -E "^FAILED" "$L/bwd_v4.log" | head -10 | while read -r line; do note "  $line"; done
+# 5 runs 4 at D = 64, 3 runs D = 64's default
+if [ $D128_OK = 1 ] && [ $V4_OK = 1 ]; then BWD=5; elif [ $D128_OK = 1 ]; then BWD=3; elif [ $V4_OK = 1 ]; then BWD=4; else BWD=0; fi
+note "-> the op below runs backward variant $BWD"
 
 # 4: the forward's tests for every new variant that passed the smoke (and the default's tests)
 if [ -n "$FWD_OK" ]; then
-    TK_ATTENTION_HOPPER_VARIANTS="$FWD_OK" step 70 forward_tests.log $PYT tests/test_attention_hopper.py
+    TK_ATTENTION_HOPPER_VARIANTS="$FWD_OK" step 50 forward_tests.log $PYT tests/test_attention_hopper.py
+    case " $FWD_OK " in *" 6 "*) TK_ATTENTION_HOPPER_VARIANTS=7 step 15 forward_tests_v7.log $PYT tests/test_attention_hopper.py -k "test_causal and 1024" \
+        && grep -q " passed" "$L/forward_tests_v7.log" && FWD_OK="$FWD_OK 7" ;; esac
     note "forward tests (variants$FWD_OK + default): $(grep -E 'passed|failed|skipped|rc=' "$L/forward_tests.log" | tail -2 | tr '\n' ' ')"
     grep -E "^FAILED" "$L/forward_tests.log" | head -20 | while read -r line; do note "  $line"; done
 fi
@@ -58,16 +69,17 @@ IMPLS="tk"
 for v in $FWD_OK; do IMPLS="$IMPLS,tk-hopper-v$v"; done
 IMPLS="$IMPLS,tk-portable,eager,sdpa-cudnn,sdpa-flash"
 TK_BENCH_ATTENTION_SHAPES=gpt2,shakespeare-char,t4096-d128 TK_BENCH_ATTENTION_IMPLS=$IMPLS \
-    step 75 bench_variants.log python3 bench.py --ops attention --compile-modes "" --reps 20 --warmup 3 \
+    step 60 bench_variants.log python3 bench.py --ops attention --compile-modes "" --reps 20 --warmup 3 \
     --json "$L/attention_variants.json"
 python3 -m kernels.attention_bench "$L/attention_variants.json" > "$L/bench_variants_tflops.txt" 2>&1
 grep -E "^fwd|^    (tk|sdpa)|targets|>=" "$L/bench_variants_tflops.txt" | head -60 | while read -r line; do note "$line"; done
 
-# 6: the op as it would be with forward variant 6 and backward variant 3 (where they passed)
+# 6: the op as it would be with forward variant 6 and backward variant 5 or 4 (where they passed;
+# D = 64 runs 4 for either, or its default if 4 failed)
 FWD=0; case " $FWD_OK " in *" 6 "*) FWD=6 ;; esac
 TK_ATTENTION_HOPPER_FWD_VARIANT=$FWD TK_ATTENTION_HOPPER_BWD_VARIANT=$BWD \
 TK_BENCH_ATTENTION_SHAPES=gpt2,shakespeare-char,t4096-d128 TK_BENCH_ATTENTION_IMPLS=tk,sdpa-cudnn,sdpa-flash \
-    step 45 bench_op.log python3 bench.py --ops attention --quick --compile-modes "" --reps 20 --warmup 3 \
+    step 40 bench_op.log python3 bench.py --ops attention --quick --compile-modes "" --reps 20 --warmup 3 \
     --json "$L/attention_op_fwd${FWD}_bwd${BWD}.json"
 python3 -m kernels.attention_bench "$L/attention_op_fwd${FWD}_bwd${BWD}.json" > "$L/bench_op_tflops.txt" 2>&1
 note "op with forward variant $FWD, backward variant $BWD:"

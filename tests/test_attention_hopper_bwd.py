@@ -65,10 +65,11 @@ def rel_err(x, ref, floor=1e-30):
     return ((x.double() - ref).norm() / ref.norm().clamp_min(floor)).item()
 
 
-# The kernel variants of each head dim (attention_hopper_backward_variant): 1, 2 for D = 64 and
-# 1, 3 for D = 128. TK_ATTENTION_HOPPER_BWD_VARIANTS="3" narrows the sweep (GPU script, FINAL=1).
-_WANTED = [int(v) for v in os.environ.get("TK_ATTENTION_HOPPER_BWD_VARIANTS", "1 2 3").split()]
-VARIANTS_OF = {64: [v for v in (1, 2) if v in _WANTED], 128: [v for v in (1, 3) if v in _WANTED]}
+# The kernel variants of each head dim (attention_hopper_backward_variant): 1, 2, 4 for D = 64 and
+# 1, 3, 4, 5 for D = 128 (4, 5: L2 groups of heads). TK_ATTENTION_HOPPER_BWD_VARIANTS="3" narrows
+# the sweep (GPU scripts).
+_WANTED = [int(v) for v in os.environ.get("TK_ATTENTION_HOPPER_BWD_VARIANTS", "1 2 3 4 5").split()]
+VARIANTS_OF = {64: [v for v in (1, 2, 4) if v in _WANTED], 128: [v for v in (1, 3, 4, 5) if v in _WANTED]}
 CASES = [(D, v) for D in (64, 128) for v in VARIANTS_OF[D]]
 
 
@@ -119,6 +120,16 @@ def test_causal(T, D, variant):
 def test_batch_heads(BH, D):
     for variant in VARIANTS_OF[D]:
         check(*BH, 300, D, seed=BH[0] * 10 + BH[1], variant=variant)
+
+
+@gpu
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [True, False])
+def test_many_heads_in_l2_groups(D, causal):
+    # 90 heads: variants 4 and 5 take them in L2 groups of 32 (D = 64) or 16 (D = 128) heads at
+    # T = 1000, the last group short (26 or 10 heads)
+    for variant in VARIANTS_OF[D]:
+        check(3, 30, 1000, D, causal=causal, std=2.0, seed=D + causal, variant=variant)
 
 
 @gpu
