@@ -34,9 +34,14 @@
 // consumer's tile is 128x128 or 64x256: a policy must take the tile width from tile_pos::cols
 // (or the accumulator's ::cols), never assume step 4's 256.
 //
+// A configuration may pair CTAs in 2-CTA CLUSTERS (config::CLUSTER = 2; kernels/gemm_5_pingpong.cuh's
+// opening comment explains the pairing): the helpers for it (cluster barrier, remote arrive,
+// multicast loads, the pair producer, the cluster launch) live here and serve steps 4 and 5.
+//
 // Read in order: configuration, tile shapes, shared memory, work decomposition, the producer,
-// the epilogue of one slab, the kernel (consumer main loop, then that epilogue), the plain
-// linear-layer policy, launcher.
+// the cluster helpers and pair producer, input boxes, the epilogue of one slab, the kernel
+// (consumer main loop, then that epilogue), the plain linear-layer policy, the cluster launch,
+// launcher.
 #pragma once
 #include <algorithm>
 #include <cstdio>

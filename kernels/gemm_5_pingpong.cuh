@@ -19,9 +19,12 @@
 // about half the speed of the same tile without clusters (kernels/gemm_5_pingpong.cu's table);
 // kept as a lesson in the mechanics and a starting point, never picked by default.
 //
-// Read in order: configuration, shared memory, cluster helpers, the producers (step 4's, and the
-// cluster one), the kernel (consumer: which tiles are mine, the turn barriers, the main loop, the
-// epilogue per 64-row slab: step 4's gemm4::store_slab), launcher.
+// The cluster helpers, the pair producer and the cluster launch are step 4's (step 4 has a
+// cluster configuration too, session 4).
+//
+// Read in order: configuration, shared memory, the kernel (consumer: which tiles are mine, the
+// turn barriers, the main loop, the epilogue per 64-row slab: step 4's gemm4::store_slab),
+// launcher.
 #pragma once
 #include <algorithm>
 #include <cstdio>

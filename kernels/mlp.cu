@@ -24,8 +24,9 @@
 // consumers on one 128x256 tile (best for long K); step 5 gives each consumer its own tile and
 // alternates their main loops, so one's epilogue overlaps the other's math. Measured on the H200
 // (kernels/NOTES.md, session 3): c_fc's forward (K = 768, two outputs per value) is 7% faster on
-// step 5's 64x256 tiles; the dGELU GEMM, although its epilogue is the heaviest, is 3-5% SLOWER
-// on any ping-pong tile than on step 4, so only c_fc takes step 5 by default.
+// step 5's 64x256 tiles; the dGELU GEMM, although its epilogue is the heaviest, was 3-5% SLOWER
+// on any ping-pong tile than on step 4 while its epilogue loaded pre per thread. Session 4 loads
+// pre by TMA instead (dgelu_pre_tma below) and gives dGELU step 5 too (kernels/mlp.h, auto).
 // gemm_args::schedule picks one per GEMM (mlp.h; SCHEDULE_AUTO chooses by shape). The epilogue
 // is a template parameter, a policy called per accumulator box: the policies live in
 // kernels/mlp_epilogues.cuh, step 4's launch in this file, step 5's in kernels/mlp_pingpong.cu.
@@ -43,9 +44,14 @@
 //               at its own accumulator positions: the first box's worth into registers and the
 //               rest into L2 (prefetch) when the tile STARTS, so the latency hides behind the
 //               tile's wgmmas; later boxes are loaded one box ahead. It also sums dpre down each
-//               16-row slab (warp shuffles)
-//               and stores those column sums: db1 is then a small reduction of M/16 rows, not a
-//               pass over the M x 4C dpre.
+//               16-row slab (warp shuffles) and stores those column sums: db1 is then a small
+//               reduction of M/16 rows, not a pass over the M x 4C dpre. (pre=0 in
+//               mlp_op.set_schedule; session 3's default.)
+//   dgelu_pre_tma  the default form of dgelu: the same values, but pre arrives by TMA.
+//               Each consumer warp's lane 0 loads its tile's pre boxes into the warp's staging
+//               buffers when the tile starts (gemm4's INPUT_BOXES), so they land during the
+//               main loop; the epilogue reads pre from shared memory, writes dpre over it in place
+//               and TMA-stores it. Its db1 sums use a reduce-scatter over the lanes sharing columns.
 //   reduce_add  the weight gradients dW = Aᵀ·B contract over the tokens (16k-64k) but have only
 //               72 output tiles for 132 SMs: the token range is split (split-K) and each
 //               unit's fp32 partial tile is added into a zeroed dW by a TMA reduce-add store.
