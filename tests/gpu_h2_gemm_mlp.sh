@@ -8,13 +8,12 @@
 #   3. pytest tests/test_mlp.py, then tests/test_gemm.py (steps 0, 4, 5): correctness first
 #   4. kernels/mlp_bench.py --kernels: the MLP fwd+bwd per schedule, interleaved with torch eager,
 #      and every kernel's time per schedule (torch.profiler): the dGELU GEMM on each schedule
-#   5. ncu (if >= 40 s are left): the ping-pong GEMM, its 2-CTA cluster form, step 4 and cuBLAS
-#      at 16384x768x3072, and the MLP's c_fc, c_proj and dGELU kernels: launch stats, occupancy,
-#      throughput, pipe use, stall reasons
-#   6. kernels/gemm_bench.py: GPT-2 shapes vs cuBLAS, 5 interleaved trials (issue 3's done-when),
-#      and the cluster variant with its cluster count forced
+#   5. ncu (if >= 40 s are left): the ping-pong GEMM, its 2-CTA cluster form, step 4 and its cluster
+#      form, cuBLAS at 16384x768x3072, and the MLP's c_fc, c_proj and dGELU kernels: launch stats,
+#      occupancy, throughput, pipe use, stall reasons; then the cluster kernels with 66 clusters forced
+#   6. kernels/gemm_bench.py: GPT-2 shapes vs cuBLAS, 5 interleaved trials (issue 3's done-when)
 #   7. bench.py --ops mlp --compile-modes default: tk vs torch eager vs torch.compile, CUDA graphs,
-#      M = 16384 and 65536, C = 768 (issue 6's done-when, one run)
+#      M = 16384 and 65536, C = 768 (issue 6's done-when, one run), if time is left
 # Results: OUT/summary.txt (compact) and OUT/logs.tgz (every log).
 cd "$(dirname "$0")/.."
 export LANE_LIMIT=${LANE_LIMIT:-228}
@@ -105,14 +104,14 @@ if [ $(( LIMIT - ($(date +%s) - START) )) -ge 40 ]; then
 else
   note "ncu skipped: under 40 s left"
 fi
-# 6. issue 3's table: GPT-2 shapes vs cuBLAS (auto = step 5 64x256 at K <= 1024), 5 interleaved trials
-step 40 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --variants4 "$V4" --variants5 "$V5" --trials 5 --iters 20
-{ echo "--- gemm_bench (TFLOP/s, ratio to torch in the same trials)"; grep -vE "^===|^rc=" "$L/gemm_bench.log"; } | tee -a "$S"
 # the cluster slowdown: the same cluster kernel with its cluster count forced to half the SMs
 [ -n "$V4" ] && step 20 gemm_bench_clusters.log env TK_GEMM_CLUSTERS=66 TK_GEMM_VERBOSE=1 python3 -m kernels.gemm_bench --steps 0 --variants4 5 --variants5 4 \
     --trials 3 --iters 20 --shapes "fwd 16384x768x3072,8192"
 { echo "--- gemm_bench, TK_GEMM_CLUSTERS=66"; grep -vE "^===|^rc=" "$L/gemm_bench_clusters.log" | sort | uniq -c | sort -rn | head -8; } | tee -a "$S"
 
+# 6. issue 3's table: GPT-2 shapes vs cuBLAS (auto = step 5 64x256 at K <= 1024), 5 interleaved trials
+step 40 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --variants4 "$V4" --variants5 "$V5" --trials 5 --iters 20
+{ echo "--- gemm_bench (TFLOP/s, ratio to torch in the same trials)"; grep -vE "^===|^rc=" "$L/gemm_bench.log"; } | tee -a "$S"
 # 7. issue 6's table: tk vs eager vs torch.compile, CUDA graphs, one run
 step 70 bench_mlp.log env $MLP_ENV python3 bench.py --ops mlp --quick --compile-modes default --reps 30 --json "$OUT/bench_mlp.json"
 { echo "--- bench.py --ops mlp"; grep -vE "^===|^\s*$" "$L/bench_mlp.log" | tail -12; } | tee -a "$S"
