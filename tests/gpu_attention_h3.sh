@@ -14,7 +14,8 @@
 #     tk (defaults), each forward variant (tk-hopper-vN, fwd rows), tk-portable, eager, cuDNN, FA2
 #   6 bench.py --quick again with the op on forward variant 6 and backward variant 5 (or 4; when
 #     they passed), tk against cuDNN: the fwd+bwd figures those defaults would give
-#   7 ncu (if time is left): SOL, memory, compute, warp-state sections of variants 4, 6 and 8 at
+#   7 the portable forward's variant 3 against FA2 at the GPT-2 shape (one short bench process)
+#   8 ncu (if time is left): SOL, memory, compute, warp-state sections of variants 4, 6, 9, 8 at
 #     the GPT-2 shape (DRAM bytes tell whether the L2 groups work)
 # Checked here without a GPU: bash -n; LANE_LIMIT=60 runs every step to its failure.
 set -uo pipefail
@@ -85,7 +86,16 @@ python3 -m kernels.attention_bench "$L/attention_op_fwd${FWD}_bwd${BWD}.json" > 
 note "op with forward variant $FWD, backward variant $BWD:"
 grep -E "^fwd|^    (tk|sdpa)|>=" "$L/bench_op_tflops.txt" | head -30 | while read -r line; do note "$line"; done
 
-# 7: ncu, with whatever time is left
+# 7: the portable forward's variant 3 (2 row tiles per warp, D = 64: unmeasured since its spill
+# fix) against FA2 at the GPT-2 shape (issue 5: the portable kernel should match FA2 there)
+TK_ATTENTION_FWD_VARIANT=3 TK_BENCH_ATTENTION_SHAPES=gpt2 TK_BENCH_ATTENTION_IMPLS=tk-portable,eager,sdpa-flash \
+    step 25 bench_portable_v3.log python3 bench.py --ops attention --compile-modes "" --reps 20 --warmup 3 \
+    --json "$L/attention_portable_fwd_v3.json"
+python3 -m kernels.attention_bench "$L/attention_portable_fwd_v3.json" > "$L/bench_portable_v3_tflops.txt" 2>&1
+note "portable with forward variant 3:"
+grep -E "^fwd|^    (tk|sdpa)|MISMATCH" "$L/bench_portable_v3_tflops.txt" | head -12 | while read -r line; do note "$line"; done
+
+# 8: ncu, with whatever time is left
 cat > "$L/ncu_case.py" <<'PY'
 import sys, torch
 sys.path.insert(0, ".")
