@@ -80,12 +80,21 @@ int resolved_schedule(const tk_mlp::gemm_args& g, bool b_mn_major) {
 template <major MA, major MB, typename Epi>
 const char* launch(const tk_mlp::gemm_args& g) {
     if (g.M <= 0 || g.N <= 0 || g.K <= 0) return "tk_mlp: empty GEMM";
-    if (!tk_mlp::valid_schedule(g.schedule)) return "tk_mlp: schedule must be 0 (auto), 4, 5, 6, 7 or 8";
+    if (!tk_mlp::valid_schedule(g.schedule)) return "tk_mlp: schedule must be 0 (auto) or 4..9";
     const int schedule = resolved_schedule(g, MB == major::MN);
-    if (schedule != tk_mlp::SCHEDULE_STEP4) return launch_pingpong<MA, MB, Epi>(g, schedule);
-    using Cfg = std::conditional_t<gemm4::has_input_boxes<Epi>(), step4_inputs_config, cfg>;
-    return gemm4::launch<Cfg, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, std::max(g.splits, 1),
-                                           g.num_sms, g.stream, [&] { return Epi::make(g); });
+    constexpr bool inputs = gemm4::has_input_boxes<Epi>();
+    auto make = [&] { return Epi::make(g); };
+    if (schedule == tk_mlp::SCHEDULE_STEP4) {
+        using Cfg = std::conditional_t<inputs, step4_inputs_config, cfg>;
+        return gemm4::launch<Cfg, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, std::max(g.splits, 1),
+                                               g.num_sms, g.stream, make);
+    }
+    if (schedule == tk_mlp::SCHEDULE_STEP4_CLUSTER2) {
+        using Cfg = std::conditional_t<inputs, step4_inputs_cluster2_config, step4_cluster2_config>;
+        return gemm4::launch<Cfg, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, std::max(g.splits, 1),
+                                               g.num_sms, g.stream, make);
+    }
+    return launch_pingpong<MA, MB, Epi>(g, schedule);
 }
 }  // namespace
 

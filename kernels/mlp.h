@@ -45,10 +45,12 @@ struct gemm_args {
 //                     never picked by auto).
 //   PINGPONG_64x256_CLUSTER2   the same pairing on 64x256 tiles (session 4, for the cluster
 //                     question at K = 768; never picked by auto).
+//   STEP4_CLUSTER2    step 4's cooperative 128x256 tile in 2-CTA clusters sharing B (cuBLAS's
+//                     "128x256 2x1" design for these shapes; session 4; never picked by auto).
 // SCHEDULE_AUTO picks by shape (auto_schedule).
 constexpr int SCHEDULE_AUTO = 0, SCHEDULE_STEP4 = 4, SCHEDULE_PINGPONG_128x128 = 5, SCHEDULE_PINGPONG_64x256 = 6,
-              SCHEDULE_PINGPONG_128x128_CLUSTER2 = 7, SCHEDULE_PINGPONG_64x256_CLUSTER2 = 8;
-inline bool valid_schedule(int s) { return s == 0 || (s >= 4 && s <= 8); }
+              SCHEDULE_PINGPONG_128x128_CLUSTER2 = 7, SCHEDULE_PINGPONG_64x256_CLUSTER2 = 8, SCHEDULE_STEP4_CLUSTER2 = 9;
+inline bool valid_schedule(int s) { return s == 0 || (s >= 4 && s <= 9); }
 // The rule SCHEDULE_AUTO applies, from the H200 measurements of session 3 (call 2): ping-pong
 // 64x256 when a tile's K loop is short (K <= 1024) and there is no split-K: c_fc's forward,
 // 0.293 -> 0.273 ms per MLP forward at M = 16384, C = 768 (plain GEMMs of that shape: 0.70x ->

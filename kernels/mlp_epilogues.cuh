@@ -22,6 +22,9 @@ using step4_config = gemm4::config<4, 64, false>;
 // ... and for policies with input boxes (dgelu_pre_tma: a staging buffer per box, 4 per warp),
 // 3 stages to make room (208 KB).
 using step4_inputs_config = gemm4::config<3, 64, false, 4>;
+// ... and both in 2-CTA clusters (SCHEDULE_STEP4_CLUSTER2).
+using step4_cluster2_config = gemm4::config<4, 64, false, 2, 2>;
+using step4_inputs_cluster2_config = gemm4::config<3, 64, false, 4, 2>;
 
 // ---- GELU(tanh) and its derivative, in fp32 --------------------------------------------------
 constexpr float SQRT_2_OVER_PI = 0.7978845608028654f, GELU_C = 0.044715f;

@@ -20,7 +20,7 @@ namespace tk_mlp::detail {
 const char* linear_bias_gelu_h_only(const gemm_args& g) {
     using Epi = bias_gelu_h_only_epilogue;
     if (g.M <= 0 || g.N <= 0 || g.K <= 0) return "tk_mlp: empty GEMM";
-    if (!valid_schedule(g.schedule)) return "tk_mlp: schedule must be 0 (auto), 4, 5, 6, 7 or 8";
+    if (!valid_schedule(g.schedule)) return "tk_mlp: schedule must be 0 (auto) or 4..9";
     const int schedule = g.schedule ? g.schedule : auto_schedule(g.M, g.N, g.K, g.splits, /*b_mn_major=*/false);
     const int splits = std::max(g.splits, 1);
     auto make = [&] { return Epi::make(g); };
@@ -28,6 +28,9 @@ const char* linear_bias_gelu_h_only(const gemm_args& g) {
     case SCHEDULE_STEP4:
         return gemm4::launch<step4_config, major::K, major::K, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
                                                                     g.num_sms, g.stream, make);
+    case SCHEDULE_STEP4_CLUSTER2:
+        return gemm4::launch<step4_cluster2_config, major::K, major::K, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
+                                                                             g.num_sms, g.stream, make);
     case SCHEDULE_PINGPONG_128x128:
         return gemm5::launch<gemm5::pingpong_128x128, major::K, major::K, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K,
                                                                                splits, g.num_sms, g.stream, make);

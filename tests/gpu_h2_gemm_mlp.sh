@@ -46,6 +46,7 @@ for spec in ("dgelu=6", "dgelu=5", "dgelu=4", "dgelu=6,pre=0", "0"):
     mlp_smoke(spec)
 print("smoke done", flush=True)
 mlp_smoke("fc=8,dgelu=8")
+mlp_smoke("fc=9,dgelu=9")
 os.environ["TK_GEMM_VERBOSE"] = "1"
 for M in (4096, 77, 1000):
     x, W, dy = r(M, 768), r(3072, 768), r(M, 3072)
@@ -57,7 +58,7 @@ print("cluster smoke done", flush=True)
 PY
 step 40 smoke.log python3 /tmp/h2_smoke.py
 grep -E "^smoke|cluster launch" "$L/smoke.log" | sort | uniq -c | sort -k2 | cut -c1-220 | tee -a "$S"
-MLP_ENV=""; SCHEDS="0;dgelu=4,pre=0;dgelu=4;dgelu=5;dgelu=6,pre=0;fc=8,dgelu=8"; V4=5; V5=4,5
+MLP_ENV=""; SCHEDS="0;dgelu=4,pre=0;dgelu=4;dgelu=5;dgelu=6,pre=0;fc=8,dgelu=8;fc=9,dgelu=9"; V4=5; V5=4,5
 if ! grep -q "cluster smoke done" "$L/smoke.log"; then
   note "CLUSTER SMOKE DID NOT FINISH: cluster kernels left out below"
   export TK_TEST_CLUSTER=0; SCHEDS="0;dgelu=4,pre=0;dgelu=4;dgelu=5;dgelu=6,pre=0"; V4=""; V5=5
@@ -108,6 +109,9 @@ fi
 [ -n "$V4" ] && step 20 gemm_bench_clusters.log env TK_GEMM_CLUSTERS=66 TK_GEMM_VERBOSE=1 python3 -m kernels.gemm_bench --steps 0 --variants4 5 --variants5 4 \
     --trials 3 --iters 20 --shapes "fwd 16384x768x3072,8192"
 { echo "--- gemm_bench, TK_GEMM_CLUSTERS=66"; grep -vE "^===|^rc=" "$L/gemm_bench_clusters.log" | sort | uniq -c | sort -rn | head -8; } | tee -a "$S"
+[ -n "$V4" ] && step 25 mlp_bench_clusters.log env TK_GEMM_CLUSTERS=66 python3 -m kernels.mlp_bench --M 16384 --trials 3 --iters 10 \
+    --schedules "0;fc=8,dgelu=8;fc=9,dgelu=9"
+{ echo "--- mlp_bench, TK_GEMM_CLUSTERS=66"; grep -vE "^===|^rc=" "$L/mlp_bench_clusters.log"; } | tee -a "$S"
 
 # 6. issue 3's table: GPT-2 shapes vs cuBLAS (auto = step 5 64x256 at K <= 1024), 5 interleaved trials
 step 40 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --variants4 "$V4" --variants5 "$V5" --trials 5 --iters 20

@@ -23,10 +23,11 @@ NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nv
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
-@pytest.mark.parametrize("source,kernels_expected", [("mlp.cu", 6), ("mlp_pingpong.cu", 23)])
+@pytest.mark.parametrize("source,kernels_expected", [("mlp.cu", 12), ("mlp_pingpong.cu", 23)])
 def test_mlp_cu_compiles_for_sm90a(tmp_path, source, kernels_expected):
-    # mlp.cu: the five epilogues on step 4, plus dGELU with pre by TMA; mlp_pingpong.cu: the same
-    # five on step 5's four configurations, plus dGELU with pre by TMA on the three 4-buffer ones.
+    # mlp.cu: the five epilogues plus dGELU with pre by TMA, on step 4 and on step 4 in 2-CTA
+    # clusters; mlp_pingpong.cu: the five on step 5's four configurations, plus dGELU with pre by
+    # TMA on the three 4-buffer ones.
     cmd = [NVCC, "-std=c++20", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-I", str(ROOT),
            "-I", str(ROOT / "kernels"), "-Xptxas", "-v", "-c", str(ROOT / "kernels" / source),
            "-o", str(tmp_path / "mlp.o")]
@@ -36,13 +37,13 @@ def test_mlp_cu_compiles_for_sm90a(tmp_path, source, kernels_expected):
     assert "C7515" not in r.stderr, "wgmma serialized"
     kernels_built = re.findall(r"Compiling entry function '(\w+)'", r.stderr)
     assert len(kernels_built) == kernels_expected, f"expected {kernels_expected} instantiations, got {kernels_built}"
-    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", r.stderr)]
-    # One known exception: the per-thread-load dGELU epilogue (pre=0) on the 64x256 ping-pong tile,
-    # with and without clusters, spills 8 bytes since the producer's idle warps got side jobs (any
-    # code there tips it; 128x128, step 4 and the pre-by-TMA epilogue do not).
-    allowed = 8 if source == "mlp_pingpong.cu" else 0
-    assert spills and sum(1 for n in spills if n) <= (2 if allowed else 0) and max(spills) <= allowed, \
-        f"register spills:\n{r.stderr[-3000:]}"
+    spills = re.findall(r"Compiling entry function '(\w+)'.*?(\d+) bytes spill stores", r.stderr, re.S)
+    assert len(spills) == kernels_expected, r.stderr[-3000:]
+    # Known exceptions: the per-thread-load dGELU epilogue (pre=0, "14dgelu_epilogue" mangled) spills
+    # 8 bytes on the 64x256 ping-pong tile and 16 on step 4 in clusters (the producer's side jobs and
+    # the cluster bookkeeping tip it); every other kernel, the pre-by-TMA dGELU included, none.
+    bad = [(k, int(n)) for k, n in spills if int(n) and not ("14dgelu_epilogue" in k and int(n) <= 16)]
+    assert not bad, f"register spills: {bad}"
 
 
 def cpu_inputs(M=10, C=64, bias=True, dtype=torch.float32):
