@@ -105,6 +105,9 @@ struct layout {
     using c_tile = out_tile<typename Epi::out_t>;
     using a_gl = gl<bf16, runtime, runtime, a_tile>;
     using b_gl = std::conditional_t<Cfg::CLUSTER == 2, gl<bf16, runtime, runtime, b_tile, b_half>, gl<bf16, runtime, runtime, b_tile>>;
+    // Half h of a B tile is the tile's bytes [h·size, (h+1)·size) (K-major: row ranges, N-major:
+    // column blocks), 1024-byte aligned: what the pair producer multicasts.
+    static_assert(sizeof(b_half) * 2 == sizeof(b_tile) && sizeof(b_half) % 1024 == 0, "B halves must tile B");
     struct smem {
         a_tile a[Cfg::STAGES];
         b_tile b[Cfg::STAGES];
