@@ -14,6 +14,7 @@
 #   6. kernels/gemm_bench.py: GPT-2 shapes vs cuBLAS, 5 interleaved trials (issue 3's done-when)
 #   7. bench.py --ops mlp --compile-modes default: tk vs torch eager vs torch.compile, CUDA graphs,
 #      M = 16384 and 65536, C = 768 (issue 6's done-when, one run), if time is left
+#   8. compute-sanitizer memcheck and racecheck on small calls of the new kernels, if time is left
 # Results: OUT/summary.txt (compact) and OUT/logs.tgz (every log).
 cd "$(dirname "$0")/.."
 export LANE_LIMIT=${LANE_LIMIT:-228}
@@ -120,5 +121,30 @@ step 40 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --variants4 "$V
 step 70 bench_mlp.log env $MLP_ENV python3 bench.py --ops mlp --quick --compile-modes default --reps 30 --json "$OUT/bench_mlp.json"
 { echo "--- bench.py --ops mlp"; grep -vE "^===|^\s*$" "$L/bench_mlp.log" | tail -12; } | tee -a "$S"
 
+# 8. compute-sanitizer on small calls of the new kernels (pre by TMA on every schedule, clusters),
+#    if >= 45 s are left (or SANITIZE=1): memcheck, then racecheck (shared-memory hazards)
+cat > /tmp/h2_san.py <<'PY'
+import os, torch
+from kernels import gemm, mlp_op
+r = lambda *s: (torch.randn(*s, device="cuda") * 0.1).to(torch.bfloat16)
+specs = ["dgelu=6", "dgelu=5", "dgelu=4"] + (["fc=8,dgelu=8", "fc=9,dgelu=9"] if os.environ.get("TK_TEST_CLUSTER") != "0" else [])
+for s in specs:
+    mlp_op.set_schedule(s)
+    xs, w1, b1, w2, b2, g = r(333, 384), r(1536, 384), r(1536), r(384, 1536), r(384), r(333, 384)
+    y, pre, h = mlp_op.mlp_fwd(xs, w1, b1, w2, b2); mlp_op.mlp_bwd(g, xs, pre, h, w1, w2)
+if os.environ.get("TK_TEST_CLUSTER") != "0":
+    x, W, dy = r(200, 256), r(272, 256), r(512, 256)
+    gemm.matmul(x, W.t(), step=4, variant=5, bias=r(272), gelu=True)
+    gemm.matmul(dy.t(), r(512, 192), step=4, variant=5, splits=3)
+torch.cuda.synchronize(); print("sanitizer script done")
+PY
+for tool in memcheck racecheck; do
+  if [ $(( LIMIT - ($(date +%s) - START) )) -ge 45 ] || [ -n "$SANITIZE" ]; then
+    step 60 $tool.log compute-sanitizer --tool $tool --print-limit 5 python3 /tmp/h2_san.py
+    note "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitizer script done|Error' "$L/$tool.log" | head -4 | tr '\n' ' ')"
+  else
+    note "$tool skipped: under 45 s left (SANITIZE=1 forces it)"
+  fi
+done
 note "done in $(( $(date +%s) - START )) s"
 pack
