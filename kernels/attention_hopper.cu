@@ -68,6 +68,8 @@
 //     groups); the producer loads the next block's Q and K while the consumers finish this one
 //   7 6 in the old order; 8 persistent with one consumer and two CTAs per SM (D=64)
 //   9 6 with consumer 0's diagonal tile as a half tile (its second 64 keys are all masked)
+//   10 9 with lazy rescaling (softmax_tile's LAZY: O is multiplied only when a row's max grew
+//      by more than 2^8)
 // What is not here (yet): a TMA store epilogue; the backward pass is attention_hopper_bwd.cu.
 #include <algorithm>
 #include <cstdint>
@@ -175,7 +177,11 @@ __device__ inline void tree_sum(float (&t)[LEN]) {
 // Index of the j-th of this thread's N/4 accumulator elements in row half r (0: row0, 1: row0+8).
 __device__ constexpr int row_element(int r, int j) { return 4 * (j >> 1) + 2 * r + (j & 1); }
 
-template <int N, bool FAST>
+// LAZY (variant 10; FA4's trick): keep the old max while the new one is at most 8 above it in
+// log2 units of the scaled scores. The exponentials then stay <= 2^8, rescale is exactly 1 and
+// O need not be multiplied (the caller skips it when no row of the warp moved); O / l and the LSE
+// stay exact because O and l always share one max.
+template <int N, bool FAST, bool LAZY = false>
 __device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)[2], float (&rescale)[2],
                                     bool mask, bool causal, int row0, int col0, int seq_len,
                                     float scale_log2) {
@@ -208,6 +214,8 @@ __device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
         // A row with nothing unmasked yet keeps max -inf; subtract 0 then, so exp2(-inf) = 0
         // instead of exp2(-inf - -inf) = NaN (hopper-facts §11.1).
+        if constexpr (LAZY)
+            if (m[r] != -INFINITY && (mx - m[r]) * scale_log2 <= 8.f) mx = m[r];
         float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
         rescale[r] = exp2f(m[r] * scale_log2 - m_scaled);   // m_old = -inf -> 0
         m[r] = mx;
@@ -495,7 +503,7 @@ struct persistent_config : config<D, CONSUMERS> {
     static constexpr int smem_bytes = q_slots * C::q_bytes + 2 * stages * C::kv_bytes + 1024;   // 129 / 193 / 81 KB
 };
 
-template <int D, int CONSUMERS, bool HALF_TILE>
+template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
@@ -639,11 +647,12 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         auto scores_to_probabilities = [&](int n, bool half) {   // mask, online softmax (P stays in s_acc)
             if (half) {
                 if (needs_mask(n)) mask_tile<BN / 2>(first_half(s_acc.d), p.causal, row0, n * BN, p.seq_len);
-                softmax_tile<BN / 2, true>(first_half(s_acc.d), m, l, rescale, false, p.causal, row0, n * BN,
-                                           p.seq_len, p.scale_log2);
+                softmax_tile<BN / 2, true, LAZY>(first_half(s_acc.d), m, l, rescale, false, p.causal, row0, n * BN,
+                                                 p.seq_len, p.scale_log2);
             } else {
                 if (needs_mask(n)) mask_tile<BN>(s_acc.d, p.causal, row0, n * BN, p.seq_len);
-                softmax_tile<BN, true>(s_acc.d, m, l, rescale, false, p.causal, row0, n * BN, p.seq_len, p.scale_log2);
+                softmax_tile<BN, true, LAZY>(s_acc.d, m, l, rescale, false, p.causal, row0, n * BN, p.seq_len,
+                                             p.scale_log2);
             }
         };
         auto to_a_operand = [&](bool half) {             // P (bf16) as P·V's A operand; half: 4 k-steps
@@ -680,8 +689,10 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
             wgmma::fence_operand(o_acc);
             keep_alive(p_frag);
             release(v_empty[v_slot]);
+            if (!LAZY || __any_sync(0xffffffff, rescale[0] != 1.f || rescale[1] != 1.f)) {
 #pragma unroll
-            for (int i = 0; i < D / 2; ++i) o_acc.d[i] *= rescale[(i >> 1) & 1];
+                for (int i = 0; i < D / 2; ++i) o_acc.d[i] *= rescale[(i >> 1) & 1];
+            }
             to_a_operand(is_half(n));
         }
         turn_begin();
@@ -782,12 +793,12 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 }
 
 // One CTA (two with one consumer) per SM, each walking over query blocks (persistent_kernel).
-template <int D, int CONSUMERS = 2, bool HALF_TILE = false>
+template <int D, int CONSUMERS = 2, bool HALF_TILE = false, bool LAZY = false>
 cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, bool l2_groups) {
     using C = persistent_config<D, CONSUMERS>;
     kernel_params kp;
     if (cudaError_t e = make_params<D, C::block_m, C::block_n>(a, l2_groups, kp)) return e;
-    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE>;
+    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -833,7 +844,8 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //   7: 6 in the first kernels' order (no L2 groups), to tell the two changes apart
 //   8: persistent with one consumer and two CTAs per SM (as 4), L2 groups (D = 64; 128 runs 6)
 //   9: 6 with the half tile: consumer 0's diagonal tile (and a tail tile whose second half is all
-//      past the sequence) runs as N = 64
+//      past the sequence) runs its softmax and P·V over the first 64 keys only
+//  10: 9 with lazy rescaling
 // 1-4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant) {
     using namespace attention_hopper;
@@ -851,6 +863,7 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
     case 7: return d64 ? launch_persistent<64>(p, stream, false) : launch_persistent<128>(p, stream, false);
     case 8: return d64 ? launch_persistent<64, 1>(p, stream, true) : launch_persistent<128>(p, stream, true);
     case 9: return d64 ? launch_persistent<64, 2, true>(p, stream, true) : launch_persistent<128, 2, true>(p, stream, true);
+    case 10: return d64 ? launch_persistent<64, 2, true, true>(p, stream, true) : launch_persistent<128, 2, true, true>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -67,7 +67,8 @@ VARIANTS = {0: "default", 1: "2 consumers, ping-pong, plain softmax", 2: "2 cons
             6: "persistent: 1 CTA/SM over many query blocks, 2 consumers, ping-pong, L2 groups",
             7: "persistent in the old order (no L2 groups)",
             8: "persistent, 1 consumer, 2 CTAs/SM, L2 groups (D=64; D=128 runs 6)",
-            9: "6 with consumer 0's diagonal tile as a half tile (softmax and P.V of its first 64 keys)"}
+            9: "6 with consumer 0's diagonal tile as a half tile (softmax and P.V of its first 64 keys)",
+            10: "9 with lazy rescaling (the running max moves only when it grows by more than 2^8)"}
 
 
 OP = "tk Hopper attention"

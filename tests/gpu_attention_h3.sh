@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # tests/gpu_attention_h3.sh OUT_DIR — session 4 (H3): the Hopper attention forward's new variants
-# (5: L2 groups of heads; 6-9: persistent) and the D = 128 backward variant 3, on ONE H200,
+# (5: L2 groups of heads; 6-10: persistent) and the D = 128 backward variant 3, on ONE H200,
 # in <= 240 s with the builds (TORCH_EXTENSIONS_DIR=/tmp/ext). In order, each step under its own
 # limit and the lane's (tests/gpu_lib.sh; logs in OUT/logs, packed into OUT/logs.tgz; the
 # figures also in OUT/summary.txt):
 #   1 build the three attention extensions at once (python -m kernels --build)
-#   2 smoke: each new forward variant alone at T = 1000, D 64 and 128, under a hard limit, so a
+#   2 smoke: the new forward variants (6; 9 and 10; 8 and 5) at T = 1000, D 64 and 128, under a hard limit, so a
 #     variant that hangs (mbarrier phases) is dropped from the rest instead of eating the call
 #   3 backward variants 3 and 5 (D = 128), 4 (both) against float64 (test_attention_hopper_bwd.py)
 #   4 the forward's tests against float64 for every variant that passed the smoke (awkward T,
@@ -31,7 +31,7 @@ note "$(grep -E '^build |^built' "$L/build.log" | tr '\n' ' ')"
 # 2: smoke. Variant 7 is variant 6's kernel in another order: it stands or falls with 6 (and is
 # tested only in test_causal below); 5 is the old kernel in another order: it runs with 8.
 FWD_OK=""
-for vs in 6 9 "8 5"; do
+for vs in 6 "9 10" "8 5"; do
     if TK_ATTENTION_HOPPER_VARIANTS="$vs" step 25 "smoke_v${vs// /}.log" $PYT tests/test_attention_hopper.py -k "test_causal and 1000" \
         && grep -q " passed" "$L/smoke_v${vs// /}.log"; then   # (all skipped, without a GPU, is no pass)
         FWD_OK="$FWD_OK $vs"
@@ -107,7 +107,7 @@ for variant in map(int, sys.argv[1:]):
 torch.cuda.synchronize()
 print("ncu case ran", sys.argv[1:])
 PY
-NCU_VARIANTS="4"; for v in 6 9 8; do case " $FWD_OK " in *" $v "*) NCU_VARIANTS="$NCU_VARIANTS $v" ;; esac; done
+NCU_VARIANTS="4"; for v in 6 10 8; do case " $FWD_OK " in *" $v "*) NCU_VARIANTS="$NCU_VARIANTS $v" ;; esac; done
 step 60 ncu.log ncu --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
     --section WarpStateStats -k "regex:forward_kernel|persistent_kernel" python3 "$L/ncu_case.py" $NCU_VARIANTS
 grep -E "forward_kernel|persistent_kernel|Duration|DRAM Throughput|Memory Throughput|L2 Hit Rate|Compute \(SM\) Throughput|Stall|Issue Slots Busy|ERR" "$L/ncu.log" | head -60 > "$L/ncu_summary.txt"
