@@ -26,3 +26,6 @@ log_interval = 10
 weight_decay = 1e-1
 
 compile = True
+# DDP: buckets of 100 MB instead of PyTorch's 25. Two H200s, GPT-2 on tk, 32x1024 tokens per GPU
+# (session 4): 995,949 tok/s with 100 MB, 987,210 with 25 MB, against 532,256 on one GPU.
+ddp_bucket_cap_mb = 100
