@@ -186,11 +186,18 @@ __device__ inline void cluster_sync() {        // every thread of both CTAs; war
     asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
 #endif
 }
+// The arrive has the default (release, CTA scope) semantics, as CUTLASS's ClusterBarrier::arrive:
+// what it announces is that this thread's wgmmas have finished READING a stage (async proxy,
+// complete at wait_group), not data this thread wrote. Session 3 wrote `.release.cluster`
+// here: a cluster-scope release, ordering all of this thread's earlier memory operations before
+// the arrive, once per k-step per consumer warp. With it every cluster kernel ran at 0.3-0.85x
+// of its cluster-less twin (session 4's ncu: tensor pipe 36% vs 58%, step 5 64x256); it is the
+// suspected cause (kernels/NOTES.md, session 4).
 __device__ inline void arrive_on_cta(mbarrier& bar, uint32_t cta) {
 #ifdef TK_SM90
     uint32_t remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(&bar)), "r"(cta));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(remote) : "memory");
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" :: "r"(remote) : "memory");
 #endif
 }
 template <tma_tile S, typename G>
