@@ -59,6 +59,7 @@ using pingpong_64x256_cluster2 = config<1, 4, 2, 2>;    // 64x256, B (256 x 64) 
 using pingpong_64x256_inputs = config<1, 4, 4>;
 using pingpong_128x128_inputs = config<2, 5, 4>;
 using pingpong_64x256_cluster2_inputs = config<1, 4, 4, 2>;
+using pingpong_64x256_deep = config<1, 5, 1>;   // 5 stages, one staging box per warp (step 5 variant 5)
 
 constexpr int CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
 

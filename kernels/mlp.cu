@@ -80,7 +80,7 @@ int resolved_schedule(const tk_mlp::gemm_args& g, bool b_mn_major) {
 template <major MA, major MB, typename Epi>
 const char* launch(const tk_mlp::gemm_args& g) {
     if (g.M <= 0 || g.N <= 0 || g.K <= 0) return "tk_mlp: empty GEMM";
-    if (!tk_mlp::valid_schedule(g.schedule)) return "tk_mlp: schedule must be 0 (auto) or 4..9";
+    if (!tk_mlp::valid_schedule(g.schedule)) return "tk_mlp: schedule must be 0 (auto) or 4..10";
     const int schedule = resolved_schedule(g, MB == major::MN);
     constexpr bool inputs = gemm4::has_input_boxes<Epi>();
     auto make = [&] { return Epi::make(g); };
@@ -108,7 +108,8 @@ const char* linear_bias_gelu(const gemm_args& g) {
 const char* linear_bias(const gemm_args& g) { return launch<major::K, major::K, bias_epilogue>(g); }
 const char* linear_dgelu(const gemm_args& g) {
     if (!g.pre || !g.bias_grad_partial) return "tk_mlp: linear_dgelu needs pre and bias_grad_partial";
-    if (g.pre_tma && resolved_schedule(g, true) != SCHEDULE_PINGPONG_128x128_CLUSTER2)
+    const int schedule = resolved_schedule(g, true);
+    if (g.pre_tma && schedule != SCHEDULE_PINGPONG_128x128_CLUSTER2 && schedule != SCHEDULE_PINGPONG_64x256_DEEP)
         return launch<major::K, major::MN, dgelu_pre_tma_epilogue>(g);
     return launch<major::K, major::MN, dgelu_epilogue>(g);
 }
@@ -119,7 +120,8 @@ const char* weight_grad(const gemm_args& g) { return launch<major::MN, major::MN
 // (k-tiles per unit + the epilogue, worth ~3 k-tiles when it reduce-adds fp32); take the cheapest.
 int choose_splits(int M, int N, int K, int num_sms, int schedule) {
     const bool t128 = schedule == SCHEDULE_PINGPONG_128x128 || schedule == SCHEDULE_PINGPONG_128x128_CLUSTER2;
-    const int tm = t128 ? 128 : (schedule == SCHEDULE_PINGPONG_64x256 || schedule == SCHEDULE_PINGPONG_64x256_CLUSTER2) ? 64 : BM;
+    const int tm = t128 ? 128 : (schedule == SCHEDULE_PINGPONG_64x256 || schedule == SCHEDULE_PINGPONG_64x256_CLUSTER2 ||
+                                 schedule == SCHEDULE_PINGPONG_64x256_DEEP) ? 64 : BM;
     const int tn = t128 ? 128 : BN;
     const int tiles = ((M + tm - 1) / tm) * ((N + tn - 1) / tn);
     const int k_tiles = (K + BK - 1) / BK;

@@ -28,7 +28,8 @@ struct gemm_args {
     int schedule;               // which kernel runs it: SCHEDULE_AUTO (0) or one of the values below
     int pre_tma;                // linear_dgelu only: 1 = pre comes in by TMA into shared memory at the
                                 //   tile's start (dgelu_pre_tma_epilogue), 0 = per-thread loads in the
-                                //   epilogue (dgelu_epilogue). Schedule 7 (clusters) always takes 0.
+                                //   epilogue (dgelu_epilogue). Schedules 7 and 10 (fewer than 4 staging
+                                //   boxes per warp) always take 0.
     cudaStream_t stream;
 };
 
@@ -47,10 +48,14 @@ struct gemm_args {
 //                     question at K = 768; never picked by auto).
 //   STEP4_CLUSTER2    step 4's cooperative 128x256 tile in 2-CTA clusters sharing B (cuBLAS's
 //                     "128x256 2x1" design for these shapes; session 4; never picked by auto).
+//   PINGPONG_64x256_DEEP  ping-pong 64x256 with 5 stages and one staging box per warp (GEMM step
+//                     5 variant 5: 0.80-0.86x cuBLAS on the weight gradients where step 4 has
+//                     0.78-0.81x, session 4 call 2).
 // SCHEDULE_AUTO picks by shape (auto_schedule).
 constexpr int SCHEDULE_AUTO = 0, SCHEDULE_STEP4 = 4, SCHEDULE_PINGPONG_128x128 = 5, SCHEDULE_PINGPONG_64x256 = 6,
-              SCHEDULE_PINGPONG_128x128_CLUSTER2 = 7, SCHEDULE_PINGPONG_64x256_CLUSTER2 = 8, SCHEDULE_STEP4_CLUSTER2 = 9;
-inline bool valid_schedule(int s) { return s == 0 || (s >= 4 && s <= 9); }
+              SCHEDULE_PINGPONG_128x128_CLUSTER2 = 7, SCHEDULE_PINGPONG_64x256_CLUSTER2 = 8, SCHEDULE_STEP4_CLUSTER2 = 9,
+              SCHEDULE_PINGPONG_64x256_DEEP = 10;
+inline bool valid_schedule(int s) { return s == 0 || (s >= 4 && s <= 10); }
 // The rule SCHEDULE_AUTO applies, from the H200 measurements of session 3 (call 2): ping-pong
 // 64x256 when a tile's K loop is short (K <= 1024) and there is no split-K: c_fc's forward,
 // 0.293 -> 0.273 ms per MLP forward at M = 16384, C = 768 (plain GEMMs of that shape: 0.70x ->

@@ -121,9 +121,10 @@ void set_schedule(const std::vector<int64_t>& s) {
         raise_if(value_problem("tk_mlp: set_schedule takes 7 values (fc, proj, dgelu, dx, dw, side jobs, pre by TMA), got " +
                                std::to_string(s.size())));
     for (int i = 0; i < PRODUCTS; ++i)
-        if (s[i] < 0 || s[i] > 9 || !tk_mlp::valid_schedule(int(s[i])))
+        if (s[i] < 0 || s[i] > 10 || !tk_mlp::valid_schedule(int(s[i])))
             raise_if(value_problem("tk_mlp: a schedule is 0 (auto), 4 (step 4), 5 (ping-pong 128x128), 6 (ping-pong 64x256), "
-                                   "7 (ping-pong 128x128, 2-CTA clusters), 8 (ping-pong 64x256, 2-CTA clusters) or 9 (step 4, 2-CTA clusters), got " +
+                                   "7 (ping-pong 128x128, 2-CTA clusters), 8 (ping-pong 64x256, 2-CTA clusters), 9 (step 4, 2-CTA clusters) "
+                                   "or 10 (ping-pong 64x256, 5 stages), got " +
                                    std::to_string(s[i])));
     if (s[PRODUCTS] != 0 && s[PRODUCTS] != 1)
         raise_if(value_problem("tk_mlp: the side-jobs flag is 0 or 1, got " + std::to_string(s[PRODUCTS])));
@@ -266,7 +267,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("check_backward", &check_backward, "'' or what backward(dy, x, pre, h, w_fc, w_proj) would raise",
           py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"));
     m.def("set_schedule", &set_schedule,
-          "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma]): schedules 0 (auto) or 4..9 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1",
+          "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma]): schedules 0 (auto) or 4..10 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1",
           py::arg("schedules"));
     m.def("get_schedule", &get_schedule, "the seven values set_schedule last set");
     m.def("forward", &forward, "y, pre, h = forward(x, w_fc, b_fc|None, w_proj, b_proj|None)",

@@ -20,7 +20,7 @@ namespace tk_mlp::detail {
 const char* linear_bias_gelu_h_only(const gemm_args& g) {
     using Epi = bias_gelu_h_only_epilogue;
     if (g.M <= 0 || g.N <= 0 || g.K <= 0) return "tk_mlp: empty GEMM";
-    if (!valid_schedule(g.schedule)) return "tk_mlp: schedule must be 0 (auto) or 4..9";
+    if (!valid_schedule(g.schedule)) return "tk_mlp: schedule must be 0 (auto) or 4..10";
     const int schedule = g.schedule ? g.schedule : auto_schedule(g.M, g.N, g.K, g.splits, /*b_mn_major=*/false);
     const int splits = std::max(g.splits, 1);
     auto make = [&] { return Epi::make(g); };
@@ -42,6 +42,9 @@ const char* linear_bias_gelu_h_only(const gemm_args& g) {
             "tk_mlp", g.a, g.b, g.M, g.N, g.K, splits, g.num_sms, g.stream, make);
     case SCHEDULE_PINGPONG_64x256_CLUSTER2:
         return gemm5::launch<gemm5::pingpong_64x256_cluster2, major::K, major::K, Epi>(
+            "tk_mlp", g.a, g.b, g.M, g.N, g.K, splits, g.num_sms, g.stream, make);
+    case SCHEDULE_PINGPONG_64x256_DEEP:
+        return gemm5::launch<gemm5::pingpong_64x256_deep, major::K, major::K, Epi>(
             "tk_mlp", g.a, g.b, g.M, g.N, g.K, splits, g.num_sms, g.stream, make);
     }
     return "tk_mlp: unknown schedule";

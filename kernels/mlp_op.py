@@ -97,13 +97,14 @@ def check_backward(dy, x, pre, h, w_fc, w_proj, cuda=True):
     _check_matrix("h", h, M, H, x, cuda)
 
 
-# ---- 0b. which kernel schedule each GEMM runs (kernels/mlp.h: 0 auto, 4 step 4, 5-8 ping-pong, 9 step 4 clusters)
+# ---- 0b. which kernel schedule each GEMM runs (kernels/mlp.h: 0 auto, 4 step 4, 5-8 and 10 ping-pong, 9 step 4 clusters)
 
 PRODUCTS = ("fc", "proj", "dgelu", "dx", "dw")   # c_fc fwd, c_proj fwd, dGELU, dx, weight gradients
 SCHEDULES = {0: "auto by shape", 4: "step 4 (cooperative 128x256)", 5: "step 5 ping-pong 128x128",
              6: "step 5 ping-pong 64x256", 7: "step 5 ping-pong 128x128 in 2-CTA clusters (B multicast)",
              8: "step 5 ping-pong 64x256 in 2-CTA clusters (B multicast)",
-             9: "step 4 (cooperative 128x256) in 2-CTA clusters (B multicast)"}
+             9: "step 4 (cooperative 128x256) in 2-CTA clusters (B multicast)",
+             10: "step 5 ping-pong 64x256, 5 stages, one staging box per warp"}
 SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 
 

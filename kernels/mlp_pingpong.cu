@@ -23,7 +23,7 @@ const char* launch_pingpong(const gemm_args& g, int schedule) {
         if (schedule == SCHEDULE_PINGPONG_64x256_CLUSTER2)
             return gemm5::launch<gemm5::pingpong_64x256_cluster2_inputs, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K,
                                                                                       splits, g.num_sms, g.stream, make);
-        return "tk_mlp: input-box epilogues (pre by TMA) run on schedules 4, 5, 6 and 8 only";
+        return "tk_mlp: input-box epilogues (pre by TMA) run on schedules 4, 5, 6, 8 and 9 only";
     } else {
         if (schedule == SCHEDULE_PINGPONG_128x128)
             return gemm5::launch<gemm5::pingpong_128x128, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
@@ -37,6 +37,9 @@ const char* launch_pingpong(const gemm_args& g, int schedule) {
         if (schedule == SCHEDULE_PINGPONG_64x256_CLUSTER2)
             return gemm5::launch<gemm5::pingpong_64x256_cluster2, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
                                                                                g.num_sms, g.stream, make);
+        if (schedule == SCHEDULE_PINGPONG_64x256_DEEP)
+            return gemm5::launch<gemm5::pingpong_64x256_deep, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
+                                                                           g.num_sms, g.stream, make);
         return "tk_mlp: unknown ping-pong schedule";
     }
 }

@@ -62,10 +62,10 @@ print("cluster smoke done", flush=True)
 PY
 step 40 smoke.log python3 /tmp/h2_smoke.py
 grep -E "^smoke|cluster launch" "$L/smoke.log" | sort | uniq -c | sort -k2 | cut -c1-220 | tee -a "$S"
-MLP_ENV=""; SCHEDS="0;dgelu=4,pre=0;dgelu=4;dgelu=6,pre=0;0,side=0;fc=8,dgelu=8;fc=9,dgelu=9;9,dw=4"; V4=5; V5=4
+MLP_ENV=""; SCHEDS="0;dgelu=4,pre=0;dgelu=4;dgelu=6,pre=0;0,side=0;dw=10;dw=10,dx=10,proj=10;fc=8,dgelu=8;fc=9,dgelu=9;9,dw=4"; V4=5; V5=4,5
 if ! grep -q "cluster smoke done" "$L/smoke.log"; then
   note "CLUSTER SMOKE DID NOT FINISH: cluster kernels left out below"
-  export TK_TEST_CLUSTER=0; SCHEDS="0;dgelu=4,pre=0;dgelu=4;dgelu=6,pre=0;0,side=0"; V4=""; V5=1
+  export TK_TEST_CLUSTER=0; SCHEDS="0;dgelu=4,pre=0;dgelu=4;dgelu=6,pre=0;0,side=0;dw=10;dw=10,dx=10,proj=10"; V4=""; V5=5
 fi
 if ! grep -q "smoke done" "$L/smoke.log"; then
   note "SMOKE DID NOT FINISH: see smoke.log; the benches below run with pre=0 (session 3's dGELU epilogue)"

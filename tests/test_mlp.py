@@ -107,7 +107,8 @@ CLUSTER = pytest.mark.skipif(os.environ.get("TK_TEST_CLUSTER") == "0", reason="T
                                       "fc=6,dgelu=5,dw=6,side=0", "fc=6,dgelu=4,side=0,pre=0", "4,side=0",
                                       pytest.param("7", marks=CLUSTER), pytest.param("fc=7,dgelu=7,dw=5,side=0", marks=CLUSTER),
                                       pytest.param("8", marks=CLUSTER), pytest.param("fc=8,dgelu=8,pre=0", marks=CLUSTER),
-                                      pytest.param("9", marks=CLUSTER), pytest.param("fc=9,dgelu=9,pre=0", marks=CLUSTER)])
+                                      pytest.param("9", marks=CLUSTER), pytest.param("fc=9,dgelu=9,pre=0", marks=CLUSTER),
+                                      "10", "dw=10,dx=10,proj=10"])
 @pytest.mark.parametrize("M,C", SCHEDULE_SHAPES)
 def test_schedules_vs_float64(mlp, schedule, M, C):
     bias = M % 2 == 1
@@ -205,7 +206,7 @@ def test_inference_dispatch_and_no_pre(mlp, monkeypatch):
 
 
 def test_set_schedule_refuses_bad_values(mlp):
-    for bad in ["10", "fc=3", "conv=5", "fc:5"]:
+    for bad in ["11", "fc=3", "conv=5", "fc:5"]:
         with pytest.raises(ValueError, match="schedule"):
             mlp.set_schedule(bad)
     for bad in ["side=2", "fc=5,side=x"]:
@@ -216,7 +217,7 @@ def test_set_schedule_refuses_bad_values(mlp):
     with pytest.raises(ValueError, match="7 values"):
         mlp._ext.module.set_schedule([4, 4])
     with pytest.raises(ValueError, match="schedule is 0"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 10, 1, 1])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 11, 1, 1])
     with pytest.raises(ValueError, match="side-jobs flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 2, 1])
     with pytest.raises(ValueError, match="pre-by-TMA flag"):

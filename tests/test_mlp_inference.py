@@ -1,6 +1,6 @@
 """CPU tests of the MLP's evaluation forward (kernels/mlp_inference.cu, forward_inference in
 kernels/mlp_bindings.cpp, the dispatch in kernels/mlp_op.py's mlp()): the .cu compiles for
-sm_90a (its six schedules, no spills), and mlp() picks forward_inference exactly when no
+sm_90a (its seven schedules, no spills), and mlp() picks forward_inference exactly when no
 gradient can be asked for, unless TK_MLP_INFERENCE=0, and never under torch.compile. The
 extension is replaced by a fake (as tests/test_fast_path.py does). The GPU checks (bit-identical
 y, float64 reference, no pre allocated) are in tests/test_mlp.py."""
@@ -34,7 +34,7 @@ def test_mlp_inference_cu_compiles_for_sm90a(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "C7508" not in r.stderr and "C7515" not in r.stderr, r.stderr[-3000:]
     built = re.findall(r"Compiling entry function '(\w+)'", r.stderr)
-    assert len(built) == 6 and all("bias_gelu_h_only" in k for k in built), built
+    assert len(built) == 7 and all("bias_gelu_h_only" in k for k in built), built
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", r.stderr)]
     assert spills and max(spills) == 0, r.stderr[-3000:]
 
