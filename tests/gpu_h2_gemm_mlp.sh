@@ -8,11 +8,11 @@
 #   3. pytest tests/test_mlp.py, then tests/test_gemm.py (steps 0, 4, 5): correctness first
 #   4. kernels/mlp_bench.py --kernels at M = 16384: the MLP fwd+bwd per schedule, interleaved with
 #      torch eager, and every kernel's time per schedule (torch.profiler)
-#   5. kernels/gemm_bench.py: GPT-2 shapes vs cuBLAS, 5 interleaved trials (issue 3's done-when),
-#      with step 4 and step 5 in 2-CTA clusters
-#   6. bench.py --ops mlp --compile-modes default: tk vs torch eager vs torch.compile, CUDA graphs,
-#      M = 16384 and 65536, C = 768 (issue 6's done-when, one run); then the fastest schedule of
-#      step 4 (if not the default) in bench.py too, without torch.compile
+#   5. bench.py --ops mlp --compile-modes default: tk vs torch eager vs torch.compile, CUDA graphs,
+#      M = 16384 and 65536, C = 768 (issue 6's done-when, one run); then the fastest schedule in
+#      step 4's table (if not the default) in bench.py too, without torch.compile
+#   6. kernels/gemm_bench.py: GPT-2 shapes vs cuBLAS, 5 interleaved trials (issue 3's done-when),
+#      with step 4 and step 5 in 2-CTA clusters and step 5's 5-stage variant
 #   7. ncu of the dGELU kernel and the cluster kernels, if >= 45 s are left
 #   8. compute-sanitizer memcheck and racecheck on small calls of the new kernels, if time is left
 # Results: OUT/summary.txt (compact) and OUT/logs.tgz (every log).
@@ -86,17 +86,17 @@ step 45 mlp_bench.log python3 -m kernels.mlp_bench --M 16384 --kernels --trials 
 BEST=$(awk '/^  tk\[/ {ms=$2+0; if (best == "" || ms < bms) {best=$1; bms=ms}} END {print best}' "$L/mlp_bench.log" | sed 's/^tk\[//; s/\]$//')
 note "fastest schedule in mlp_bench: ${BEST:-none}"
 
-# 5. issue 3's table: GPT-2 shapes vs cuBLAS (auto = step 5 64x256 at K <= 1024), 5 interleaved trials
-step 40 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --variants4 "$V4" --variants5 "$V5" --trials 5 --iters 20
-{ echo "--- gemm_bench (TFLOP/s, ratio to torch in the same trials)"; grep -vE "^===|^rc=" "$L/gemm_bench.log"; } | tee -a "$S"
-
-# 6. issue 6's table: tk (default schedule) vs eager vs torch.compile, CUDA graphs, one run
+# 5. issue 6's table: tk (default schedule) vs eager vs torch.compile, CUDA graphs, one run
 step 70 bench_mlp.log env $MLP_ENV python3 bench.py --ops mlp --quick --compile-modes default --reps 30 --json "$OUT/bench_mlp.json"
 { echo "--- bench.py --ops mlp"; grep -vE "^===|^\s*$" "$L/bench_mlp.log" | tail -12; } | tee -a "$S"
 if [ -n "$BEST" ] && [ "$BEST" != "0" ] && [ -z "$MLP_ENV" ]; then
   step 40 bench_mlp_best.log env TK_MLP_SCHEDULE="$BEST" python3 bench.py --ops mlp --quick --compile-modes "" --reps 30 --json "$OUT/bench_mlp_best.json"
   { echo "--- bench.py --ops mlp with TK_MLP_SCHEDULE=$BEST (no torch.compile)"; grep -vE "^===|^\s*$" "$L/bench_mlp_best.log" | tail -8; } | tee -a "$S"
 fi
+
+# 6. issue 3's table: GPT-2 shapes vs cuBLAS (auto = step 5 64x256 at K <= 1024), 5 interleaved trials
+step 40 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --variants4 "$V4" --variants5 "$V5" --trials 5 --iters 10
+{ echo "--- gemm_bench (TFLOP/s, ratio to torch in the same trials)"; grep -vE "^===|^rc=" "$L/gemm_bench.log"; } | tee -a "$S"
 
 # 7. ncu of the dGELU kernel and the cluster kernels, if >= 45 s are left
 cat > /tmp/h2_ncu.py <<'PY'
