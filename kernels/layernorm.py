@@ -29,9 +29,11 @@ of each element's index (layernorm.cu, "dropout"; dropout_keep_mask below is its
 so the backward regenerates it from the saved seed and nothing but the seed is saved.
 """
 import math
+import os
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from . import _preflight_checks, checks, register_tk
@@ -403,6 +405,11 @@ def dropout_keep_mask(seed, rows, cols, p):
     return (bits >= np.uint64(threshold)).reshape(rows, cols)
 
 
+# For A/B runs of the mask itself: TK_LAYERNORM_DROPOUT=unfused drops the residual with F.dropout
+# (torch's mask, its own kernels) before the kernel, as model.py did before session 4.
+DROPOUT_UNFUSED = os.environ.get("TK_LAYERNORM_DROPOUT", "") == "unfused"
+
+
 def add_layernorm(x, residual, weight, bias, eps=1e-5, dropout_p=0.0):
     """h = x + residual (residual may be None); y = LayerNorm(h). Returns (y, h).
     With dropout_p > 0 (training): h = x + dropout(residual, dropout_p), in the same kernel
@@ -420,6 +427,8 @@ def add_layernorm(x, residual, weight, bias, eps=1e-5, dropout_p=0.0):
     eager = not torch.compiler.is_compiling()
     y_bf16 = _autocast_bf16()
     check_dropout_p(dropout_p)
+    if DROPOUT_UNFUSED and residual is not None and dropout_p > 0:
+        residual, dropout_p = F.dropout(residual, dropout_p), 0.0
     if residual is None:   # (nothing to drop)
         op = _LayerNormEager.apply if eager else layernorm_fwd
         y, _, _ = op(x.contiguous(), weight.contiguous(), _contiguous(bias), float(eps), y_bf16)

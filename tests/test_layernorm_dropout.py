@@ -536,3 +536,16 @@ def test_why_not_refuses_dropout_of_a_wider_residual(ln):
     assert L.why_not(r, x, w, b, 1e-5, 0.2) is not None        # bf16 x, fp32 residual: swapped in the kernel
     assert L.why_not(r, x, w, b, 1e-5) is None                  # fine without dropout
     assert L.why_not(x, r, w, b, 1e-5, 0.2) is None
+
+
+def test_cpu_unfused_switch_drops_with_f_dropout(drop_ext, monkeypatch):
+    """TK_LAYERNORM_DROPOUT=unfused (A/B runs): F.dropout's mask before the kernel, no seed drawn."""
+    monkeypatch.setattr(L, "DROPOUT_UNFUSED", True)
+    x, r, w, b = ln_inputs(rows=64, cols=128)
+    torch.manual_seed(0)
+    y, h = L.add_layernorm(x, r, w, b, 1e-5, 0.5)
+    assert drop_ext.seeds == []
+    added = h - x
+    kept = added != 0
+    torch.testing.assert_close(added[kept], (r / 0.5)[kept])
+    assert 0.35 < kept.float().mean().item() < 0.65
