@@ -13,7 +13,8 @@
 #   5. what lane time is left: the no-dropout layernorm tests at the model widths (the p=0 path
 #      after this session's changes to the bindings and launchers)
 # Usage: bash tests/gpu_layernorm_dropout.sh OUT. Logs: OUT/logs.tgz (logs/*.log), OUT/summary.txt.
-# FINAL=1 (the second call, ~220 s): 1, then an A/B of the dropout mask: shakespeare --kernels=tk,
+# FINAL=1 (the second call, ~220 s): 1, the GPU tests of the masks' independence (in the model,
+# across layers and steps; per graph replay; per call), then an A/B of the mask: shakespeare --kernels=tk,
 # 1500 iterations, seeds AB_SEEDS (default 1337 1 2 3 4 5), each with the fused mask and with
 # F.dropout's (TK_LAYERNORM_DROPOUT=unfused), AB_PARALLEL (6) runs at once: logs/ab_summary.txt
 # compares the best val losses; then, if time is left, ncu of the layernorm kernels at 16384x768 /
@@ -33,6 +34,9 @@ if [ -n "${FINAL:-}" ]; then
     # 1500 iterations (best val is at 1250-1500; lr schedule as in the 5000-iteration run) for each
     # seed with the fused mask and with F.dropout's (TK_LAYERNORM_DROPOUT=unfused), AB_PARALLEL runs
     # at once on the GPU (only the losses are read here, not the times).
+    step 45 pytest.log python3 -m pytest -q -rfEs --tb=short tests/test_layernorm_dropout.py \
+        -k "model_masks or graph_replays or keep_rate_on_the_gpu" || status=1
+    note "pytest (masks in the model, per replay, per call): $(grep -E '(passed|failed|error)' "$L/pytest.log" | tail -1)"
     SEEDS=${AB_SEEDS:-1337 1 2 3 4 5}
     PAR=${AB_PARALLEL:-6}
     run_ab() {   # run_ab SEED ARM

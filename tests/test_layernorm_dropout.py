@@ -549,3 +549,49 @@ def test_cpu_unfused_switch_drops_with_f_dropout(drop_ext, monkeypatch):
     kept = added != 0
     torch.testing.assert_close(added[kept], (r / 0.5)[kept])
     assert 0.35 < kept.float().mean().item() < 0.65
+
+
+@needs_cuda
+def test_model_masks_are_fresh_per_layer_and_per_step(ln, monkeypatch):
+    """The real model in training (bf16 autocast, tk layernorm): every add with a branch drops it
+    with keep rate ~0.8, and the masks of different layers and of the same layer in consecutive
+    steps agree as independent masks would (q^2 + (1-q)^2 of the elements)."""
+    from model import GPT, GPTConfig
+    calls = []
+    real = kernels.add_layernorm
+
+    def spy(x, residual, weight, bias, eps=1e-5, dropout_p=0.0):
+        y, h = real(x, residual, weight, bias, eps, dropout_p)
+        if residual is not None and dropout_p > 0:
+            calls.append((x.detach().clone(), residual.detach().clone(), h.detach().clone()))
+        return y, h
+    monkeypatch.setattr(kernels, "add_layernorm", spy)
+    kernels.configure("auto", layernorm="tk")
+    try:
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(block_size=128, vocab_size=65, n_layer=4, n_head=4, n_embd=256, dropout=0.2)).cuda()
+        model.train()
+        idx = torch.randint(0, 65, (16, 128), device="cuda")
+        for _ in range(2):
+            with torch.autocast("cuda", dtype=BF16):
+                _, loss = model(idx, idx)
+            loss.backward()
+    finally:
+        kernels.configure("auto")
+    assert len(calls) == 2 * 2 * 4   # per step: ln_2 of each block, ln_1 of blocks 1..3, ln_f
+    masks = []
+    for x, r, h in calls:
+        assert h.dtype == F32 and r.dtype == BF16   # the fp32 stream and the bf16 branch
+        # where r is not tiny next to x, a kept element changes h (2^-24 relative would do)
+        visible = r.float().abs() > 1e-5 * x.abs().clamp_min(1e-3)
+        masks.append((h != x, visible))
+    q = keep_prob(0.2)
+    for kept, visible in masks:
+        rate = kept[visible].float().mean().item()
+        assert abs(rate - q) < 0.004, rate   # ~7 sd of 5e5 draws
+    agree = q * q + (1 - q) ** 2
+    for i in range(len(masks)):
+        for j in range(i + 1, len(masks)):
+            both = masks[i][1] & masks[j][1]
+            same = (masks[i][0] == masks[j][0])[both].float().mean().item()
+            assert abs(same - agree) < 0.004, (i, j, same)
