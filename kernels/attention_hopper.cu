@@ -70,6 +70,8 @@
 //   9 6 with consumer 0's diagonal tile as a half tile (its second 64 keys are all masked)
 //   10 9 with lazy rescaling (softmax_tile's LAZY: O is multiplied only when a row's max grew
 //      by more than 2^8)
+//   11-14 dynamic scheduling (a global counter hands out the items): 11 = 10, 12 = 9, 13 = one
+//      consumer and two CTAs per SM with the half tile and lazy rescaling, 14 = 11 without ping-pong
 // What is not here (yet): a TMA store epilogue; the backward pass is attention_hopper_bwd.cu.
 #include <algorithm>
 #include <cstdint>
@@ -113,9 +115,12 @@ struct config {
 };
 
 // Which variant runs by default (see attention_hopper_forward_variant at the bottom): the fastest
-// on the H200 (kernels/NOTES.md): D = 64, one consumer and two CTAs per SM (239 TFLOP/s at the
-// GPT-2 shape, against 225 for variant 2); D = 128, two consumers with ping-pong.
-constexpr int DEFAULT_VARIANT_D64 = 4, DEFAULT_VARIANT_D128 = 2;
+// that passed its tests on the H200 (kernels/NOTES.md, session 4 H3): D = 64, variant 8
+// (persistent, one consumer, two CTAs per SM: 0.095-0.099 ms at the GPT-2 shape against 0.118
+// for session 3's variant 4); D = 128, variant 5 (variant 2 in L2 groups of heads: 0.522 ms at
+// (4, 16, 4096) against 0.526; the persistent variants were slower there: a fixed stride over
+// items of 1 to 32 tiles leaves SMs idle at the end).
+constexpr int DEFAULT_VARIANT_D64 = 8, DEFAULT_VARIANT_D128 = 5;
 
 struct kernel_params {
     CUtensorMap q_map, k_map, v_map;                    // 4-D maps {dim, seq, heads, batch}
@@ -503,16 +508,26 @@ struct persistent_config : config<D, CONSUMERS> {
     static constexpr int smem_bytes = q_slots * C::q_bytes + 2 * stages * C::kv_bytes + 1024;   // 129 / 193 / 81 KB
 };
 
-template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false>
+// Dynamic scheduling (DYNAMIC, variants 11-14): the next item is whatever a global counter hands
+// out (atomicAdd), so a CTA that drew short items takes more of them; the static order (item +
+// gridDim.x) left up to a quarter of the SMs' time idle at the end with L2 groups (ncu: 155k of
+// 181k cycles active; the items of a group are sorted by cost, so a fixed stride gives some CTAs
+// mostly heavy ones). The counter resets itself: the last CTA to finish taking items zeroes it,
+// so launches on ONE stream (and CUDA graph replays) each start from 0. Two launches of these
+// variants running at once on different streams would share it: not supported.
+__device__ unsigned int g_items_taken = 0, g_ctas_done = 0;
+
+template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool PINGPONG_ON = true>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
     using namespace tk;
-    constexpr bool PINGPONG = CONSUMERS == 2;
+    constexpr bool PINGPONG = CONSUMERS == 2 && PINGPONG_ON;
     constexpr int BM = C::block_m, BN = C::block_n, S = C::stages, QS = C::q_slots;
 
     extern __shared__ uint8_t smem_raw[];
     __shared__ mbarrier q_full[QS], q_empty[QS], k_full[S], k_empty[S], v_full[S], v_empty[S];
+    __shared__ int item_of[QS];                         // the item whose Q is in each slot; -1: no more
     const uint32_t smem = (smem_addr(smem_raw) + 1023) & ~1023u;
     auto q_tile = [&](int s) { return smem + s * C::q_bytes; };
     auto k_tile = [&](int s) { return smem + QS * C::q_bytes + s * C::kv_bytes; };
@@ -544,7 +559,17 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         warpgroup_decrease_registers<C::producer_regs>();
         if (threadIdx.x / 32 == 0 && elect_one()) {
             int tile = 0;                                // K/V tiles loaded so far (this CTA)
-            for (int item = blockIdx.x, j = 0; item < n_items; item += gridDim.x, ++j) {
+            for (int item = blockIdx.x, j = 0;; ++j) {
+                const int qs = j % QS;
+                mbar::wait(q_empty[qs], ((j / QS) & 1) ^ 1);
+                if (item >= n_items) {                   // tell the consumers there is no more
+                    item_of[qs] = -1;
+                    mbar::arrive(q_full[qs]);
+                    break;
+                }
+                item_of[qs] = item;                      // published by q_full's phase (release)
+                // The next item, asked for now so the atomic's latency hides under this item's copies.
+                const int next = DYNAMIC ? int(gridDim.x + atomicAdd(&g_items_taken, 1u)) : item + gridDim.x;
                 const work_item w = item_at(item, p);
                 const int n_tiles = tiles_of(w.m_block);
                 auto load = [&](uint32_t dst, const CUtensorMap* map, int row, int bytes, mbarrier& bar) {
@@ -558,8 +583,6 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                     mbar::arrive_expect_bytes(full[s], C::kv_bytes);
                     load(is_k ? k_tile(s) : v_tile(s), is_k ? &p.k_map : &p.v_map, n * BN, C::kv_bytes, full[s]);
                 };
-                const int qs = j % QS;
-                mbar::wait(q_empty[qs], ((j / QS) & 1) ^ 1);
                 mbar::arrive_expect_bytes(q_full[qs], C::q_bytes);
                 load(q_tile(qs), &p.q_map, w.m_block * BM, C::q_bytes, q_full[qs]);
                 load_kv(0, k_empty, k_full, true);
@@ -569,6 +592,13 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 }
                 load_kv(n_tiles - 1, v_empty, v_full, false);
                 tile += n_tiles;
+                item = next;
+            }
+            if constexpr (DYNAMIC) {                     // the last CTA done taking items resets the counter
+                if (atomicAdd(&g_ctas_done, 1u) == gridDim.x - 1) {
+                    atomicExch(&g_items_taken, 0u);
+                    atomicExch(&g_ctas_done, 0u);
+                }
             }
         }
         return;
@@ -598,12 +628,16 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     ring_pos<S> k_pos, v_pos;                           // the next K and V tile in the ring
 
     if (PINGPONG && c == 1) named_arrive<256>(1);       // consumer 0 goes first
-    for (int item = blockIdx.x, j = 0; item < n_items; item += gridDim.x, ++j) {
+    for (int j = 0;; ++j) {
+        const int qs = j % QS;
+        mbar::wait(q_full[qs], (j / QS) & 1);
+        // The same in every thread; the shfl tells ptxas so (see c above).
+        const int item = __shfl_sync(0xffffffff, item_of[qs], 0);
+        if (item < 0) break;
         const work_item w = item_at(item, p);
         const int n_tiles = tiles_of(w.m_block);
         const int first_row = w.m_block * BM + 64 * c;   // this warpgroup's first query row
         const int row0 = first_row + 16 * warp + lane / 4;
-        const int qs = j % QS;
 
         // HALF_TILE: is the last tile's second half (keys n·BN + BN/2 ..) masked for every row of this
         // warpgroup? (Causal: consumer 0's diagonal tile, always; else a short sequence tail.) Then
@@ -665,7 +699,6 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
 
 #pragma unroll
         for (int r = 0; r < 2; ++r) { m[r] = -INFINITY; l[r] = 0.f; }
-        mbar::wait(q_full[qs], (j / QS) & 1);
 
         turn_begin();
         int k_slot = issue_qk();
@@ -793,12 +826,13 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 }
 
 // One CTA (two with one consumer) per SM, each walking over query blocks (persistent_kernel).
-template <int D, int CONSUMERS = 2, bool HALF_TILE = false, bool LAZY = false>
+template <int D, int CONSUMERS = 2, bool HALF_TILE = false, bool LAZY = false, bool DYNAMIC = false,
+          bool PINGPONG = true>
 cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, bool l2_groups) {
     using C = persistent_config<D, CONSUMERS>;
     kernel_params kp;
     if (cudaError_t e = make_params<D, C::block_m, C::block_n>(a, l2_groups, kp)) return e;
-    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY>;
+    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, PINGPONG>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -846,6 +880,11 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //   9: 6 with the half tile: consumer 0's diagonal tile (and a tail tile whose second half is all
 //      past the sequence) runs its softmax and P·V over the first 64 keys only
 //  10: 9 with lazy rescaling
+//  11: 10 with dynamic scheduling (an atomic counter hands out the items)
+//  12: 9 with dynamic scheduling
+//  13: one consumer, two CTAs per SM (as 8) with the half tile, lazy rescaling and dynamic
+//      scheduling (D = 64; 128 runs 11)
+//  14: 11 without ping-pong
 // 1-4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant) {
     using namespace attention_hopper;
@@ -864,6 +903,14 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
     case 8: return d64 ? launch_persistent<64, 1>(p, stream, true) : launch_persistent<128>(p, stream, true);
     case 9: return d64 ? launch_persistent<64, 2, true>(p, stream, true) : launch_persistent<128, 2, true>(p, stream, true);
     case 10: return d64 ? launch_persistent<64, 2, true, true>(p, stream, true) : launch_persistent<128, 2, true, true>(p, stream, true);
+    case 11: return d64 ? launch_persistent<64, 2, true, true, true>(p, stream, true)
+                        : launch_persistent<128, 2, true, true, true>(p, stream, true);
+    case 12: return d64 ? launch_persistent<64, 2, true, false, true>(p, stream, true)
+                        : launch_persistent<128, 2, true, false, true>(p, stream, true);
+    case 13: return d64 ? launch_persistent<64, 1, true, true, true>(p, stream, true)
+                        : launch_persistent<128, 2, true, true, true>(p, stream, true);
+    case 14: return d64 ? launch_persistent<64, 2, true, true, true, false>(p, stream, true)
+                        : launch_persistent<128, 2, true, true, true, false>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }

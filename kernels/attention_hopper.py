@@ -68,7 +68,11 @@ VARIANTS = {0: "default", 1: "2 consumers, ping-pong, plain softmax", 2: "2 cons
             7: "persistent in the old order (no L2 groups)",
             8: "persistent, 1 consumer, 2 CTAs/SM, L2 groups (D=64; D=128 runs 6)",
             9: "6 with consumer 0's diagonal tile as a half tile (softmax and P.V of its first 64 keys)",
-            10: "9 with lazy rescaling (the running max moves only when it grows by more than 2^8)"}
+            10: "9 with lazy rescaling (the running max moves only when it grows by more than 2^8)",
+            11: "10 with dynamic scheduling (a global counter hands out the query blocks)",
+            12: "9 with dynamic scheduling",
+            13: "1 consumer, 2 CTAs/SM, half tile, lazy rescaling, dynamic scheduling (D=64; D=128 runs 11)",
+            14: "11 without ping-pong"}
 
 
 OP = "tk Hopper attention"
@@ -123,10 +127,10 @@ BACKWARD_HEAD_DIMS = (64, 128)
 
 
 # The backward's variants (attention_hopper_backward_variant in the .cu); 0 is the default.
-BACKWARD_VARIANTS = {0: "default (2 for D=64, 1 for D=128)", 1: "five products in turn, 2 slots",
+BACKWARD_VARIANTS = {0: "default (4 for D=64, 5 for D=128)", 1: "five products in turn, 2 slots",
                      2: "3 slots, two dQ buffers, masked first block skipped (D=64; D=128 runs 1)",
                      3: "dQ split by columns over both consumers (D=128; D=64 runs its default)",
-                     4: "the default's kernel (2 for D=64, 1 for D=128) with the CTAs in L2 groups of heads",
+                     4: "session 3's default kernel (2 for D=64, 1 for D=128) with the CTAs in L2 groups of heads",
                      5: "3 with L2 groups of heads (D=128; D=64 runs 4)"}
 
 

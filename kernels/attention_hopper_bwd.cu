@@ -73,9 +73,9 @@
 //
 // ---- Variants (attention_hopper_backward_variant at the bottom; figures in kernels/NOTES.md) ----
 //   1  as pictured: 2 slots, one dQ buffer per consumer (thread 0 waits until the previous
-//      reduce-add has read it, then two bar.syncs around the write). D = 128 always runs this,
-//      with dQ issued only after dV and dK finished (register budget: see ds_dk_dq).
-//   2  (D = 64, default) 3 slots, two dQ buffers per consumer (one bar.sync, and the wait is
+//      reduce-add has read it, then two bar.syncs around the write). D = 128 runs it with dQ
+//      issued only after dV and dK finished (register budget: see ds_dk_dq).
+//   2  (D = 64) 3 slots, two dQ buffers per consumer (one bar.sync, and the wait is
 //      for the copy before last), and consumer 1 skips the first query block, which lies
 //      entirely left of its keys (causal).
 // Tried and dropped, because ptxas then serializes every wgmma: issuing block i+1's Sᵀ, dPᵀ
@@ -89,6 +89,8 @@
 //      the bulk reduce-add traffic (each column half is added once per key block, not twice),
 //      32 dQ accumulators instead of 64 (so dQ need not wait for dV and dK), at the price of a
 //      bar.sync of both consumers per query block (id 3) instead of one per consumer.
+//   4  (D = 64, default) 2 (D = 128: 1) with the CTAs in L2 groups of heads (block_at)
+//   5  (D = 128, default) 3 with the CTAs in L2 groups of heads (D = 64 runs 4)
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
@@ -173,8 +175,11 @@ __device__ inline block_item block_at(int i, const kernel_params& p) {
 }
 
 constexpr float LOG2E = 1.4426950408889634f;
-constexpr int DEFAULT_VARIANT_D64 = 2;   // see attention_hopper_backward_variant at the bottom
-constexpr int DEFAULT_VARIANT_D128 = 1;  // 3 is not yet measured on the H200
+// The defaults (attention_hopper_backward_variant at the bottom), from session 4's first H200 call
+// (kernels/NOTES.md, H3): the op with backward 4 (D = 64) / 5 (D = 128) gave GPT-2 fwd+bwd 0.402 ms
+// (0.458 with 2) and (4, 16, 4096, 128) fwd+bwd 2.061 ms (2.661 with 1); cuDNN 0.509 / 2.311.
+constexpr int DEFAULT_VARIANT_D64 = 4;
+constexpr int DEFAULT_VARIANT_D128 = 5;
 
 using tk::sm80::exp2_approx;   // ex2.approx.ftz
 using tk::sm80::pack_bf16x2;   // lo -> low 16 bits (lower address)

@@ -529,8 +529,10 @@ cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream)
 // 0 = (4, 1, 64), 1 = (8, 1, 64), 2 = (4, 1, 128), 3 = (4, 2, 64) (head_dim 64 only: with 128 the
 // accumulators of two row tiles do not fit in registers). DEFAULT_FWD_VARIANT is the fastest
 // measured on the H200 (kernels/NOTES.md); TK_ATTENTION_FWD_VARIANT overrides it (bench.py).
+// D = 64: variant 3 (two row tiles per warp): 0.137 ms at the GPT-2 shape against 0.163 for
+// variant 0 and FA2's 0.136 (session 4, H3's first call).
 template <int D>
-constexpr int DEFAULT_FWD_VARIANT = 0;
+constexpr int DEFAULT_FWD_VARIANT = D == 64 ? 3 : 0;
 
 template <int D, bool CAUSAL>
 cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream) {

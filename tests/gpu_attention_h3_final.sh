@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # tests/gpu_attention_h3_final.sh OUT_DIR — session 4 (H3), the second call: the attention
-# kernels AS THE DEFAULTS NOW ARE (after call 2 picked them), on ONE H200, in <= 230 s with the
-# builds (TORCH_EXTENSIONS_DIR=/tmp/ext). Each step under its own limit and the lane's
-# (tests/gpu_lib.sh; logs in OUT/logs, packed into OUT/logs.tgz; figures in OUT/summary.txt):
+# kernels with the defaults chosen from the first call (Hopper forward 8 / 5, backward 4 / 5 for
+# D = 64 / 128, portable forward 3 for D = 64) and the dynamically scheduled forward variants
+# 11-14, on ONE H200, in <= 230 s with the builds (TORCH_EXTENSIONS_DIR=/tmp/ext). Each step under
+# its own limit and the lane's (tests/gpu_lib.sh; logs in OUT/logs, packed into OUT/logs.tgz;
+# figures in OUT/summary.txt):
 #   1 build the three attention extensions at once
-#   2 a smoke run of the default forward and backward under a hard limit (a hang stops here)
-#   3 the forward's tests (every variant in FWD_VARIANTS, and the default) vs float64
-#   4 the backward's tests (every variant in BWD_VARIANTS, and the default) vs float64
-#   5 the model's path: loss and gradients tk vs torch, torch.compile, opcheck
-#   6 compute-sanitizer memcheck of the default forward + backward on small awkward shapes
-#   7 bench.py --quick attention rows: tk (the defaults), tk-hopper, tk-portable, cuDNN, FA2, eager
+#   2 smoke: the default forward and backward, then variants 11-14 (one process), each under a
+#     hard limit (a hang of the defaults stops the script; of 11-14, drops them)
+#   3 the forward's tests vs float64: the defaults, 5, 8 and the new variants that passed
+#   4 the backward's tests vs float64: the defaults and variants 4, 5
+#   5 bench.py attention rows (gpt2, shakespeare-char, t4096-d128; fwd, fwd+bwd): tk (the
+#     defaults), the forward variants one by one, tk-portable, eager, cuDNN, FA2
+#   6 tests/test_attention.py: the portable kernel (its new default forward), the model's loss and
+#     gradients tk vs torch, torch.compile, opcheck
+#   7 compute-sanitizer memcheck of the default forward + backward on small awkward shapes
 # Checked here without a GPU: bash -n; LANE_LIMIT=60 runs every step to its failure.
 set -uo pipefail
 LANE_LIMIT=${LANE_LIMIT:-230}
-FWD_VARIANTS=${FWD_VARIANTS:-"4 6 9"}
-BWD_VARIANTS=${BWD_VARIANTS:-"2 4 5"}
 source tests/gpu_lib.sh "${1:?usage: tests/gpu_attention_h3_final.sh OUT_DIR}"
 PYT="python3 -m pytest -q -rf --tb=short -p no:cacheprovider"
 note "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
@@ -27,20 +30,33 @@ summary() {   # pytest's last line and its FAILED lines into the summary
     note "$1: $(grep -E 'passed|failed|skipped|rc=' "$L/$2" | tail -2 | tr '\n' ' ')"
     grep -E "^FAILED" "$L/$2" | head -12 | while read -r line; do note "  $line"; done
 }
+passed() { grep -q " passed" "$L/$1" && ! grep -qE " failed|^FAILED" "$L/$1"; }
 
 if ! step 30 smoke.log $PYT tests/test_attention_hopper.py tests/test_attention_hopper_bwd.py \
-        -k "test_default_variant or test_after_the_hopper_forward"; then
+        -k "test_default_variant or test_after_the_hopper_forward" || ! passed smoke.log; then
     summary "SMOKE FAILED OR HUNG (the default forward / backward); stopping" smoke.log; pack; exit 1
 fi
 summary "smoke (defaults)" smoke.log
+NEW=""
+if TK_ATTENTION_HOPPER_VARIANTS="11 12 13 14" step 25 smoke_dynamic.log $PYT tests/test_attention_hopper.py \
+        -k "test_causal and 1000" && passed smoke_dynamic.log; then NEW="11 12 13 14"; fi
+summary "smoke of variants 11-14 (dynamic scheduling)" smoke_dynamic.log
 
-TK_ATTENTION_HOPPER_VARIANTS="$FWD_VARIANTS" step 50 forward_tests.log $PYT tests/test_attention_hopper.py
-summary "forward tests (variants $FWD_VARIANTS + default)" forward_tests.log
-TK_ATTENTION_HOPPER_BWD_VARIANTS="$BWD_VARIANTS" step 50 backward_tests.log $PYT tests/test_attention_hopper_bwd.py \
+TK_ATTENTION_HOPPER_VARIANTS="5 8 $NEW" step 40 forward_tests.log $PYT tests/test_attention_hopper.py
+summary "forward tests (variants 5 8 $NEW + default)" forward_tests.log
+TK_ATTENTION_HOPPER_BWD_VARIANTS="4 5" step 50 backward_tests.log $PYT tests/test_attention_hopper_bwd.py \
     -k "not nvcc and not bindings_parse"
-summary "backward tests (variants $BWD_VARIANTS + default)" backward_tests.log
-step 40 model_tests.log $PYT tests/test_attention.py -k "model_loss or torch_compile or opcheck"
-summary "model loss+grads tk vs torch / torch.compile / opcheck" model_tests.log
+summary "backward tests (variants 4 5 + default)" backward_tests.log
+
+IMPLS="tk,tk-hopper-v2,tk-hopper-v5,tk-hopper-v8,tk-hopper-v9"
+for v in $NEW; do IMPLS="$IMPLS,tk-hopper-v$v"; done
+TK_BENCH_ATTENTION_SHAPES=gpt2,shakespeare-char,t4096-d128 TK_BENCH_ATTENTION_IMPLS="$IMPLS,tk-portable,eager,sdpa-cudnn,sdpa-flash" \
+    step 70 bench.log python3 bench.py --ops attention --compile-modes "" --reps 20 --warmup 3 --json "$L/attention.json"
+python3 -m kernels.attention_bench "$L/attention.json" > "$L/bench_tflops.txt" 2>&1
+grep -E "^fwd|^    (tk|sdpa)|MISMATCH|targets|>=" "$L/bench_tflops.txt" | head -64 | while read -r line; do note "$line"; done
+
+step 45 attention_tests.log $PYT tests/test_attention.py
+summary "tests/test_attention.py (portable, model tk vs torch, compile, opcheck)" attention_tests.log
 
 cat > "$L/sanitize_case.py" <<'PY'
 import sys, torch
@@ -56,10 +72,4 @@ torch.cuda.synchronize(); print("sanitize case ran")
 PY
 step 45 memcheck.log compute-sanitizer --tool memcheck python3 "$L/sanitize_case.py"
 note "memcheck: $(grep -E 'ERROR SUMMARY|sanitize case ran' "$L/memcheck.log" | tr '\n' ' ')"
-
-TK_BENCH_ATTENTION_IMPLS=tk,tk-hopper,tk-portable,eager,sdpa-cudnn,sdpa-flash \
-    step 60 bench.log python3 bench.py --ops attention --quick --compile-modes "" --reps 20 --warmup 3 \
-    --json "$L/attention.json"
-python3 -m kernels.attention_bench "$L/attention.json" > "$L/bench_tflops.txt" 2>&1
-grep -E "^fwd|^    (tk|sdpa)|targets|>=" "$L/bench_tflops.txt" | head -50 | while read -r line; do note "$line"; done
 pack

@@ -147,7 +147,7 @@ def test_packed_qkv_opcheck():
 
 
 @cuda
-@pytest.mark.parametrize("variant", ["1", "2", "3"])
+@pytest.mark.parametrize("variant", ["0", "1", "2", "3"])
 @pytest.mark.parametrize("B,H,T,D,causal", [(2, 3, 1000, 64, True), (1, 2, 255, 128, True), (1, 2, 300, 64, False)])
 def test_forward_block_shape_variants(monkeypatch, variant, B, H, T, D, causal):
     # TK_ATTENTION_FWD_VARIANT picks the forward's block shape (read by the launcher per call).
