@@ -97,7 +97,7 @@ PY
     for rows in 16384 65536; do   # issue 4, if time is left: where the backward's fixed ~10 us go
         step 30 ncu.log ncu --launch-skip 3 --launch-count 3 -k regex:"forward_kernel|backward_kernel|column_sum" \
             --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-            --section MemoryWorkloadAnalysis python3 /tmp/ln_probe.py $rows || status=1
+            --section MemoryWorkloadAnalysis env PYTHONPATH="$PWD" python3 /tmp/ln_probe.py $rows || status=1
     done
     grep -E "backward_kernel|forward_kernel|column_sum|Duration|DRAM Throughput|Achieved Occupancy|Memory Throughput" \
         "$L/ncu.log" > "$L/ncu_summary.txt" 2>/dev/null
