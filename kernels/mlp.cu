@@ -25,8 +25,8 @@
 // alternates their main loops, so one's epilogue overlaps the other's math. Measured on the H200
 // (kernels/NOTES.md, session 3): c_fc's forward (K = 768, two outputs per value) is 7% faster on
 // step 5's 64x256 tiles; the dGELU GEMM, although its epilogue is the heaviest, was 3-5% SLOWER
-// on any ping-pong tile than on step 4 while its epilogue loaded pre per thread. Session 4 loads
-// pre by TMA instead (dgelu_pre_tma below) and gives dGELU step 5 too (kernels/mlp.h, auto).
+// on any ping-pong tile than on step 4, and session 4's pre by TMA (dgelu_pre_tma below, opt-in)
+// did not change that (kernels/mlp.h, auto; kernels/NOTES.md, session 4).
 // gemm_args::schedule picks one per GEMM (mlp.h; SCHEDULE_AUTO chooses by shape). The epilogue
 // is a template parameter, a policy called per accumulator box: the policies live in
 // kernels/mlp_epilogues.cuh, step 4's launch in this file, step 5's in kernels/mlp_pingpong.cu.
@@ -45,9 +45,8 @@
 //               rest into L2 (prefetch) when the tile STARTS, so the latency hides behind the
 //               tile's wgmmas; later boxes are loaded one box ahead. It also sums dpre down each
 //               16-row slab (warp shuffles) and stores those column sums: db1 is then a small
-//               reduction of M/16 rows, not a pass over the M x 4C dpre. (pre=0 in
-//               mlp_op.set_schedule; session 3's default.)
-//   dgelu_pre_tma  the default form of dgelu: the same values, but pre arrives by TMA.
+//               reduction of M/16 rows, not a pass over the M x 4C dpre. (The default.)
+//   dgelu_pre_tma  (pre=1, opt-in) the same values as dgelu, but pre arrives by TMA.
 //               Each consumer warp's lane 0 loads its tile's pre boxes into the warp's staging
 //               buffers when the tile starts (gemm4's INPUT_BOXES), so they land during the
 //               main loop; the epilogue reads pre from shared memory, writes dpre over it in place

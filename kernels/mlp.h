@@ -61,10 +61,9 @@ inline bool valid_schedule(int s) { return s == 0 || (s >= 4 && s <= 10); }
 // 0.293 -> 0.273 ms per MLP forward at M = 16384, C = 768 (plain GEMMs of that shape: 0.70x ->
 // 0.78-0.80x cuBLAS). Step 4 everywhere else: long K (c_proj, dx: step 4 0.90x vs ping-pong
 // 0.85-0.89x) and the weight gradients (split-K). The dGELU GEMM (B N-major, K = C) measured
-// SLOWER on ping-pong than on step 4 in session 3 (backward 0.62-0.64 vs 0.601 ms) while its
-// epilogue loaded pre per thread; with pre by TMA (pre_tma, session 4) it takes ping-pong 64x256
-// like c_fc (a prediction until the H200 says so; kernels/NOTES.md, session 4), without pre_tma
-// step 4 as before.
+// SLOWER on ping-pong than on step 4 in session 3 (backward 0.62-0.64 vs 0.601 ms), and again in
+// session 4 (call 2: 192 µs on step 4, 197-206 on ping-pong, per-thread loads or pre by TMA), so
+// it stays on step 4; with pre_tma (opt-in) auto gives it ping-pong 64x256 like c_fc.
 inline int auto_schedule(int /*M*/, int /*N*/, int K, int splits, bool b_mn_major, bool pre_tma = false) {
     return (K <= 1024 && splits <= 1 && (!b_mn_major || pre_tma)) ? SCHEDULE_PINGPONG_64x256 : SCHEDULE_STEP4;
 }

@@ -43,7 +43,7 @@ def cases(Case, quick):
 # torch eager, so the ratios come from the same run (absolute figures drift ~10% between runs);
 # the timer is the GEMM bench's (kernels/gemm_bench.py time_ms: back-to-back calls between events).
 
-DEFAULT_SCHEDULES = ("0", "dgelu=4,pre=0", "dgelu=4", "dgelu=5", "dgelu=6,pre=0", "0,side=0", "4", "5", "6")
+DEFAULT_SCHEDULES = ("0", "pre=1", "dgelu=6,pre=1", "dgelu=6", "0,side=0", "dw=10", "4", "5", "6")
 
 
 def main(argv=None):
@@ -69,7 +69,7 @@ def main(argv=None):
     print(f"MLP fwd+bwd on {torch.cuda.get_device_name()}: C={C}, {args.trials} interleaved trials of "
           f"{args.iters} back-to-back steps; TFLOP/s counts 3 x 2·2·M·C·4C; schedules: fc,proj,dgelu,dx,dw "
           f"(0 auto, 4 step 4, 5 ping-pong 128x128, 6 ping-pong 64x256, 7 ping-pong 128x128 in 2-CTA clusters, 8 the same for 64x256, 9 step 4 in clusters, 10 ping-pong 64x256 5 stages); "
-          f"side=0: no side jobs in dGELU; pre=0: dGELU loads pre per thread instead of by TMA")
+          f"side=0: no side jobs in dGELU; pre=1: dGELU gets pre by TMA and pipelines its dy sums")
     for M in (int(m) for m in args.M.split(",")):
         g = torch.Generator(device="cuda").manual_seed(M)
         def t(*shape, scale=1.0, grad=True):

@@ -108,11 +108,12 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // reduction kernels. Set from Python (kernels/mlp_op.py set_schedule, or the TK_MLP_SCHEDULE
 // environment variable) so one process can time several. Order: c_fc forward, c_proj
 // forward, dGELU, dx, weight gradients, side jobs (1 on, 0 off), pre by TMA in the dGELU GEMM
-// (1: dgelu_pre_tma_epilogue, 0: per-thread loads; kernels/mlp_epilogues.cuh).
+// (1: dgelu_pre_tma_epilogue, whose side job also pipelines dy's column sums; 0: per-thread
+// loads, the default; kernels/mlp_epilogues.cuh).
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
 bool side_jobs = true;
-bool pre_tma = true;
+bool pre_tma = false;
 
 void set_schedule(const std::vector<int64_t>& s) {
     using tk_bindings::raise_if;

@@ -43,16 +43,11 @@ __device__ __forceinline__ float gelu(float x) {
     float u = SQRT_2_OVER_PI * fmaf(GELU_C * x, x * x, x);
     return 0.5f * x * (1.0f + tanh_approx(u));
 }
-// GELU'(x) = (1 + T)/2 + x/2 · (1 - T²) · sqrt(2/pi) · (1 + 3·0.044715 x²),  T = tanh(u),
-// written as 8 fp32 operations and one tanh (the dGELU epilogue runs it on every value of the
-// M x 4C product, in the shadow of the other consumer's main loop): with s = sqrt(2/pi),
-//   u = x·(s + s·c·x²)    du/dx / 2 = s/2 + (3/2)·s·c·x²    GELU' = (1 + T)/2 + x·(1 - T²)·du/dx / 2
+// GELU'(x) = (1 + T)/2 + x/2 · (1 - T²) · sqrt(2/pi) · (1 + 3·0.044715 x²),  T = tanh(u)
 __device__ __forceinline__ float gelu_grad(float x) {
-    constexpr float K0 = SQRT_2_OVER_PI, K1 = SQRT_2_OVER_PI * GELU_C;
-    const float x2 = x * x;
-    const float T = tanh_approx(x * fmaf(K1, x2, K0));
-    const float half_du = fmaf(1.5f * K1, x2, 0.5f * K0);
-    return fmaf(x * half_du, fmaf(-T, T, 1.0f), fmaf(0.5f, T, 0.5f));
+    float x2 = x * x;
+    float T = tanh_approx(SQRT_2_OVER_PI * fmaf(GELU_C * x, x2, x));
+    return 0.5f * (1.0f + T) + 0.5f * x * (1.0f - T * T) * SQRT_2_OVER_PI * fmaf(3.0f * GELU_C, x2, 1.0f);
 }
 
 // ---- the epilogue policies (the interface: kernels/gemm_4_warp_specialized.cuh) ---------------
@@ -172,33 +167,17 @@ struct dgelu_epilogue : base_epilogue<bf16> {
             for (int i = tid; i < end - begin; i += threads) z[i] = make_float4(0.f, 0.f, 0.f, 0.f);
         }
         if (colsum) {
-            // 4 columns (8 bytes) per thread, EIGHT rows' loads in flight before their adds (in
-            // the producer warpgroup's 40 registers). With one load per add (session 3) the loop
-            // is latency-bound: ~2 x 124 dependent trips to memory per thread at M = 16384, about
-            // as long as the GEMM itself. Suspected to set the dGELU kernel's length: session 4
-            // measured it at 192-206 µs on every schedule and pre path, where c_fc (same shape,
-            // no side job) took 151 (kernels/NOTES.md, session 4).
             const int r0 = int((long long)sh.M * b / G), r1 = int((long long)sh.M * (b + 1) / G);
-            const size_t K = size_t(sh.K);
-            for (int c4 = tid; c4 < sh.K / 4; c4 += threads) {
+            for (int c4 = tid; c4 < sh.K / 4; c4 += threads) {    // 4 columns (8 bytes) per thread: 40 registers
                 float acc[4] = {0.f, 0.f, 0.f, 0.f};
-                auto add4 = [&](const uint2& v) {
+                const bf16* src = a_rows + size_t(r0) * sh.K + 4 * c4;
+#pragma unroll 1
+                for (int r = r0; r < r1; ++r, src += sh.K) {
+                    uint2 v = __ldg(reinterpret_cast<const uint2*>(src));
                     float2 f0 = unpack_bf16x2(v.x), f1 = unpack_bf16x2(v.y);
                     acc[0] += f0.x; acc[1] += f0.y; acc[2] += f1.x; acc[3] += f1.y;
-                };
-                const bf16* src = a_rows + size_t(r0) * K + 4 * c4;
-                int r = r0;
-#pragma unroll 1
-                for (; r + 8 <= r1; r += 8, src += 8 * K) {
-                    uint2 v[8];
-#pragma unroll
-                    for (int u = 0; u < 8; ++u) v[u] = __ldg(reinterpret_cast<const uint2*>(src + u * K));
-#pragma unroll
-                    for (int u = 0; u < 8; ++u) add4(v[u]);
                 }
-#pragma unroll 1
-                for (; r < r1; ++r, src += K) add4(__ldg(reinterpret_cast<const uint2*>(src)));
-                *reinterpret_cast<float4*>(colsum + size_t(b) * K + 4 * c4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+                *reinterpret_cast<float4*>(colsum + size_t(b) * sh.K + 4 * c4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
             }
             if (b == 0) {                              // rows of CTAs this launch does not have
                 float4* z = reinterpret_cast<float4*>(colsum + size_t(G) * sh.K);
@@ -274,6 +253,49 @@ struct dgelu_pre_tma_epilogue : dgelu_epilogue {
     }
     __device__ const gemm4::out_gl<bf16>& input() const { return pre_view; }
     __device__ void begin_tile(tile_state&, const tile_pos&, const shape&) const {}
+
+    // The same side jobs as dgelu_epilogue's, with dy's column sums pipelined: 4 columns (8 bytes)
+    // per thread and EIGHT rows' loads in flight before their adds, within the producer
+    // warpgroup's 40 registers. dgelu_epilogue adds each row as its load returns: one dependent
+    // trip to memory per row, ~2 x 124 trips per thread at M = 16384, about as long as the GEMM
+    // itself; suspected to set the dGELU kernel's length (session 4, call 2: 192-206 µs on every
+    // schedule and pre path, where c_fc, the same shape without side jobs, took 151). Here only
+    // (opt-in, pre=1) until an H200 run has checked it.
+    __device__ void side_job(int tid, int threads, const shape& sh) const {
+        const int G = gridDim.x, b = blockIdx.x;
+        if (zero) {                                    // this CTA's slice, in float4s (< 2^31 of them)
+            const int n4 = int(zero_floats / 4), begin = int((long long)n4 * b / G), end = int((long long)n4 * (b + 1) / G);
+            float4* z = reinterpret_cast<float4*>(zero) + begin;
+            for (int i = tid; i < end - begin; i += threads) z[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        if (!colsum) return;
+        const int r0 = int((long long)sh.M * b / G), r1 = int((long long)sh.M * (b + 1) / G);
+        const size_t K = size_t(sh.K);
+        for (int c4 = tid; c4 < sh.K / 4; c4 += threads) {
+            float acc[4] = {0.f, 0.f, 0.f, 0.f};
+            auto add4 = [&](const uint2& v) {
+                float2 f0 = unpack_bf16x2(v.x), f1 = unpack_bf16x2(v.y);
+                acc[0] += f0.x; acc[1] += f0.y; acc[2] += f1.x; acc[3] += f1.y;
+            };
+            const bf16* src = a_rows + size_t(r0) * K + 4 * c4;
+            int r = r0;
+#pragma unroll 1
+            for (; r + 8 <= r1; r += 8, src += 8 * K) {
+                uint2 v[8];
+#pragma unroll
+                for (int u = 0; u < 8; ++u) v[u] = __ldg(reinterpret_cast<const uint2*>(src + u * K));
+#pragma unroll
+                for (int u = 0; u < 8; ++u) add4(v[u]);
+            }
+#pragma unroll 1
+            for (; r < r1; ++r, src += K) add4(__ldg(reinterpret_cast<const uint2*>(src)));
+            *reinterpret_cast<float4*>(colsum + size_t(b) * K + 4 * c4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        }
+        if (b == 0) {                                  // rows of CTAs this launch does not have
+            float4* z = reinterpret_cast<float4*>(colsum + size_t(G) * sh.K);
+            for (int i = tid; i < (colsum_rows - G) * (sh.K / 4); i += threads) z[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    }
     template <typename Acc>
     __device__ void box(tile_state&, Acc& acc, int ch, const tile_pos& pos, const shape& sh,
                         const gemm4::out_tile<bf16>& in) const {

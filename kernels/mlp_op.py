@@ -108,15 +108,16 @@ SCHEDULES = {0: "auto by shape", 4: "step 4 (cooperative 128x256)", 5: "step 5 p
 SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 
 
-FLAGS = ("side", "pre")   # dGELU GEMM: side jobs on/off; pre by TMA (1) or per-thread loads (0)
+FLAGS = ("side", "pre")   # dGELU GEMM: side jobs on (1) or off (0); pre by TMA (1) or per-thread loads (0)
 
 
 def parse_schedule(spec):
     """'5' (every GEMM) or 'fc=5,dgelu=5,dx=4' (the rest auto), optionally with 'side=0' (the
-    dGELU GEMM's side jobs off: separate fill and dy reduction kernels) and 'pre=0' (the dGELU
-    epilogue loads pre per thread instead of by TMA) -> seven ints: the five schedules in
-    PRODUCTS order, then the side-jobs and pre-by-TMA flags (default 1 each)."""
-    out = [0] * len(PRODUCTS) + [1, 1]
+    dGELU GEMM's side jobs off: separate fill and dy reduction kernels) and 'pre=1' (session 4,
+    opt-in: the dGELU epilogue gets pre by TMA instead of per-thread loads, and its side job
+    pipelines dy's column sums) -> seven ints: the five schedules in PRODUCTS order, then the
+    side-jobs and pre-by-TMA flags (defaults 1 and 0)."""
+    out = [0] * len(PRODUCTS) + [1, 0]
     names = PRODUCTS + FLAGS
     text = str(spec).strip()
     try:
