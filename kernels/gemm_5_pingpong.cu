@@ -23,10 +23,14 @@
 // everywhere although it moves a quarter more bytes from L2 per flop: L2 traffic is not what
 // limits these tiles (what is, was not measured: no profiler run). It loses where K is
 // long (8192³, K = 3072): there the epilogue is rare and step 4's larger tile wins. The 2-CTA
-// cluster variants (B multicast) are correct but run at about half speed; why is not known
-// (first suspects: how many clusters the launcher thinks fit, cudaOccupancyMaxActiveClusters;
-// the cross-CTA "empty" coupling). kernels/gemm.py `auto_step` picks step 5 v1 for K <= 1024,
-// step 4 otherwise.
+// cluster variants (B multicast) are correct but ran at about half speed. Session 4 ruled out
+// the cluster count (66 clusters launched, as many as fit) and found, by ncu, the tensor pipe at
+// 36% against 58% without clusters; the suspect is now the consumers' remote arrive, which was a
+// cluster-scope release (`.release.cluster`) once per k-step: gemm4::arrive_on_cta now uses the
+// CTA-scope default as CUTLASS does (not yet measured). Variant 5 (64x256, 5 stages, one staging
+// box per warp; session 4, call 2): 0.975x at 8192³, 0.77x at fwd 16384x768x3072 (v1 0.79x),
+// 0.82-0.86x on the weight gradients (step 4 0.78-0.81x). kernels/gemm.py `auto_step` picks
+// step 5 v1 for K <= 1024, step 4 otherwise.
 //
 // The kernel template lives in kernels/gemm_5_pingpong.cuh (shared with the MLP, whose fused
 // epilogues it also runs); this file holds step 5's variants and dispatch, with step 4's

@@ -16,8 +16,9 @@
 // be refilled when the consumers of BOTH CTAs have freed it (each consumer warp arrives on its
 // own and on the peer's "empty" barrier), and neither CTA may exit while the other can still
 // reach its shared memory (a cluster barrier at the end). Measured on the H200: correct, but at
-// about half the speed of the same tile without clusters (kernels/gemm_5_pingpong.cu's table);
-// kept as a lesson in the mechanics and a starting point, never picked by default.
+// about half the speed of the same tile without clusters (kernels/gemm_5_pingpong.cu's table
+// says what session 4 found and changed); kept as a lesson in the mechanics and a starting
+// point, never picked by default.
 //
 // The cluster helpers, the pair producer and the cluster launch are step 4's (step 4 has a
 // cluster configuration too, session 4).
