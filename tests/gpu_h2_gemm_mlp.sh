@@ -73,11 +73,14 @@ if ! grep -q "smoke done" "$L/smoke.log"; then
 fi
 
 # 3. correctness
-step 60 pytest_mlp.log python3 -m pytest -q --maxfail=8 --tb=short -rf tests/test_mlp.py -k "not torch_compile_module"
-note "pytest test_mlp.py: $(grep -E 'passed|failed|error|skipped' "$L/pytest_mlp.log" | tail -1)"
+# the default path's tests first, so a hang in an opt-in schedule cannot take their verdict with it
+step 40 pytest_mlp.log python3 -m pytest -q --maxfail=8 --tb=short -rf tests/test_mlp.py -k "not torch_compile_module and not schedules_vs"
+note "pytest test_mlp.py (default path): $(grep -E 'passed|failed|error|skipped' "$L/pytest_mlp.log" | tail -1)"
+step 50 pytest_mlp_schedules.log python3 -m pytest -q --maxfail=8 --tb=short -rf tests/test_mlp.py -k "schedules_vs"
+note "pytest test_mlp.py (every schedule, pre=1, clusters): $(grep -E 'passed|failed|error|skipped' "$L/pytest_mlp_schedules.log" | tail -1)"
 step 40 pytest_gemm.log env GEMM_TEST_STEPS=0,4,5 python3 -m pytest -q --maxfail=8 --tb=short -rf tests/test_gemm.py
 note "pytest test_gemm.py (steps 0,4,5): $(grep -E 'passed|failed|error|skipped' "$L/pytest_gemm.log" | tail -1)"
-grep -hE "^FAILED|^ERROR" "$L/pytest_mlp.log" "$L/pytest_gemm.log" | head -12 | tee -a "$S"
+grep -hE "^FAILED|^ERROR" "$L/pytest_mlp.log" "$L/pytest_mlp_schedules.log" "$L/pytest_gemm.log" | head -12 | tee -a "$S"
 
 # 4. the MLP per schedule and per kernel (M = 16384; bench.py below has both M)
 step 45 mlp_bench.log python3 -m kernels.mlp_bench --M 16384 --kernels --trials 5 --iters 10 --schedules "$SCHEDS"
