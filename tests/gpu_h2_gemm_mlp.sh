@@ -5,14 +5,15 @@
 #   2. smoke: the dGELU GEMM with pre by TMA (pre=1, opt-in) and by per-thread loads, vs
 #      float64 at tails (a protocol bug hangs here, under a 40 s limit); then the 2-CTA cluster
 #      kernels (MLP schedules 8, 9; GEMM step 4 v5, step 5 v4) at tails, with TK_GEMM_VERBOSE=1
-#   3. pytest tests/test_mlp.py, then tests/test_gemm.py (steps 0, 4, 5): correctness first
-#   4. kernels/mlp_bench.py --kernels at M = 16384: the MLP fwd+bwd per schedule, interleaved with
-#      torch eager, and every kernel's time per schedule (torch.profiler)
-#   5. bench.py --ops mlp --compile-modes default: tk vs torch eager vs torch.compile, CUDA graphs,
-#      M = 16384 and 65536, C = 768 (issue 6's done-when, one run); then the fastest schedule in
-#      step 4's table (if not the default) in bench.py too, without torch.compile
-#   6. kernels/gemm_bench.py: GPT-2 shapes vs cuBLAS, 5 interleaved trials (issue 3's done-when),
+#   3. the default path first: tests/test_mlp.py without the every-schedule tests, bench.py --ops mlp
+#      --compile-modes default (tk vs torch eager vs torch.compile, CUDA graphs, M = 16384 and
+#      65536, C = 768: issue 6's done-when, one run), tests/test_gemm.py (steps 0, 4, 5)
+#   4. kernels/mlp_bench.py --kernels at M = 16384: the MLP fwd+bwd per schedule (default and the
+#      opt-ins), interleaved with torch eager, and every kernel's time (torch.profiler); then the
+#      every-schedule MLP tests
+#   5. kernels/gemm_bench.py: GPT-2 shapes vs cuBLAS, 5 interleaved trials (issue 3's done-when),
 #      with step 4 and step 5 in 2-CTA clusters and step 5's 5-stage variant
+#   6. the fastest spec of step 4's table (if not the default) in bench.py, without torch.compile
 #   7. ncu of the dGELU kernel and the cluster kernels, if >= 45 s are left
 #   8. compute-sanitizer memcheck and racecheck on small calls of the new kernels, if time is left
 # Results: OUT/summary.txt (compact) and OUT/logs.tgz (every log).
@@ -43,7 +44,7 @@ def mlp_smoke(spec):
         errs = [rel(a, b) for a, b in [(y, y64), (dx, L[0].grad), (dw1, L[1].grad), (db1, L[2].grad), (dw2, L[3].grad), (db2, L[4].grad)]]
         print(f"smoke mlp [{spec}] M={M} C={C}: y dx dw1 db1 dw2 db2 " + " ".join(f"{e:.1e}" for e in errs), flush=True)
     mlp_op.set_schedule("0")
-for spec in ("dgelu=6,pre=1", "dgelu=5,pre=1", "dgelu=4,pre=1", "dgelu=6", "0"):
+for spec in ("0", "dgelu=6", "dgelu=6,pre=1", "dgelu=5,pre=1", "dgelu=4,pre=1"):
     mlp_smoke(spec)
 print("smoke done", flush=True)
 mlp_smoke("fc=8,dgelu=8,pre=1")
@@ -72,34 +73,33 @@ if ! grep -q "smoke done" "$L/smoke.log"; then
   SCHEDS="0;0,side=0"
 fi
 
-# 3. correctness
-# the default path's tests first, so a hang in an opt-in schedule cannot take their verdict with it
+# 3. the default path first: its tests, then issue 6's table (tk default vs eager vs torch.compile,
+#    CUDA graphs, M = 16384 and 65536) — what the final call must not lose to a later step
 step 40 pytest_mlp.log python3 -m pytest -q --maxfail=8 --tb=short -rf tests/test_mlp.py -k "not torch_compile_module and not schedules_vs"
 note "pytest test_mlp.py (default path): $(grep -E 'passed|failed|error|skipped' "$L/pytest_mlp.log" | tail -1)"
-step 50 pytest_mlp_schedules.log python3 -m pytest -q --maxfail=8 --tb=short -rf tests/test_mlp.py -k "schedules_vs"
-note "pytest test_mlp.py (every schedule, pre=1, clusters): $(grep -E 'passed|failed|error|skipped' "$L/pytest_mlp_schedules.log" | tail -1)"
-step 40 pytest_gemm.log env GEMM_TEST_STEPS=0,4,5 python3 -m pytest -q --maxfail=8 --tb=short -rf tests/test_gemm.py
-note "pytest test_gemm.py (steps 0,4,5): $(grep -E 'passed|failed|error|skipped' "$L/pytest_gemm.log" | tail -1)"
-grep -hE "^FAILED|^ERROR" "$L/pytest_mlp.log" "$L/pytest_mlp_schedules.log" "$L/pytest_gemm.log" | head -12 | tee -a "$S"
-
-# 4. the MLP per schedule and per kernel (M = 16384; bench.py below has both M)
-step 45 mlp_bench.log python3 -m kernels.mlp_bench --M 16384 --kernels --trials 5 --iters 10 --schedules "$SCHEDS"
-{ echo "--- mlp_bench"; grep -vE "^===|^rc=|UserWarning|_warn_once" "$L/mlp_bench.log"; } | tee -a "$S"
-# the fastest spec of that table (if not the default) is timed by bench.py too, below
-BEST=$(awk '/^  tk\[/ {ms=$2+0; if (best == "" || ms < bms) {best=$1; bms=ms}} END {print best}' "$L/mlp_bench.log" | sed 's/^tk\[//; s/\]$//')
-note "fastest schedule in mlp_bench: ${BEST:-none}"
-
-# 5. issue 6's table: tk (default schedule) vs eager vs torch.compile, CUDA graphs, one run
 step 70 bench_mlp.log env $MLP_ENV python3 bench.py --ops mlp --quick --compile-modes default --reps 30 --json "$OUT/bench_mlp.json"
 { echo "--- bench.py --ops mlp"; grep -vE "^===|^\s*$" "$L/bench_mlp.log" | tail -12; } | tee -a "$S"
+step 40 pytest_gemm.log env GEMM_TEST_STEPS=0,4,5 python3 -m pytest -q --maxfail=8 --tb=short -rf tests/test_gemm.py
+note "pytest test_gemm.py (steps 0,4,5): $(grep -E 'passed|failed|error|skipped' "$L/pytest_gemm.log" | tail -1)"
+
+# 4. the MLP per schedule and per kernel (M = 16384), then every schedule's tests (the opt-ins)
+step 45 mlp_bench.log python3 -m kernels.mlp_bench --M 16384 --kernels --trials 5 --iters 10 --schedules "$SCHEDS"
+{ echo "--- mlp_bench"; grep -vE "^===|^rc=|UserWarning|_warn_once" "$L/mlp_bench.log"; } | tee -a "$S"
+BEST=$(awk '/^  tk\[/ {ms=$2+0; if (best == "" || ms < bms) {best=$1; bms=ms}} END {print best}' "$L/mlp_bench.log" | sed 's/^tk\[//; s/\]$//')
+note "fastest schedule in mlp_bench: ${BEST:-none}"
+step 50 pytest_mlp_schedules.log python3 -m pytest -q --maxfail=8 --tb=short -rf tests/test_mlp.py -k "schedules_vs"
+note "pytest test_mlp.py (every schedule, pre=1, clusters): $(grep -E 'passed|failed|error|skipped' "$L/pytest_mlp_schedules.log" | tail -1)"
+grep -hE "^FAILED|^ERROR" "$L/pytest_mlp.log" "$L/pytest_mlp_schedules.log" "$L/pytest_gemm.log" | head -12 | tee -a "$S"
+
+# 5. issue 3's table: GPT-2 shapes vs cuBLAS (auto = step 5 64x256 at K <= 1024), 5 interleaved trials
+step 40 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --variants4 "$V4" --variants5 "$V5" --trials 5 --iters 10
+{ echo "--- gemm_bench (TFLOP/s, ratio to torch in the same trials)"; grep -vE "^===|^rc=" "$L/gemm_bench.log"; } | tee -a "$S"
+
+# 6. the fastest mlp_bench spec (if not the default) in bench.py too, without torch.compile
 if [ -n "$BEST" ] && [ "$BEST" != "0" ] && [ -z "$MLP_ENV" ]; then
   step 40 bench_mlp_best.log env TK_MLP_SCHEDULE="$BEST" python3 bench.py --ops mlp --quick --compile-modes "" --reps 30 --json "$OUT/bench_mlp_best.json"
   { echo "--- bench.py --ops mlp with TK_MLP_SCHEDULE=$BEST (no torch.compile)"; grep -vE "^===|^\s*$" "$L/bench_mlp_best.log" | tail -8; } | tee -a "$S"
 fi
-
-# 6. issue 3's table: GPT-2 shapes vs cuBLAS (auto = step 5 64x256 at K <= 1024), 5 interleaved trials
-step 40 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --variants4 "$V4" --variants5 "$V5" --trials 5 --iters 10
-{ echo "--- gemm_bench (TFLOP/s, ratio to torch in the same trials)"; grep -vE "^===|^rc=" "$L/gemm_bench.log"; } | tee -a "$S"
 
 # 7. ncu of the dGELU kernel and the cluster kernels, if >= 45 s are left
 cat > /tmp/h2_ncu.py <<'PY'
