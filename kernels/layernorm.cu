@@ -61,8 +61,8 @@
 // next-row "prefetch" were tried there too, lost on the H200 and were removed.)
 //
 // DROPOUT of the branch (session 4): training drops elements of each residual branch (attention
-// and MLP outputs) before adding them to the stream. Done as its own kernels that costs a read
-// and a write of the branch each way plus a saved byte-per-element mask. Here it costs no bytes:
+// and MLP outputs) before adding them to the stream. Done by kernels of its own, dropout costs a
+// read and a write of the branch each way plus a saved byte-per-element mask. Here it costs no bytes:
 // the mask is a pure function of (seed, element index), a counter-based hash, computed in
 // registers where r is added (forward) and again where r's gradient is written (backward).
 // The seed is one int64 in device memory, drawn by the caller with torch's generator for every
@@ -196,7 +196,7 @@ __device__ __forceinline__ void allow_next_grid() {
 // bits of 4 consecutive elements. mix64 is the finalizer of splitmix64 (Steele, Lea and Flood,
 // "Fast splittable pseudorandom number generators", 2014): seed + n * GAMMA is its counter
 // stream, so two seeds give unrelated masks unless the seeds are within ~rows*cols/4 steps of
-// each other along that stream (a 2^-40 chance for 2^24 elements). About 20 integer
+// each other along that stream (a 2^-41 chance for 2^24 elements). About 20 integer
 // instructions per 4 elements, hidden under the loads. p is kept to 16 bits (0.2 -> 13107/65536,
 // keep rate 1 - p + 3e-6); kernels/layernorm.py's dropout_keep_mask is the same function in numpy.
 struct DropoutMask {
