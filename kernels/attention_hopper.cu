@@ -55,23 +55,27 @@
 // over the ring does not block (a fresh mbarrier reports parity 1 as complete).
 //
 // ---- Variants (attention_hopper_forward_variant at the bottom; figures in kernels/NOTES.md) ----
-// The same pipeline in four settings, all tested, kept so the measurements can be repeated:
+// Sessions 2-3: the same pipeline in four settings, all tested, kept so the measurements can be
+// repeated (one CTA per query block, all heads' last block first):
 //   1 two consumers, ping-pong, plain softmax (exp2f, sequential row max/sum): the first version
-//   2 two consumers, ping-pong, fast softmax (ex2.approx.ftz, tree reductions): default D=128
+//   2 two consumers, ping-pong, fast softmax (ex2.approx.ftz, tree reductions)
 //   3 two consumers, no ping-pong, fast softmax: ping-pong is worth 5-10%
-//   4 ONE consumer per CTA and two CTAs per SM, fast softmax (D=64): default D=64. Instead of
-//     ping-pong between two warpgroups of one CTA, two CTAs interleave, and one CTA's start
-//     (Q and the first K in flight) and end (O stores) hide under the other's matrix products.
-// Session 4 (not yet measured when written; kernels/NOTES.md, "Session 4: H3 attention"):
-//   5 the default of 1-4 with the query blocks taken in L2 groups of heads (item_at)
+//   4 ONE consumer per CTA and two CTAs per SM, fast softmax (D=64). Instead of ping-pong
+//     between two warpgroups of one CTA, two CTAs interleave, and one CTA's start (Q and the
+//     first K in flight) and end (O stores) hide under the other's matrix products.
+// Session 4 (kernels/NOTES.md, "Session 4: H3 attention"):
+//   5 the session-3 default (4 for D=64, 2 for D=128) with the query blocks in L2 groups of heads
+//     (item_at): K and V come from DRAM about once instead of once per query block
 //   6 persistent_kernel: one CTA per SM walks over query blocks (2 consumers, ping-pong, L2
 //     groups); the producer loads the next block's Q and K while the consumers finish this one
 //   7 6 in the old order; 8 persistent with one consumer and two CTAs per SM (D=64)
 //   9 6 with consumer 0's diagonal tile as a half tile (its second 64 keys are all masked)
 //   10 9 with lazy rescaling (softmax_tile's LAZY: O is multiplied only when a row's max grew
 //      by more than 2^8)
-//   11-14 dynamic scheduling (a global counter hands out the items): 11 = 10, 12 = 9, 13 = one
-//      consumer and two CTAs per SM with the half tile and lazy rescaling, 14 = 11 without ping-pong
+//   11-14 dynamic scheduling (a global counter hands out the items): 11 = 10 (default D=128),
+//      12 = 9 (default D=64), 13 = one consumer and two CTAs per SM with the half tile and lazy
+//      rescaling, 14 = 11 without ping-pong. 6-10 take items at a fixed stride, which leaves SMs
+//      idle at the end when item costs vary (L2 groups, long sequences).
 // What is not here (yet): a TMA store epilogue; the backward pass is attention_hopper_bwd.cu.
 #include <algorithm>
 #include <cstdint>
@@ -115,12 +119,12 @@ struct config {
 };
 
 // Which variant runs by default (see attention_hopper_forward_variant at the bottom): the fastest
-// that passed its tests on the H200 (kernels/NOTES.md, session 4 H3): D = 64, variant 8
-// (persistent, one consumer, two CTAs per SM: 0.095-0.099 ms at the GPT-2 shape against 0.118
-// for session 3's variant 4); D = 128, variant 5 (variant 2 in L2 groups of heads: 0.522 ms at
-// (4, 16, 4096) against 0.526; the persistent variants were slower there: a fixed stride over
-// items of 1 to 32 tiles leaves SMs idle at the end).
-constexpr int DEFAULT_VARIANT_D64 = 8, DEFAULT_VARIANT_D128 = 5;
+// that passed its tests on the H200 (kernels/NOTES.md, session 4 H3, third call, same process as
+// cuDNN): D = 64, variant 12 (persistent, dynamic scheduling, half diagonal tile: 0.0903 ms at the
+// GPT-2 shape, 0.0303 at shakespeare-char, against 0.118 / 0.040 for session 3's variant 4 and
+// cuDNN's 0.0859 / 0.0266); D = 128, variant 11 (12 with lazy rescaling: 0.460 ms at
+// (4, 16, 4096) against 0.525 for variant 2 and cuDNN's 0.514).
+constexpr int DEFAULT_VARIANT_D64 = 12, DEFAULT_VARIANT_D128 = 11;
 
 struct kernel_params {
     CUtensorMap q_map, k_map, v_map;                    // 4-D maps {dim, seq, heads, batch}

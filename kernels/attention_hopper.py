@@ -61,8 +61,8 @@ def why_not(q, k, v, causal=True, dropout_p=0.0, scale=None):
 
 # The kernel variants (kernels/attention_hopper.cu, attention_hopper_forward_variant); 0 is the
 # default, the fastest measured. Tests run all of them, bench.py times all of them.
-VARIANTS = {0: "default", 1: "2 consumers, ping-pong, plain softmax", 2: "2 consumers, ping-pong, fast softmax",
-            3: "2 consumers, no ping-pong, fast softmax", 4: "1 consumer, 2 CTAs/SM, fast softmax (D=64)",
+VARIANTS = {0: "default (12 for D=64, 11 for D=128)", 1: "2 consumers, ping-pong, plain softmax",
+            2: "2 consumers, ping-pong, fast softmax", 3: "2 consumers, no ping-pong, fast softmax", 4: "1 consumer, 2 CTAs/SM, fast softmax (D=64)",
             5: "session 3's default (4 for D=64, 2 for D=128) with L2 groups of heads",
             6: "persistent: 1 CTA/SM over many query blocks, 2 consumers, ping-pong, L2 groups",
             7: "persistent in the old order (no L2 groups)",
