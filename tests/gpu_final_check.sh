@@ -9,16 +9,16 @@
 #           tk; then tests/gpu_loss_curves.sh (500 iterations, torch then tk on this GPU)
 #   GPU 1:  the engineers' closing scripts given as the second argument (each run as
 #           `bash SCRIPT OUT/logs/<name>` with its own limit), then the GPU tests of the model,
-#           training, layernorm, lm_head and the switch (the other kernels' tests are in those
-#           scripts); GPT-2 shapes on tk on one GPU (the DDP baseline)
+#           training, layernorm, lm_head, the switch (the MLP's and GEMM's tests are in those
+#           scripts), attention and the input checks; GPT-2 shapes on tk on one GPU (the DDP baseline)
 #   both:   DDP on tk: torchrun --nproc_per_node=2, GPT-2 shapes, 32x1024 tokens per GPU,
 #           all-reduce every step (config/gpt2.py's bucket size)
-# Logs in OUT/logs, packed into OUT/logs.tgz; headlines in OUT/summary.txt. LANE_LIMIT (s, 430;
+# Logs in OUT/logs, packed into OUT/logs.tgz; headlines in OUT/summary.txt. LANE_LIMIT (s, 440;
 # the two-GPU part after it gets 40 more).
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: bash tests/gpu_final_check.sh OUT [\"SCRIPT:SECONDS ...\"]" >&2; exit 2; }
 cd "$(dirname "$0")/.."
-LANE_LIMIT=${LANE_LIMIT:-430}
+LANE_LIMIT=${LANE_LIMIT:-440}
 source tests/gpu_lib.sh "$1"
 SCRIPTS=${2:-}
 note "gpu_final_check"
@@ -49,9 +49,10 @@ lane1() {
         note "GPU 1: $item -> rc=$?"
         tail -15 "$L/$name.log" | sed 's/^/    /' >> "$S"
     done
-    step 120 pytest.log python3 -m pytest -v -n 8 -p no:cacheprovider tests/test_model.py tests/test_train.py \
+    step 150 pytest.log python3 -m pytest -v -n 8 -p no:cacheprovider tests/test_model.py tests/test_train.py \
         tests/test_layernorm.py tests/test_layernorm_model.py tests/test_layernorm_dropout.py tests/test_lm_head.py \
-        tests/test_dispatch.py tests/test_sample.py
+        tests/test_dispatch.py tests/test_sample.py tests/test_attention.py tests/test_attention_hopper.py \
+        tests/test_attention_hopper_bwd.py tests/test_input_checks.py
     note "pytest: $(grep -cE ' PASSED' "$L/pytest.log") passed, $(grep -cE ' FAILED' "$L/pytest.log") failed; $(grep -E '^=+ .*(passed|failed)' "$L/pytest.log" | tail -1)"
     grep -E " FAILED|^ERROR" "$L/pytest.log" | sort -u | head -20 | tee -a "$S"
     step 40 gpt2_1gpu.log python3 train.py $G2
