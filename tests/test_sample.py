@@ -78,6 +78,33 @@ def test_checkpoint_recorded_as_tk_loads_on_cpu(trained, tmp_path):
     assert len(sample.sample(sample_config(str(tmp_path / "tk"), kernels="torch"))) == 2
 
 
+def test_checkpoint_trained_with_dropout_samples_without_it(trained, tmp_path, monkeypatch):
+    # A GPU run trains with dropout (the branches' fused into the tk layernorm); its checkpoint
+    # records dropout=0.2 and tk. On the CPU it must sample with every dropout off: the text is
+    # that of the same weights recorded with dropout 0, and no op is asked for a dropout.
+    import kernels
+    ckpt = torch.load(f"{trained}/ckpt.pt", weights_only=False)
+    ckpt["model_args"].update(dropout=0.2, attn_dropout=0.2)
+    ckpt["kernels"] = {"plan": dict.fromkeys(("attention", "layernorm", "mlp", "lm_head"), "tk"),
+                       "used": dict.fromkeys(("attention", "layernorm", "mlp", "lm_head"), "tk")}
+    (tmp_path / "drop").mkdir()
+    torch.save(ckpt, tmp_path / "drop" / "ckpt.pt")
+    asked = []   # (op, the dropout_p it was given)
+
+    def spy(op, real):
+        def call(*a, **k):
+            p = a[5] if op == "add_layernorm" and len(a) > 5 else k.get("dropout_p", 0.0)   # model.py's call forms
+            asked.append((op, p))
+            return real(*a, **k)
+        return call
+    for op in ("add_layernorm", "attention", "attention_qkv"):
+        monkeypatch.setattr(kernels, op, spy(op, getattr(kernels, op)))
+    kwargs = dict(start="KING:", max_new_tokens=30, seed=4)
+    with_dropout = sample.sample(sample_config(str(tmp_path / "drop"), **kwargs))
+    assert {op for op, _ in asked} >= {"add_layernorm", "attention"}
+    assert all(p == 0.0 for _, p in asked), sorted(set(asked))
+    assert with_dropout == sample.sample(sample_config(trained, **kwargs))
+
 def test_cli_bad_prompts_are_one_line(trained, tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("")
