@@ -186,8 +186,10 @@ def profile_rows(ln, plans):
     return out
 
 
-DROPOUT_SHAPES = {k: SHAPES[k] for k in ("shakesp mixed 16384x384",)}
-DROPOUT_SHAPES["shakesp bf16 16384x384"] = (16384, 384, BF16, BF16, BF16, BF16)
+DROPOUT_SHAPES = {
+    "shakesp mixed 16384x384": SHAPES["shakesp mixed 16384x384"],   # the model under bf16 autocast
+    "shakesp bf16 16384x384": (16384, 384, BF16, BF16, BF16, BF16),
+}
 DROPOUT_P = 0.2   # config/shakespeare.py's
 
 
@@ -260,6 +262,13 @@ def print_dropout_rows(rows):
                   f"op {f - n:.1f} us; {e / f:.2f}x eager")
 
 
+def write_json(path, data):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+    print(f"wrote {path}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=50)
@@ -287,10 +296,7 @@ def main(argv=None):
         rows = dropout_rows(args, ln, l2)
         print_dropout_rows(rows)
         if args.json:
-            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-            with open(args.json, "w") as f:
-                json.dump({"gpu": props.name, "torch": torch.__version__, "dropout_p": DROPOUT_P, "dropout": rows}, f,
-                          indent=1)
+            write_json(args.json, {"gpu": props.name, "torch": torch.__version__, "dropout_p": DROPOUT_P, "dropout": rows})
         print(f"({time.time() - t0:.0f} s)")
         return 0
 
@@ -349,11 +355,8 @@ def main(argv=None):
             print(f"   {us:8.1f} us x{n:g}  {k}")
 
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump({"gpu": props.name, "torch": torch.__version__, "floor_tbs": FLOOR_TBS, "kernels": rows,
-                       "best_fwd": best_fwd, "best_bwd": best_bwd, "steps": steps, "profile": prof}, f, indent=1)
-        print(f"wrote {args.json}")
+        write_json(args.json, {"gpu": props.name, "torch": torch.__version__, "floor_tbs": FLOOR_TBS, "kernels": rows,
+                               "best_fwd": best_fwd, "best_bwd": best_bwd, "steps": steps, "profile": prof})
     print(f"({time.time() - t0:.0f} s)")
     print(f"BEST={best}")
     return 0
