@@ -436,12 +436,15 @@ def add_layernorm(x, residual, weight, bias, eps=1e-5, dropout_p=0.0):
     if residual.dtype != x.dtype and torch.promote_types(x.dtype, residual.dtype) == residual.dtype:
         # The kernel stores h in its first input's dtype; x + residual = residual + x, so the
         # wider one goes first. Autograd still returns each gradient to its own tensor.
-        # (why_not refuses dropout here: the kernel drops its second input.)
+        if dropout_p > 0:   # the kernel drops its second input, which would now be x (why_not says so too)
+            fail(OP, f"dropout of a residual wider than x ({dtype_str(residual.dtype)} residual beside {dtype_str(x.dtype)} "
+                     f"x): the kernel stores h in its first input's dtype and drops its second; apply F.dropout to the "
+                     f"residual before the call, or use the reference (--kernels_layernorm=torch)")
         x, residual = residual, x
     seed = draw_dropout_seed(x.device) if dropout_p > 0 else None
     op = _AddLayerNormEager.apply if eager else add_layernorm_fwd
     y, h, _, _ = op(x.contiguous(), residual.contiguous(), weight.contiguous(), _contiguous(bias), float(eps), y_bf16,
-                    seed, float(dropout_p) if seed is not None else 0.0)
+                    seed, float(dropout_p))
     return y, h
 
 
@@ -497,7 +500,7 @@ def why_not(x, residual, weight, bias, eps=1e-5, dropout_p=0.0):
             return f"residual is {residual.dtype}; the tk kernel takes bfloat16 or float32"
         if dropout_p and torch.promote_types(x.dtype, residual.dtype) != x.dtype:
             return (f"dropout of a residual wider than x ({residual.dtype} beside {x.dtype}): the kernel drops "
-                    f"its second input and stores h in its first's dtype; pass the wider one as x")
+                    f"its second input and stores h in its first's dtype, so it would have to drop x")
     if cols % 64 != 0 or not 64 <= cols <= MAX_COLS:
         return f"hidden size {cols} is not a multiple of 64 between 64 and {MAX_COLS}"
     if weight is None:

@@ -234,6 +234,16 @@ def test_cpu_fake_ext_p0_passes_no_dropout_argument(drop_ext):
     assert torch.equal(h0, x + r)
 
 
+def test_cpu_dropout_of_a_wider_residual_is_refused_not_misapplied(drop_ext):
+    """bf16 x beside an fp32 residual: the op swaps them (h is stored in the first input's
+    dtype), so the kernel would drop x. The public op refuses, as why_not does."""
+    x, r, w, b = ln_inputs(rows=4, cols=128)
+    with pytest.raises(ValueError, match="dropout of a residual wider than x"):
+        L.add_layernorm(x.to(BF16), r, w, b, 1e-5, 0.2)
+    assert drop_ext.seeds == []
+    y, h = L.add_layernorm(x.to(BF16), r, w, b, 1e-5)   # without dropout the swap is fine
+    assert h.dtype == F32 and torch.equal(h, x.to(BF16).float() + r)
+
 def test_cpu_fake_ext_opcheck_of_the_dropout_ops(drop_ext):
     x, r, w, b = ln_inputs(rows=3, cols=128)
     seed = torch.tensor([99], dtype=torch.int64)
