@@ -1,58 +1,79 @@
 // kernels/attention_hopper.cu — causal flash attention, forward pass, for Hopper (sm_90a only):
-// TMA loads of K and V into a shared-memory ring guarded by mbarriers, one producer warpgroup
-// and two consumer warpgroups (setmaxnreg moves registers from the first to the others; variant 4
-// below has one consumer and two CTAs per SM),
-// wgmma for S = Q·Kᵀ (both operands in shared memory) and O += P·V (P in registers).
+// TMA loads of Q, K and V into shared memory guarded by mbarriers, one producer warpgroup and
+// two consumer warpgroups (setmaxnreg moves registers from the first to the others), wgmma for
+// S = Q·Kᵀ (both operands in shared memory) and O += P·V (P in registers).
+// Two kernels share that pipeline: forward_kernel (one CTA per query block; variants 1-5) and
+// persistent_kernel (one CTA per SM walks over many query blocks; variants 6-14), which runs by
+// default: variant 12 for head_dim 64, 11 for head_dim 128 (DEFAULT_VARIANT_D64 / _D128).
 // Read kernels/attention_portable.cu first: same algorithm, plainer machinery.
-// Read in order: the algorithm and the pipeline picture (this comment), config, softmax_tile,
-// the kernel (producer branch, consumer branch, epilogue), the launcher at the bottom.
+// Read in order: the algorithm and the pipeline picture (this comment), config, item_at,
+// softmax_tile, forward_kernel (producer branch, consumer branch, epilogue: the pipeline for one
+// query block), then persistent_kernel (the same with an outer loop over query blocks), and the
+// launchers with attention_hopper_forward_variant at the bottom.
 //
 // ---- The algorithm (online softmax) ---------------------------------------------------------
 // For each query row i:  O_i = Σ_j softmax_j(scale · q_i·k_j) v_j  over keys j ≤ i (causal).
-// The T×T score matrix never exists: a CTA owns 128 query rows (BLOCK_M) and walks over the keys
-// in tiles of 128 (BLOCK_N), keeping per row a running max m, a running sum l of exp(s - m) and
-// an unnormalised output O. When a tile raises the max from m to m', everything accumulated so
+// The T×T score matrix never exists: the queries are cut into blocks of 128 rows (BLOCK_M; 64
+// with one consumer; a CTA works on one block at a time), and for its block a CTA walks over the
+// keys in tiles of 128 (BLOCK_N), keeping per row a running max m, a running sum l of exp(s - m)
+// and an unnormalised output O. When a tile raises the max from m to m', everything accumulated so
 // far is multiplied by exp(m - m') before the tile's contribution is added; at the end O /= l.
 // Exponentials are exp2 with the log2(e) folded into the scale (one FFMA + one MUFU.EX2 per
 // score). The forward also returns LSE_i = scale·m_i + ln l_i (natural log, as the portable
 // kernel does): the backward pass recomputes P = exp(scale·S - LSE) from it in one step, without
 // a second pass over the keys to rebuild the softmax denominators.
-// Causal: key tiles entirely right of the CTA's last query row are never loaded; only tiles that
+// Causal: key tiles entirely right of the block's last query row are never loaded; only tiles that
 // cross the diagonal are masked element by element. Sequence tails: TMA boxes that run past T
 // read zeros (tk/ops/group/tma_4d.cuh), padded keys are masked like the causal ones, padded query
 // rows compute harmless finite garbage that the epilogue does not store.
+// Two savings of the default: the half tile (consumer 0's diagonal tile has all of its last 64
+// keys masked, so its softmax and P·V take the first 64 only) and, for head_dim 128, lazy
+// rescaling (m moves only when a row's max grows by more than 8 in log2 units of the scaled
+// scores; otherwise the exponentials stay <= 2^8 and O is not multiplied).
 //
-// ---- The pipeline ----------------------------------------------------------------------------
+// ---- The pipeline (the default, persistent_kernel; forward_kernel is one pass of its loop) ----
 // Warpgroup 0 = producer (one elected thread issues all TMA copies; 24 registers/thread).
-// Warpgroups 1, 2 = consumers, each owns 64 of the 128 query rows (240 registers/thread).
-// Shared memory: Q (128 x D), then STAGES slots of K (128 x D) and STAGES slots of V.
-// Barriers: q_full; per slot k_full[s], v_full[s] (TMA -> consumers, 1 arrival + bytes) and
-// k_empty[s], v_empty[s] (consumers -> producer, one arrival per consumer warp).
+// Warpgroups 1, 2 = consumers, each owns 64 of a block's 128 query rows (240 registers/thread).
+// Shared memory: two Q slots (128 x D each; forward_kernel has one), then STAGES slots of K
+// (128 x D) and STAGES slots of V (STAGES = 3 for D = 64, 2 for D = 128).
+// Barriers: per Q slot q_full (TMA -> consumers) and q_empty (consumers -> producer); per K/V slot
+// k_full[s], v_full[s] (TMA -> consumers, 1 arrival + bytes) and k_empty[s], v_empty[s]
+// (consumers -> producer, one arrival per consumer warp). item_of[slot] tells the consumers which
+// query block the Q in that slot belongs to (written before q_full completes; -1: no more).
 //
-//   producer                     consumer warpgroup c (c = 0, 1), tiles n = 0 .. N-1
-//   --------                     ---------------------------------------------------
-//   load Q          -> q_full    wait q_full
-//   load K0         -> k_full    [turn] wait k_full(0); issue S = Q·K0ᵀ [/turn]
-//   load K1, V0 ...              wait S; release k_empty(0); softmax(S) -> P, m, l
-//   for tile n:                  for n = 1 .. N-1:
-//     wait k_empty(slot of n)      [turn] wait k_full(n);  issue S = Q·Knᵀ          (async)
-//     load Kn   -> k_full            wait v_full(n-1); issue O += P·V(n-1)       (async) [/turn]
-//     wait v_empty(slot of n-1)    wgmma wait<1>: S done  -> release k_empty(n)
-//     load V(n-1) -> v_full          softmax(S): new max, exp2, row sums      <- overlaps P·V
-//   load V(N-1)                    wgmma wait<0>: P·V done -> release v_empty(n-1)
-//                                  O *= exp2(m_old - m_new); P = bf16(S)
-//                                [turn] wait v_full(N-1); issue O += P·V(N-1) [/turn]; wait
-//                                O /= l; store O (bf16) and LSE (fp32)
+//   producer (one thread)                     consumer warpgroup c (c = 0, 1)
+//   ---------------------                     -------------------------------
+//   item = blockIdx.x                         for j = 0, 1, ... (slot j % 2):
+//   for j = 0, 1, ... (slot j % 2):             wait q_full; item = item_of[slot]; -1: stop
+//     wait q_empty(slot)                        [turn] wait k_full; issue S = Q·K0ᵀ [/turn]
+//     no item left: item_of = -1,               wait S; release k_empty; softmax(S) -> P, m, l
+//       arrive q_full(slot); stop               for tiles n = 1 .. N-1:
+//     item_of[slot] = item                        [turn] wait k_full; issue S = Q·Knᵀ  (async)
+//     next = gridDim.x + atomicAdd(counter)         wait v_full; issue O += P·V(n-1)  (async)
+//     load Q of the item   -> q_full(slot)        [/turn]
+//     load K0              -> k_full              wgmma wait<1>: S done -> release k_empty
+//     for tiles n = 1 .. N-1:                     softmax(S): new max, exp2, row sums <- overlaps P·V
+//       wait k_empty; load Kn     -> k_full       wgmma wait<0>: P·V done -> release v_empty
+//       wait v_empty; load V(n-1) -> v_full       O *= exp2(m_old - m_new); P = bf16(S)
+//     load V(N-1)                               [turn] wait v_full; issue O += P·V(N-1) [/turn]
+//     item = next                               wait; release q_empty(slot)
+//                                               O /= l; store O (bf16) and LSE (fp32), while the
+//                                               producer already loads the next item's Q and K
 //
-// K runs one tile ahead of V, so the producer can refill a K slot as soon as its S is done.
-// [turn] ... [/turn] is the warpgroup "ping-pong" (FA3's scheduler barrier, optional template
-// flag): the two consumers take turns issuing their matrix products through two named
+// N is the item's number of key tiles (causal: up to its diagonal). The producer runs ahead as
+// far as free slots let it, into the next item; the first gridDim.x items go by blockIdx.x, every
+// later one to whichever CTA asks next (a global counter: see "Dynamic scheduling" below for its
+// one limit). K runs one tile ahead of V, so the producer can refill a K slot as soon as its S is
+// done. [turn] ... [/turn] is the warpgroup "ping-pong" (FA3's scheduler barrier, optional
+// template flag): the two consumers take turns issuing their matrix products through two named
 // barriers, so that while one warpgroup's wgmmas run on the tensor cores, the other one does
-// its softmax on the FMA/MUFU units. Consumer 1 starts by arriving on consumer 0's barrier.
+// its softmax on the FMA/MUFU units. Consumer 1 starts by arriving on consumer 0's barrier; the
+// turns carry on from item to item.
 //
-// Barrier phases: tile n lives in slot n % STAGES and its wait parity is (n / STAGES) & 1 for
-// the consumers; the producer waits on "empty" with the opposite parity, so that its first pass
-// over the ring does not block (a fresh mbarrier reports parity 1 as complete).
+// Barrier phases: the g-th K/V tile of a CTA's life (counted over all its items) lives in slot
+// g % STAGES and its wait parity is (g / STAGES) & 1 for the consumers (Q: the j-th item, slot
+// j % 2, parity (j / 2) & 1); the producer waits on "empty" with the opposite parity, so that its
+// first pass over the ring does not block (a fresh mbarrier reports parity 1 as complete).
 //
 // ---- Variants (attention_hopper_forward_variant at the bottom; figures in kernels/NOTES.md) ----
 // Sessions 2-3: the same pipeline in four settings, all tested, kept so the measurements can be
@@ -76,6 +97,8 @@
 //      12 = 9 (default D=64), 13 = one consumer and two CTAs per SM with the half tile and lazy
 //      rescaling, 14 = 11 without ping-pong. 6-10 take items at a fixed stride, which leaves SMs
 //      idle at the end when item costs vary (L2 groups, long sequences).
+// Lost on the H200 and kept only because kernels/NOTES.md's figures name them (its next steps
+// remove them): 1, 3, 6, 7, 9, 10, 14.
 // What is not here (yet): a TMA store epilogue; the backward pass is attention_hopper_bwd.cu.
 #include <algorithm>
 #include <cstdint>
@@ -517,8 +540,14 @@ struct persistent_config : config<D, CONSUMERS> {
 // gridDim.x) left up to a quarter of the SMs' time idle at the end with L2 groups (ncu: 155k of
 // 181k cycles active; the items of a group are sorted by cost, so a fixed stride gives some CTAs
 // mostly heavy ones). The counter resets itself: the last CTA to finish taking items zeroes it,
-// so launches on ONE stream (and CUDA graph replays) each start from 0. Two launches of these
-// variants running at once on different streams would share it: not supported.
+// so launches on ONE stream (and CUDA graph replays) each start from 0.
+// Its limit: the counter is one per device and process, so two launches of variants 11-14 (the
+// defaults) in flight at once, on two streams, share it, and NOTHING detects that. Each launch
+// then skips the items the other one drew (their O and LSE rows are never written), and the
+// reset can fire before every CTA is done and leave the counter off zero, so that later launches,
+// even on one stream, skip items too. kernels/attention_hopper.py tells its callers; the fix (a
+// counter per launch from the caller's stream-ordered allocator, as FA3's tile schedulers take
+// their tile_count_semaphore as an argument) is proposed in kernels/NOTES.md (H3, review).
 __device__ unsigned int g_items_taken = 0, g_ctas_done = 0;
 
 template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool PINGPONG_ON = true>

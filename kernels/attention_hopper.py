@@ -10,6 +10,15 @@ table. See kernels/NOTES.md, attention / Hopper forward and Session 3 (Hopper ba
 
 Nothing here builds at import; `why_not` builds the extension only after every cheap check
 passed on CUDA tensors of a Hopper GPU.
+
+One stream at a time: the default forward (variants 11-14, "dynamic scheduling") hands out its
+work through ONE counter per GPU and process (g_items_taken in the .cu), which resets itself at
+the end of each launch. Two forward launches in flight at once, on two CUDA streams of one GPU,
+share it, and nothing detects that: each skips query blocks the other drew (those rows of o and
+lse are never written), and the counter can be left off zero, so later calls go wrong too. Run
+the forward on one stream (training, CUDA graphs and DDP do: separate processes have separate
+counters); to overlap two forwards, pick a static variant (5 or 8) with set_forward_variant or
+TK_ATTENTION_HOPPER_FWD_VARIANT. The backward has no such counter.
 """
 import math
 import os
@@ -109,7 +118,9 @@ def check_inputs(q, k, v, scale, variant=0, cuda=True):
 
 
 def forward(q, k, v, causal=True, scale=None, variant=0):
-    """(o, lse): o (B, H, T, D) bf16 (a view of (B, T, H, D) memory), lse (B, H, T) fp32."""
+    """(o, lse): o (B, H, T, D) bf16 (a view of (B, T, H, D) memory), lse (B, H, T) fp32.
+
+    Variants 0 (the default) and 11-14 must not run on two streams at once (module docstring)."""
     if scale is None and isinstance(q, torch.Tensor) and q.dim() > 0 and q.shape[-1] > 0:
         scale = 1.0 / math.sqrt(q.shape[-1])   # (otherwise check_inputs names what is wrong with q)
     check_inputs(q, k, v, scale, variant)

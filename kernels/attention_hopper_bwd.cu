@@ -3,8 +3,8 @@
 // mbarriers, one producer warpgroup and two consumer warpgroups, wgmma for all five products.
 // Read kernels/attention_portable.cu (the same arithmetic on mma.sync) and
 // kernels/attention_hopper.cu (the forward: the same machinery) first.
-// Read in order: the algorithm and the picture (this comment), config, the three kernels
-// (rowsum, main, dQ conversion) and the launcher at the bottom.
+// Read in order: the algorithm and the picture (this comment), config, block_at (the CTAs'
+// order), the three kernels (rowsum, main, dQ conversion) and the launcher at the bottom.
 //
 // ---- The algorithm ----------------------------------------------------------------------------
 // Forward: S = Q·Kᵀ, P = softmax(scale·S) (causal), O = P·V, and LSE_i = ln Σ_j exp(scale·S_ij).
@@ -41,6 +41,9 @@
 // warpgroup's diagonal (or the last key block, non-causal) test element by element.
 //
 // ---- The pipeline -------------------------------------------------------------------------------
+// As pictured: variant 1. The defaults are its refinements: 4 (D = 64) = variant 2 (3 slots, two
+// dQ buffers) and 5 (D = 128) = variant 3 (dQ split by columns), both with the CTAs in L2 groups
+// of heads (block_at); the variants list below says what each changes.
 // Warpgroup 0 = producer (24 registers/thread): warp 0's elected thread issues the TMA copies,
 // warp 1's 32 lanes copy LSE·log2(e) and Di of the query block into shared memory.
 // Warpgroups 1, 2 = consumers (240 registers/thread), warpgroup c owns keys 64c .. 64c+63.

@@ -2,7 +2,8 @@
 # tests/gpu_attention_h3_final.sh OUT_DIR — session 4 (H3), the second call: the attention
 # kernels with the defaults chosen from the first call (Hopper forward 8 / 5, backward 4 / 5 for
 # D = 64 / 128, portable forward 3 for D = 64) and the dynamically scheduled forward variants
-# 11-14, on ONE H200, in <= 230 s with the builds (TORCH_EXTENSIONS_DIR=/tmp/ext). Each step under
+# 11-14, on ONE H200, in <= 230 s with the builds (TORCH_EXTENSIONS_DIR=/tmp/ext). (Since ad7409b
+# the forward defaults are 12 / 11: run today, the smoke and memcheck steps test those.) Each step under
 # its own limit and the lane's (tests/gpu_lib.sh; logs in OUT/logs, packed into OUT/logs.tgz;
 # figures in OUT/summary.txt):
 #   1 build the three attention extensions at once
