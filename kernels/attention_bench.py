@@ -64,6 +64,8 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from kernels.attention_hopper import VARIANTS as HOPPER_VARIANTS   # builds nothing at import
+
 SHAPES = {  # name -> (B, H, T, D)
     "gpt2": (16, 12, 1024, 64),               # GPT-2 124M: 12 heads of 64, T = 1024
     "shakespeare-char": (64, 6, 256, 64),     # config/shakespeare.py's model and batch
@@ -76,9 +78,9 @@ QUICK_ROWS = (("gpt2", "fwd"), ("gpt2", "fwd+bwd"), ("shakespeare-char", "fwd+bw
 SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-cudnn": "CUDNN_ATTENTION",
                  "sdpa-efficient": "EFFICIENT_ATTENTION"}   # name -> torch.nn.attention.SDPBackend member
 IMPLS = ("tk", "tk-hopper", "tk-portable", "eager") + tuple(SDPA_BACKENDS)
-# The Hopper forward's variants one by one (kernels/attention_hopper.py VARIANTS, 1..14), timed only
+# The Hopper forward's variants one by one (kernels/attention_hopper.py VARIANTS but 0), timed only
 # when named in TK_BENCH_ATTENTION_IMPLS (e.g. tk-hopper-v4,tk-hopper-v6): to compare them in one run.
-HOPPER_VARIANT_IMPLS = tuple(f"tk-hopper-v{n}" for n in range(1, 15))
+HOPPER_VARIANT_IMPLS = tuple(f"tk-hopper-v{n}" for n in sorted(HOPPER_VARIANTS) if n)
 FORWARD_ONLY = ("tk-hopper",) + HOPPER_VARIANT_IMPLS   # timed forward only: on sm_90 the fwd+bwd is the 'tk' row
 CUDNN = "sdpa-cudnn"
 
