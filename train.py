@@ -73,8 +73,9 @@ dtype = "auto"                   # 'auto', 'bfloat16', 'float16' (with GradScale
 compile = False                  # torch.compile the model
 cuda_graphs = False              # replay each micro-step and eval batch from a CUDA graph (1 GPU,
                                  # no DDP or compile; elsewhere it is ignored with a message)
-ddp_bucket_cap_mb = 25           # DDP: gradients are all-reduced in buckets of this size, each
-                                 # as soon as its gradients are ready (overlapping the backward)
+ddp_bucket_cap_mb = 25           # DDP: gradients are all-reduced in buckets of this many MB, each
+                                 # as soon as its gradients are ready (overlapping the backward);
+                                 # 25 is PyTorch's default, config/gpt2.py sets 100
 seed = 1337
 # kernels: 'auto' (tk where it can run, else torch), 'tk', 'torch'; per op '' follows kernels
 kernels = "auto"
@@ -305,6 +306,8 @@ def train(config):
     t_start = time.time()
     if c.init_from not in ("scratch", "resume"):
         raise ConfigError(f"init_from={c.init_from!r}: use 'scratch' or 'resume'")
+    if not c.ddp_bucket_cap_mb > 0:   # (used only under torchrun; refused before any process group)
+        raise ConfigError(f"ddp_bucket_cap_mb={c.ddp_bucket_cap_mb}: give a bucket size in MB > 0 (PyTorch's default is 25)")
     ddp = int(os.environ.get("RANK", -1)) != -1
     rank, local_rank, world = 0, 0, 1
     dev = c.device if c.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
@@ -315,8 +318,6 @@ def train(config):
             torch.cuda.set_device(dev)
         dist.init_process_group(backend="nccl" if dev.startswith("cuda") else "gloo")
     master = rank == 0
-    if ddp and not c.ddp_bucket_cap_mb > 0:
-        raise ConfigError(f"ddp_bucket_cap_mb={c.ddp_bucket_cap_mb}: give a bucket size in MB > 0 (PyTorch's default is 25)")
     if c.gradient_accumulation_steps % world:
         raise ConfigError(f"gradient_accumulation_steps={c.gradient_accumulation_steps} must be a "
                           f"multiple of the number of ranks ({world}): it counts micro-steps of the "

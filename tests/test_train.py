@@ -122,6 +122,11 @@ def test_wandb_missing_is_a_clear_error(char_data, tmp_path, monkeypatch):
         train.train(tiny_config(char_data, tmp_path, wandb_log=True, max_iters=1))
 
 
+def test_bad_ddp_bucket_size_is_a_clear_error_even_on_one_process(char_data, tmp_path):
+    # refused before anything starts (under torchrun: before the process group)
+    with pytest.raises(train.ConfigError, match=r"ddp_bucket_cap_mb=0: give a bucket size in MB > 0"):
+        train.train(tiny_config(char_data, tmp_path, ddp_bucket_cap_mb=0, max_iters=1))
+
 def test_lr_schedule_warmup_then_cosine():
     c = type("C", (), dict(decay_lr=True, learning_rate=1.0, min_lr=0.1, warmup_iters=10, lr_decay_iters=110))
     assert train.get_lr(0, c) == pytest.approx(1 / 11)
