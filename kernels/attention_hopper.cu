@@ -56,7 +56,7 @@
 //       wait k_empty; load Kn     -> k_full       wgmma wait<0>: P·V done -> release v_empty
 //       wait v_empty; load V(n-1) -> v_full       O *= exp2(m_old - m_new); P = bf16(S)
 //     load V(N-1)                               [turn] wait v_full; issue O += P·V(N-1) [/turn]
-//     item = next                               wait; release q_empty(slot)
+//     item = next                               wait; release v_empty and q_empty(slot)
 //                                               O /= l; store O (bf16) and LSE (fp32), while the
 //                                               producer already loads the next item's Q and K
 //
