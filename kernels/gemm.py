@@ -20,6 +20,12 @@ Step 5 (kernels/gemm_5_pingpong.cu) gives each consumer warpgroup its own tile a
 their main loops so one's epilogue overlaps the other's math: it wins where K is short (GPT-2's
 K = 768 products) and loses where K is long, so `auto_step` picks per shape, and matmul(step=0)
 uses it.
+
+Two environment variables, for experiments with the 2-CTA cluster variants (step 4 v5, step 5
+v3/v4; read at each launch by launch_pairs in kernels/gemm_4_warp_specialized.cuh):
+TK_GEMM_CLUSTERS=n launches n clusters instead of as many as fit (a positive integer; unset or
+empty: as many as fit; anything else: RuntimeError), TK_GEMM_VERBOSE=1 prints each cluster
+launch to stderr.
 """
 import functools
 

@@ -447,8 +447,12 @@ struct linear_epilogue {
 
 // ---- launching 2-CTA clusters (steps 4 and 5): as many clusters as the occupancy query says fit
 // (asked once per kernel: max_clusters), at most one per two SMs, no more than the pair units.
-// TK_GEMM_CLUSTERS=n forces n (an experiment: the half-speed clusters, NOTES.md session 4);
-// TK_GEMM_VERBOSE=1 prints what was launched. Returns nullptr or a message (kept in msg).
+// Two environment knobs, read at every cluster launch (experiments, NOTES.md session 4):
+//   TK_GEMM_CLUSTERS=n  launch n clusters (a positive integer; capped at the pair units) instead
+//                       of the occupancy answer; unset or empty: that answer; anything else is
+//                       refused with a message
+//   TK_GEMM_VERBOSE=1   print to stderr what was launched (unset, empty or 0: silent)
+// Returns nullptr or a message (kept in msg).
 template <typename Kernel, typename P>
 const char* launch_pairs(const char* who, const char* step_name, Kernel kernel, const P& p, int threads, int smem_bytes,
                          int num_sms, cudaStream_t stream, int& max_clusters, std::string& msg) {
@@ -465,9 +469,18 @@ const char* launch_pairs(const char* who, const char* step_name, Kernel kernel, 
         cudaGetLastError();
     }
     int clusters = std::min({p.sh.units, std::max(num_sms / 2, 1), max_clusters});
-    if (const char* force = std::getenv("TK_GEMM_CLUSTERS"))
-        clusters = std::max(1, std::min(p.sh.units, std::atoi(force)));
-    if (std::getenv("TK_GEMM_VERBOSE"))
+    if (const char* force = std::getenv("TK_GEMM_CLUSTERS"); force && *force) {
+        char* end = nullptr;
+        const long n = std::strtol(force, &end, 10);
+        if (end == force || *end != '\0' || n < 1 || n > (1L << 30)) {
+            msg = std::string(who) + ": TK_GEMM_CLUSTERS must be a positive integer (clusters to launch), got '" +
+                  force + "'; unset it to launch as many as fit";
+            return msg.c_str();
+        }
+        clusters = int(std::min<long>(p.sh.units, n));
+    }
+    const char* verbose = std::getenv("TK_GEMM_VERBOSE");
+    if (verbose && *verbose && std::string(verbose) != "0")
         std::fprintf(stderr, "%s: %s cluster launch: %d SMs, max active 2-CTA clusters %d, launching %d clusters "
                      "for %d pair units, %d bytes of shared memory\n", who, step_name, num_sms, max_clusters, clusters,
                      p.sh.units, smem_bytes);

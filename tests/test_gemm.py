@@ -100,6 +100,23 @@ def test_step4_variants(variant):
         assert rel_err(dW, dy.float().t() @ x.float()) < 1e-2, (variant, splits)
 
 
+@CLUSTER
+def test_cluster_count_knob(monkeypatch):
+    """TK_GEMM_CLUSTERS (launch_pairs, kernels/gemm_4_warp_specialized.cuh): a forced count below
+    the pair units still computes the whole product; a value that is not a positive integer is
+    refused with a message naming the variable (it used to become 1 cluster silently)."""
+    x, W = randn(1000, 768), randn(528, 768)
+    for step, variant in ((4, 5), (5, 4)):
+        monkeypatch.setenv("TK_GEMM_CLUSTERS", "3")
+        out = torch.full((1000, 528), float("nan"), device="cuda", dtype=torch.bfloat16)
+        c = gemm.matmul(x, W.t(), step=step, variant=variant, out=out)
+        assert rel_err(c, x.float() @ W.float().t()) < 1e-2, (step, variant)
+        for bad in ("abc", "0", "-2", "4x"):
+            monkeypatch.setenv("TK_GEMM_CLUSTERS", bad)
+            with pytest.raises(RuntimeError, match="TK_GEMM_CLUSTERS must be a positive integer"):
+                gemm.matmul(x, W.t(), step=step, variant=variant)
+
+
 @pytest.mark.parametrize("variant", [1, 2, pytest.param(3, marks=CLUSTER), pytest.param(4, marks=CLUSTER), 5])   # v0: every other step-5 test
 def test_step5_variants(variant):
     """Step 5's other consumer tiles (64x256), ring depths and 2-CTA clusters (3), every operand
