@@ -27,10 +27,13 @@
 // the cluster count (66 clusters launched, as many as fit) and found, by ncu, the tensor pipe at
 // 36% against 58% without clusters; the suspect is now the consumers' remote arrive, which was a
 // cluster-scope release (`.release.cluster`) once per k-step: gemm4::arrive_on_cta now uses the
-// CTA-scope default as CUTLASS does (not yet measured). Variant 5 (64x256, 5 stages, one staging
-// box per warp; session 4, call 2): 0.975x at 8192³, 0.77x at fwd 16384x768x3072 (v1 0.79x),
-// 0.82-0.86x on the weight gradients (step 4 0.78-0.81x). kernels/gemm.py `auto_step` picks
-// step 5 v1 for K <= 1024, step 4 otherwise.
+// CTA-scope default as CUTLASS does. Session 4's final call with it: v4 0.88x at 8192³ and
+// 0.62-0.82x at GPT-2 shapes, no longer half speed but still below v1 and v5. Variant 5 (64x256,
+// 5 stages, one staging box per warp; session 4, call 2): 0.975x at 8192³, 0.77x at fwd
+// 16384x768x3072 (v1 0.79x; 4-5% behind v1 at fwd x768x2304 and x768x768), 0.82-0.86x on the
+// weight gradients (step 4 0.78-0.81x) except dW 768x16384x768, where step 4 won (0.92x vs 0.86x;
+// final call 0.66x vs 0.65x). kernels/gemm.py `auto_step` picks step 5 v1 for K <= 1024, step 4
+// otherwise.
 //
 // The kernel template lives in kernels/gemm_5_pingpong.cuh (shared with the MLP, whose fused
 // epilogues it also runs); this file holds step 5's variants and dispatch, with step 4's

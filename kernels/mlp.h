@@ -42,15 +42,17 @@ struct gemm_args {
 //   PINGPONG_64x256   step 5 with 64x256 consumer tiles (one m64n256 wgmma per k16): the fastest
 //                     schedule measured for K = 768 with K-major operands (c_fc forward).
 //   PINGPONG_128x128_CLUSTER2  step 5 128x128 with CTA pairs sharing each B tile by TMA
-//                     multicast: correct, but measured at 0.3-0.5x of the others (not understood;
-//                     never picked by auto).
+//                     multicast: correct; 0.3-0.5x of the others in session 3, not re-measured
+//                     since session 4's remote-arrive change brought the 64x256 pairing near its
+//                     cluster-less twin (kernels/gemm_5_pingpong.cu); never picked by auto.
 //   PINGPONG_64x256_CLUSTER2   the same pairing on 64x256 tiles (session 4, for the cluster
 //                     question at K = 768; never picked by auto).
 //   STEP4_CLUSTER2    step 4's cooperative 128x256 tile in 2-CTA clusters sharing B (cuBLAS's
 //                     "128x256 2x1" design for these shapes; session 4; never picked by auto).
 //   PINGPONG_64x256_DEEP  ping-pong 64x256 with 5 stages and one staging box per warp (GEMM step
-//                     5 variant 5: 0.80-0.86x cuBLAS on the weight gradients where step 4 has
-//                     0.78-0.81x, session 4 call 2).
+//                     5 variant 5: 0.81-0.86x cuBLAS on the MLP's two weight-gradient shapes,
+//                     where step 4 has 0.78-0.80x, session 4 call 2 and final call; dw=10 in the
+//                     final call's mlp_bench: 114 vs 119 µs per dW; not auto's choice yet).
 // SCHEDULE_AUTO picks by shape (auto_schedule).
 constexpr int SCHEDULE_AUTO = 0, SCHEDULE_STEP4 = 4, SCHEDULE_PINGPONG_128x128 = 5, SCHEDULE_PINGPONG_64x256 = 6,
               SCHEDULE_PINGPONG_128x128_CLUSTER2 = 7, SCHEDULE_PINGPONG_64x256_CLUSTER2 = 8, SCHEDULE_STEP4_CLUSTER2 = 9,

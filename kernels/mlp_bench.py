@@ -67,8 +67,8 @@ def main(argv=None):
         mlp_op.parse_schedule(spec)                      # a typo fails before any timing
     C, H = args.C, 4 * args.C
     print(f"MLP fwd+bwd on {torch.cuda.get_device_name()}: C={C}, {args.trials} interleaved trials of "
-          f"{args.iters} back-to-back steps; TFLOP/s counts 3 x 2·2·M·C·4C; schedules: fc,proj,dgelu,dx,dw "
-          f"(0 auto, 4 step 4, 5 ping-pong 128x128, 6 ping-pong 64x256, 7 ping-pong 128x128 in 2-CTA clusters, 8 the same for 64x256, 9 step 4 in clusters, 10 ping-pong 64x256 5 stages); "
+          f"{args.iters} back-to-back steps; TFLOP/s counts 3 x 2·2·M·C·4C; schedules: {','.join(mlp_op.PRODUCTS)} "
+          f"({'; '.join(f'{k} {v}' for k, v in mlp_op.SCHEDULES.items())}); "
           f"side=0: no side jobs in dGELU; pre=1: dGELU gets pre by TMA and pipelines its dy sums")
     for M in (int(m) for m in args.M.split(",")):
         g = torch.Generator(device="cuda").manual_seed(M)

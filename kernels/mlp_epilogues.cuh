@@ -1,5 +1,5 @@
-// kernels/mlp_epilogues.cuh — the MLP's GELU math and its five epilogue policies (bias,
-// bias_gelu, bias_gelu_h_only, dgelu, reduce_add), shared by the translation units that
+// kernels/mlp_epilogues.cuh — the MLP's GELU math and its six epilogue policies (bias,
+// bias_gelu, bias_gelu_h_only, dgelu, dgelu_pre_tma, reduce_add), shared by the translation units that
 // instantiate them: kernels/mlp.cu (step 4's cooperative schedule, and the dispatch),
 // kernels/mlp_pingpong.cu (step 5's ping-pong schedule) and kernels/mlp_inference.cu (the
 // evaluation forward's h-only c_fc epilogue on every schedule). Read kernels/mlp.cu's opening comment first: it says what each
@@ -7,7 +7,8 @@
 // A policy must work for any tile width (step 4: 256 columns; step 5: 128 or 256), so it takes
 // the width from tile_pos::cols or the accumulator's ::cols.
 //
-// Read in order: GELU math, the policies, the cross-file launcher declaration.
+// Read in order: step 4's configurations (plain, with input boxes, in 2-CTA clusters), GELU
+// math, the policies, the cross-file launcher declarations.
 #pragma once
 #include "mlp.h"
 #include "gemm_4_warp_specialized.cuh"
@@ -343,8 +344,9 @@ struct reduce_add_epilogue : base_epilogue<float> {
 // linear_bias_gelu with g.c == nullptr (no pre): every schedule, in kernels/mlp_inference.cu.
 const char* linear_bias_gelu_h_only(const gemm_args& g);
 
-// The ping-pong launcher, defined (and instantiated for the five products) in kernels/mlp_pingpong.cu
-// so its kernels compile in parallel with step 4's. schedule: SCHEDULE_PINGPONG_128x128 or _64x256.
+// The ping-pong launcher, defined (and instantiated for the five products, dGELU with both of its
+// policies) in kernels/mlp_pingpong.cu so its kernels compile in parallel with step 4's.
+// schedule: one of mlp.h's SCHEDULE_PINGPONG_* (5, 6, 7, 8, 10).
 template <major MA, major MB, typename Epi>
 const char* launch_pingpong(const gemm_args& g, int schedule);
 

@@ -1,7 +1,10 @@
 // kernels/mlp_pingpong.cu — the MLP's five GEMMs on step 5's ping-pong schedule
 // (kernels/gemm_5_pingpong.cuh) with the MLP's epilogue policies (kernels/mlp_epilogues.cuh).
 // kernels/mlp.cu dispatches here when a GEMM's schedule is one of the PINGPONG_* (kernels/mlp.h);
-// a file of its own so nvcc builds these kernels in parallel with step 4's.
+// a file of its own so nvcc builds these kernels in parallel with step 4's. A policy with input
+// boxes (dgelu_pre_tma, pre=1) needs a staging buffer per box, so it runs on gemm5's *_inputs
+// configurations and only on schedules that have one (5, 6, 8); mlp.cu's linear_dgelu keeps
+// schedules 7 and 10 on the per-thread-load policy.
 #include <algorithm>
 #include "mlp.h"
 #include "mlp_epilogues.cuh"
