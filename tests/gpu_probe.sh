@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# A session's first look, on a TWO-GPU machine (kind nvidia-h200-x2), ~6 min:
+# A session's first look, on a TWO-GPU machine (kind nvidia-h200-x2), ~7 min. Written at the end of
+# session 4 for session 5's first call (kernels/NOTES.md, "Next session", items 1-3):
 #
 #   bash tests/gpu_probe.sh OUT
 #
 #   both:   every tk extension builds (in parallel)
-#   GPU 0:  every GPU test in tests/ (12 workers, -v and -rf: a run cut by its limit still names
-#           its failures), so that each test edit since the last GPU run is re-run
-#   GPU 1:  bench.py --e2e of GPT-2 on tk with the defaults; bench.py --profile of the GPT-2 tk
-#           step; config/shakespeare.py on tk (beside the tests: not comparable with a final
-#           check's wall time). (Session 4's probe also timed the LM head's rows_in_shared and
-#           rows_per_warp kernels here through TK_LM_HEAD_KERNEL_WIDE/_NARROW; they are the
-#           defaults now, kernels/lm_head_op.py.)
+#   GPU 0:  every test in tests/ (12 workers, -v and -rf: a run cut by its limit still names its
+#           failures): the reviewers' test and host-code changes after session 4's final call,
+#           never run on a GPU, are among them
+#   GPU 1:  bench.py --profile of the GPT-2 tk step with session 4's attention defaults (never
+#           profiled in the step); ncu with stall sampling (WarpStateStats, SourceCounters) of
+#           the Hopper attention forward at the GPT-2 shape (latency-bound, cause unknown) and of
+#           the MLP's dGELU GEMM at M=16384 (1.3x c_fc's time, cause unknown); compute-sanitizer
+#           memcheck and racecheck of the attention defaults (forward 12 / 11, backward 4 / 5),
+#           which no sanitizer has run on
 # Logs in OUT/logs, packed into OUT/logs.tgz; headlines in OUT/summary.txt. LANE_LIMIT (s, 420).
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: bash tests/gpu_probe.sh OUT" >&2; exit 2; }
@@ -28,14 +31,55 @@ lane0() {
     grep -E " FAILED|^ERROR|^FAILED" "$L/pytest.log" | sort -u | head -30 | tee -a "$S"
 }
 
+# The calls the profilers look at: small scripts, so that ncu and compute-sanitizer see only them.
+write_cases() {
+    cat > "$L/attention_case.py" <<'PY'
+import sys, torch
+sys.path.insert(0, ".")
+from kernels import attention_hopper as H
+shapes = {"gpt2": [(16, 1024, 12, 64)], "small": [(2, 70, 3, 64), (2, 300, 3, 64), (2, 200, 3, 128)]}[sys.argv[1]]
+for B, T, nh, D in shapes:
+    qkv = torch.randn(B, T, 3, nh, D, device="cuda").bfloat16()
+    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+    o, lse = H.forward(q, k, v, True, D ** -0.5)            # the default variant for D
+    if sys.argv[1] == "small":
+        dqkv = torch.empty_like(qkv)
+        H.backward(torch.randn_like(o), q, k, v, o, lse, True, D ** -0.5,
+                   out=tuple(dqkv.permute(2, 0, 3, 1, 4).unbind(0)))
+torch.cuda.synchronize()
+print("attention case ran", sys.argv[1])
+PY
+    cat > "$L/dgelu_case.py" <<'PY'
+import sys, torch
+sys.path.insert(0, ".")
+from kernels import mlp_op
+r = lambda *s: torch.randn(*s, device="cuda").to(torch.bfloat16)
+M, C = 16384, 768
+x, w1, b1, w2, b2, dy = r(M, C), r(4 * C, C) * 0.03, r(4 * C), r(C, 4 * C) * 0.02, r(C), r(M, C)
+y, pre, h = mlp_op.mlp_fwd(x, w1, b1, w2, b2)
+mlp_op.mlp_bwd(dy, x, pre, h, w1, w2)                      # the default schedule's dGELU GEMM
+torch.cuda.synchronize()
+print("dgelu case ran")
+PY
+}
+
 lane1() {
     export CUDA_VISIBLE_DEVICES=1
-    step 90 e2e_tk.log python3 bench.py --e2e --models gpt2 --variants tk --json "$L/e2e_tk.json"
-    note "e2e gpt2 tk: $(grep -E 'ms/step' "$L/e2e_tk.log" | tr '\n' ' ')"
-    step 90 profile_gpt2.log python3 bench.py --profile --models gpt2 --kernels tk --profile-rows 30 --json "$L/profile_gpt2.json"
+    write_cases
+    step 90 profile_gpt2.log python3 bench.py --profile --models gpt2 --kernels tk --profile-rows 40 --json "$L/profile_gpt2.json"
     note "gpt2 tk profile: $(grep -E '^GPU kernels' "$L/profile_gpt2.log" | head -1)"
-    step 70 shk_tk.log python3 train.py config/shakespeare.py --kernels=tk --always_save_checkpoint=False --out_dir=/tmp/o_tk
-    note "shakespeare tk: $(grep -E '^(summary|cuda_graphs|error)' "$L/shk_tk.log" | tr '\n' ' ')"
+    local sections="--section SpeedOfLight --section WarpStateStats --section SourceCounters --section Occupancy"
+    step 70 ncu_attention.log ncu $sections -k "regex:persistent_kernel|forward_kernel" --launch-count 1 \
+        python3 "$L/attention_case.py" gpt2
+    grep -E "Duration|Stall|Warp Cycles|Issue Slots|Compute \(SM\)|ERR" "$L/ncu_attention.log" | head -40 > "$L/ncu_attention_summary.txt"
+    note "ncu attention forward: $(grep -E 'Duration' "$L/ncu_attention.log" | head -1 | tr -s ' ')"
+    step 70 ncu_dgelu.log ncu $sections -k "regex:dgelu" --launch-count 1 python3 "$L/dgelu_case.py"
+    grep -E "Duration|Stall|Warp Cycles|Issue Slots|Compute \(SM\)|ERR" "$L/ncu_dgelu.log" | head -40 > "$L/ncu_dgelu_summary.txt"
+    note "ncu dGELU: $(grep -E 'Duration' "$L/ncu_dgelu.log" | head -1 | tr -s ' ')"
+    for tool in memcheck racecheck; do
+        step 60 sanitizer_$tool.log compute-sanitizer --tool $tool python3 "$L/attention_case.py" small
+        note "attention $tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|case ran' "$L/sanitizer_$tool.log" | tr '\n' ' ')"
+    done
 }
 
 lane0 & P0=$!
