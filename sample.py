@@ -128,7 +128,7 @@ def sample(config):
 
 
 def main(argv):
-    return run_script(__doc__, DEFAULTS, argv, sample, (CheckpointError, kernel_switch.KernelUnavailable))
+    return run_script(__doc__, DEFAULTS, argv, sample, (CheckpointError, kernel_switch.KernelUnavailable), __file__)
 
 
 if __name__ == "__main__":

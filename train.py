@@ -531,7 +531,7 @@ def stop(what, c, saved_iter):
 def main(argv):
     try:
         return run_script(__doc__, DEFAULTS, argv, train, (DataError, CheckpointError, TrainingStopped,
-                                                            kernel_switch.KernelUnavailable))
+                                                            kernel_switch.KernelUnavailable), __file__)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

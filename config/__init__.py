@@ -9,8 +9,10 @@ Every name must already exist in the defaults and keep its type, so a typo or a 
 refused with a message naming the key (and the nearest valid names), never silently ignored.
 """
 import difflib
+import io
 import os
 import sys
+import tokenize
 import types
 
 
@@ -102,13 +104,47 @@ def defaults_from(namespace):
             if not k.startswith("_") and not k.isupper() and type(v) in (int, float, bool, str)}
 
 
-def run_script(doc, defaults, argv, run, expected_errors):
-    """The body of train.py's and sample.py's main(): --help prints `doc` and the settings;
-    otherwise run(config) on the defaults, config files and --key=value flags of argv. An
-    expected error (a ConfigError or one of `expected_errors`) is one line on stderr and exit
-    status 1, not a traceback. Returns the exit status."""
+def setting_comments(source):
+    """name -> the comment beside its assignment in a script's source, joined with the comment
+    lines indented under it (how train.py documents a setting that needs two lines)."""
+    comments, current, last_row = {}, None, 0
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.NAME and tok.start[1] == 0:
+            current, last_row = tok.string, tok.start[0]
+        elif tok.type == tokenize.COMMENT and current is not None:
+            row, col = tok.start
+            if row == last_row and col > 0:                 # beside the assignment
+                comments[current] = tok.string.lstrip("# ").strip()
+            elif row == last_row + 1 and col > 0 and current in comments:   # continues it
+                comments[current] += " " + tok.string.lstrip("# ").strip()
+                last_row = row
+            else:
+                current = None
+    return comments
+
+
+def help_text(doc, defaults, source=None):
+    """--help: the script's docstring, then each setting with its default and its comment."""
+    comments = setting_comments(source) if source else {}
+    lines = [f"  --{k}={v!r}" for k, v in defaults.items()]
+    width = max(map(len, lines), default=0) + 2
+    lines = [line.ljust(width) + comments[k] if comments.get(k) else line
+             for line, k in zip(lines, defaults)]
+    return doc + "\nsettings (defaults):\n" + "\n".join(lines)
+
+
+def run_script(doc, defaults, argv, run, expected_errors, source_path=None):
+    """The body of train.py's and sample.py's main(): --help prints `doc` and the settings (with
+    the comments written beside them in source_path, the script itself); otherwise run(config)
+    on the defaults, config files and --key=value flags of argv. An expected error (a
+    ConfigError or one of `expected_errors`) is one line on stderr and exit status 1, not a
+    traceback. Returns the exit status."""
     if any(a in ("-h", "--help") for a in argv):
-        print(doc + "\nsettings (defaults):\n" + "\n".join(f"  --{k}={v!r}" for k, v in defaults.items()))
+        source = None
+        if source_path:
+            with open(source_path) as f:
+                source = f.read()
+        print(help_text(doc, defaults, source))
         return 0
     try:
         run(load(defaults, argv))

@@ -110,3 +110,27 @@ def test_defaults_are_settings_only():
             "attn_dropout", "init_from", "compile", "dtype", "device"} <= set(train.DEFAULTS)
     assert {"start", "num_samples", "max_new_tokens", "temperature", "top_k", "seed",
             "kernels"} <= set(sample.DEFAULTS)
+
+
+def test_help_shows_each_settings_comment():
+    from config import help_text, setting_comments
+    source = ("# data\n"
+              "batch_size = 12                  # sequences per micro-step\n"
+              "compile = False                  # torch.compile the model, twice\n"
+              "                                 # as slow to start\n"
+              "# a section comment, not a setting's\n"
+              "dataset = 'a # not a comment'\n")
+    comments = setting_comments(source)
+    assert comments == {"batch_size": "sequences per micro-step",
+                        "compile": "torch.compile the model, twice as slow to start"}
+    text = help_text("doc", {"batch_size": 12, "compile": False, "dataset": "x"}, source)
+    assert text.splitlines()[2:] == ["  --batch_size=12  sequences per micro-step",
+                                     "  --compile=False  torch.compile the model, twice as slow to start",
+                                     "  --dataset='x'"]
+
+
+def test_train_help_lists_the_settings_with_their_comments():
+    result = run_script("train.py", "--help")
+    assert result.returncode == 0
+    line = next(l for l in result.stdout.splitlines() if l.strip().startswith("--ddp_bucket_cap_mb=25"))
+    assert "buckets" in line and "config/gpt2.py sets 100" in line
