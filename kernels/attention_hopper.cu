@@ -111,6 +111,7 @@
 #include "tk/ops/group/wgmma.cuh"
 #include "tk/ops/group/tma_4d.cuh"
 #include "attention_params.h"
+#include "attention_l2_groups.cuh"      // item_at's order and the host's group size
 
 namespace attention_hopper {
 
@@ -171,12 +172,8 @@ struct kernel_params {
 // 50 MB of K and V, the size of the L2.
 struct work_item { int b, h, m_block; };
 __device__ inline work_item item_at(int i, const kernel_params& p) {
-    const int group_items = p.heads_per_group * p.m_blocks;
-    const int group = i / group_items, in_group = i - group * group_items;
-    const int first_bh = group * p.heads_per_group;
-    const int heads_here = min(p.heads_per_group, p.batch_heads - first_bh);   // the last group may be short
-    const int bh = first_bh + in_group % heads_here;
-    return work_item{bh / p.heads, bh % p.heads, p.m_blocks - 1 - in_group / heads_here};
+    const attention_l2::slot s = attention_l2::slot_at(i, p.heads_per_group, p.m_blocks, p.batch_heads);
+    return work_item{s.bh / p.heads, s.bh % p.heads, p.m_blocks - 1 - s.rank};   // the latest block is rank 0
 }
 
 // ---- One tile of online softmax, on the 64 x 128 score accumulator of one consumer -----------
@@ -800,10 +797,6 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
 }
 
 // ---- Host side -----------------------------------------------------------------------------------
-// K and V of one L2 group of heads (item_at) take at most this much: a third of the H200's 50 MB
-// L2, so Q and O streaming past and the other groups' tail do not push them out.
-constexpr int64_t L2_GROUP_BYTES = 16ll << 20;
-
 // The kernels' parameters: tensor maps (Q in boxes of block_m rows, K and V of block_n), O, LSE,
 // and the work-item order: l2_groups = false is the first kernels' order (one group of all heads).
 template <int D, int BLOCK_M, int BLOCK_N>
@@ -830,8 +823,7 @@ cudaError_t make_params(const AttentionForwardParams& a, bool l2_groups, kernel_
     kp.batch_heads = sh.batch * sh.heads;
     kp.m_blocks = (sh.seq_len + BLOCK_M - 1) / BLOCK_M;
     const int64_t kv_bytes_per_head = int64_t(sh.seq_len) * D * 2 * 2;   // K and V, bf16
-    kp.heads_per_group = l2_groups ? int(std::clamp<int64_t>(L2_GROUP_BYTES / kv_bytes_per_head, 1, kp.batch_heads))
-                                   : kp.batch_heads;
+    kp.heads_per_group = attention_l2::heads_per_group(l2_groups, kv_bytes_per_head, kp.batch_heads);
     return cudaSuccess;
 }
 

@@ -107,6 +107,7 @@
 #include "tk/ops/group/tma.cuh"            // bulk async-group commit and waits
 #include "tk/sm80_instructions.cuh"        // exp2_approx, pack_bf16x2
 #include "attention_params.h"
+#include "attention_l2_groups.cuh"      // block_at's order and the host's group size
 
 namespace attention_hopper_bwd {
 
@@ -169,12 +170,8 @@ struct kernel_params {
 // batch·heads is the order of session 3 (every head's first block, then every head's second, ...).
 struct block_item { int b, h, n_block; };
 __device__ inline block_item block_at(int i, const kernel_params& p) {
-    const int group_items = p.heads_per_group * p.n_blocks;
-    const int group = i / group_items, in_group = i - group * group_items;
-    const int first_bh = group * p.heads_per_group;
-    const int heads_here = min(p.heads_per_group, p.batch_heads - first_bh);   // the last group may be short
-    const int bh = first_bh + in_group % heads_here;
-    return block_item{bh / p.heads, bh % p.heads, in_group / heads_here};
+    const attention_l2::slot s = attention_l2::slot_at(i, p.heads_per_group, p.n_blocks, p.batch_heads);
+    return block_item{s.bh / p.heads, s.bh % p.heads, s.rank};   // the first key block is rank 0
 }
 
 constexpr float LOG2E = 1.4426950408889634f;
@@ -596,10 +593,6 @@ inline int64_t dq_accum_floats(int batch, int heads, int seq_len, int head_dim) 
     return int64_t(batch) * heads * query_blocks(seq_len) * 64 * head_dim;
 }
 
-// One L2 group of heads (block_at): the Q, dO (bf16) and dQ accumulator (fp32) of its
-// heads take at most this much, a third of the H200's 50 MB L2.
-constexpr int64_t L2_GROUP_BYTES = 16ll << 20;
-
 template <int D, bool PIPELINED, bool SPLIT_DQ = false>
 cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l2_groups) {
     using C = config<D, PIPELINED, SPLIT_DQ>;
@@ -639,9 +632,7 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     kp.batch_heads = sh.batch * sh.heads;
     kp.n_blocks = (sh.seq_len + C::block_n - 1) / C::block_n;
     const int64_t bytes_per_head = int64_t(sh.seq_len) * D * (2 + 2 + 4);   // Q, dO, dQ accumulator
-    kp.heads_per_group = l2_groups ? int(std::min<int64_t>(std::max<int64_t>(L2_GROUP_BYTES / bytes_per_head, 1),
-                                                           kp.batch_heads))
-                                   : kp.batch_heads;
+    kp.heads_per_group = attention_l2::heads_per_group(l2_groups, bytes_per_head, kp.batch_heads);
 
     auto kernel = backward_kernel<D, PIPELINED, SPLIT_DQ>;
     static cudaError_t configured = [&] {
