@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# tests/gpu_attention_h3_final.sh OUT_DIR — session 4 (H3), the second call: the attention
-# kernels with the defaults chosen from the first call (Hopper forward 8 / 5, backward 4 / 5 for
-# D = 64 / 128, portable forward 3 for D = 64) and the dynamically scheduled forward variants
-# 11-14, on ONE H200, in <= 230 s with the builds (TORCH_EXTENSIONS_DIR=/tmp/ext). (Since ad7409b
-# the forward defaults are 12 / 11: run today, the smoke and memcheck steps test those.) Each step under
+# tests/gpu_attention_defaults.sh OUT_DIR — the attention kernels with their defaults (Hopper
+# forward 12 / 11 and backward 4 / 5 for D = 64 / 128, portable forward 3 for D = 64) and the
+# dynamically scheduled forward variants 11-14, on ONE H200, in <= 230 s with the builds
+# (TORCH_EXTENSIONS_DIR=/tmp/ext). Session 4's call 3 ran it when the forward defaults were still
+# 8 / 5 (kernels/NOTES.md, H3 section); the smoke and memcheck steps test whatever the defaults
+# are. Each step under
 # its own limit and the lane's (tests/gpu_lib.sh; logs in OUT/logs, packed into OUT/logs.tgz;
 # figures in OUT/summary.txt):
 #   1 build the three attention extensions at once
@@ -19,7 +20,7 @@
 # Checked here without a GPU: bash -n; LANE_LIMIT=60 runs every step to its failure.
 set -uo pipefail
 LANE_LIMIT=${LANE_LIMIT:-230}
-source tests/gpu_lib.sh "${1:?usage: tests/gpu_attention_h3_final.sh OUT_DIR}"
+source tests/gpu_lib.sh "${1:?usage: tests/gpu_attention_defaults.sh OUT_DIR}"
 PYT="python3 -m pytest -q -rf --tb=short -p no:cacheprovider"
 note "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
 
