@@ -353,6 +353,9 @@ def train(config):
         kernel_switch.configure(c.kernels, **{op: getattr(c, f"kernels_{op}") for op in kernel_switch.OPS})
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    # What this run's ops ran on, for the log and the checkpoint: not what an earlier run (or test)
+    # in the same process ran on.
+    kernel_switch.reset_used()
     if master:
         os.makedirs(c.out_dir, exist_ok=True)
 

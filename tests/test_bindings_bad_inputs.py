@@ -105,7 +105,7 @@ cases = [
     (C, F, args(v=v[:, :, :32]), ValueError, "v has shape (1, 2, 32, 64) but q has (1, 2, 64, 64)"),
     (C, F, args(k=k.transpose(-1, -2).contiguous().transpose(-1, -2)), ValueError,
      "k must be contiguous in its last (head_dim) dimension"),
-    (C, F, args(variant=9), ValueError, "variant must be 0 (the default) .. 4, got 9"),
+    (C, F, args(variant=99), ValueError, "variant must be 0 (the default) .. "),   # the upper bound moves as variants come and go
     (C, F, args(q=d96, k=d96, v=d96), ValueError, "cannot take these inputs: head_dim must be 64 or 128"),
     (C, F, args(scale=math.nan), ValueError, "cannot take these inputs: scale must be a positive finite number"),
     (C, F, args(q=q.as_strided(q.shape, (q.stride(0), q.stride(1), 60, 1))), ValueError,
