@@ -315,11 +315,40 @@ def profile(spec, steps, rows, path, env_line=""):
             + (kernel_table(launches, steps, rows) if launches else "GPU kernels: none (a CPU run)")
             + f"\n\ntorch.profiler key_averages(), sorted by {sort_by}, top {rows} rows:\n"
             + prof.key_averages().table(sort_by=sort_by, row_limit=rows) + "\n"
-            + (copy_table(prof, steps, rows) if cuda else ""))
+            + (copy_table(prof, steps, rows) if cuda else "")
+            + (gap_table(prof, steps) if cuda else ""))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         f.write(text)
     return text
+
+
+def gap_table(prof, steps, top=12):
+    """Where the GPU sits idle between kernels: the span from the first kernel's start to the last
+    one's end, how much of it no kernel runs, and the longest idle gaps with the kernels on either
+    side (a step whose kernels add up to less than its time loses the rest here)."""
+    from torch.autograd import DeviceType
+    spans = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                   if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+                   and e.name != "training_step" and not e.name.startswith("Optimizer."))
+    if not spans:
+        return ""
+    gaps, reach = [], spans[0][1]
+    busy = spans[0][1] - spans[0][0]
+    for (_, _, before), (start, end, name) in zip(spans, spans[1:]):
+        if start > reach:
+            gaps.append((start - reach, before, name))
+            busy += end - start
+        else:
+            busy += max(0, end - reach)
+        reach = max(reach, end)
+    span = reach - spans[0][0]
+    lines = [f"\nGPU idle between kernels: {(span - busy) / steps / 1000:.3f} ms per step of a "
+             f"{span / steps / 1000:.3f} ms span ({len(gaps) / steps:.0f} gaps per step); the longest "
+             f"{top} (us: the kernel before the gap -> the one after):"]
+    for gap, before, name in sorted(gaps, reverse=True)[:top]:
+        lines.append(f"  {gap:9.1f}  {before[:60]}  ->  {name[:60]}")
+    return "\n".join(lines) + "\n"
 
 
 def copy_table(prof, steps, rows):
