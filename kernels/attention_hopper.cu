@@ -39,7 +39,8 @@
 // Barriers: per Q slot q_full (TMA -> consumers) and q_empty (consumers -> producer); per K/V slot
 // k_full[s], v_full[s] (TMA -> consumers, 1 arrival + bytes) and k_empty[s], v_empty[s]
 // (consumers -> producer, one arrival per consumer warp). item_of[slot] tells the consumers which
-// query block the Q in that slot belongs to (written before q_full completes; -1: no more).
+// query block the Q in that slot belongs to (written before q_full completes; -1: no more); every
+// consumer thread reads it, so q_empty takes one arrival per consumer thread (see release_all).
 //
 //   producer (one thread)                     consumer warpgroup c (c = 0, 1)
 //   ---------------------                     -------------------------------
@@ -97,6 +98,8 @@
 //      12 = 9 (default D=64), 13 = one consumer and two CTAs per SM with the half tile and lazy
 //      rescaling, 14 = 11 without ping-pong. 6-10 take items at a fixed stride, which leaves SMs
 //      idle at the end when item costs vary (L2 groups, long sequences).
+// Session 5: 15 = 12 (D=64) / 11 (D=128) with the items overlapped (OVERLAP_ITEMS at
+//   persistent_kernel), 16 = 13 with the items overlapped.
 // Lost on the H200 and kept only because kernels/NOTES.md's figures name them (its next steps
 // remove them): 1, 3, 6, 7, 9, 10, 14.
 // What is not here (yet): a TMA store epilogue; the backward pass is attention_hopper_bwd.cu.
@@ -547,7 +550,14 @@ struct persistent_config : config<D, CONSUMERS> {
 // their tile_count_semaphore as an argument) is proposed in kernels/NOTES.md (H3, review).
 __device__ unsigned int g_items_taken = 0, g_ctas_done = 0;
 
-template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool PINGPONG_ON = true>
+// OVERLAP_ITEMS (variants 15, 16; session 5): the last turn of an item issues its last P·V AND the
+// next item's first S = Q·K0ᵀ, and the item's epilogue (O / l, the stores) runs while that S is
+// computed. Without it an item of N key tiles costs a warpgroup N + 1 turns (the first issues
+// S0 alone, the last P·V alone, with nothing to overlap either); with it N (after the CTA's first
+// item). At the GPT-2 shape N averages 4.5. The next item's S0 is waited for before the loop's
+// back edge (a wgmma in flight across it makes ptxas serialise every wgmma: C7514).
+template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool PINGPONG_ON = true,
+          bool OVERLAP_ITEMS = false>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
@@ -572,7 +582,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     if (threadIdx.x == 0) {
         for (int s = 0; s < QS; ++s) {
             mbar::init(q_full[s], 1);
-            mbar::init(q_empty[s], C::consumers * 4);   // lane 0 of every consumer warp
+            mbar::init(q_empty[s], C::consumers * 128); // every consumer thread (release_all)
         }
         for (int s = 0; s < S; ++s) {
             mbar::init(k_full[s], 1);
@@ -594,7 +604,26 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 mbar::wait(q_empty[qs], ((j / QS) & 1) ^ 1);
                 if (item >= n_items) {                   // tell the consumers there is no more
                     item_of[qs] = -1;
-                    mbar::arrive(q_full[qs]);
+                    if constexpr (OVERLAP_ITEMS) {
+                        // The consumers' last turn issues one more S = Q·Kᵀ whether or not an item
+                        // follows (a branch around those wgmmas makes ptxas serialise them all, C7520):
+                        // give it real tiles to read, item 0's Q and first K, and it is thrown away.
+                        const work_item w0 = item_at(0, p);
+                        mbar::arrive_expect_bytes(q_full[qs], C::q_bytes);
+#pragma unroll
+                        for (int cb = 0; cb < C::col_blocks; ++cb)
+                            tma::load_box_4d(q_tile(qs) + cb * (C::q_bytes / C::col_blocks), &p.q_map, cb * 64,
+                                             w0.m_block * BM, w0.h, w0.b, q_full[qs]);
+                        const int s = tile % S;
+                        mbar::wait(k_empty[s], ((tile / S) & 1) ^ 1);
+                        mbar::arrive_expect_bytes(k_full[s], C::kv_bytes);
+#pragma unroll
+                        for (int cb = 0; cb < C::col_blocks; ++cb)
+                            tma::load_box_4d(k_tile(s) + cb * (C::kv_bytes / C::col_blocks), &p.k_map, cb * 64, 0,
+                                             w0.h, w0.b, k_full[s]);
+                    } else {
+                        mbar::arrive(q_full[qs]);
+                    }
                     break;
                 }
                 item_of[qs] = item;                      // published by q_full's phase (release)
@@ -649,7 +678,15 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
 
     auto turn_begin = [&] { if constexpr (PINGPONG) named_sync<256>(1 + c); };
     auto turn_end = [&] { if constexpr (PINGPONG) named_arrive<256>(1 + (1 - c)); };
+    // A K or V slot is read only by wgmma, whose reads are complete in every thread once its
+    // wait_group returns: one arrival per warp frees it. Q's slot also holds item_of, which
+    // every thread reads with a plain load, and an arrive (release) orders only the arriving
+    // thread's own reads before the producer's next write: so every thread arrives there
+    // (with lane 0 alone, lanes 1-31 could still be reading item_of when the producer rewrites
+    // it two items later; the backward had this race on its lse/Di slots, compute-sanitizer
+    // racecheck, session 5).
     auto release = [&](mbarrier& bar) { if (lane == 0) mbar::arrive(bar); };
+    auto release_all = [&](mbarrier& bar) { mbar::arrive(bar); };
 
     // Descriptors of slot 0 and k-step 0; the others are these plus a byte offset (desc_plus).
     const uint64_t q_desc0 = wgmma::desc<wgmma::major::K, BM, 128>(q_tile(0), 64 * c, 0);
@@ -657,12 +694,55 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     const uint64_t v_desc0 = wgmma::desc<wgmma::major::MN, BN, 128>(v_tile(0), 0, 0);
     ring_pos<S> k_pos, v_pos;                           // the next K and V tile in the ring
 
+    // The item whose Q is in slot j % QS (waits for it). The same in every thread; the shfl tells
+    // ptxas so (see c above). Every lane reads item_of with a plain load, so every thread arrives
+    // on q_empty (see release_all).
+    auto item_in_slot = [&](int j) {
+        mbar::wait(q_full[j % QS], (j / QS) & 1);
+        return __shfl_sync(0xffffffff, item_of[j % QS], 0);
+    };
+    // Both return the ring slot they read, for the release once the product is done.
+    auto issue_qk = [&](int q_slot) {                   // S = Q · Kₙᵀ, n = the next K in the ring
+        const int s = k_pos.slot;
+        mbar::wait(k_full[s], k_pos.phase);
+        k_pos.next();
+        const uint64_t q_desc = desc_plus(q_desc0, q_slot * C::q_bytes), k_desc = desc_plus(k_desc0, s * C::kv_bytes);
+        wgmma::fence();
+#pragma unroll
+        for (int k = 0; k < D / 16; ++k)
+            wgmma::mma_ss<wgmma::major::K, wgmma::major::K>(s_acc, desc_plus(q_desc, k_step_bytes<BM>(k)),
+                                                            desc_plus(k_desc, k_step_bytes<BN>(k)), k > 0);
+        wgmma::commit_group();
+        return s;
+    };
+    auto issue_pv = [&](bool accumulate, bool half) {   // O (+)= P · Vₙ, n = the next V in the ring
+        const int s = v_pos.slot;
+        mbar::wait(v_full[s], v_pos.phase);
+        v_pos.next();
+        const uint64_t v_desc = desc_plus(v_desc0, s * C::kv_bytes);
+        wgmma::fence();
+#pragma unroll
+        for (int k = 0; k < BN / 16; ++k)               // k-step k: the next 16 keys = 16 rows of 128 B
+            if (!half || k < BN / 32)
+                wgmma::mma_rs<wgmma::major::MN>(o_acc, p_frag[k], desc_plus(v_desc, k * 16 * 128), accumulate || k > 0);
+        wgmma::commit_group();
+        return s;
+    };
+
     if (PINGPONG && c == 1) named_arrive<256>(1);       // consumer 0 goes first
+    int item = -1, k_slot = 0;
+    if constexpr (OVERLAP_ITEMS) {                      // the first item's S0 (every CTA has an item)
+        item = item_in_slot(0);
+        turn_begin();
+        k_slot = issue_qk(0);
+        turn_end();
+        wgmma::wait_group<0>();
+        wgmma::fence_operand(s_acc);
+        release(k_empty[k_slot]);
+    }
     for (int j = 0;; ++j) {
         const int qs = j % QS;
-        mbar::wait(q_full[qs], (j / QS) & 1);
-        // The same in every thread; the shfl tells ptxas so (see c above).
-        const int item = __shfl_sync(0xffffffff, item_of[qs], 0);
+        if constexpr (!OVERLAP_ITEMS) item = item_in_slot(j);
         if (item < 0) break;
         const work_item w = item_at(item, p);
         const int n_tiles = tiles_of(w.m_block);
@@ -678,33 +758,6 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         const bool last_half = HALF_TILE && (n_tiles - 1) * BN + BN / 2 > last_row;
         auto is_half = [&](int n) { return HALF_TILE && last_half && n == n_tiles - 1; };
 
-        // Both return the ring slot they read, for the release once the product is done.
-        auto issue_qk = [&] {                            // S = Q · Kₙᵀ, n = the next K in the ring
-            const int s = k_pos.slot;
-            mbar::wait(k_full[s], k_pos.phase);
-            k_pos.next();
-            const uint64_t q_desc = desc_plus(q_desc0, qs * C::q_bytes), k_desc = desc_plus(k_desc0, s * C::kv_bytes);
-            wgmma::fence();
-#pragma unroll
-            for (int k = 0; k < D / 16; ++k)
-                wgmma::mma_ss<wgmma::major::K, wgmma::major::K>(s_acc, desc_plus(q_desc, k_step_bytes<BM>(k)),
-                                                                desc_plus(k_desc, k_step_bytes<BN>(k)), k > 0);
-            wgmma::commit_group();
-            return s;
-        };
-        auto issue_pv = [&](bool accumulate, bool half) {   // O (+)= P · Vₙ, n = the next V in the ring
-            const int s = v_pos.slot;
-            mbar::wait(v_full[s], v_pos.phase);
-            v_pos.next();
-            const uint64_t v_desc = desc_plus(v_desc0, s * C::kv_bytes);
-            wgmma::fence();
-#pragma unroll
-            for (int k = 0; k < BN / 16; ++k)            // k-step k: the next 16 keys = 16 rows of 128 B
-                if (!half || k < BN / 32)
-                    wgmma::mma_rs<wgmma::major::MN>(o_acc, p_frag[k], desc_plus(v_desc, k * 16 * 128), accumulate || k > 0);
-            wgmma::commit_group();
-            return s;
-        };
         auto needs_mask = [&](int n) {
             return p.causal ? (n * BN + BN - 1 > first_row) : (n * BN + BN > p.seq_len);
         };
@@ -730,18 +783,20 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) { m[r] = -INFINITY; l[r] = 0.f; }
 
-        turn_begin();
-        int k_slot = issue_qk();
-        turn_end();
-        wgmma::wait_group<0>();
-        wgmma::fence_operand(s_acc);
-        release(k_empty[k_slot]);
+        if constexpr (!OVERLAP_ITEMS) {                 // (OVERLAP_ITEMS: the previous item's last turn did it)
+            turn_begin();
+            k_slot = issue_qk(qs);
+            turn_end();
+            wgmma::wait_group<0>();
+            wgmma::fence_operand(s_acc);
+            release(k_empty[k_slot]);
+        }
         scores_to_probabilities(0, is_half(0));
         to_a_operand(is_half(0));
 
         for (int n = 1; n < n_tiles; ++n) {
             turn_begin();
-            k_slot = issue_qk();
+            k_slot = issue_qk(qs);
             const int v_slot = issue_pv(n > 1, false);   // V of tile n - 1 (only the last tile is ever half)
             turn_end();
             wgmma::wait_group<1>();                      // S = Q·Kₙᵀ is done (P·V may still run)
@@ -758,39 +813,61 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
             }
             to_a_operand(is_half(n));
         }
-        turn_begin();
-        const int v_slot = issue_pv(n_tiles > 1, last_half);
-        turn_end();
-        wgmma::wait_group<0>();
-        wgmma::fence_operand(o_acc);
-        release(v_empty[v_slot]);
-        release(q_empty[qs]);                           // every S of this item is done: Q's slot is free
-
         // ---- epilogue: O /= l, store O (bf16) and LSE; the producer is already loading the next item ----
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            l[r] += __shfl_xor_sync(0xffffffff, l[r], 1);
-            l[r] += __shfl_xor_sync(0xffffffff, l[r], 2);
-        }
-        float inv_l[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) inv_l[r] = (l[r] > 0.f) ? 1.f / l[r] : 0.f;
-        __nv_bfloat16* o_head = p.o + w.b * p.o_stride_batch + w.h * p.o_stride_head;
-#pragma unroll
-        for (int i = 0; i < D / 2; i += 2) {
-            const int r = (i >> 1) & 1, row = row0 + 8 * r, col = 8 * (i >> 2) + 2 * t;
-            if (row < p.seq_len)
-                *reinterpret_cast<uint32_t*>(o_head + row * p.o_stride_seq + col) =
-                    pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]);
-        }
-        if (t == 0) {
+        auto epilogue = [&] {
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const int row = row0 + 8 * r;
-                if (row < p.seq_len)
-                    p.lse[(int64_t(w.b) * p.heads + w.h) * p.seq_len + row] =
-                        l[r] > 0.f ? (m[r] * p.scale_log2 + log2f(l[r])) * 0.69314718055994531f : -INFINITY;
+                l[r] += __shfl_xor_sync(0xffffffff, l[r], 1);
+                l[r] += __shfl_xor_sync(0xffffffff, l[r], 2);
             }
+            float inv_l[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) inv_l[r] = (l[r] > 0.f) ? 1.f / l[r] : 0.f;
+            __nv_bfloat16* o_head = p.o + w.b * p.o_stride_batch + w.h * p.o_stride_head;
+#pragma unroll
+            for (int i = 0; i < D / 2; i += 2) {
+                const int r = (i >> 1) & 1, row = row0 + 8 * r, col = 8 * (i >> 2) + 2 * t;
+                if (row < p.seq_len)
+                    *reinterpret_cast<uint32_t*>(o_head + row * p.o_stride_seq + col) =
+                        pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]);
+            }
+            if (t == 0) {
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int row = row0 + 8 * r;
+                    if (row < p.seq_len)
+                        p.lse[(int64_t(w.b) * p.heads + w.h) * p.seq_len + row] =
+                            l[r] > 0.f ? (m[r] * p.scale_log2 + log2f(l[r])) * 0.69314718055994531f : -INFINITY;
+                }
+            }
+        };
+
+        if constexpr (OVERLAP_ITEMS) {
+            // The last turn: this item's last P·V, then the next item's S0 (Q in slot (j + 1) % QS;
+            // with no next item, -1, the producer loaded a Q and K anyway and this S is thrown away).
+            item = item_in_slot(j + 1);
+            turn_begin();
+            const int v_slot = issue_pv(n_tiles > 1, last_half);
+            k_slot = issue_qk((j + 1) % QS);
+            turn_end();
+            wgmma::wait_group<1>();                      // P·V done; S0 of the next item may still run
+            wgmma::fence_operand(o_acc);
+            keep_alive(p_frag);
+            release(v_empty[v_slot]);
+            release_all(q_empty[qs]);                    // every S of this item is done: Q's slot is free
+            epilogue();                                  // under the next item's S0
+            wgmma::wait_group<0>();                      // S0 done, before the back edge (C7514)
+            wgmma::fence_operand(s_acc);
+            release(k_empty[k_slot]);
+        } else {
+            turn_begin();
+            const int v_slot = issue_pv(n_tiles > 1, last_half);
+            turn_end();
+            wgmma::wait_group<0>();
+            wgmma::fence_operand(o_acc);
+            release(v_empty[v_slot]);
+            release_all(q_empty[qs]);                    // every S of this item is done: Q's slot is free
+            epilogue();
         }
     }
     if (PINGPONG && c == 0) named_sync<256>(1);         // consume consumer 1's last turn_end
@@ -852,12 +929,12 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 
 // One CTA (two with one consumer) per SM, each walking over query blocks (persistent_kernel).
 template <int D, int CONSUMERS = 2, bool HALF_TILE = false, bool LAZY = false, bool DYNAMIC = false,
-          bool PINGPONG = true>
+          bool PINGPONG = true, bool OVERLAP_ITEMS = false>
 cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, bool l2_groups) {
     using C = persistent_config<D, CONSUMERS>;
     kernel_params kp;
     if (cudaError_t e = make_params<D, C::block_m, C::block_n>(a, l2_groups, kp)) return e;
-    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, PINGPONG>;
+    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, PINGPONG, OVERLAP_ITEMS>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -910,6 +987,9 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //  13: one consumer, two CTAs per SM (as 8) with the half tile, lazy rescaling and dynamic
 //      scheduling (D = 64; 128 runs 11)
 //  14: 11 without ping-pong
+//  15: 12 (D = 64) / 11 (D = 128) with the items overlapped (OVERLAP_ITEMS: an item's last P·V
+//      and the next item's first S in one turn, the epilogue under that S)
+//  16: 13 with the items overlapped (D = 64; 128 runs 15)
 // 1-4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant) {
     using namespace attention_hopper;
@@ -936,6 +1016,10 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, true, true>(p, stream, true);
     case 14: return d64 ? launch_persistent<64, 2, true, true, true, false>(p, stream, true)
                         : launch_persistent<128, 2, true, true, true, false>(p, stream, true);
+    case 15: return d64 ? launch_persistent<64, 2, true, false, true, true, true>(p, stream, true)
+                        : launch_persistent<128, 2, true, true, true, true, true>(p, stream, true);
+    case 16: return d64 ? launch_persistent<64, 1, true, true, true, true, true>(p, stream, true)
+                        : launch_persistent<128, 2, true, true, true, true, true>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }

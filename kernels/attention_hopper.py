@@ -81,7 +81,10 @@ VARIANTS = {0: "default (12 for D=64, 11 for D=128)", 1: "2 consumers, ping-pong
             11: "10 with dynamic scheduling (a global counter hands out the query blocks)",
             12: "9 with dynamic scheduling",
             13: "1 consumer, 2 CTAs/SM, half tile, lazy rescaling, dynamic scheduling (D=64; D=128 runs 11)",
-            14: "11 without ping-pong"}
+            14: "11 without ping-pong",
+            15: "12 (D=64) / 11 (D=128) with the items overlapped: an item's last P.V and the next item's first S "
+                "in one turn, the epilogue under that S",
+            16: "13 with the items overlapped (D=64; D=128 runs 15)"}
 
 
 OP = "tk Hopper attention"

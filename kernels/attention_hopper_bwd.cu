@@ -50,7 +50,8 @@
 // Shared memory: K, V (128 x D each, loaded once), STAGES slots of (Q, dO, lse, Di) for query
 // blocks, per consumer one dS tile (64 x 64 bf16) and one dQ partial (64 x D fp32).
 // mbarriers: kv_full (TMA, once), full[s] (TMA bytes + 1 + 32 arrivals: TMA thread and warp 1),
-// empty[s] (one arrival per consumer warp: 8). Named barrier 1 + c: the 128 threads of consumer c.
+// empty[s] (one arrival per consumer THREAD: 256, see release). Named barrier 1 + c: the 128
+// threads of consumer c.
 //
 //   producer warp 0 (1 thread)      producer warp 1        consumer c, query block i (slot s)
 //   --------------------------      ---------------        ----------------------------------
@@ -280,7 +281,7 @@ backward_kernel(const __grid_constant__ kernel_params p) {
         mbar::init(kv_full, 1);
         for (int s = 0; s < S; ++s) {
             mbar::init(full[s], 1 + 32);                // TMA thread + the 32 lanes of warp 1
-            mbar::init(empty[s], C::consumers * 4);     // lane 0 of every consumer warp
+            mbar::init(empty[s], C::consumers * 128);   // every consumer thread (see release)
         }
         mbar::fence_init();
     }
@@ -460,14 +461,19 @@ backward_kernel(const __grid_constant__ kernel_params p) {
         }
         wgmma::commit_group();
     };
-    // After dV, dK, dQ are done: slot s is free.
+    // After dV, dK, dQ are done: slot s is free. EVERY thread arrives, not lane 0 of each warp:
+    // all 32 lanes read lse2_s and di_s (plain loads), and an arrive (release) orders only the
+    // arriving thread's own earlier reads before producer warp 1's next writes to the slot.
+    // With lane 0 alone, lanes 1-31 could still be reading when warp 1 overwrites the slot
+    // (compute-sanitizer racecheck: 16 hazards, session 5; wgmma's reads of Q and dO are
+    // complete in every thread after its wait_group, so they were never the problem).
     auto release = [&](int i) {
         wgmma::fence_operand(dv_acc);
         wgmma::fence_operand(dk_acc);
         wgmma::fence_operand(dq_acc);
         keep_alive(p_frag);
         keep_alive(ds_frag);
-        if (lane == 0) mbar::arrive(empty[i % S]);      // Q, dO, lse, Di of slot s are free
+        mbar::arrive(empty[i % S]);                     // Q, dO, lse, Di of slot s are free
     };
     // Add query block i's dQ partial into dq_accum: registers -> shared memory (register order)
     // -> one bulk reduce-add, in flight while the loop goes on. Split in three for variant 2,
@@ -503,7 +509,7 @@ backward_kernel(const __grid_constant__ kernel_params p) {
         // do there but hand the slot back (after it filled, so the empty phases stay in order).
         if (p.causal && first_key > m_begin * BM + BM - 1) {
             mbar::wait(full[0], 0);
-            if (lane == 0) mbar::arrive(empty[0]);
+            mbar::arrive(empty[0]);                      // every thread, as release does
             i0 = 1;
         }
     }
