@@ -361,93 +361,73 @@ template <typename TH, typename TY, int E, int CHUNKS> struct BackwardRow {
     }
 };
 
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
-__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 2 : 1)
-backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* __restrict__ h,
-                const float* __restrict__ mean, const float* __restrict__ rstd,
-                const void* __restrict__ w, bool params_bf16, TH* __restrict__ dh_out,
-                TR* __restrict__ dr_out, float* __restrict__ partial, int64_t rows, int cols, int G,
-                bool reverse, bool tree, const int64_t* __restrict__ seed, uint32_t threshold, float scale) {
-    constexpr int E = 16 / int(sizeof(TH));
+// One row of the backward once its chunks are in registers (steps 2 and 3): the same arithmetic for
+// backward_kernel, which loads rows straight into registers, and backward_async_kernel, which
+// copies them ahead into shared memory. Adds the row into this thread's dw, db.
+template <typename TH, typename TR, typename TY, int E, int CHUNKS, bool DROP>
+__device__ __forceinline__ void backward_row(const BackwardRow<TH, TY, E, CHUNKS>& in, int64_t row, int cols, bool live,
+                                             const RowGroup& g, float2* scratch, const void* __restrict__ w,
+                                             bool params_bf16, float (&dw)[CHUNKS][E], float (&db)[CHUNKS][E],
+                                             TH* __restrict__ dh_out, TR* __restrict__ dr_out, const DropoutMask& mask) {
     // r's gradient is its own tensor when r's dtype differs from h's, or with dropout
     // (dh_out * mask * scale); otherwise it is dh_out itself.
     constexpr bool WRITE_DR = !std::is_same_v<TH, TR> || DROP;
-    __shared__ float2 scratch[BLOCK_WARPS];
-    __shared__ __align__(16) float col_sums[2 * MAX_COLS];   // this block's dw (first cols) and db (next cols)
-    const RowGroup g(G, cols / E);
-    float dw[CHUNKS][E], db[CHUNKS][E];        // this thread's columns, summed over its rows
+    const int64_t base = row * cols;
+    const float mu = in.mu, rs = in.rs;
+
+    // 2. dw, db, and this thread's part of sum(g) and sum(g * xhat), g = dy * w.
+    float2 sums = make_float2(0.0f, 0.0f);
 #pragma unroll
-    for (int i = 0; i < CHUNKS; ++i)
+    for (int i = 0; i < CHUNKS; ++i) {
+        if (!g.has(i)) continue;
+        float wv[E];
+        load_params<E>(wv, w, g.col(i, E), params_bf16);
 #pragma unroll
-        for (int e = 0; e < E; ++e) dw[i][e] = db[i][e] = 0.0f;
+        for (int e = 0; e < E; ++e) {
+            const float xhat = (in.h[i][e] - mu) * rs;
+            const float grad = in.dy[i][e] * wv[e];
+            dw[i][e] += in.dy[i][e] * xhat;
+            db[i][e] += in.dy[i][e];
+            sums.x += grad;
+            sums.y += grad * xhat;
+        }
+    }
+    sums = group_sum(sums, g, scratch);
+    const float mean_g = sums.x / cols, mean_gx = sums.y / cols;
 
-    const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
-    wait_for_previous_grid();   // pdl: dy, dh and h are written by kernels before this one
-    DropoutMask mask{};
-    if constexpr (DROP) mask = read_mask(seed, threshold, scale);   // the forward's seed: its mask
-    auto row_of = [&](int64_t step_row) { return reverse ? rows - 1 - step_row : step_row; };
-    int64_t first = int64_t(blockIdx.x) * g.rows_per_step;
-    for (; first < rows; first += stride) {
-        const int64_t step_row = first + g.slot;
-        const bool live = step_row < rows;
-        const int64_t row = row_of(step_row);
-        const int64_t base = row * cols;
-
-        // 1. The one read (all loads in flight together), kept as loaded.
-        BackwardRow<TH, TY, E, CHUNKS> in;
-        in.issue(dy, dh, h, mean, rstd, row, cols, live, g);
-        const float mu = in.mu, rs = in.rs;
-
-        // 2. dw, db, and this thread's part of sum(g) and sum(g * xhat), g = dy * w.
-        float2 sums = make_float2(0.0f, 0.0f);
+    // 3. The one write: dh_out = dh + rstd * (g - mean(g) - xhat * mean(g * xhat)). xhat and
+    //    g are recomputed (two multiply-adds) rather than kept: registers are the scarce
+    //    thing here, they decide how many warps (and so how many loads) are in flight.
+    if (live) {
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i) {
             if (!g.has(i)) continue;
-            float wv[E];
+            float wv[E], out[E];
             load_params<E>(wv, w, g.col(i, E), params_bf16);
 #pragma unroll
             for (int e = 0; e < E; ++e) {
                 const float xhat = (in.h[i][e] - mu) * rs;
                 const float grad = in.dy[i][e] * wv[e];
-                dw[i][e] += in.dy[i][e] * xhat;
-                db[i][e] += in.dy[i][e];
-                sums.x += grad;
-                sums.y += grad * xhat;
+                out[e] = in.dh[i][e] + rs * (grad - mean_g - xhat * mean_gx);
             }
-        }
-        sums = group_sum(sums, g, scratch);
-        const float mean_g = sums.x / cols, mean_gx = sums.y / cols;
-
-        // 3. The one write: dh_out = dh + rstd * (g - mean(g) - xhat * mean(g * xhat)). xhat and
-        //    g are recomputed (two multiply-adds) rather than kept: registers are the scarce
-        //    thing here, they decide how many warps (and so how many loads) are in flight.
-        if (live) {
+            tk::store(dh_out + base + g.col(i, E), out);
+            if constexpr (DROP) {   // r's gradient: dh_out where r was kept, times scale; else 0
+                float k[E];
+                keep_scale<E>(k, mask, base + g.col(i, E));
 #pragma unroll
-            for (int i = 0; i < CHUNKS; ++i) {
-                if (!g.has(i)) continue;
-                float wv[E], out[E];
-                load_params<E>(wv, w, g.col(i, E), params_bf16);
-#pragma unroll
-                for (int e = 0; e < E; ++e) {
-                    const float xhat = (in.h[i][e] - mu) * rs;
-                    const float grad = in.dy[i][e] * wv[e];
-                    out[e] = in.dh[i][e] + rs * (grad - mean_g - xhat * mean_gx);
-                }
-                tk::store(dh_out + base + g.col(i, E), out);
-                if constexpr (DROP) {   // r's gradient: dh_out where r was kept, times scale; else 0
-                    float k[E];
-                    keep_scale<E>(k, mask, base + g.col(i, E));
-#pragma unroll
-                    for (int e = 0; e < E; ++e) out[e] *= k[e];
-                }
-                if constexpr (WRITE_DR) tk::store(dr_out + base + g.col(i, E), out);   // in TR
+                for (int e = 0; e < E; ++e) out[e] *= k[e];
             }
+            if constexpr (WRITE_DR) tk::store(dr_out + base + g.col(i, E), out);   // in TR
         }
     }
-    allow_next_grid();   // the column sum may launch now; it waits for this grid to finish
+}
 
-    // 4. The block's dw, db: its row groups hold sums for the same columns; add them in a fixed
-    //    order (so the result is reproducible), then write one row of partials.
+// 4. The block's dw, db: its row groups hold sums for the same columns; add them in a fixed
+//    order (so the result is reproducible), then write one row of partials. col_sums: shared
+//    memory, 16-byte aligned, (rows_per_step / 2) * 2 * cols floats for the tree, 2 * cols without.
+template <int E, int CHUNKS>
+__device__ __forceinline__ void write_block_partials(float (&dw)[CHUNKS][E], float (&db)[CHUNKS][E], const RowGroup& g,
+                                                     float* col_sums, bool tree, float* __restrict__ partial, int cols) {
     if (tree) {
         // bwd_tree: pairwise, log2(8/G) rounds. In each the upper half of the remaining groups
         // writes its sums to shared memory (vectors, all groups at once), the lower half adds
@@ -505,6 +485,185 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
         partial[int64_t(blockIdx.x) * 2 * cols + c] = col_sums[c];
 }
 
+
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
+__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 2 : 1)
+backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* __restrict__ h,
+                const float* __restrict__ mean, const float* __restrict__ rstd,
+                const void* __restrict__ w, bool params_bf16, TH* __restrict__ dh_out,
+                TR* __restrict__ dr_out, float* __restrict__ partial, int64_t rows, int cols, int G,
+                bool reverse, bool tree, const int64_t* __restrict__ seed, uint32_t threshold, float scale) {
+    constexpr int E = 16 / int(sizeof(TH));
+    __shared__ float2 scratch[BLOCK_WARPS];
+    __shared__ __align__(16) float col_sums[2 * MAX_COLS];   // this block's dw (first cols) and db (next cols)
+    const RowGroup g(G, cols / E);
+    float dw[CHUNKS][E], db[CHUNKS][E];        // this thread's columns, summed over its rows
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i)
+#pragma unroll
+        for (int e = 0; e < E; ++e) dw[i][e] = db[i][e] = 0.0f;
+
+    const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
+    wait_for_previous_grid();   // pdl: dy, dh and h are written by kernels before this one
+    DropoutMask mask{};
+    if constexpr (DROP) mask = read_mask(seed, threshold, scale);   // the forward's seed: its mask
+    auto row_of = [&](int64_t step_row) { return reverse ? rows - 1 - step_row : step_row; };
+    int64_t first = int64_t(blockIdx.x) * g.rows_per_step;
+    for (; first < rows; first += stride) {
+        const int64_t step_row = first + g.slot;
+        const bool live = step_row < rows;
+        const int64_t row = row_of(step_row);
+
+        // 1. The one read (all loads in flight together), kept as loaded.
+        BackwardRow<TH, TY, E, CHUNKS> in;
+        in.issue(dy, dh, h, mean, rstd, row, cols, live, g);
+        backward_row<TH, TR, TY, E, CHUNKS, DROP>(in, row, cols, live, g, scratch, w, params_bf16, dw, db, dh_out,
+                                                  dr_out, mask);
+    }
+    allow_next_grid();   // the column sum may launch now; it waits for this grid to finish
+    write_block_partials<E, CHUNKS>(dw, db, g, col_sums, tree, partial, cols);
+}
+
+// ---- the backward with its rows copied ahead into shared memory (flag bwd_async) ---------------
+// Why: bandwidth x latency is the number of bytes that must be in flight to stream at full speed.
+// In backward_kernel a warp has its row's loads in flight only between issuing them and their
+// first use; while it reduces and writes the row it has none, and registers (the row plus 48 dw/db
+// accumulators) allow only 16 warps an SM. Here each thread asks cp.async to copy its chunks of the
+// rows ASYNC_STAGES - 1 steps ahead straight into shared memory, which takes no registers, so while
+// a warp works on one row the next two are on their way. Each thread copies and later reads only
+// its own chunks (per-thread cp.async groups: cp.async.wait_group makes them visible to the thread
+// that issued them), so the loop needs no barrier of its own. The row's arithmetic is
+// backward_row's, unchanged; after the loop the stages become col_sums for the block sum.
+// Shared memory: ASYNC_STAGES x CHUNKS x 3 tensors x 256 threads x 16 bytes (a bf16 dy beside fp32 h
+// uses 8 of its 16), 110.6 KB for 3 chunks: two blocks an SM on an H100/H200 (228 KB), as before.
+constexpr int ASYNC_STAGES = 3;   // the row in use and the next two in flight
+template <int CHUNKS> constexpr int async_smem_bytes() { return ASYNC_STAGES * CHUNKS * 3 * BLOCK_THREADS * 16; }
+
+// cp.async (sm_80+): BYTES (4, 8 or 16) from global to shared memory, without registers.
+// 16 bytes go L2 -> shared (.cg); smaller copies must take the L1 path (.ca).
+template <int BYTES> __device__ __forceinline__ void copy_async(void* dst, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+    if constexpr (BYTES == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(src), "n"(BYTES) : "memory");
+#endif
+}
+__device__ __forceinline__ void copy_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+// Wait until at most N of this thread's committed groups are still in flight.
+template <int N> __device__ __forceinline__ void copy_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// A chunk from this thread's 16-byte slot in shared memory (one ld.shared.v4 / .v2).
+template <typename T, int E> __device__ __forceinline__ void load_slot(Chunk<T, E>& c, const unsigned char* slot) {
+    if constexpr (Chunk<T, E>::words == 4) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(slot);
+        c.word[0] = raw.x; c.word[1] = raw.y; c.word[2] = raw.z; c.word[3] = raw.w;
+    } else {
+        const uint2 raw = *reinterpret_cast<const uint2*>(slot);
+        c.word[0] = raw.x; c.word[1] = raw.y;
+    }
+}
+
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
+__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 2 : 1)
+backward_async_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* __restrict__ h,
+                      const float* __restrict__ mean, const float* __restrict__ rstd,
+                      const void* __restrict__ w, bool params_bf16, TH* __restrict__ dh_out,
+                      TR* __restrict__ dr_out, float* __restrict__ partial, int64_t rows, int cols, int G,
+                      bool reverse, bool tree, const int64_t* __restrict__ seed, uint32_t threshold, float scale) {
+    constexpr int E = 16 / int(sizeof(TH));
+    constexpr int SLOTS = BLOCK_THREADS * 16;   // bytes of one (stage, chunk, tensor) for the block
+    // [ASYNC_STAGES][CHUNKS][h, dh, dy][BLOCK_THREADS][16 bytes]; after the row loop, col_sums (the
+    // tree needs at most 8 * 32 * CHUNKS * E floats, 8 KB per chunk: far less than the stages)
+    extern __shared__ __align__(16) unsigned char stages[];
+    __shared__ float2 scratch[BLOCK_WARPS];
+    const RowGroup g(G, cols / E);
+    float dw[CHUNKS][E], db[CHUNKS][E];
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i)
+#pragma unroll
+        for (int e = 0; e < E; ++e) dw[i][e] = db[i][e] = 0.0f;
+    auto slot = [&](int stage, int i, int tensor) {
+        return stages + ((stage * CHUNKS + i) * 3 + tensor) * SLOTS + threadIdx.x * 16;
+    };
+
+    const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
+    wait_for_previous_grid();
+    DropoutMask mask{};
+    if constexpr (DROP) mask = read_mask(seed, threshold, scale);
+    auto row_of = [&](int64_t step_row) { return reverse ? rows - 1 - step_row : step_row; };
+    // Start the copies of this group's row in the row step at `step_first` into `stage` (one commit
+    // group per row step, empty past the last row, so wait_group counts row steps), and load its
+    // mean and rstd into registers (used two steps later).
+    auto issue = [&](int64_t step_first, int stage, float& mu, float& rs) {
+        const int64_t step_row = step_first + g.slot;
+        const bool live = step_row < rows;
+        if (live) {
+            const int64_t base = row_of(step_row) * cols;
+#pragma unroll
+            for (int i = 0; i < CHUNKS; ++i) {
+                if (!g.has(i)) continue;
+                const int col = g.col(i, E);
+                copy_async<16>(slot(stage, i, 0), h + base + col);
+                if (dh != nullptr) copy_async<16>(slot(stage, i, 1), dh + base + col);
+                copy_async<E * int(sizeof(TY))>(slot(stage, i, 2), dy + base + col);
+            }
+        }
+        copy_async_commit();
+        mu = live ? mean[row_of(step_row)] : 0.0f;
+        rs = live ? rstd[row_of(step_row)] : 0.0f;
+    };
+    float mu_ahead[ASYNC_STAGES - 1], rs_ahead[ASYNC_STAGES - 1];   // of the rows in flight, oldest first
+    int64_t first = int64_t(blockIdx.x) * g.rows_per_step;
+#pragma unroll
+    for (int s = 0; s < ASYNC_STAGES - 1; ++s) issue(first + s * stride, s, mu_ahead[s], rs_ahead[s]);
+    int stage = 0;   // the current row's
+    for (; first < rows; first += stride) {
+        BackwardRow<TH, TY, E, CHUNKS> in;
+        in.mu = mu_ahead[0];
+        in.rs = rs_ahead[0];
+#pragma unroll
+        for (int s = 0; s + 1 < ASYNC_STAGES - 1; ++s) {
+            mu_ahead[s] = mu_ahead[s + 1];
+            rs_ahead[s] = rs_ahead[s + 1];
+        }
+        // the row ASYNC_STAGES - 1 steps ahead goes where the previous row was (this thread is done
+        // with it: it read those slots into registers last time round)
+        issue(first + (ASYNC_STAGES - 1) * stride, stage == 0 ? ASYNC_STAGES - 1 : stage - 1,
+              mu_ahead[ASYNC_STAGES - 2], rs_ahead[ASYNC_STAGES - 2]);
+        copy_async_wait<ASYNC_STAGES - 1>();   // this row's copies have landed (groups finish in order)
+
+        const int64_t step_row = first + g.slot;
+        const bool live = step_row < rows;
+        const int64_t row = row_of(step_row);
+#pragma unroll
+        for (int i = 0; i < CHUNKS; ++i) {
+            in.h[i].zero();
+            in.dy[i].zero();
+            in.dh[i].zero();
+            if (live && g.has(i)) {
+                load_slot(in.h[i], slot(stage, i, 0));
+                if (dh != nullptr) load_slot(in.dh[i], slot(stage, i, 1));
+                load_slot(in.dy[i], slot(stage, i, 2));
+            }
+        }
+        backward_row<TH, TR, TY, E, CHUNKS, DROP>(in, row, cols, live, g, scratch, w, params_bf16, dw, db, dh_out,
+                                                  dr_out, mask);
+        stage = stage + 1 == ASYNC_STAGES ? 0 : stage + 1;
+    }
+    copy_async_wait<0>();   // the (empty) groups issued past the last row
+    allow_next_grid();
+    __syncthreads();        // every thread is done with its slots: they become col_sums
+    write_block_partials<E, CHUNKS>(dw, db, g, reinterpret_cast<float*>(stages), tree, partial, cols);
+}
+
 // ---- dw[c], db[c] = sum of the blocks' partial rows ---------------------------------------------
 // A block takes 32 columns (one coalesced 128-byte segment per partial row) with 32 warps; warp k
 // adds partial rows k, k + 32, ... with four independent accumulators, so a thread has several
@@ -550,6 +709,8 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //   pdl          every kernel launched as a programmatic dependent of the one before it (sm_90):
 //                its launch overlaps the previous kernel's tail (the column sum the backward's,
 //                the backward the forward's in a back-to-back fwd+bwd)
+//   bwd_async    the backward copies its rows two steps ahead into shared memory with cp.async
+//                (backward_async_kernel) instead of loading each into registers when it starts
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -557,7 +718,8 @@ struct Flag {
 constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"bwd_reverse", &Variant::bwd_reverse},
                           {"bwd_tree", &Variant::bwd_tree},
-                          {"pdl", &Variant::pdl}};
+                          {"pdl", &Variant::pdl},
+                          {"bwd_async", &Variant::bwd_async}};
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
 // Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan.
@@ -627,10 +789,10 @@ int sm_count_and_cc(int* cc_major) {
 // Blocks of the persistent grid: as many as fit on the GPU at once, but no more than there are
 // row steps (all of them when `full`). Occupancy is asked of the runtime once per kernel
 // (registers decide it).
-template <auto kernel> int grid_for(int64_t rows, int G, bool full = false) {
+template <auto kernel> int grid_for(int64_t rows, int G, bool full = false, int smem_bytes = 0) {
     static int per_sm = 0;   // one per kernel instance (the template argument)
     if (per_sm == 0) {
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, BLOCK_THREADS, 0);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, BLOCK_THREADS, smem_bytes);
         if (per_sm < 1) per_sm = 1;
     }
     const int64_t steps = (rows + BLOCK_WARPS / G - 1) / (BLOCK_WARPS / G);
@@ -643,7 +805,7 @@ template <auto kernel> int grid_for(int64_t rows, int G, bool full = false) {
 // variant (sm_90+) as a programmatic dependent of the kernel before it in the stream: it may be
 // launched while that one finishes, and waits in wait_for_previous_grid() until it has.
 template <typename... Params, typename... Args>
-cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, int smem_bytes, cudaStream_t stream, Args... args) {
     int major = 0;
     sm_count_and_cc(&major);
     cudaLaunchAttribute attribute[1];
@@ -652,7 +814,7 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;
-    config.dynamicSmemBytes = 0;
+    config.dynamicSmemBytes = smem_bytes;
     config.stream = stream;
     config.attrs = attribute;
     config.numAttrs = current_variant().pdl && major >= 9 ? 1 : 0;
@@ -666,25 +828,40 @@ float keep_scale_of(const Dropout& d) { return float(1.0 / (1.0 - d.p)); }
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
     constexpr auto kernel = forward_kernel<TH, TR, TY, CHUNKS, DROP>;
-    return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, stream, a.x, a.residual, a.weight,
+    return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, 0, stream, a.x, a.residual, a.weight,
                   a.bias, a.params_bf16, a.y, a.h, a.mean, a.rstd, a.rows, a.cols, G, a.eps, a.dropout.seed,
                   drop_threshold(a.dropout), keep_scale_of(a.dropout));
 }
 
+// The async backward's shared memory is over the 48 KB a kernel gets without asking: asked for
+// once per instance, before its first occupancy query or launch. Returns the bytes.
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> int async_smem() {
+    static const int bytes = [] {
+        cudaFuncSetAttribute(backward_async_kernel<TH, TR, TY, CHUNKS, DROP>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, async_smem_bytes<CHUNKS>());
+        return async_smem_bytes<CHUNKS>();
+    }();
+    return bytes;
+}
+
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> int backward_grid(const BackwardArgs& a, int G) {
+    if (current_variant().bwd_async)
+        return grid_for<backward_async_kernel<TH, TR, TY, CHUNKS, DROP>>(a.rows, G, false, async_smem<TH, TR, TY, CHUNKS, DROP>());
     return grid_for<backward_kernel<TH, TR, TY, CHUNKS, DROP>>(a.rows, G);
 }
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
     const int blocks = backward_grid<TH, TR, TY, CHUNKS, DROP>(a, G);
-    cudaError_t err = launch(backward_kernel<TH, TR, TY, CHUNKS, DROP>, blocks, BLOCK_THREADS, stream, a.dy, a.dh, a.h, a.mean,
-                             a.rstd, a.weight, a.params_bf16, a.dh_out, a.dresidual_out, a.partial, a.rows, a.cols, G,
-                             current_variant().bwd_reverse, current_variant().bwd_tree, a.dropout.seed,
+    const bool async = current_variant().bwd_async;
+    cudaError_t err = launch(async ? backward_async_kernel<TH, TR, TY, CHUNKS, DROP> : backward_kernel<TH, TR, TY, CHUNKS, DROP>,
+                             blocks, BLOCK_THREADS, async ? async_smem<TH, TR, TY, CHUNKS, DROP>() : 0, stream, a.dy, a.dh,
+                             a.h, a.mean, a.rstd, a.weight, a.params_bf16, a.dh_out, a.dresidual_out, a.partial, a.rows,
+                             a.cols, G, current_variant().bwd_reverse, current_variant().bwd_tree, a.dropout.seed,
                              drop_threshold(a.dropout), keep_scale_of(a.dropout));
     if (err != cudaSuccess) return err;
-    return launch(column_sum_kernel, (2 * a.cols + 31) / 32, COLSUM_WARPS * 32, stream, a.partial, blocks, a.cols, a.dweight, a.dbias,
-                  a.params_bf16);
+    return launch(column_sum_kernel, (2 * a.cols + 31) / 32, COLSUM_WARPS * 32, 0, stream, a.partial, blocks, a.cols,
+                  a.dweight, a.dbias, a.params_bf16);
 }
 
 // The dtype combinations there are kernels for: fp32 h with a float or bf16 residual and y, or

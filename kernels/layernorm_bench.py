@@ -50,7 +50,7 @@ SHAPES = {
     "shakesp mixed 16384x384": (16384, 384, F32, BF16, BF16, F32),
 }
 FWD_VARIANTS = ["none", "fwd_full"]
-BWD_VARIANTS = ["none", "pdl", "bwd_reverse", "bwd_tree", "bwd_tree,pdl"]
+BWD_VARIANTS = ["none", "pdl", "bwd_reverse", "bwd_tree", "bwd_tree,pdl", "bwd_async", "bwd_tree,pdl,bwd_async"]
 # --final (a GPU call with little time): the backward alone and the fwd+bwd row for these
 # (session 3's final call also timed the default of call 2 with and without bwd_tree, then a
 # candidate default; bwd_tree won and is in the default now)
@@ -262,6 +262,96 @@ def print_dropout_rows(rows):
                   f"op {f - n:.1f} us; {e / f:.2f}x eager")
 
 
+# --s5 (session 5, issue 4): bf16 rows x 768 as bench.py counts them, the default plan against
+# the default plan with the async backward, PyTorch eager and torch.compile (default mode) in the
+# same process, the forward, the backward and both.
+S5_SHAPES = [(16384, 768), (32768, 768)]
+S5_PLANS = ["default", "default,bwd_async"]
+
+
+def s5_rows(args, ln, l2_bytes):
+    """{case: {impl: us}} for fwd, bwd and fwd+bwd (CUDA-graph replay medians; bwd replays the
+    backward of a forward run once per input set outside the graph, retain_graph=True)."""
+    import torch.nn.functional as F
+    from torch import _dynamo
+    from bench import time_graph_ms
+
+    def eager(x, r, w, b):
+        h = x + r
+        return F.layer_norm(h, (h.shape[-1],), w, b, 1e-5), h
+
+    def tk(x, r, w, b):
+        return ln.add_layernorm(x, r, w, b, 1e-5)
+
+    out = {}
+    for rows, cols in S5_SHAPES:
+        def make(seed):
+            g = torch.Generator(device="cuda").manual_seed(seed)
+            t = lambda *shape, grad=False: torch.randn(*shape, generator=g, device="cuda").to(BF16).requires_grad_(grad)
+            return [t(rows, cols, grad=True), t(rows, cols, grad=True), t(cols, grad=True), t(cols, grad=True),
+                    t(rows, cols), t(rows, cols)]
+        size = 6 * rows * cols * 2
+        sets = [make(i) for i in range(max(2, min(6, -(-2 * l2_bytes // size))))]
+        _dynamo.reset()
+        impls = {"eager": eager, "compile": torch.compile(eager, dynamic=False)}
+        for plan in S5_PLANS:
+            impls[f"tk {plan}"] = tk
+        rows_out = {f"{kind} {rows}x{cols}": {} for kind in ("fwd", "bwd", "fwd+bwd")}
+        for impl, f in impls.items():
+            if impl.startswith("tk "):
+                ln.set_variant(impl[3:])
+
+            def fwd(inp, f=f):
+                with torch.no_grad():
+                    f(*inp[:4])
+
+            def fwd_bwd(inp, f=f):
+                y, h = f(*inp[:4])
+                torch.autograd.grad((y, h), inp[:4], (inp[4], inp[5]))
+
+            def bwd(inp):
+                torch.autograd.grad(inp[6], inp[:4], (inp[4], inp[5]), retain_graph=True)
+
+            for kind, fn in (("fwd", fwd), ("fwd+bwd", fwd_bwd), ("bwd", bwd)):
+                try:
+                    if kind == "bwd":
+                        for inp in sets:
+                            del inp[6:]
+                            inp.append(f(*inp[:4]))
+                    rows_out[f"{kind} {rows}x{cols}"][impl] = 1e3 * time_graph_ms(fn, sets, args.warmup, args.reps)
+                except Exception as e:   # one failing row must not hide the others
+                    rows_out[f"{kind} {rows}x{cols}"][impl] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+            for inp in sets:
+                del inp[6:]
+        ln.set_variant("default")
+        out.update(rows_out)
+        del sets
+        torch.cuda.empty_cache()
+    return out
+
+
+def print_s5_rows(rows):
+    print("\n--s5: bf16, us (CUDA-graph replay, median), bench.py's bytes (fwd 4, fwd+bwd 8 passes; bwd 4)")
+    impls = list(dict.fromkeys(k for r in rows.values() for k in r))
+    print(f"{'case':<22}" + "".join(f"{i:>26}" for i in impls))
+    for name, r in rows.items():
+        kind, shape = name.split()
+        n, c = map(int, shape.split("x"))
+        nbytes = {"fwd": 4, "bwd": 4, "fwd+bwd": 8}[kind] * n * c * 2
+        line = f"{name:<22}"
+        for i in impls:
+            us = r.get(i)
+            line += f"{us:9.1f} ({nbytes / us / 1e6:4.2f} TB/s)   " if isinstance(us, float) else f"{'FAILED':>26}"
+        print(line)
+        e = r.get("eager")
+        if isinstance(e, float):
+            print(" " * 22 + "  x eager: " + ", ".join(f"{i} {e / r[i]:.2f}x" for i in impls
+                                                      if i != "eager" and isinstance(r.get(i), float)))
+        for i in impls:
+            if isinstance(r.get(i), str):
+                print(f"   ! {i}: {r[i]}")
+
+
 def write_json(path, data):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
@@ -278,6 +368,9 @@ def main(argv=None):
     ap.add_argument("--final", action="store_true",
                     help="only the backward alone and the fwd+bwd row, for the default plan and none")
     ap.add_argument("--dropout", action="store_true", help="only the residual dropout rows (session 4)")
+    ap.add_argument("--s5", action="store_true",
+                    help="issue 4 (session 5): fwd, bwd, fwd+bwd at 16384x768 and 32768x768 bf16, default vs "
+                         "default,bwd_async, eager and torch.compile, then the kernels alone (none of the sweep)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("kernels.layernorm_bench needs a CUDA GPU", file=sys.stderr)
@@ -297,6 +390,24 @@ def main(argv=None):
         print_dropout_rows(rows)
         if args.json:
             write_json(args.json, {"gpu": props.name, "torch": torch.__version__, "dropout_p": DROPOUT_P, "dropout": rows})
+        print(f"({time.time() - t0:.0f} s)")
+        return 0
+
+    if args.s5:
+        rows = s5_rows(args, ln, l2)
+        print_s5_rows(rows)
+        kernels = kernel_rows(args, ln, l2, ["default"], ["default", "default,bwd_async"])
+        print("\nkernels alone (extension calls), us (TB/s at the bytes each must move; floor at 4.0 TB/s)")
+        for name, r in kernels.items():
+            cells = [f"fwd {r['fwd_us'].get('default', float('nan')):.1f} "
+                     f"({r['fwd_bytes'] / r['fwd_us'].get('default', float('nan')) / 1e6:.2f}; floor {r['fwd_bytes'] / FLOOR_TBS / 1e6:.1f})"]
+            for v, us in r["bwd_us"].items():
+                cells.append(f"bwd+colsum {v} {us:.1f} ({r['bwd_bytes'] / us / 1e6:.2f})")
+            print(f"  {name:<25} " + " | ".join(cells) + f"; bwd floor {r['bwd_bytes'] / FLOOR_TBS / 1e6:.1f}")
+            for k, e in r.get("errors", {}).items():
+                print(f"   ! {k}: {e}")
+        if args.json:
+            write_json(args.json, {"gpu": props.name, "torch": torch.__version__, "s5": rows, "kernels": kernels})
         print(f"({time.time() - t0:.0f} s)")
         return 0
 

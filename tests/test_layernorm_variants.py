@@ -22,7 +22,8 @@ REPO = base.REPO
 needs_cuda = base.needs_cuda
 BF16, F32 = base.BF16, base.F32
 
-VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", "fwd_full,bwd_reverse,bwd_tree,pdl"]
+VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", "bwd_async", "fwd_full,bwd_tree,pdl,bwd_async",
+            "fwd_full,bwd_reverse,bwd_tree,pdl,bwd_async"]
 # (rows, cols): 1 and 7 rows (fewer rows than a block takes), a tail of a few rows past a
 # block step, widths with 1 to 4 chunks a thread and 1 to 8 warps a row (1600: idle lanes),
 # and more rows than one wave of blocks.
@@ -94,8 +95,9 @@ def launched(fn):
 
 @needs_cuda
 def test_the_variant_is_what_launches(ln):
-    """Every plan launches the same three kernels (the flags change the grid, the block sum, the row
-    order and the launch, not the instance): bf16 C=768 is one warp a row, 3 chunks a thread; the
+    """Every plan launches three kernels of the same instance (the flags change the grid, the block
+    sum, the row order and the launch, not the template arguments): bf16 C=768 is one warp a row,
+    3 chunks a thread, no dropout; bwd_async swaps backward_kernel for backward_async_kernel. The
     flags in force are reported, in the FLAGS table's order."""
     x, r, w, b, dy, dh = base.make(2048, 768, base.KERNEL_COMBOS["bf16"], 1)
 
@@ -103,16 +105,25 @@ def test_the_variant_is_what_launches(ln):
         y, h, mean, rstd = ln.add_layernorm_fwd(x, r, w, b, 1e-5)
         ln.layernorm_bwd(dy, dh, h, mean, rstd, w)
 
-    def chunks(names, kernel):   # the CHUNKS template argument of the launched instances
-        return {int(m) for n in names for m in re.findall(kernel + r"<[^>]*?, (\d)>", n)}
+    def instances(names, kernel):   # the launched instances' template arguments, as tuples
+        return {tuple(a.strip() for a in args.split(","))
+                for n in names for args in re.findall(r"\b" + kernel + r"<([^<>]*)>", n)}
+
+    bf16 = "__nv_bfloat16"
+    # <TH, TR, TY, CHUNKS, DROP>: all bf16, 3 chunks a thread, no dropout code (session 4's bool)
+    expected = {(bf16, bf16, bf16, "3", "false")}
 
     try:
         assert ln.set_variant("none") == "none" and ln.variant() == "none" and ln.set_variant("") == "none"
         for spec, active in (("none", "none"), ("pdl, bwd_tree", "bwd_tree,pdl"),
-                             ("pdl,bwd_reverse,fwd_full", "fwd_full,bwd_reverse,pdl")):
+                             ("pdl,bwd_reverse,fwd_full", "fwd_full,bwd_reverse,pdl"),
+                             ("bwd_async,pdl", "pdl,bwd_async")):
             assert ln.set_variant(spec) == active == ln.variant()
             names = launched(call)
-            assert chunks(names, "forward_kernel") == {3} and chunks(names, "backward_kernel") == {3}, names
+            backward, other = (("backward_async_kernel", "backward_kernel") if "bwd_async" in active
+                               else ("backward_kernel", "backward_async_kernel"))
+            assert instances(names, "forward_kernel") == expected, names
+            assert instances(names, backward) == expected and not instances(names, other), names
             assert sum("column_sum_kernel" in n for n in names) == 1, names
     finally:
         ln.set_variant("default")
@@ -151,6 +162,64 @@ def test_pdl_launches_inside_a_cuda_graph(ln):
             torch.cuda.synchronize()
             for name, a, c in zip(["y", "h", "mean", "rstd", "dx", "dr", "dw", "db"], got, expected):
                 assert torch.equal(a, c), name
+    finally:
+        ln.set_variant("default")
+
+
+@needs_cuda
+@pytest.mark.parametrize("combo", base.COMBO_NAMES)
+def test_async_backward_is_bitwise_the_plain_backward(ln, combo):
+    """bwd_async changes where the backward's loads wait (cp.async into shared memory, two rows
+    ahead), not its arithmetic: backward_row and the block sum are the same code, the rows go in
+    the same order, so every output is bitwise the plain kernel's, with and without the tree,
+    without dh or bias, with dropout, at widths of 1 to 4 chunks a thread and 1 to 8 warps a row,
+    and inside a CUDA graph with pdl (poisoned outputs between replays)."""
+    dtypes = base.KERNEL_COMBOS[combo]
+    try:
+        for rows, cols, seed in ((1, 64, 1), (7, 768, 2), (333, 4096, 3), (4099, 384, 4), (5, 1600, 5),
+                                 (16387, 768, 6)):
+            x, r, w, b, dy, dh = base.make(rows, cols, dtypes, seed)
+            mixed = r.dtype != x.dtype
+            _, h, mean, rstd = ln._ext.module.forward(x, r, w, b, 1e-5, y_bf16=(dy.dtype != x.dtype))
+            for plan in ("none", "bwd_tree", "bwd_tree,bwd_reverse"):
+                outs = {}
+                for extra in ("", ",bwd_async"):
+                    ln.set_variant(plan + extra)
+                    outs[extra] = ln._ext.module.backward(dy, dh if seed % 2 else None, h, mean, rstd, w,
+                                                          residual_grad_bf16=mixed)
+                for a, c in zip(outs[""], outs[",bwd_async"]):
+                    if a is None:
+                        assert c is None
+                        continue
+                    assert not torch.isnan(c).any() and torch.equal(a, c), (rows, cols, plan)
+        # dropout (the regenerated mask), in a CUDA graph with pdl
+        x, r, w, b, dy, dh = base.make(8191, 768, dtypes, 9)
+        seed = ln.draw_dropout_seed("cuda")
+        _, h, mean, rstd = ln._ext.module.forward(x, r, w, b, 1e-5, y_bf16=(dy.dtype != x.dtype), dropout_seed=seed,
+                                                  dropout_p=0.2)
+
+        def bwd():
+            return ln._ext.module.backward(dy, dh, h, mean, rstd, w, residual_grad_bf16=r.dtype != x.dtype,
+                                           dropout_seed=seed, dropout_p=0.2)
+        ln.set_variant("bwd_tree")
+        expected = bwd()
+        ln.set_variant("bwd_tree,pdl,bwd_async")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            bwd()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            got = bwd()
+        for _ in range(2):
+            for t in got:
+                if t is not None:
+                    t.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            for a, c in zip(expected, got):
+                assert (a is None and c is None) or torch.equal(a, c)
     finally:
         ln.set_variant("default")
 
