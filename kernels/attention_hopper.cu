@@ -99,7 +99,8 @@
 //      rescaling, 14 = 11 without ping-pong. 6-10 take items at a fixed stride, which leaves SMs
 //      idle at the end when item costs vary (L2 groups, long sequences).
 // Session 5: 15 = 12 (D=64) / 11 (D=128) with the items overlapped (OVERLAP_ITEMS at
-//   persistent_kernel), 16 = 13 with the items overlapped.
+//   persistent_kernel), 16 = 13 with the items overlapped, 17 = 15 with every 4th exponential on
+//   the FMA pipe (exp2_poly) instead of the MUFU.
 // Lost on the H200 and kept only because kernels/NOTES.md's figures name them (its next steps
 // remove them): 1, 3, 6, 7, 9, 10, 14.
 // What is not here (yet): a TMA store epilogue; the backward pass is attention_hopper_bwd.cu.
@@ -192,6 +193,22 @@ __device__ inline float exp2_ftz(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
+// 2^x on the FMA pipe instead of the MUFU (POLY_EVERY below; FA4's trick for Blackwell, where the
+// MUFU is the bottleneck; at D = 64 on Hopper one MUFU.EX2 per score costs the SM as many cycles
+// as the tensor cores' work, 16 ex2 per clock against 4096 flops per clock). x = j + f with j an
+// integer and f in [-0.5, 0.5]: 2^f by a cubic (relative error < 7.5e-5, a near-minimax fit; bf16
+// rounds P to 2^-9 anyway), 2^j by adding j to the exponent bits. The add of 1.5·2^23 rounds x to
+// the nearest integer into the low mantissa bits of t, and t's bits shifted left by 23 are j << 23.
+// x < -125: 0 (as ex2.approx.ftz flushes its tiny results; the exponent add would wrap there).
+// About 9 FMA/ALU instructions against one MUFU instruction (which keeps the pipe 8 cycles).
+__device__ inline float exp2_poly(float x) {
+    const float xc = fmaxf(x, -125.f);
+    const float t = xc + 12582912.f;                    // 1.5·2^23: round to an integer
+    const float f = xc - (t - 12582912.f);              // in [-0.5, 0.5]
+    const float p = fmaf(fmaf(fmaf(0.05517167f, f, 0.24261115f), f, 0.69326099f), f, 0.99992807f);
+    const float r = __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+    return x < -125.f ? 0.f : r;
+}
 // t[0] = max (or sum) of t[0 .. 2W): halve the live range W times. Templates, not a loop with
 // w /= 2, so every index is a compile-time constant and t stays in registers.
 template <int W, int LEN>
@@ -213,7 +230,8 @@ __device__ constexpr int row_element(int r, int j) { return 4 * (j >> 1) + 2 * r
 // log2 units of the scaled scores. The exponentials then stay <= 2^8, rescale is exactly 1 and
 // O need not be multiplied (the caller skips it when no row of the warp moved); O / l and the LSE
 // stay exact because O and l always share one max.
-template <int N, bool FAST, bool LAZY = false>
+// POLY_EVERY = k > 0: every k-th exponential of a row by exp2_poly (FMA pipe), the others by the MUFU.
+template <int N, bool FAST, bool LAZY = false, int POLY_EVERY = 0>
 __device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)[2], float (&rescale)[2],
                                     bool mask, bool causal, int row0, int col0, int seq_len,
                                     float scale_log2) {
@@ -256,7 +274,8 @@ __device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)
             float t[N / 4];
 #pragma unroll
             for (int j = 0; j < N / 4; ++j) {
-                float e = exp2_ftz(fmaf(s[row_element(r, j)], scale_log2, -m_scaled));
+                const float x = fmaf(s[row_element(r, j)], scale_log2, -m_scaled);
+                const float e = (POLY_EVERY > 0 && j % (POLY_EVERY > 0 ? POLY_EVERY : 1) == POLY_EVERY - 1) ? exp2_poly(x) : exp2_ftz(x);
                 s[row_element(r, j)] = e;
                 t[j] = e;
             }
@@ -556,8 +575,9 @@ __device__ unsigned int g_items_taken = 0, g_ctas_done = 0;
 // S0 alone, the last P·V alone, with nothing to overlap either); with it N (after the CTA's first
 // item). At the GPT-2 shape N averages 4.5. The next item's S0 is waited for before the loop's
 // back edge (a wgmma in flight across it makes ptxas serialise every wgmma: C7514).
+// POLY_EVERY (variant 17): every POLY_EVERY-th exponential of a row on the FMA pipe (exp2_poly).
 template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool PINGPONG_ON = true,
-          bool OVERLAP_ITEMS = false>
+          bool OVERLAP_ITEMS = false, int POLY_EVERY = 0>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
@@ -764,12 +784,12 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         auto scores_to_probabilities = [&](int n, bool half) {   // mask, online softmax (P stays in s_acc)
             if (half) {
                 if (needs_mask(n)) mask_tile<BN / 2>(first_half(s_acc.d), p.causal, row0, n * BN, p.seq_len);
-                softmax_tile<BN / 2, true, LAZY>(first_half(s_acc.d), m, l, rescale, false, p.causal, row0, n * BN,
-                                                 p.seq_len, p.scale_log2);
+                softmax_tile<BN / 2, true, LAZY, POLY_EVERY>(first_half(s_acc.d), m, l, rescale, false, p.causal, row0,
+                                                             n * BN, p.seq_len, p.scale_log2);
             } else {
                 if (needs_mask(n)) mask_tile<BN>(s_acc.d, p.causal, row0, n * BN, p.seq_len);
-                softmax_tile<BN, true, LAZY>(s_acc.d, m, l, rescale, false, p.causal, row0, n * BN, p.seq_len,
-                                             p.scale_log2);
+                softmax_tile<BN, true, LAZY, POLY_EVERY>(s_acc.d, m, l, rescale, false, p.causal, row0, n * BN,
+                                                         p.seq_len, p.scale_log2);
             }
         };
         auto to_a_operand = [&](bool half) {             // P (bf16) as P·V's A operand; half: 4 k-steps
@@ -929,12 +949,12 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 
 // One CTA (two with one consumer) per SM, each walking over query blocks (persistent_kernel).
 template <int D, int CONSUMERS = 2, bool HALF_TILE = false, bool LAZY = false, bool DYNAMIC = false,
-          bool PINGPONG = true, bool OVERLAP_ITEMS = false>
+          bool PINGPONG = true, bool OVERLAP_ITEMS = false, int POLY_EVERY = 0>
 cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, bool l2_groups) {
     using C = persistent_config<D, CONSUMERS>;
     kernel_params kp;
     if (cudaError_t e = make_params<D, C::block_m, C::block_n>(a, l2_groups, kp)) return e;
-    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, PINGPONG, OVERLAP_ITEMS>;
+    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, PINGPONG, OVERLAP_ITEMS, POLY_EVERY>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -990,6 +1010,7 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //  15: 12 (D = 64) / 11 (D = 128) with the items overlapped (OVERLAP_ITEMS: an item's last P·V
 //      and the next item's first S in one turn, the epilogue under that S)
 //  16: 13 with the items overlapped (D = 64; 128 runs 15)
+//  17: 15 with every 4th exponential on the FMA pipe (exp2_poly) instead of the MUFU
 // 1-4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant) {
     using namespace attention_hopper;
@@ -1020,6 +1041,8 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, true, true, true, true>(p, stream, true);
     case 16: return d64 ? launch_persistent<64, 1, true, true, true, true, true>(p, stream, true)
                         : launch_persistent<128, 2, true, true, true, true, true>(p, stream, true);
+    case 17: return d64 ? launch_persistent<64, 2, true, false, true, true, true, 4>(p, stream, true)
+                        : launch_persistent<128, 2, true, true, true, true, true, 4>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }

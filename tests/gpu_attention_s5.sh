@@ -7,13 +7,17 @@
 #     hazards on the backward in the session's first call); racecheck AND memcheck of the
 #     defaults on small shapes, and of the forward with more work items than SMs (Q slots reused)
 #   - forward variants 15 / 16 (the items overlapped: an item's last P·V and the next item's first
-#     S in one turn): a smoke run under a hard limit, then the forward tests vs float64 (awkward T,
-#     poisoned outputs, large logits, strided views, 150 heads), and the backward's tests
+#     S in one turn) and 17 (15 with every 4th exponential on the FMA pipe): a smoke run under a
+#     hard limit, then the forward tests vs float64 (awkward T, poisoned outputs, large logits,
+#     strided views, 150 heads), and the backward's tests
 #   - speed at the GPT-2 shape (16, 12, 1024, 64), bench.py's CUDA-graph medians in one process
 #     with cuDNN and FA2: tk (defaults, fwd and fwd+bwd; the backward changed by the fix only),
-#     forward variants 15 and 16
+#     forward variants 15, 16 and 17
 #   - ncu of the default forward (variant 12) at the GPT-2 shape: stall reasons per SASS
-#     instruction (SourceCounters), exported and printed as CSV, if the time is left
+#     instruction (SourceCounters) and pipe utilisation (ComputeWorkloadAnalysis), exported and
+#     printed as CSV, if the time is left
+# Order: build, smoke, bench, sanitizers, tests, ncu (what matters most first; each step is cut
+# to the lane's time left).
 # Checked here without a GPU: bash -n; LANE_LIMIT=20 runs every step to its failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,8 +40,8 @@ note "$(grep -E '^build |^built' "$L/build.log" | tr '\n' ' ')"
 
 # 2. smoke of the new forward variants (a pipeline bug hangs: hard limit), many items per CTA
 NEW=""
-if step 15 smoke.log python3 tests/attention_sanitize_case.py items 15 16; then NEW="15 16"; fi
-note "smoke of variants 15, 16 (2 x 100 heads, D 64/128): $(tail -2 "$L/smoke.log" | tr '\n' ' ')"
+if step 15 smoke.log python3 tests/attention_sanitize_case.py items 15 16 17; then NEW="15 16 17"; fi
+note "smoke of variants 15-17 (2 x 100 heads, D 64/128): $(tail -2 "$L/smoke.log" | tr '\n' ' ')"
 
 # 3. speed at the GPT-2 shape, one process with cuDNN and FA2
 IMPLS="tk,sdpa-cudnn,sdpa-flash"
@@ -47,20 +51,21 @@ TK_BENCH_ATTENTION_SHAPES=gpt2 TK_BENCH_ATTENTION_IMPLS="$IMPLS" \
 python3 -m kernels.attention_bench "$L/attention.json" > "$L/bench_tflops.txt" 2>&1
 grep -E "^fwd|^    (tk|sdpa)|MISMATCH|targets|>=" "$L/bench_tflops.txt" | head -24 | while read -r line; do note "$line"; done
 
-# 4. tests: the backward (its defaults, with the fix), the forward's new variants and defaults
+# 4. sanitizers: the defaults on small shapes, and the forward (defaults and new variants) with
+#    more items than SMs
+SAN="0"; [ -n "$NEW" ] && SAN="0 15"
+step 30 racecheck.log compute-sanitizer --tool racecheck python3 tests/attention_sanitize_case.py all $SAN
+note "racecheck: $(grep -E 'RACECHECK SUMMARY|attention case ran|rc=' "$L/racecheck.log" | tr '\n' ' ')"
+step 20 memcheck.log compute-sanitizer --tool memcheck python3 tests/attention_sanitize_case.py all $SAN
+note "memcheck: $(grep -E 'ERROR SUMMARY|attention case ran|rc=' "$L/memcheck.log" | tr '\n' ' ')"
+
+# 5. tests: the backward (its defaults, with the fix), the forward's new variants and defaults
 TK_ATTENTION_HOPPER_VARIANTS="${NEW:-12}" step 40 tests.log $PYT $XDIST tests/test_attention_hopper_bwd.py \
     tests/test_attention_hopper.py -k "not nvcc and not bindings_parse and not gpu_script"
 summary "tests (backward defaults; forward variants ${NEW:-12} + default)" tests.log
 
-# 5. sanitizers: the defaults on small shapes, and the forward (defaults and new variants) with
-#    more items than SMs
-step 30 racecheck.log compute-sanitizer --tool racecheck python3 tests/attention_sanitize_case.py all 0 $NEW
-note "racecheck: $(grep -E 'RACECHECK SUMMARY|attention case ran|rc=' "$L/racecheck.log" | tr '\n' ' ')"
-step 20 memcheck.log compute-sanitizer --tool memcheck python3 tests/attention_sanitize_case.py all 0 $NEW
-note "memcheck: $(grep -E 'ERROR SUMMARY|attention case ran|rc=' "$L/memcheck.log" | tr '\n' ' ')"
-
 # 6. ncu: where the default forward's warps stall, per SASS instruction
-if step 30 ncu.log ncu --section WarpStateStats --section SourceCounters -k regex:persistent_kernel \
+if step 30 ncu.log ncu --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis -k regex:persistent_kernel \
         --launch-count 1 -f -o "$L/ncu_fwd_default" python3 tests/attention_sanitize_case.py gpt2 0; then
     ncu --import "$L/ncu_fwd_default.ncu-rep" --page source --print-source sass --csv > "$L/ncu_fwd_source.csv" 2>&1 \
         || ncu --import "$L/ncu_fwd_default.ncu-rep" --page source --csv > "$L/ncu_fwd_source.csv" 2>&1
