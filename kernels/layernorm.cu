@@ -669,8 +669,14 @@ backward_async_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, cons
 // adds partial rows k, k + 32, ... with four independent accumulators, so a thread has several
 // loads in flight instead of waiting out DRAM latency once per row. Warp 0 then adds the 32
 // warp sums from shared memory, in a fixed order, and writes fp32 or bf16.
+// AHEAD (flag colsum_ahead): the loop below waits for its loads once per four partial rows (three
+// round trips for 264 blocks). With AHEAD a thread issues every load first (up to
+// COLSUM_AHEAD_ROWS, predicated) and then adds them in the loop's order, so dw and db are bitwise
+// the same; more blocks than that take the loop.
 constexpr int COLSUM_WARPS = 32;
+constexpr int COLSUM_AHEAD_ROWS = 16;   // per thread: up to 16 * 32 = 512 partial rows
 
+template <bool AHEAD>
 __global__ void __launch_bounds__(COLSUM_WARPS * 32)
 column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void* __restrict__ dw,
                   void* __restrict__ db, bool params_bf16) {
@@ -679,7 +685,19 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int c = blockIdx.x * 32 + lane;   // 0 .. 2*cols-1: dw columns, then db columns
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (c < 2 * cols) {
+    if (AHEAD && c < 2 * cols && blocks <= COLSUM_AHEAD_ROWS * COLSUM_WARPS) {
+        const int n = (blocks - warp + COLSUM_WARPS - 1) / COLSUM_WARPS;   // rows warp, warp + 32, ... < blocks
+        float v[COLSUM_AHEAD_ROWS];
+#pragma unroll
+        for (int j = 0; j < COLSUM_AHEAD_ROWS; ++j)
+            v[j] = j < n ? partial[int64_t(warp + j * COLSUM_WARPS) * 2 * cols + c] : 0.0f;
+        const int grouped = n / 4 * 4;   // the loop's groups of four, then the rest into acc[0]
+#pragma unroll
+        for (int j = 0; j < COLSUM_AHEAD_ROWS; ++j) {
+            if (j < grouped) acc[j % 4] += v[j];
+            else if (j < n) acc[0] += v[j];
+        }
+    } else if (c < 2 * cols) {
         int p = warp;
         for (; p + 3 * COLSUM_WARPS < blocks; p += 4 * COLSUM_WARPS)
 #pragma unroll
@@ -711,6 +729,7 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //                the backward the forward's in a back-to-back fwd+bwd)
 //   bwd_async    the backward copies its rows two steps ahead into shared memory with cp.async
 //                (backward_async_kernel) instead of loading each into registers when it starts
+//   colsum_ahead the column sum issues all of a thread's loads before adding (same sums, bitwise)
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -719,7 +738,8 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"bwd_reverse", &Variant::bwd_reverse},
                           {"bwd_tree", &Variant::bwd_tree},
                           {"pdl", &Variant::pdl},
-                          {"bwd_async", &Variant::bwd_async}};
+                          {"bwd_async", &Variant::bwd_async},
+                          {"colsum_ahead", &Variant::colsum_ahead}};
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
 // Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan.
@@ -860,8 +880,9 @@ cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
                              a.cols, G, current_variant().bwd_reverse, current_variant().bwd_tree, a.dropout.seed,
                              drop_threshold(a.dropout), keep_scale_of(a.dropout));
     if (err != cudaSuccess) return err;
-    return launch(column_sum_kernel, (2 * a.cols + 31) / 32, COLSUM_WARPS * 32, 0, stream, a.partial, blocks, a.cols,
-                  a.dweight, a.dbias, a.params_bf16);
+    return launch(current_variant().colsum_ahead ? column_sum_kernel<true> : column_sum_kernel<false>,
+                  (2 * a.cols + 31) / 32, COLSUM_WARPS * 32, 0, stream, a.partial, blocks, a.cols, a.dweight, a.dbias,
+                  a.params_bf16);
 }
 
 // The dtype combinations there are kernels for: fp32 h with a float or bf16 residual and y, or

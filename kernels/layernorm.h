@@ -80,6 +80,7 @@ struct Variant {
     bool bwd_tree = false;        // "bwd_tree"
     bool pdl = false;             // "pdl"
     bool bwd_async = false;       // "bwd_async"
+    bool colsum_ahead = false;    // "colsum_ahead"
 };
 
 // Set the plan from a comma-separated list of flag names ("none" or "": no flag; "default": the

@@ -50,7 +50,8 @@ SHAPES = {
     "shakesp mixed 16384x384": (16384, 384, F32, BF16, BF16, F32),
 }
 FWD_VARIANTS = ["none", "fwd_full"]
-BWD_VARIANTS = ["none", "pdl", "bwd_reverse", "bwd_tree", "bwd_tree,pdl", "bwd_async", "bwd_tree,pdl,bwd_async"]
+BWD_VARIANTS = ["none", "pdl", "bwd_reverse", "bwd_tree", "bwd_tree,pdl", "bwd_async", "bwd_tree,pdl,bwd_async",
+                "bwd_tree,pdl,colsum_ahead", "bwd_tree,pdl,bwd_async,colsum_ahead"]
 # --final (a GPU call with little time): the backward alone and the fwd+bwd row for these
 # (session 3's final call also timed the default of call 2 with and without bwd_tree, then a
 # candidate default; bwd_tree won and is in the default now)
@@ -266,7 +267,7 @@ def print_dropout_rows(rows):
 # the default plan with the async backward, PyTorch eager and torch.compile (default mode) in the
 # same process, the forward, the backward and both.
 S5_SHAPES = [(16384, 768), (32768, 768)]
-S5_PLANS = ["default", "default,bwd_async"]
+S5_PLANS = ["default", "default,bwd_async", "default,colsum_ahead", "default,bwd_async,colsum_ahead"]
 
 
 def s5_rows(args, ln, l2_bytes):
@@ -369,8 +370,8 @@ def main(argv=None):
                     help="only the backward alone and the fwd+bwd row, for the default plan and none")
     ap.add_argument("--dropout", action="store_true", help="only the residual dropout rows (session 4)")
     ap.add_argument("--s5", action="store_true",
-                    help="issue 4 (session 5): fwd, bwd, fwd+bwd at 16384x768 and 32768x768 bf16, default vs "
-                         "default,bwd_async, eager and torch.compile, then the kernels alone (none of the sweep)")
+                    help="issue 4 (session 5): fwd, bwd, fwd+bwd at 16384x768 and 32768x768 bf16, the default plan "
+                         "with and without bwd_async / colsum_ahead, eager and torch.compile, then the kernels alone")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("kernels.layernorm_bench needs a CUDA GPU", file=sys.stderr)
@@ -396,7 +397,7 @@ def main(argv=None):
     if args.s5:
         rows = s5_rows(args, ln, l2)
         print_s5_rows(rows)
-        kernels = kernel_rows(args, ln, l2, ["default"], ["default", "default,bwd_async"])
+        kernels = kernel_rows(args, ln, l2, ["default"], S5_PLANS)
         print("\nkernels alone (extension calls), us (TB/s at the bytes each must move; floor at 4.0 TB/s)")
         for name, r in kernels.items():
             cells = [f"fwd {r['fwd_us'].get('default', float('nan')):.1f} "

@@ -22,8 +22,8 @@ REPO = base.REPO
 needs_cuda = base.needs_cuda
 BF16, F32 = base.BF16, base.F32
 
-VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", "bwd_async", "fwd_full,bwd_tree,pdl,bwd_async",
-            "fwd_full,bwd_reverse,bwd_tree,pdl,bwd_async"]
+VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", "bwd_async", "colsum_ahead",
+            "fwd_full,bwd_tree,pdl,bwd_async,colsum_ahead", "fwd_full,bwd_reverse,bwd_tree,pdl,bwd_async,colsum_ahead"]
 # (rows, cols): 1 and 7 rows (fewer rows than a block takes), a tail of a few rows past a
 # block step, widths with 1 to 4 chunks a thread and 1 to 8 warps a row (1600: idle lanes),
 # and more rows than one wave of blocks.
@@ -171,9 +171,10 @@ def test_pdl_launches_inside_a_cuda_graph(ln):
 def test_async_backward_is_bitwise_the_plain_backward(ln, combo):
     """bwd_async changes where the backward's loads wait (cp.async into shared memory, two rows
     ahead), not its arithmetic: backward_row and the block sum are the same code, the rows go in
-    the same order, so every output is bitwise the plain kernel's, with and without the tree,
-    without dh or bias, with dropout, at widths of 1 to 4 chunks a thread and 1 to 8 warps a row,
-    and inside a CUDA graph with pdl (poisoned outputs between replays)."""
+    the same order; colsum_ahead issues the column sum's loads first and adds them in the same
+    order. So every output is bitwise the plain kernels', with either or both, with and without
+    the tree, without dh, with dropout, at widths of 1 to 4 chunks a thread and 1 to 8 warps a
+    row, and inside a CUDA graph with pdl (poisoned outputs between replays)."""
     dtypes = base.KERNEL_COMBOS[combo]
     try:
         for rows, cols, seed in ((1, 64, 1), (7, 768, 2), (333, 4096, 3), (4099, 384, 4), (5, 1600, 5),
@@ -183,15 +184,14 @@ def test_async_backward_is_bitwise_the_plain_backward(ln, combo):
             _, h, mean, rstd = ln._ext.module.forward(x, r, w, b, 1e-5, y_bf16=(dy.dtype != x.dtype))
             for plan in ("none", "bwd_tree", "bwd_tree,bwd_reverse"):
                 outs = {}
-                for extra in ("", ",bwd_async"):
+                for extra in ("", ",bwd_async", ",colsum_ahead", ",bwd_async,colsum_ahead"):
                     ln.set_variant(plan + extra)
                     outs[extra] = ln._ext.module.backward(dy, dh if seed % 2 else None, h, mean, rstd, w,
                                                           residual_grad_bf16=mixed)
-                for a, c in zip(outs[""], outs[",bwd_async"]):
-                    if a is None:
-                        assert c is None
-                        continue
-                    assert not torch.isnan(c).any() and torch.equal(a, c), (rows, cols, plan)
+                for extra, got in outs.items():
+                    assert len(got) == len(outs[""])
+                    for k, (a, c) in enumerate(zip(outs[""], got)):   # dx, (dr,) dw, db
+                        assert not torch.isnan(c).any() and torch.equal(a, c), (rows, cols, plan + extra, k)
         # dropout (the regenerated mask), in a CUDA graph with pdl
         x, r, w, b, dy, dh = base.make(8191, 768, dtypes, 9)
         seed = ln.draw_dropout_seed("cuda")
@@ -203,7 +203,7 @@ def test_async_backward_is_bitwise_the_plain_backward(ln, combo):
                                            dropout_seed=seed, dropout_p=0.2)
         ln.set_variant("bwd_tree")
         expected = bwd()
-        ln.set_variant("bwd_tree,pdl,bwd_async")
+        ln.set_variant("bwd_tree,pdl,bwd_async,colsum_ahead")
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -214,12 +214,12 @@ def test_async_backward_is_bitwise_the_plain_backward(ln, combo):
             got = bwd()
         for _ in range(2):
             for t in got:
-                if t is not None:
-                    t.fill_(float("nan"))
+                t.fill_(float("nan"))
             graph.replay()
             torch.cuda.synchronize()
+            assert len(got) == len(expected) == 4   # dropout: dx, dr, dw, db
             for a, c in zip(expected, got):
-                assert (a is None and c is None) or torch.equal(a, c)
+                assert torch.equal(a, c)
     finally:
         ln.set_variant("default")
 
