@@ -46,6 +46,8 @@
 //               tile's wgmmas; later boxes are loaded one box ahead. It also sums dpre down each
 //               16-row slab (warp shuffles) and stores those column sums: db1 is then a small
 //               reduction of M/16 rows, not a pass over the M x 4C dpre. (The default.)
+//   dgelu_fast, dgelu_pre_tma_fast  (fast=1, opt-in, session 5) the two above with a cheaper
+//               epilogue: GELU' in 8 operations, db1's sums by a spill-free reduce-scatter.
 //   dgelu_pre_tma  (pre=1, opt-in) the same values as dgelu, but pre arrives by TMA.
 //               Each consumer warp's lane 0 loads its tile's pre boxes into the warp's staging
 //               buffers when the tile starts (gemm4's INPUT_BOXES), so they land during the
@@ -109,8 +111,9 @@ const char* linear_dgelu(const gemm_args& g) {
     if (!g.pre || !g.bias_grad_partial) return "tk_mlp: linear_dgelu needs pre and bias_grad_partial";
     const int schedule = resolved_schedule(g, true);
     if (g.pre_tma && schedule != SCHEDULE_PINGPONG_128x128_CLUSTER2 && schedule != SCHEDULE_PINGPONG_64x256_DEEP)
-        return launch<major::K, major::MN, dgelu_pre_tma_epilogue>(g);
-    return launch<major::K, major::MN, dgelu_epilogue>(g);
+        return g.fast_dgelu ? launch<major::K, major::MN, dgelu_pre_tma_fast_epilogue>(g)
+                            : launch<major::K, major::MN, dgelu_pre_tma_epilogue>(g);
+    return g.fast_dgelu ? launch<major::K, major::MN, dgelu_fast_epilogue>(g) : launch<major::K, major::MN, dgelu_epilogue>(g);
 }
 const char* linear_grad_input(const gemm_args& g) { return launch<major::K, major::MN, bias_epilogue>(g); }
 const char* weight_grad(const gemm_args& g) { return launch<major::MN, major::MN, reduce_add_epilogue>(g); }

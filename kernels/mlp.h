@@ -30,6 +30,8 @@ struct gemm_args {
                                 //   tile's start (dgelu_pre_tma_epilogue), 0 = per-thread loads in the
                                 //   epilogue (dgelu_epilogue). Schedules 7 and 10 (fewer than 4 staging
                                 //   boxes per warp) always take 0.
+    int fast_dgelu;             // linear_dgelu only: 1 = the same policy with session 5's cheaper
+                                //   epilogue (dgelu_fast / dgelu_pre_tma_fast, kernels/mlp_epilogues.cuh)
     cudaStream_t stream;
 };
 
@@ -83,6 +85,21 @@ const char* linear_grad_input(const gemm_args&);
 // dW += Aᵀ·B over the token axis, split-K, fp32 reduce-add into a zeroed c.
 // a = dy or dpre stored [K=tokens][M], b = h or x stored [K=tokens][N].
 const char* weight_grad(const gemm_args&);
+
+// The backward's small tail in ONE launch (session 5, "finish=1"; replaces two torch reductions
+// and four casts): out_a = bf16(column sums of sum_a [rows_a][cols_a]) (db_fc from the dGELU
+// GEMM's partials), out_b likewise for sum_b (db_proj from the side job's per-CTA sums; sum_b may
+// be nullptr), and the fp32 weight gradients cast_in [cast_n] -> bf16, the first cast_split
+// floats into cast_out0 and the rest into cast_out1. cols_a, cols_b multiples of 16, cast_n and
+// cast_split multiples of 4. Deterministic (a fixed summation order).
+struct finish_args {
+    const float* sum_a; int rows_a, cols_a; void* out_a;
+    const float* sum_b; int rows_b, cols_b; void* out_b;
+    const float* cast_in; long long cast_n, cast_split; void* cast_out0; void* cast_out1;
+    int num_sms;
+    cudaStream_t stream;
+};
+const char* finish_backward(const finish_args&);
 
 // The split-K factor weight_grad should use for an M x N output with K tokens on num_sms SMs,
 // for the tile of `schedule` (SCHEDULE_AUTO: what auto picks for split-K, step 4).

@@ -40,10 +40,19 @@ def cases(Case, quick):
 
 # ---- python -m kernels.mlp_bench: the GEMM schedules against each other and torch eager ---------
 # One process times several schedule choices (kernels/mlp_op.py set_schedule) interleaved with
-# torch eager, so the ratios come from the same run (absolute figures drift ~10% between runs);
-# the timer is the GEMM bench's (kernels/gemm_bench.py time_ms: back-to-back calls between events).
+# torch eager (and with --compile, torch.compile of the same reference module), so the ratios come
+# from the same run (absolute figures drift ~10% between runs); the timer is the GEMM bench's
+# (kernels/gemm_bench.py time_ms: back-to-back calls between events). With --graphs each step is
+# captured once in a CUDA graph (under its own schedule: the extension reads the schedule at
+# launch, so the graph keeps the kernels it was captured with) and replayed back to back: GPU time
+# without Python's launch overhead, as bench.py's headline figures.
+# --H sets the hidden size (default 4C). Swapped sizes time the plain GEMMs of the dGELU and c_fc
+# shapes: with C = 3072 and H = 768, c_proj's forward is x·Wᵀ at c_fc's shape (K = 768, N = 3072)
+# with a bias-only epilogue, and dx is dy·W at the dGELU GEMM's shape (B N-major) with none, so
+# `--C 3072 --H 768 --kernels` shows what those two GEMMs cost without GELU, GELU' and pre.
 
-DEFAULT_SCHEDULES = ("0", "pre=1", "dgelu=6,pre=1", "dgelu=6", "0,side=0", "dw=10", "4", "5", "6")
+DEFAULT_SCHEDULES = ("0", "pre=1", "dgelu=6,pre=1", "dgelu=6", "0,side=0", "dw=10", "4", "5", "6",
+                     "fast=1", "finish=1", "dgelu=6,pre=1,fast=1", "dw=10,fast=1,finish=1")
 
 
 def main(argv=None):
@@ -54,6 +63,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--M", default="16384,65536", help="token counts")
     ap.add_argument("--C", type=int, default=768)
+    ap.add_argument("--H", type=int, default=0, help="hidden size (default 4C; see the comment above for swapped sizes)")
+    ap.add_argument("--graphs", action="store_true", help="time CUDA-graph replays of each step (GPU time only)")
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile of the reference MLP (mode default)")
     ap.add_argument("--schedules", default=";".join(DEFAULT_SCHEDULES),
                     help="';'-separated specs for mlp_op.set_schedule ('0' = auto, 'fc=5,dgelu=5', ...)")
     ap.add_argument("--trials", type=int, default=5)
@@ -65,11 +77,13 @@ def main(argv=None):
     specs = [s.strip() for s in args.schedules.split(";") if s.strip()]
     for spec in specs:
         mlp_op.parse_schedule(spec)                      # a typo fails before any timing
-    C, H = args.C, 4 * args.C
-    print(f"MLP fwd+bwd on {torch.cuda.get_device_name()}: C={C}, {args.trials} interleaved trials of "
-          f"{args.iters} back-to-back steps; TFLOP/s counts 3 x 2·2·M·C·4C; schedules: {','.join(mlp_op.PRODUCTS)} "
+    C, H = args.C, args.H or 4 * args.C
+    print(f"MLP fwd+bwd on {torch.cuda.get_device_name()}: C={C}, H={H}, {args.trials} interleaved trials of "
+          f"{args.iters} back-to-back {'CUDA-graph replays' if args.graphs else 'steps'}; TFLOP/s counts 3 x 2·2·M·C·H; "
+          f"schedules: {','.join(mlp_op.PRODUCTS)} "
           f"({'; '.join(f'{k} {v}' for k, v in mlp_op.SCHEDULES.items())}); "
-          f"side=0: no side jobs in dGELU; pre=1: dGELU gets pre by TMA and pipelines its dy sums")
+          f"side=0: no side jobs in dGELU; pre=1: dGELU gets pre by TMA and pipelines its dy sums; "
+          f"fast=1: the dGELU epilogue's cheaper form; finish=1: the backward's bias sums and dW casts in one kernel")
     for M in (int(m) for m in args.M.split(",")):
         g = torch.Generator(device="cuda").manual_seed(M)
         def t(*shape, scale=1.0, grad=True):
@@ -83,8 +97,15 @@ def main(argv=None):
             torch.autograd.grad(y, params, dy)
 
         fns = {"eager": lambda: step(reference.mlp)}
+        if args.compile:
+            import torch._dynamo
+            torch._dynamo.reset()
+            compiled = torch.compile(reference.mlp, dynamic=False)
+            fns["compile"] = lambda: step(compiled)
         for spec in specs:
             fns[f"tk[{spec}]"] = (spec, lambda: step(mlp_op.mlp))
+        if args.graphs:
+            fns = {k: (v[0], graphed(v[1], v[0])) if isinstance(v, tuple) else graphed(v) for k, v in fns.items()}
         parts = {}
         if args.parts:
             ext = mlp_op._ext.module
@@ -102,14 +123,19 @@ def main(argv=None):
                 per[k].append(time_ms(v, args.iters))
         flops = 3 * 2 * 2 * M * C * H
         eager = per["eager"]
-        print(f"\nM={M}: eager {flops / statistics.median(eager) / 1e9:6.0f} TFLOP/s ({statistics.median(eager):.3f} ms)")
-        print(f"  {'schedule':32s} {'ms':>7s} {'TFLOP/s':>8s} {'x eager':>8s}")
+        print(f"\nM={M}: eager {flops / statistics.median(eager) / 1e9:6.0f} TFLOP/s ({statistics.median(eager):.4f} ms)"
+              + (f"; compile {flops / statistics.median(per['compile']) / 1e9:6.0f} TFLOP/s "
+                 f"({statistics.median(per['compile']):.4f} ms)" if "compile" in per else ""))
+        print(f"  {'schedule':32s} {'ms':>7s} {'TFLOP/s':>8s} {'x eager':>8s}" + (f" {'x compile':>9s}" if "compile" in per else ""))
         for k in fns:
-            if k == "eager":
+            if k in ("eager", "compile"):
                 continue
             ms = statistics.median(per[k])
             ratio = statistics.median([e / v for e, v in zip(eager, per[k])])
-            print(f"  {k:32s} {ms:7.3f} {flops / ms / 1e9:8.0f} {ratio:8.3f}")
+            line = f"  {k:32s} {ms:7.4f} {flops / ms / 1e9:8.0f} {ratio:8.3f}"
+            if "compile" in per:
+                line += f" {statistics.median([c / v for c, v in zip(per['compile'], per[k])]):9.3f}"
+            print(line)
         for k in parts:
             ms = statistics.median(per[k])
             share = flops / 3 if k.startswith("fwd") else 2 * flops / 3
@@ -120,9 +146,26 @@ def main(argv=None):
                 print(f"  kernels of tk[{spec}] (µs per launch; GEMMs: TFLOP/s at 2·M·C·4C):")
                 for name, us, count in profile_kernels(lambda: step(mlp_op.mlp), args.iters):
                     gemm = "gemm" in name
-                    rate = f"{2 * M * C * H / us / 1e6:6.0f}" if gemm else "      "
+                    rate = f"{2 * M * C * H / us / 1e6:6.0f}" if gemm else "      "   # every GEMM: 2·M·C·H
                     print(f"    {us:8.1f} {rate} x{count:<3d} {short_kernel_name(name)}")
     mlp_op.set_schedule("0")
+
+
+def graphed(fn, spec=None):
+    """fn captured once in a CUDA graph (under schedule `spec`), returned as a replay function."""
+    from kernels import mlp_op
+    if spec is not None:
+        mlp_op.set_schedule(spec)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):                 # warm-up before capture, as torch asks
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g.replay
 
 
 def profile_kernels(fn, iters):

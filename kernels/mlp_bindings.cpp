@@ -109,18 +109,23 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // environment variable) so one process can time several. Order: c_fc forward, c_proj
 // forward, dGELU, dx, weight gradients, side jobs (1 on, 0 off), pre by TMA in the dGELU GEMM
 // (1: dgelu_pre_tma_epilogue, whose side job also pipelines dy's column sums; 0: per-thread
-// loads, the default; kernels/mlp_epilogues.cuh).
+// loads, the default; kernels/mlp_epilogues.cuh), then session 5's two opt-ins: the dGELU
+// epilogue's cheaper form (fast: dgelu_fast / dgelu_pre_tma_fast) and the backward's tail in one
+// kernel (finish: kernels/mlp_finish.cu instead of two torch reductions and four casts).
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
+constexpr int FLAG_VALUES = 4;                 // side, pre, fast, finish
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
 bool side_jobs = true;
 bool pre_tma = false;
+bool fast_dgelu = false;
+bool finish_kernel = false;
 
 void set_schedule(const std::vector<int64_t>& s) {
     using tk_bindings::raise_if;
     using tk_bindings::value_problem;
-    if (s.size() != PRODUCTS + 2)
-        raise_if(value_problem("tk_mlp: set_schedule takes 7 values (fc, proj, dgelu, dx, dw, side jobs, pre by TMA), got " +
-                               std::to_string(s.size())));
+    if (s.size() != PRODUCTS + FLAG_VALUES)
+        raise_if(value_problem("tk_mlp: set_schedule takes 9 values (fc, proj, dgelu, dx, dw, side jobs, pre by TMA, "
+                               "fast dGELU, finish kernel), got " + std::to_string(s.size())));
     for (int i = 0; i < PRODUCTS; ++i)
         if (s[i] < 0 || s[i] > 10 || !tk_mlp::valid_schedule(int(s[i])))
             raise_if(value_problem("tk_mlp: a schedule is 0 (auto), 4 (step 4), 5 (ping-pong 128x128), 6 (ping-pong 64x256), "
@@ -131,14 +136,22 @@ void set_schedule(const std::vector<int64_t>& s) {
         raise_if(value_problem("tk_mlp: the side-jobs flag is 0 or 1, got " + std::to_string(s[PRODUCTS])));
     if (s[PRODUCTS + 1] != 0 && s[PRODUCTS + 1] != 1)
         raise_if(value_problem("tk_mlp: the pre-by-TMA flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 1])));
+    if (s[PRODUCTS + 2] != 0 && s[PRODUCTS + 2] != 1)
+        raise_if(value_problem("tk_mlp: the fast-dGELU flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 2])));
+    if (s[PRODUCTS + 3] != 0 && s[PRODUCTS + 3] != 1)
+        raise_if(value_problem("tk_mlp: the finish-kernel flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 3])));
     for (int i = 0; i < PRODUCTS; ++i) schedules[i] = int(s[i]);
     side_jobs = s[PRODUCTS] == 1;
     pre_tma = s[PRODUCTS + 1] == 1;
+    fast_dgelu = s[PRODUCTS + 2] == 1;
+    finish_kernel = s[PRODUCTS + 3] == 1;
 }
 std::vector<int64_t> get_schedule() {
     std::vector<int64_t> out(schedules, schedules + PRODUCTS);
     out.push_back(side_jobs ? 1 : 0);
     out.push_back(pre_tma ? 1 : 0);
+    out.push_back(fast_dgelu ? 1 : 0);
+    out.push_back(finish_kernel ? 1 : 0);
     return out;
 }
 
@@ -192,16 +205,14 @@ Tensor forward_inference(const Tensor& x, const Tensor& w_fc, const c10::optiona
     return run_forward(x, w_fc, b_fc, w_proj, b_proj, /*keep_pre=*/false)[0];
 }
 
-// dW = Aᵀ·B over the tokens, split-K reduce-added into dw (fp32, zeroed), returned in bf16 (the
-// weights' dtype here).
-Tensor weight_grad(const Tensor& a, const Tensor& b, const Tensor& x, const Tensor& dw, const char* what) {
+// dW = Aᵀ·B over the tokens, split-K reduce-added into dw (fp32, zeroed); the caller casts it.
+void weight_grad(const Tensor& a, const Tensor& b, const Tensor& x, const Tensor& dw, const char* what) {
     const int64_t tokens = a.size(0), M = a.size(1), N = b.size(1);
     tk_mlp::gemm_args g = base_args(x, DW);
     g.a = a.data_ptr(); g.b = b.data_ptr(); g.c = dw.data_ptr();
     g.M = int(M); g.N = int(N); g.K = int(tokens);
     g.splits = tk_mlp::choose_splits(g.M, g.N, g.K, g.num_sms, g.schedule);
     raise_if_launch_failed(tk_mlp::weight_grad(g), what);
-    return dw.to(at::kBFloat16);
 }
 
 // Returns [dx, dw_fc, db_fc, dw_proj, db_proj] (all bf16).
@@ -226,6 +237,7 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     g.a = dy.data_ptr(); g.b = w_proj.data_ptr(); g.c = dpre.data_ptr();
     g.M = int(M); g.N = int(H); g.K = int(C); g.pre = pre.data_ptr(); g.bias_grad_partial = partial.data_ptr<float>();
     g.pre_tma = pre_tma ? 1 : 0;
+    g.fast_dgelu = fast_dgelu ? 1 : 0;
     if (side_jobs) {
         g.zero = dw_buf.data_ptr<float>(); g.zero_floats = 2 * HC;
         g.a_colsum = colsum.data_ptr<float>();
@@ -239,8 +251,23 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     g.M = int(M); g.N = int(C); g.K = int(H);
     raise_if_launch_failed(tk_mlp::linear_grad_input(g), "dx (dpre·w_fc)");
 
-    Tensor dw_proj = weight_grad(dy, h, x, dw_buf.narrow(0, HC, HC).view({C, H}), "dw_proj (dyᵀ·h)");
-    Tensor dw_fc = weight_grad(dpre, x, x, dw_buf.narrow(0, 0, HC).view({H, C}), "dw_fc (dpreᵀ·x)");
+    weight_grad(dy, h, x, dw_buf.narrow(0, HC, HC).view({C, H}), "dw_proj (dyᵀ·h)");
+    weight_grad(dpre, x, x, dw_buf.narrow(0, 0, HC).view({H, C}), "dw_fc (dpreᵀ·x)");
+    if (finish_kernel) {                 // one launch: db_fc, db_proj (with side jobs), both casts
+        Tensor dw_fc = at::empty({H, C}, x.options()), dw_proj = at::empty({C, H}, x.options());
+        Tensor db_fc = at::empty({H}, x.options()), db_proj = at::empty({C}, x.options());
+        tk_mlp::finish_args f{};
+        f.sum_a = partial.data_ptr<float>(); f.rows_a = int(partial.size(0)); f.cols_a = int(H); f.out_a = db_fc.data_ptr();
+        if (side_jobs) { f.sum_b = colsum.data_ptr<float>(); f.rows_b = int(colsum.size(0)); f.cols_b = int(C); f.out_b = db_proj.data_ptr(); }
+        f.cast_in = dw_buf.data_ptr<float>(); f.cast_n = 2 * HC; f.cast_split = HC;
+        f.cast_out0 = dw_fc.data_ptr(); f.cast_out1 = dw_proj.data_ptr();
+        f.num_sms = g.num_sms; f.stream = c10::cuda::getCurrentCUDAStream().stream();
+        raise_if_launch_failed(tk_mlp::finish_backward(f), "the backward's tail (bias sums, dW casts)");
+        if (!side_jobs) db_proj = dy.sum(0, /*keepdim=*/false, at::kFloat).to(at::kBFloat16);
+        return {dx, dw_fc, db_fc, dw_proj, db_proj};
+    }
+    Tensor dw_proj = dw_buf.narrow(0, HC, HC).view({C, H}).to(at::kBFloat16);
+    Tensor dw_fc = dw_buf.narrow(0, 0, HC).view({H, C}).to(at::kBFloat16);
     Tensor db_fc = partial.sum(0).to(at::kBFloat16);
     Tensor db_proj = side_jobs ? colsum.sum(0).to(at::kBFloat16)
                                : dy.sum(0, /*keepdim=*/false, at::kFloat).to(at::kBFloat16);
@@ -268,9 +295,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("check_backward", &check_backward, "'' or what backward(dy, x, pre, h, w_fc, w_proj) would raise",
           py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"));
     m.def("set_schedule", &set_schedule,
-          "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma]): schedules 0 (auto) or 4..10 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1",
+          "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma, fast_dgelu, finish]): schedules 0 (auto) or 4..10 "
+          "(kernels/mlp.h), side jobs 0/1, pre by TMA 0/1, fast dGELU epilogue 0/1, finish kernel 0/1",
           py::arg("schedules"));
-    m.def("get_schedule", &get_schedule, "the seven values set_schedule last set");
+    m.def("get_schedule", &get_schedule, "the nine values set_schedule last set");
     m.def("forward", &forward, "y, pre, h = forward(x, w_fc, b_fc|None, w_proj, b_proj|None)",
           py::arg("x"), py::arg("w_fc"), py::arg("b_fc"), py::arg("w_proj"), py::arg("b_proj"));
     m.def("forward_inference", &forward_inference,

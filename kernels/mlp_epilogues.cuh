@@ -1,5 +1,5 @@
-// kernels/mlp_epilogues.cuh — the MLP's GELU math and its six epilogue policies (bias,
-// bias_gelu, bias_gelu_h_only, dgelu, dgelu_pre_tma, reduce_add), shared by the translation units that
+// kernels/mlp_epilogues.cuh — the MLP's GELU math and its eight epilogue policies (bias,
+// bias_gelu, bias_gelu_h_only, dgelu, dgelu_pre_tma, their two "fast" forms, reduce_add), shared by the translation units that
 // instantiate them: kernels/mlp.cu (step 4's cooperative schedule, and the dispatch),
 // kernels/mlp_pingpong.cu (step 5's ping-pong schedule) and kernels/mlp_inference.cu (the
 // evaluation forward's h-only c_fc epilogue on every schedule). Read kernels/mlp.cu's opening comment first: it says what each
@@ -8,7 +8,7 @@
 // the width from tile_pos::cols or the accumulator's ::cols.
 //
 // Read in order: step 4's configurations (plain, with input boxes, in 2-CTA clusters), GELU
-// math, the policies, the cross-file launcher declarations.
+// math, the policies (session 5's fast dGELU forms last), the cross-file launcher declarations.
 #pragma once
 #include "mlp.h"
 #include "gemm_4_warp_specialized.cuh"
@@ -327,6 +327,116 @@ struct dgelu_pre_tma_epilogue : dgelu_epilogue {
         const int col = pos.tile_col + ch * CC + 8 * pos.g + 2 * pos.t;   // block j = g
         if (pos.slab_row < sh.M && col < sh.N)
             *reinterpret_cast<float2*>(bias_grad_partial + size_t(pos.slab_row / 16) * sh.N + col) = make_float2(v[0], v[1]);
+    }
+};
+
+// ---- session 5: the dGELU epilogue on an instruction diet ("fast=1", opt-in) ----------------
+// Why: the dGELU GEMM takes ~200 µs at M = 16384 on every schedule where c_fc's GEMM (same shape,
+// same bytes through the epilogue) takes ~151 on ping-pong. Its epilogue is ~3x c_fc's in SASS:
+// ~3800-4000 instructions per warp per tile against ~1300 (cuobjdump of mlp_pingpong.cu, session
+// 5), so in ping-pong it can outlast the other consumer's main loop it should hide behind, and on
+// step 4 every instruction of it is exposed. Three cuts, same values (to fp32 rounding):
+//   - GELU' in 8 fp32 operations and one tanh instead of ~14 (gelu_grad_fast below);
+//   - db1's column sums by the reduce-scatter (14 shuffles per box instead of 48) for the
+//     per-thread-load policy too;
+//   - that reduce-scatter written round by round (reduce_scatter_16): the loop form in
+//     dgelu_pre_tma_epilogue made ptxas index its float[16] at run time, i.e. spill it to local
+//     memory (208 LDL + 84 STL in the ping-pong kernel's epilogue).
+// GELU'(x) = (1 + T + x·(1 - T²)·u'(x)) / 2, T = tanh(u), u = √(2/π)(x + 0.044715 x³), u' = du/dx.
+__device__ __forceinline__ float gelu_grad_fast(float x) {
+    constexpr float K0 = SQRT_2_OVER_PI, K1 = SQRT_2_OVER_PI * GELU_C;
+    const float x2 = x * x;
+    const float T = tanh_approx(x * fmaf(K1, x2, K0));
+    const float du = fmaf(3.0f * K1, x2, K0);
+    const float s = fmaf(-T, T, 1.0f);
+    return fmaf(fmaf(x * s, du, T), 0.5f, 0.5f);
+}
+
+// One round of the reduce-scatter over the 8 lanes sharing columns (lane bits 2-4 = g): a lane
+// keeps the half of v[0 .. 2·HALF) whose block bit matches its g bit and adds the partner's copy.
+template <int HALF, int LANE_BIT>
+__device__ __forceinline__ void reduce_scatter_round(float (&v)[16], bool upper) {
+#pragma unroll
+    for (int k = 0; k < HALF; ++k) {
+        const float keep = upper ? v[k + HALF] : v[k], send = upper ? v[k] : v[k + HALF];
+        v[k] = keep + __shfl_xor_sync(0xffffffffu, send, LANE_BIT);
+    }
+}
+// v[2j + p] = this lane's sum over rows g, g+8 of column 8j + 2t + p of box ch. Sums over the
+// warp's 16 rows and stores, from lane (g, t), columns 8g + 2t, +1 of the box into db1's partials.
+__device__ __forceinline__ void store_db1_partial(float (&v)[16], float* partial, int ch, const tile_pos& pos,
+                                                  const shape& sh) {
+    reduce_scatter_round<8, 16>(v, pos.g & 4);
+    reduce_scatter_round<4, 8>(v, pos.g & 2);
+    reduce_scatter_round<2, 4>(v, pos.g & 1);
+    const int col = pos.tile_col + ch * CC + 8 * pos.g + 2 * pos.t;   // 8-column block g
+    if (pos.slab_row < sh.M && col < sh.N)
+        *reinterpret_cast<float2*>(partial + size_t(pos.slab_row / 16) * sh.N + col) = make_float2(v[0], v[1]);
+}
+
+// dgelu_epilogue (per-thread pre loads, the default's policy) with the cuts above, and a fourth:
+// when the warp's whole 16-row slab lies inside pre (every tile but the last row or column of
+// tiles), its 16 loads per box come from two row pointers at constant offsets, without a bounds
+// check and address computation per load (dgelu_epilogue's load_pre spends ~10 integer
+// instructions on each).
+struct dgelu_fast_epilogue : dgelu_epilogue {
+    static dgelu_fast_epilogue make(const gemm_args& g) { return {dgelu_epilogue::make(g)}; }
+    __device__ void load_pre_fast(int ch, uint32_t (&dst)[CC / 8][2], const tile_pos& pos, const shape& sh) const {
+        if (pos.slab_row + 16 > sh.M || pos.tile_col + pos.cols > sh.N) { load_pre(ch, dst, pos, sh); return; }
+        const unsigned int* row0 = reinterpret_cast<const unsigned int*>(
+            pre + size_t(pos.slab_row + pos.g) * sh.N + pos.tile_col + ch * CC + 2 * pos.t);
+        const unsigned int* row8 = row0 + 4 * size_t(sh.N);      // 8 rows down: 8·N bf16 = 4·N words
+#pragma unroll
+        for (int j = 0; j < CC / 8; ++j) { dst[j][0] = __ldg(row0 + 4 * j); dst[j][1] = __ldg(row8 + 4 * j); }
+    }
+    __device__ void begin_tile(tile_state& st, const tile_pos& pos, const shape& sh) const {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {                // as dgelu_epilogue: the tile's rows into L2
+            const int r = pos.slab_row + pos.g + 8 * h, col = pos.tile_col + 64 * pos.t;
+            if (r < sh.M && col < sh.N && 64 * pos.t < pos.cols) asm volatile("prefetch.global.L2 [%0];" :: "l"(pre + size_t(r) * sh.N + col));
+        }
+        load_pre_fast(0, st.pre[0], pos, sh);
+    }
+    template <typename Acc>
+    __device__ void box(tile_state& st, Acc& acc, int ch, const tile_pos& pos, const shape& sh) const {
+        if (ch + 1 < Acc::cols / CC) load_pre_fast(ch + 1, st.pre[(ch + 1) % 2], pos, sh);   // in flight during this box
+        float v[16];
+#pragma unroll
+        for (int j = 0; j < CC / 8; ++j) {
+            const int blk = ch * CC / 8 + j;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float2 x = unpack_bf16x2(st.pre[ch % 2][j][h]);
+                acc.d[4 * blk + 2 * h] *= gelu_grad_fast(x.x);
+                acc.d[4 * blk + 2 * h + 1] *= gelu_grad_fast(x.y);
+            }
+            v[2 * j] = acc.d[4 * blk] + acc.d[4 * blk + 2];
+            v[2 * j + 1] = acc.d[4 * blk + 1] + acc.d[4 * blk + 3];
+        }
+        store_db1_partial(v, bias_grad_partial, ch, pos, sh);
+    }
+};
+
+// dgelu_pre_tma_epilogue (pre by TMA, pipelined side job) with the cuts above.
+struct dgelu_pre_tma_fast_epilogue : dgelu_pre_tma_epilogue {
+    static dgelu_pre_tma_fast_epilogue make(const gemm_args& g) { return {dgelu_pre_tma_epilogue::make(g)}; }
+    template <typename Acc>
+    __device__ void box(tile_state&, Acc& acc, int ch, const tile_pos& pos, const shape& sh,
+                        const gemm4::out_tile<bf16>& in) const {
+        float v[16];
+#pragma unroll
+        for (int j = 0; j < CC / 8; ++j) {
+            const int blk = ch * CC / 8 + j;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float2 x = __bfloat1622float2(*reinterpret_cast<const bf16_2*>(in.ptr(pos.g + 8 * h, 8 * j + 2 * pos.t)));
+                acc.d[4 * blk + 2 * h] *= gelu_grad_fast(x.x);
+                acc.d[4 * blk + 2 * h + 1] *= gelu_grad_fast(x.y);
+            }
+            v[2 * j] = acc.d[4 * blk] + acc.d[4 * blk + 2];
+            v[2 * j + 1] = acc.d[4 * blk + 1] + acc.d[4 * blk + 3];
+        }
+        store_db1_partial(v, bias_grad_partial, ch, pos, sh);
     }
 };
 

@@ -52,6 +52,8 @@ template const char* launch_pingpong<major::K, major::K, bias_gelu_epilogue>(con
 template const char* launch_pingpong<major::K, major::K, bias_epilogue>(const gemm_args&, int);
 template const char* launch_pingpong<major::K, major::MN, dgelu_epilogue>(const gemm_args&, int);
 template const char* launch_pingpong<major::K, major::MN, dgelu_pre_tma_epilogue>(const gemm_args&, int);
+template const char* launch_pingpong<major::K, major::MN, dgelu_fast_epilogue>(const gemm_args&, int);
+template const char* launch_pingpong<major::K, major::MN, dgelu_pre_tma_fast_epilogue>(const gemm_args&, int);
 template const char* launch_pingpong<major::K, major::MN, bias_epilogue>(const gemm_args&, int);
 template const char* launch_pingpong<major::MN, major::MN, reduce_add_epilogue>(const gemm_args&, int);
 

@@ -108,7 +108,12 @@ CLUSTER = pytest.mark.skipif(os.environ.get("TK_TEST_CLUSTER") == "0", reason="T
                                       pytest.param("7", marks=CLUSTER), pytest.param("fc=7,dgelu=7,dw=5,side=0", marks=CLUSTER),
                                       pytest.param("8", marks=CLUSTER), pytest.param("fc=8,dgelu=8,pre=1", marks=CLUSTER),
                                       pytest.param("9", marks=CLUSTER), pytest.param("fc=9,dgelu=9,pre=1", marks=CLUSTER),
-                                      "10", "dw=10,dx=10,proj=10"])
+                                      "10", "dw=10,dx=10,proj=10",
+                                      # session 5: the fast dGELU epilogue on both pre paths and three
+                                      # schedules, and the one-kernel tail, with side jobs on and off
+                                      "4,fast=1", "6,fast=1", "5,fast=1", "4,pre=1,fast=1", "6,pre=1,fast=1",
+                                      "5,pre=1,fast=1", "finish=1", "dgelu=6,pre=1,fast=1,finish=1,dw=10",
+                                      "4,side=0,finish=1,fast=1"])
 @pytest.mark.parametrize("M,C", SCHEDULE_SHAPES)
 def test_schedules_vs_float64(mlp, schedule, M, C):
     bias = M % 2 == 1
@@ -214,15 +219,25 @@ def test_set_schedule_refuses_bad_values(mlp):
             mlp.set_schedule(bad)
     with pytest.raises(ValueError, match="pre"):
         mlp.set_schedule("pre=2")
-    with pytest.raises(ValueError, match="7 values"):
+    with pytest.raises(ValueError, match="fast"):
+        mlp.set_schedule("fast=3")
+    with pytest.raises(ValueError, match="finish"):
+        mlp.set_schedule("finish=-1")
+    with pytest.raises(ValueError, match="9 values"):
         mlp._ext.module.set_schedule([4, 4])
+    with pytest.raises(ValueError, match="9 values"):
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0])       # session 4's seven
     with pytest.raises(ValueError, match="schedule is 0"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 11, 1, 1])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 11, 1, 1, 0, 0])
     with pytest.raises(ValueError, match="side-jobs flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 2, 1])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 2, 1, 0, 0])
     with pytest.raises(ValueError, match="pre-by-TMA flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 2])
-    assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0]
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 2, 0, 0])
+    with pytest.raises(ValueError, match="fast-dGELU flag"):
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 2, 0])
+    with pytest.raises(ValueError, match="finish-kernel flag"):
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 2])
+    assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0, 0, 0]
 
 
 def test_intermediates_pre_and_h(mlp):
@@ -238,15 +253,48 @@ def test_intermediates_pre_and_h(mlp):
     assert err.max().item() < 2e-2
 
 
-def test_backward_is_deterministic(mlp):
+# session 5: the fast dGELU epilogue and the one-kernel tail (finish=1) keep a fixed order too
+@pytest.mark.parametrize("schedule", ["0", "fast=1,finish=1", "dgelu=6,pre=1,fast=1,finish=1"])
+def test_backward_is_deterministic(mlp, schedule):
     x, w_fc, b_fc, w_proj, b_proj, dy = make(3000, 768, seed=3)
-    y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
-    a = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
-    b = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+    mlp.set_schedule(schedule)
+    try:
+        y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+        a = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+        b = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+    finally:
+        mlp.set_schedule("0")
     # dx and db_fc have a fixed summation order; dW1/dW2 do not (split-K partials are
     # reduce-added by TMA in whatever order the units finish), so they are not checked here.
     for name, u, v in [("dx", a[0], b[0]), ("db_fc", a[2], b[2]), ("db_proj", a[4], b[4])]:
         assert torch.equal(u, v), f"{name} differs between two identical calls"
+
+
+# Session 5's opt-ins against the default and float64, tighter than TOL: the fast dGELU epilogue
+# computes the same GELU' in fewer operations (fp32 rounding apart) and the finish kernel the same
+# sums in another order, so every gradient must stay at the default's bf16-level error (~2.4e-3
+# measured) and within a few bf16 roundings of the default's own output; a wrong constant in
+# GELU' (e.g. u' without its factor 3) moves dx and dw_fc by far more.
+@pytest.mark.parametrize("spec", ["fast=1", "pre=1,fast=1", "dgelu=6,pre=1,fast=1", "finish=1", "side=0,finish=1"])
+def test_session5_opt_ins_match_default(mlp, spec):
+    M, C = 4099, 768
+    x, w_fc, b_fc, w_proj, b_proj, dy = make(M, C, seed=11)
+    ref = reference64(x, w_fc, b_fc, w_proj, b_proj, dy)
+    y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+    base = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+    mlp.set_schedule(spec)
+    try:
+        poison_allocator(2 * M * 4 * C, 4 * 4 * C * C)
+        new = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+        torch.cuda.synchronize()
+    finally:
+        mlp.set_schedule("0")
+    names = ("dx", "dw_fc", "db_fc", "dw_proj", "db_proj")
+    for i, name in enumerate(names):
+        e64, e_base = rel_err(new[i], ref[i + 1]), rel_err(new[i], base[i])
+        print(f"{spec} {name}: vs float64 {e64:.2e}, vs default {e_base:.2e}")
+        assert e64 < 6e-3, f"{spec} {name}: relative error {e64:.2e} vs float64"
+        assert e_base < 6e-3, f"{spec} {name}: differs from the default by {e_base:.2e}"
 
 
 def test_autocast_fp32_params(mlp):
