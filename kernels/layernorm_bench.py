@@ -267,7 +267,10 @@ def print_dropout_rows(rows):
 # the default plan with the async backward, PyTorch eager and torch.compile (default mode) in the
 # same process, the forward, the backward and both.
 S5_SHAPES = [(16384, 768), (32768, 768)]
-S5_PLANS = ["default", "default,bwd_async", "default,colsum_ahead", "default,bwd_async,colsum_ahead"]
+# (bwd_reverse last: in a back-to-back fwd+bwd it reads the rows of h the forward wrote last, still in
+# L2; training never runs a layernorm's backward right after its forward, so it is for reading only)
+S5_PLANS = ["default", "default,bwd_async", "default,colsum_ahead", "default,bwd_async,colsum_ahead",
+            "default,bwd_async,colsum_ahead,bwd_reverse"]
 
 
 def s5_rows(args, ln, l2_bytes):
