@@ -329,13 +329,15 @@ def s5_rows(args, ln, l2_bytes):
                 del inp[6:]
         ln.set_variant("default")
         out.update(rows_out)
+        print_s5_rows(rows_out, header=(rows, cols) == S5_SHAPES[0])   # as it goes: a cut run keeps its rows
         del sets
         torch.cuda.empty_cache()
     return out
 
 
-def print_s5_rows(rows):
-    print("\n--s5: bf16, us (CUDA-graph replay, median), bench.py's bytes (fwd 4, fwd+bwd 8 passes; bwd 4)")
+def print_s5_rows(rows, header=True):
+    if header:
+        print("\n--s5: bf16, us (CUDA-graph replay, median), bench.py's bytes (fwd 4, fwd+bwd 8 passes; bwd 4)")
     impls = list(dict.fromkeys(k for r in rows.values() for k in r))
     print(f"{'case':<22}" + "".join(f"{i:>26}" for i in impls))
     for name, r in rows.items():
@@ -399,7 +401,6 @@ def main(argv=None):
 
     if args.s5:
         rows = s5_rows(args, ln, l2)
-        print_s5_rows(rows)
         kernels = kernel_rows(args, ln, l2, ["default"], S5_PLANS)
         print("\nkernels alone (extension calls), us (TB/s at the bytes each must move; floor at 4.0 TB/s)")
         for name, r in kernels.items():

@@ -26,7 +26,7 @@ step 60 build.log python3 -m kernels --build tk_layernorm || { note "build FAILE
 note "$(grep -E '^build|^built|tk_layernorm' "$L/build.log" | tail -2 | tr '\n' ' ')"
 
 # 2. tests (correctness first; no timing here)
-step 40 pytest.log python3 -m pytest -q -rfEs --tb=short -n 4 -k "not test_cpu_" tests/test_layernorm_variants.py \
+step 35 pytest.log python3 -m pytest -q -rfEs --tb=short -n 4 -k "not test_cpu_" tests/test_layernorm_variants.py \
     "tests/test_layernorm.py::test_model_widths_many_rows" "tests/test_layernorm.py::test_mixed_call_launches_only_layernorm_kernels" \
     "tests/test_layernorm.py::test_unused_h_and_empty_rows" "tests/test_layernorm.py::test_statistics_and_determinism" \
     || status=1
@@ -34,7 +34,7 @@ note "pytest: $(grep -E '(passed|failed|error)' "$L/pytest.log" | tail -1)"
 grep -E "^FAILED|^ERROR" "$L/pytest.log" | head -8 >> "$S"
 
 # 3. timing: tk plans, eager and torch.compile in one process
-step 60 bench.log python3 -m kernels.layernorm_bench --s5 --reps 30 --json "$L/s5.json" || status=1
+step 70 bench.log python3 -m kernels.layernorm_bench --s5 --reps 30 --json "$L/s5.json" || status=1
 sed -n '/^--s5/,$p' "$L/bench.log" | head -40 >> "$S"
 
 # 4. ncu: where the backward's time goes (function base names; template arguments are not matched)
@@ -60,7 +60,7 @@ for rows, th, tr, ty, tp in ((16384, B, B, B, B), (32768, F, B, B, F)):
         print("profiled", rows, th, plan, flush=True)
 PY
 if command -v ncu > /dev/null; then
-    step 40 ncu.log ncu --clock-control none -k "regex:forward_kernel|backward_kernel|backward_async_kernel|column_sum_kernel" \
+    step 35 ncu.log ncu --clock-control none -k "regex:forward_kernel|backward_kernel|backward_async_kernel|column_sum_kernel" \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
         --section WarpStateStats python3 "$L/ncu_probe.py" || status=1
     grep -E "^  [a-z_:]*(forward|backward|column_sum)|^    (Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Theoretical Occupancy|Stall Long|Warp Cycles Per Issued)" \
