@@ -60,11 +60,14 @@ for rows, th, tr, ty, tp in ((16384, B, B, B, B), (32768, F, B, B, F)):
         print("profiled", rows, th, plan, flush=True)
 PY
 if command -v ncu > /dev/null; then
-    step 35 ncu.log ncu --clock-control none -k "regex:forward_kernel|backward_kernel|backward_async_kernel|column_sum_kernel" \
+    step 35 ncu.log ncu --clock-control none -f -o "$L/ln" \
+        -k "regex:forward_kernel|backward_kernel|backward_async_kernel|column_sum_kernel" \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
         --section WarpStateStats python3 "$L/ncu_probe.py" || status=1
-    grep -E "^  [a-z_:]*(forward|backward|column_sum)|^    (Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Theoretical Occupancy|Stall Long|Warp Cycles Per Issued)" \
-        "$L/ncu.log" | sed -E 's/\(anonymous namespace\):://; s/\(__nv_bfloat16 const.*|\(float const.*//' > "$L/ncu_summary.txt"
+    ncu --import "$L/ln.ncu-rep" --page details > "$L/ncu_details.txt" 2>&1
+    ncu --import "$L/ln.ncu-rep" --page details --print-details all > "$L/ncu_details_all.txt" 2>&1   # stall reasons
+    grep -E "^  .*(forward_kernel|backward_kernel|backward_async_kernel|column_sum_kernel)|^    (Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Theoretical Occupancy|Warp Cycles Per Issued)" \
+        "$L/ncu_details.txt" | sed -E 's/\(anonymous namespace\):://; s/\((__nv_bfloat16|float) const.*\) \(/ (/' > "$L/ncu_summary.txt"
     cat "$L/ncu_summary.txt" >> "$S"
 else
     note "ncu not found: skipped"
