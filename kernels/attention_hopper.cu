@@ -63,8 +63,8 @@
 //
 // N is the item's number of key tiles (causal: up to its diagonal). The producer runs ahead as
 // far as free slots let it, into the next item; the first gridDim.x items go by blockIdx.x, every
-// later one to whichever CTA asks next (a global counter: see "Dynamic scheduling" below for its
-// one limit). K runs one tile ahead of V, so the producer can refill a K slot as soon as its S is
+// later one to whichever CTA asks next (a counter of the launch's own: see "Dynamic scheduling"
+// below). K runs one tile ahead of V, so the producer can refill a K slot as soon as its S is
 // done. [turn] ... [/turn] is the warpgroup "ping-pong" (FA3's scheduler barrier, optional
 // template flag): the two consumers take turns issuing their matrix products through two named
 // barriers, so that while one warpgroup's wgmmas run on the tensor cores, the other one does
@@ -94,7 +94,7 @@
 //   9 6 with consumer 0's diagonal tile as a half tile (its second 64 keys are all masked)
 //   10 9 with lazy rescaling (softmax_tile's LAZY: O is multiplied only when a row's max grew
 //      by more than 2^8)
-//   11-14 dynamic scheduling (a global counter hands out the items): 11 = 10 (default D=128),
+//   11-14 dynamic scheduling (a counter hands out the items): 11 = 10 (default D=128),
 //      12 = 9 (default D=64), 13 = one consumer and two CTAs per SM with the half tile and lazy
 //      rescaling, 14 = 11 without ping-pong. 6-10 take items at a fixed stride, which leaves SMs
 //      idle at the end when item costs vary (L2 groups, long sequences).
@@ -164,6 +164,7 @@ struct kernel_params {
     int causal;
     int batch_heads, m_blocks;                          // work items: batch_heads x m_blocks query blocks
     int heads_per_group;                                // see item_at
+    unsigned int* work_counter;                         // dynamic scheduling: zeroed, this launch's own
 };
 
 // ---- Work items: which (batch, head, query block) the i-th CTA (or persistent step) takes ------
@@ -554,20 +555,15 @@ struct persistent_config : config<D, CONSUMERS> {
     static constexpr int smem_bytes = q_slots * C::q_bytes + 2 * stages * C::kv_bytes + 1024;   // 129 / 193 / 81 KB
 };
 
-// Dynamic scheduling (DYNAMIC, variants 11-14): the next item is whatever a global counter hands
-// out (atomicAdd), so a CTA that drew short items takes more of them; the static order (item +
+// Dynamic scheduling (DYNAMIC, variants 11-17): the next item is whatever a counter hands out
+// (atomicAdd), so a CTA that drew short items takes more of them; the static order (item +
 // gridDim.x) left up to a quarter of the SMs' time idle at the end with L2 groups (ncu: 155k of
 // 181k cycles active; the items of a group are sorted by cost, so a fixed stride gives some CTAs
-// mostly heavy ones). The counter resets itself: the last CTA to finish taking items zeroes it,
-// so launches on ONE stream (and CUDA graph replays) each start from 0.
-// Its limit: the counter is one per device and process, so two launches of variants 11-14 (the
-// defaults) in flight at once, on two streams, share it, and NOTHING detects that. Each launch
-// then skips the items the other one drew (their O and LSE rows are never written), and the
-// reset can fire before every CTA is done and leave the counter off zero, so that later launches,
-// even on one stream, skip items too. kernels/attention_hopper.py tells its callers; the fix (a
-// counter per launch from the caller's stream-ordered allocator, as FA3's tile schedulers take
-// their tile_count_semaphore as an argument) is proposed in kernels/NOTES.md (H3, review).
-__device__ unsigned int g_items_taken = 0, g_ctas_done = 0;
+// mostly heavy ones). The counter is the launch's own (kernel_params::work_counter, one zeroed
+// uint32 the caller allocates per launch, as FA3's tile schedulers take their
+// tile_count_semaphore), so launches in flight at once on several streams cannot take each
+// other's items. (Until session 5 it was one global counter per GPU that reset itself at the end
+// of each launch: two launches on two streams shared it and skipped work.)
 
 // OVERLAP_ITEMS (variants 15, 16; session 5): the last turn of an item issues its last P·V AND the
 // next item's first S = Q·K0ᵀ, and the item's epilogue (O / l, the stores) runs while that S is
@@ -648,7 +644,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 }
                 item_of[qs] = item;                      // published by q_full's phase (release)
                 // The next item, asked for now so the atomic's latency hides under this item's copies.
-                const int next = DYNAMIC ? int(gridDim.x + atomicAdd(&g_items_taken, 1u)) : item + gridDim.x;
+                const int next = DYNAMIC ? int(gridDim.x + atomicAdd(p.work_counter, 1u)) : item + gridDim.x;
                 const work_item w = item_at(item, p);
                 const int n_tiles = tiles_of(w.m_block);
                 auto load = [&](uint32_t dst, const CUtensorMap* map, int row, int bytes, mbarrier& bar) {
@@ -672,12 +668,6 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 load_kv(n_tiles - 1, v_empty, v_full, false);
                 tile += n_tiles;
                 item = next;
-            }
-            if constexpr (DYNAMIC) {                     // the last CTA done taking items resets the counter
-                if (atomicAdd(&g_ctas_done, 1u) == gridDim.x - 1) {
-                    atomicExch(&g_items_taken, 0u);
-                    atomicExch(&g_ctas_done, 0u);
-                }
             }
         }
         return;
@@ -950,10 +940,13 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 // One CTA (two with one consumer) per SM, each walking over query blocks (persistent_kernel).
 template <int D, int CONSUMERS = 2, bool HALF_TILE = false, bool LAZY = false, bool DYNAMIC = false,
           bool PINGPONG = true, bool OVERLAP_ITEMS = false, int POLY_EVERY = 0>
-cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, bool l2_groups) {
+cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, bool l2_groups,
+                              unsigned int* work_counter) {
     using C = persistent_config<D, CONSUMERS>;
+    if (DYNAMIC && work_counter == nullptr) return cudaErrorInvalidValue;   // see work_counter
     kernel_params kp;
     if (cudaError_t e = make_params<D, C::block_m, C::block_n>(a, l2_groups, kp)) return e;
+    kp.work_counter = work_counter;
     auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, PINGPONG, OVERLAP_ITEMS, POLY_EVERY>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
@@ -1012,7 +1005,10 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //  16: 13 with the items overlapped (D = 64; 128 runs 15)
 //  17: 15 with every 4th exponential on the FMA pipe (exp2_poly) instead of the MUFU
 // 1-4 take the query blocks in the first kernels' order (item_at with one group of all heads).
-int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant) {
+// work_counter: one uint32 in device memory, zeroed, used by this launch alone (the bindings
+// allocate it per call); the dynamically scheduled variants (11-17, the defaults) refuse nullptr.
+int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant,
+                                     unsigned int* work_counter) {
     using namespace attention_hopper;
     if (attention_hopper_why_not(p)) return cudaErrorInvalidValue;
     auto stream = static_cast<cudaStream_t>(cuda_stream);
@@ -1024,25 +1020,25 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
     case 3: return d64 ? launch<64, 2, false, true>(p, stream, false) : launch<128, 2, false, true>(p, stream, false);
     case 4: return d64 ? launch<64, 1, false, true>(p, stream, false) : launch<128, 2, true, true>(p, stream, false);
     case 5: return d64 ? launch<64, 1, false, true>(p, stream, true) : launch<128, 2, true, true>(p, stream, true);
-    case 6: return d64 ? launch_persistent<64>(p, stream, true) : launch_persistent<128>(p, stream, true);
-    case 7: return d64 ? launch_persistent<64>(p, stream, false) : launch_persistent<128>(p, stream, false);
-    case 8: return d64 ? launch_persistent<64, 1>(p, stream, true) : launch_persistent<128>(p, stream, true);
-    case 9: return d64 ? launch_persistent<64, 2, true>(p, stream, true) : launch_persistent<128, 2, true>(p, stream, true);
-    case 10: return d64 ? launch_persistent<64, 2, true, true>(p, stream, true) : launch_persistent<128, 2, true, true>(p, stream, true);
-    case 11: return d64 ? launch_persistent<64, 2, true, true, true>(p, stream, true)
-                        : launch_persistent<128, 2, true, true, true>(p, stream, true);
-    case 12: return d64 ? launch_persistent<64, 2, true, false, true>(p, stream, true)
-                        : launch_persistent<128, 2, true, false, true>(p, stream, true);
-    case 13: return d64 ? launch_persistent<64, 1, true, true, true>(p, stream, true)
-                        : launch_persistent<128, 2, true, true, true>(p, stream, true);
-    case 14: return d64 ? launch_persistent<64, 2, true, true, true, false>(p, stream, true)
-                        : launch_persistent<128, 2, true, true, true, false>(p, stream, true);
-    case 15: return d64 ? launch_persistent<64, 2, true, false, true, true, true>(p, stream, true)
-                        : launch_persistent<128, 2, true, true, true, true, true>(p, stream, true);
-    case 16: return d64 ? launch_persistent<64, 1, true, true, true, true, true>(p, stream, true)
-                        : launch_persistent<128, 2, true, true, true, true, true>(p, stream, true);
-    case 17: return d64 ? launch_persistent<64, 2, true, false, true, true, true, 4>(p, stream, true)
-                        : launch_persistent<128, 2, true, true, true, true, true, 4>(p, stream, true);
+    case 6: return d64 ? launch_persistent<64>(p, stream, true, work_counter) : launch_persistent<128>(p, stream, true, work_counter);
+    case 7: return d64 ? launch_persistent<64>(p, stream, false, work_counter) : launch_persistent<128>(p, stream, false, work_counter);
+    case 8: return d64 ? launch_persistent<64, 1>(p, stream, true, work_counter) : launch_persistent<128>(p, stream, true, work_counter);
+    case 9: return d64 ? launch_persistent<64, 2, true>(p, stream, true, work_counter) : launch_persistent<128, 2, true>(p, stream, true, work_counter);
+    case 10: return d64 ? launch_persistent<64, 2, true, true>(p, stream, true, work_counter) : launch_persistent<128, 2, true, true>(p, stream, true, work_counter);
+    case 11: return d64 ? launch_persistent<64, 2, true, true, true>(p, stream, true, work_counter)
+                        : launch_persistent<128, 2, true, true, true>(p, stream, true, work_counter);
+    case 12: return d64 ? launch_persistent<64, 2, true, false, true>(p, stream, true, work_counter)
+                        : launch_persistent<128, 2, true, false, true>(p, stream, true, work_counter);
+    case 13: return d64 ? launch_persistent<64, 1, true, true, true>(p, stream, true, work_counter)
+                        : launch_persistent<128, 2, true, true, true>(p, stream, true, work_counter);
+    case 14: return d64 ? launch_persistent<64, 2, true, true, true, false>(p, stream, true, work_counter)
+                        : launch_persistent<128, 2, true, true, true, false>(p, stream, true, work_counter);
+    case 15: return d64 ? launch_persistent<64, 2, true, false, true, true, true>(p, stream, true, work_counter)
+                        : launch_persistent<128, 2, true, true, true, true, true>(p, stream, true, work_counter);
+    case 16: return d64 ? launch_persistent<64, 1, true, true, true, true, true>(p, stream, true, work_counter)
+                        : launch_persistent<128, 2, true, true, true, true, true>(p, stream, true, work_counter);
+    case 17: return d64 ? launch_persistent<64, 2, true, false, true, true, true, 4>(p, stream, true, work_counter)
+                        : launch_persistent<128, 2, true, true, true, true, true, 4>(p, stream, true, work_counter);
     default: return cudaErrorInvalidValue;
     }
 }
@@ -1050,13 +1046,14 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
 // The launcher E1's dispatch calls on sm_90 (see kernels/NOTES.md, attention / Hopper forward).
 // Returns the CUDA error of the launch (cudaErrorInvalidValue for inputs attention_hopper_why_not
 // refuses, or that the tensor-map encoder refuses).
-int attention_hopper_forward(const AttentionForwardParams& p, void* cuda_stream) {
-    return attention_hopper_forward_variant(p, cuda_stream, 0);
+int attention_hopper_forward(const AttentionForwardParams& p, void* cuda_stream, unsigned int* work_counter) {
+    return attention_hopper_forward_variant(p, cuda_stream, 0, work_counter);
 }
 
 // Plain C entry points (for a ctypes harness that does not need torch headers).
-extern "C" int tk_attention_hopper_forward(const AttentionForwardParams* p, void* stream, int variant) {
-    return attention_hopper_forward_variant(*p, stream, variant);
+extern "C" int tk_attention_hopper_forward(const AttentionForwardParams* p, void* stream, int variant,
+                                           unsigned int* work_counter) {
+    return attention_hopper_forward_variant(*p, stream, variant, work_counter);
 }
 extern "C" const char* tk_attention_hopper_why_not(const AttentionForwardParams* p) {
     return attention_hopper_why_not(*p);

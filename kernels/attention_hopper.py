@@ -11,14 +11,12 @@ table. See kernels/NOTES.md, attention / Hopper forward and Session 3 (Hopper ba
 Nothing here builds at import; `why_not` builds the extension only after every cheap check
 passed on CUDA tensors of a Hopper GPU.
 
-One stream at a time: the default forward (variants 11-14, "dynamic scheduling") hands out its
-work through ONE counter per GPU and process (g_items_taken in the .cu), which resets itself at
-the end of each launch. Two forward launches in flight at once, on two CUDA streams of one GPU,
-share it, and nothing detects that: each skips query blocks the other drew (those rows of o and
-lse are never written), and the counter can be left off zero, so later calls go wrong too. Run
-the forward on one stream (training, CUDA graphs and DDP do: separate processes have separate
-counters); to overlap two forwards, pick a static variant (5 or 8) with set_forward_variant or
-TK_ATTENTION_HOPPER_FWD_VARIANT. The backward has no such counter.
+Streams: the default forward (variants 11-17, "dynamic scheduling") hands out its work items
+through a counter, one zeroed uint32 that the bindings allocate for each call (on the caller's
+stream, so a CUDA graph captures its zeroing too). Two forwards in flight at once on two streams
+therefore have two counters and cannot take each other's items (until session 5 there was one
+self-resetting counter per GPU, and they could; tests/test_attention_hopper.py::
+test_two_streams_at_once checks this). The backward has no counter.
 """
 import math
 import os
@@ -78,7 +76,7 @@ VARIANTS = {0: "default (12 for D=64, 11 for D=128)", 1: "2 consumers, ping-pong
             8: "persistent, 1 consumer, 2 CTAs/SM, L2 groups (D=64; D=128 runs 6)",
             9: "6 with consumer 0's diagonal tile as a half tile (softmax and P.V of its first 64 keys)",
             10: "9 with lazy rescaling (the running max moves only when it grows by more than 2^8)",
-            11: "10 with dynamic scheduling (a global counter hands out the query blocks)",
+            11: "10 with dynamic scheduling (a counter hands out the query blocks)",
             12: "9 with dynamic scheduling",
             13: "1 consumer, 2 CTAs/SM, half tile, lazy rescaling, dynamic scheduling (D=64; D=128 runs 11)",
             14: "11 without ping-pong",

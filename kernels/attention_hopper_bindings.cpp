@@ -16,7 +16,8 @@
 
 // From attention_hopper.cu.
 const char* attention_hopper_why_not(const AttentionForwardParams& p);
-int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant);
+int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant,
+                                     unsigned int* work_counter);
 
 namespace {
 
@@ -108,9 +109,13 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
     const c10::cuda::CUDAGuard guard(q.device());
     at::Tensor o = at::empty({B, T, H, D}, q.options()).transpose(1, 2);
     at::Tensor lse = at::empty({B, H, T}, q.options().dtype(at::kFloat));
+    // The dynamically scheduled variants' work counter: this call's own, zeroed on this stream
+    // (one 4-byte memset), so forwards on several streams at once never share one.
+    at::Tensor work_counter = at::zeros({1}, q.options().dtype(at::kInt));
     const AttentionForwardParams p = params_of(q, k, v, o, lse.data_ptr<float>(), causal, scale);
     auto stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
-    const int err = attention_hopper_forward_variant(p, stream, int(variant));
+    const int err = attention_hopper_forward_variant(p, stream, int(variant),
+                                                     reinterpret_cast<unsigned int*>(work_counter.data_ptr<int>()));
     tk_bindings::raise_if_failed(err == 0 ? nullptr : cudaGetErrorString(static_cast<cudaError_t>(err)),
                                  "tk Hopper attention", "forward launch");
     return {o, lse};

@@ -41,7 +41,8 @@ def library():
     global _lib
     if _lib is None:
         _lib = ctypes.CDLL(os.environ["TK_ATTENTION_HOPPER_LIB"])
-        _lib.tk_attention_hopper_forward.argtypes = [ctypes.POINTER(AttentionForwardParams), ctypes.c_void_p, ctypes.c_int]
+        _lib.tk_attention_hopper_forward.argtypes = [ctypes.POINTER(AttentionForwardParams), ctypes.c_void_p, ctypes.c_int,
+                                                     ctypes.c_void_p]
         _lib.tk_attention_hopper_forward.restype = ctypes.c_int
         _lib.tk_attention_hopper_why_not.argtypes = [ctypes.POINTER(AttentionForwardParams)]
         _lib.tk_attention_hopper_why_not.restype = ctypes.c_char_p
@@ -69,7 +70,9 @@ def forward(q, k, v, causal=True, scale=None, variant=0, poison=True):
     if why is not None:
         raise ValueError(f"tk Hopper attention cannot take these inputs: {why.decode()}")
     stream = torch.cuda.current_stream(q.device).cuda_stream
-    err = library().tk_attention_hopper_forward(ctypes.byref(p), ctypes.c_void_p(stream), int(variant))
+    work_counter = torch.zeros(1, dtype=torch.int32, device=q.device)   # this call's own (dynamic scheduling)
+    err = library().tk_attention_hopper_forward(ctypes.byref(p), ctypes.c_void_p(stream), int(variant),
+                                                ctypes.c_void_p(work_counter.data_ptr()))
     if err != 0:
         raise RuntimeError(f"tk Hopper attention launch failed: CUDA error {err}")
     return o, lse

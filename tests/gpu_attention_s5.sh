@@ -10,6 +10,9 @@
 #     S in one turn) and 17 (15 with every 4th exponential on the FMA pipe): a smoke run under a
 #     hard limit, then the forward tests vs float64 (awkward T, poisoned outputs, large logits,
 #     strided views, 150 heads), and the backward's tests
+#   - the forward's work counter, now one per launch (allocated and zeroed by the bindings):
+#     tests/test_attention_hopper.py::test_two_streams_at_once (two default forwards at once on
+#     two streams, outputs bitwise equal to one-at-a-time), with the other forward tests
 #   - speed at the GPT-2 shape (16, 12, 1024, 64), bench.py's CUDA-graph medians in one process
 #     with cuDNN and FA2: tk (defaults, fwd and fwd+bwd; the backward changed by the fix only),
 #     forward variants 15, 16 and 17

@@ -146,6 +146,28 @@ def test_default_variant():
     check(*make_qkv(2, 3, 1000, 128, seed=5))
 
 
+def test_two_streams_at_once():
+    """Two default (dynamically scheduled) forwards in flight at once on two CUDA streams. Each
+    call has its own work counter, so each computes every query block: the outputs equal those of
+    the same calls one after the other, bit for bit (an item's arithmetic does not depend on which
+    CTA draws it). With the one shared counter of session 4, each launch skipped the items the
+    other drew: rows left as the allocator's NaN poison, or stale."""
+    inputs = [make_qkv(8, 16, 2048, 64, seed=21), make_qkv(8, 16, 2048, 64, seed=22)]
+    want = [hopper_forward(*x) for x in inputs]
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for _ in range(3):
+        _poison_allocator(inputs[0][0].device)
+        got = []
+        for x, stream in zip(inputs, streams):
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                got.append(hopper_forward(*x))
+        torch.cuda.synchronize()
+        for (o, lse), (o_want, lse_want) in zip(got, want):
+            assert torch.equal(lse, lse_want) and torch.equal(o, o_want)
+
+
 def test_batch_head_one_and_many():
     check(*make_qkv(1, 1, 300, 64, seed=1))
     check(*make_qkv(5, 7, 130, 64, seed=2))
