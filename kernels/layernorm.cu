@@ -231,6 +231,40 @@ __device__ __forceinline__ DropoutMask read_mask(const int64_t* seed, uint32_t t
     return {uint64_t(*seed), threshold, scale};
 }
 
+// ---- cp.async: rows copied ahead into shared memory (the *_async kernels, flags fwd_async and
+// bwd_async; why: at backward_async_kernel) ---------------------------------------------------------
+// cp.async (sm_80+): BYTES (4, 8 or 16) from global to shared memory, without registers.
+// 16 bytes go L2 -> shared (.cg); smaller copies must take the L1 path (.ca).
+template <int BYTES> __device__ __forceinline__ void copy_async(void* dst, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+    if constexpr (BYTES == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(src), "n"(BYTES) : "memory");
+#endif
+}
+__device__ __forceinline__ void copy_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+// Wait until at most N of this thread's committed groups are still in flight.
+template <int N> __device__ __forceinline__ void copy_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// A chunk from this thread's 16-byte slot in shared memory (one ld.shared.v4 / .v2).
+template <typename T, int E> __device__ __forceinline__ void load_slot(Chunk<T, E>& c, const unsigned char* slot) {
+    if constexpr (Chunk<T, E>::words == 4) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(slot);
+        c.word[0] = raw.x; c.word[1] = raw.y; c.word[2] = raw.z; c.word[3] = raw.w;
+    } else {
+        const uint2 raw = *reinterpret_cast<const uint2*>(slot);
+        c.word[0] = raw.x; c.word[1] = raw.y;
+    }
+}
+
 // ---- forward: one read of x and r, one write of h and y ----------------------------------------
 // Occupancy asked of ptxas: up to 3 chunks (48 bytes of h) a thread, four blocks (32 warps) an
 // SM; more, no minimum.
@@ -250,6 +284,63 @@ template <typename TH, typename TR, int E, int CHUNKS> struct ForwardRow {
         }
     }
 };
+
+// One row of the forward once its chunks are in registers (steps 1-4 below, after the loads): the
+// same arithmetic for forward_kernel, which loads rows straight into registers, and
+// forward_async_kernel, which copies them ahead into shared memory.
+template <typename TH, typename TR, typename TY, int E, int CHUNKS, bool DROP>
+__device__ __forceinline__ void forward_row(const ForwardRow<TH, TR, E, CHUNKS>& in, int64_t row, int cols, bool live,
+                                            const RowGroup& g, float* scratch, const void* __restrict__ w,
+                                            const void* __restrict__ b, bool params_bf16, TY* __restrict__ y,
+                                            TH* __restrict__ h, float* __restrict__ mean_out,
+                                            float* __restrict__ rstd_out, float eps, const DropoutMask& mask) {
+    const int64_t base = row * cols;
+    float v[CHUNKS][E];   // h = x + r in fp32, rounded to TH: exactly the h we store and the
+    float s = 0.0f;       // backward reads, so forward and backward see the same input. A bf16
+                          // r widens exactly, so for fp32 h this is torch's promoted x + r.
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i) {
+        float k[E];   // dropout: r's multiplier, scale or 0 (its product is not rounded to TR)
+        if constexpr (DROP) keep_scale<E>(k, mask, base + g.col(i, E));
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            if constexpr (DROP) v[i][e] = tk::round_to<TH>(in.x[i][e] + in.r[i][e] * k[e]);
+            else v[i][e] = tk::round_to<TH>(in.x[i][e] + in.r[i][e]);
+            s += v[i][e];
+        }
+    }
+
+    // 2. mean, then 3. variance from the same registers (missing chunks are zeros: skip them).
+    const float mean = group_sum(s, g, scratch) / cols;
+    float q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i) {
+        if (!g.has(i)) continue;
+#pragma unroll
+        for (int e = 0; e < E; ++e) q += (v[i][e] - mean) * (v[i][e] - mean);
+    }
+    const float rstd = rsqrtf(group_sum(q, g, scratch) / cols + eps);   // rsqrt.approx: 2^-22.9
+
+    // 4. The one write: h (in TH), then y = xhat * w + b, rounded once to TY.
+    if (live) {
+#pragma unroll
+        for (int i = 0; i < CHUNKS; ++i) {
+            if (!g.has(i)) continue;
+            const int col = g.col(i, E);
+            if (h != nullptr) tk::store(h + base + col, v[i]);
+            float wv[E], bv[E] = {};
+            load_params<E>(wv, w, col, params_bf16);
+            if (b != nullptr) load_params<E>(bv, b, col, params_bf16);
+#pragma unroll
+            for (int e = 0; e < E; ++e) v[i][e] = (v[i][e] - mean) * rstd * wv[e] + bv[e];
+            tk::store(y + base + col, v[i]);
+        }
+        if (g.t == 0) {
+            mean_out[row] = mean;
+            rstd_out[row] = rstd;
+        }
+    }
+}
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 __global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 4 : 1)
@@ -272,57 +363,79 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
     for (; first < rows; first += stride) {
         const int64_t row = first + g.slot;
         const bool live = row < rows;
-        const int64_t base = row * cols;
 
         // 1. The one read: every load is issued before any is used, so they are all in flight.
         ForwardRow<TH, TR, E, CHUNKS> in;
-        in.issue(x, r, base, live, g);
-        float v[CHUNKS][E];   // h = x + r in fp32, rounded to TH: exactly the h we store and the
-        float s = 0.0f;       // backward reads, so forward and backward see the same input. A bf16
-                              // r widens exactly, so for fp32 h this is torch's promoted x + r.
-#pragma unroll
-        for (int i = 0; i < CHUNKS; ++i) {
-            float k[E];   // dropout: r's multiplier, scale or 0 (its product is not rounded to TR)
-            if constexpr (DROP) keep_scale<E>(k, mask, base + g.col(i, E));
-#pragma unroll
-            for (int e = 0; e < E; ++e) {
-                if constexpr (DROP) v[i][e] = tk::round_to<TH>(in.x[i][e] + in.r[i][e] * k[e]);
-                else v[i][e] = tk::round_to<TH>(in.x[i][e] + in.r[i][e]);
-                s += v[i][e];
-            }
-        }
+        in.issue(x, r, row * cols, live, g);
+        forward_row<TH, TR, TY, E, CHUNKS, DROP>(in, row, cols, live, g, scratch, w, b, params_bf16, y, h, mean_out,
+                                                 rstd_out, eps, mask);
+    }
+    allow_next_grid();
+}
 
-        // 2. mean, then 3. variance from the same registers (missing chunks are zeros: skip them).
-        const float mean = group_sum(s, g, scratch) / cols;
-        float q = 0.0f;
-#pragma unroll
-        for (int i = 0; i < CHUNKS; ++i) {
-            if (!g.has(i)) continue;
-#pragma unroll
-            for (int e = 0; e < E; ++e) q += (v[i][e] - mean) * (v[i][e] - mean);
-        }
-        const float rstd = rsqrtf(group_sum(q, g, scratch) / cols + eps);   // rsqrt.approx: 2^-22.9
+// The forward with its rows copied ahead into shared memory (flag fwd_async): a persistent grid
+// whose threads each cp.async their chunks of x and r for the next row step while they work on this
+// one (FWD_STAGES = 2: 49 KB a block for 3 chunks, so four blocks an SM as before); the same
+// forward_row. backward_async_kernel below says why copies ahead help a streaming kernel.
+constexpr int FWD_STAGES = 2;
+template <int CHUNKS> constexpr int fwd_async_smem_bytes() { return FWD_STAGES * CHUNKS * 2 * BLOCK_THREADS * 16; }
 
-        // 4. The one write: h (in TH), then y = xhat * w + b, rounded once to TY.
-        if (live) {
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
+__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 4 : 1)
+forward_async_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* __restrict__ w,
+                     const void* __restrict__ b, bool params_bf16, TY* __restrict__ y, TH* __restrict__ h,
+                     float* __restrict__ mean_out, float* __restrict__ rstd_out,
+                     int64_t rows, int cols, int G, float eps,
+                     const int64_t* __restrict__ seed, uint32_t threshold, float scale) {
+    constexpr int E = 16 / int(sizeof(TH));
+    constexpr int SLOTS = BLOCK_THREADS * 16;
+    extern __shared__ __align__(16) unsigned char stages[];   // [FWD_STAGES][CHUNKS][x, r][BLOCK_THREADS][16 B]
+    __shared__ float scratch[BLOCK_WARPS];
+    const RowGroup g(G, cols / E);
+    const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
+    auto slot = [&](int stage, int i, int tensor) {
+        return stages + ((stage * CHUNKS + i) * 2 + tensor) * SLOTS + threadIdx.x * 16;
+    };
+    wait_for_previous_grid();
+    DropoutMask mask{};
+    if constexpr (DROP) mask = read_mask(seed, threshold, scale);
+    auto issue = [&](int64_t step_first, int stage) {   // one commit group per row step, as the backward's
+        const int64_t row = step_first + g.slot;
+        if (row < rows) {
 #pragma unroll
             for (int i = 0; i < CHUNKS; ++i) {
                 if (!g.has(i)) continue;
-                const int col = g.col(i, E);
-                if (h != nullptr) tk::store(h + base + col, v[i]);
-                float wv[E], bv[E] = {};
-                load_params<E>(wv, w, col, params_bf16);
-                if (b != nullptr) load_params<E>(bv, b, col, params_bf16);
-#pragma unroll
-                for (int e = 0; e < E; ++e) v[i][e] = (v[i][e] - mean) * rstd * wv[e] + bv[e];
-                tk::store(y + base + col, v[i]);
-            }
-            if (g.t == 0) {
-                mean_out[row] = mean;
-                rstd_out[row] = rstd;
+                const int64_t at = row * cols + g.col(i, E);
+                copy_async<16>(slot(stage, i, 0), x + at);
+                if (r != nullptr) copy_async<E * int(sizeof(TR))>(slot(stage, i, 1), r + at);
             }
         }
+        copy_async_commit();
+    };
+    int64_t first = int64_t(blockIdx.x) * g.rows_per_step;
+#pragma unroll
+    for (int s = 0; s < FWD_STAGES - 1; ++s) issue(first + s * stride, s);
+    int stage = 0;
+    for (; first < rows; first += stride) {
+        issue(first + (FWD_STAGES - 1) * stride, stage == 0 ? FWD_STAGES - 1 : stage - 1);
+        copy_async_wait<FWD_STAGES - 1>();
+        const int64_t row = first + g.slot;
+        const bool live = row < rows;
+        ForwardRow<TH, TR, E, CHUNKS> in;
+#pragma unroll
+        for (int i = 0; i < CHUNKS; ++i) {
+            in.x[i].zero();
+            in.r[i].zero();
+            if (live && g.has(i)) {
+                load_slot(in.x[i], slot(stage, i, 0));
+                if (r != nullptr) load_slot(in.r[i], slot(stage, i, 1));
+            }
+        }
+        forward_row<TH, TR, TY, E, CHUNKS, DROP>(in, row, cols, live, g, scratch, w, b, params_bf16, y, h, mean_out,
+                                                 rstd_out, eps, mask);
+        stage = stage + 1 == FWD_STAGES ? 0 : stage + 1;
     }
+    copy_async_wait<0>();
     allow_next_grid();
 }
 
@@ -539,38 +652,6 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
 constexpr int ASYNC_STAGES = 3;   // the row in use and the next two in flight
 template <int CHUNKS> constexpr int async_smem_bytes() { return ASYNC_STAGES * CHUNKS * 3 * BLOCK_THREADS * 16; }
 
-// cp.async (sm_80+): BYTES (4, 8 or 16) from global to shared memory, without registers.
-// 16 bytes go L2 -> shared (.cg); smaller copies must take the L1 path (.ca).
-template <int BYTES> __device__ __forceinline__ void copy_async(void* dst, const void* src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-    if constexpr (BYTES == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-    else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(src), "n"(BYTES) : "memory");
-#endif
-}
-__device__ __forceinline__ void copy_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-// Wait until at most N of this thread's committed groups are still in flight.
-template <int N> __device__ __forceinline__ void copy_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#endif
-}
-
-// A chunk from this thread's 16-byte slot in shared memory (one ld.shared.v4 / .v2).
-template <typename T, int E> __device__ __forceinline__ void load_slot(Chunk<T, E>& c, const unsigned char* slot) {
-    if constexpr (Chunk<T, E>::words == 4) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(slot);
-        c.word[0] = raw.x; c.word[1] = raw.y; c.word[2] = raw.z; c.word[3] = raw.w;
-    } else {
-        const uint2 raw = *reinterpret_cast<const uint2*>(slot);
-        c.word[0] = raw.x; c.word[1] = raw.y;
-    }
-}
-
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 __global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 2 : 1)
 backward_async_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* __restrict__ h,
@@ -674,7 +755,7 @@ backward_async_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, cons
 // COLSUM_AHEAD_ROWS, predicated) and then adds them in the loop's order, so dw and db are bitwise
 // the same; more blocks than that take the loop.
 constexpr int COLSUM_WARPS = 32;
-constexpr int COLSUM_AHEAD_ROWS = 16;   // per thread: up to 16 * 32 = 512 partial rows
+constexpr int COLSUM_AHEAD_ROWS = 12;   // per thread: up to 12 * 32 = 384 partial rows (264 on an H200)
 
 template <bool AHEAD>
 __global__ void __launch_bounds__(COLSUM_WARPS * 32)
@@ -730,6 +811,8 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //   bwd_async    the backward copies its rows two steps ahead into shared memory with cp.async
 //                (backward_async_kernel) instead of loading each into registers when it starts
 //   colsum_ahead the column sum issues all of a thread's loads before adding (same sums, bitwise)
+//   fwd_async    the forward: a persistent grid copying the next row step into shared memory with
+//                cp.async while it works on this one (forward_async_kernel; fwd_full is ignored)
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -739,7 +822,8 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"bwd_tree", &Variant::bwd_tree},
                           {"pdl", &Variant::pdl},
                           {"bwd_async", &Variant::bwd_async},
-                          {"colsum_ahead", &Variant::colsum_ahead}};
+                          {"colsum_ahead", &Variant::colsum_ahead},
+                          {"fwd_async", &Variant::fwd_async}};
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
 // Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan.
@@ -845,28 +929,38 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, int smem_by
 uint32_t drop_threshold(const Dropout& d) { return uint32_t(std::floor(d.p * 65536.0 + 0.5)); }
 float keep_scale_of(const Dropout& d) { return float(1.0 / (1.0 - d.p)); }
 
+// The *_async kernels' shared memory may be over the 48 KB a kernel gets without asking: asked for
+// once per instance, before its first occupancy query or launch. Returns the bytes.
+template <auto kernel, int BYTES> int async_smem() {
+    static const int bytes = [] {
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, BYTES);
+        return BYTES;
+    }();
+    return bytes;
+}
+
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
+    if (current_variant().fwd_async) {   // always the persistent grid: its copies run ahead within a block
+        constexpr auto kernel = forward_async_kernel<TH, TR, TY, CHUNKS, DROP>;
+        const int smem = async_smem<kernel, fwd_async_smem_bytes<CHUNKS>()>();
+        return launch(kernel, grid_for<kernel>(a.rows, G, false, smem), BLOCK_THREADS, smem, stream, a.x, a.residual,
+                      a.weight, a.bias, a.params_bf16, a.y, a.h, a.mean, a.rstd, a.rows, a.cols, G, a.eps,
+                      a.dropout.seed, drop_threshold(a.dropout), keep_scale_of(a.dropout));
+    }
     constexpr auto kernel = forward_kernel<TH, TR, TY, CHUNKS, DROP>;
     return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, 0, stream, a.x, a.residual, a.weight,
                   a.bias, a.params_bf16, a.y, a.h, a.mean, a.rstd, a.rows, a.cols, G, a.eps, a.dropout.seed,
                   drop_threshold(a.dropout), keep_scale_of(a.dropout));
 }
 
-// The async backward's shared memory is over the 48 KB a kernel gets without asking: asked for
-// once per instance, before its first occupancy query or launch. Returns the bytes.
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> int async_smem() {
-    static const int bytes = [] {
-        cudaFuncSetAttribute(backward_async_kernel<TH, TR, TY, CHUNKS, DROP>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, async_smem_bytes<CHUNKS>());
-        return async_smem_bytes<CHUNKS>();
-    }();
-    return bytes;
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> int bwd_async_smem() {
+    return async_smem<backward_async_kernel<TH, TR, TY, CHUNKS, DROP>, async_smem_bytes<CHUNKS>()>();
 }
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> int backward_grid(const BackwardArgs& a, int G) {
     if (current_variant().bwd_async)
-        return grid_for<backward_async_kernel<TH, TR, TY, CHUNKS, DROP>>(a.rows, G, false, async_smem<TH, TR, TY, CHUNKS, DROP>());
+        return grid_for<backward_async_kernel<TH, TR, TY, CHUNKS, DROP>>(a.rows, G, false, bwd_async_smem<TH, TR, TY, CHUNKS, DROP>());
     return grid_for<backward_kernel<TH, TR, TY, CHUNKS, DROP>>(a.rows, G);
 }
 
@@ -875,7 +969,7 @@ cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
     const int blocks = backward_grid<TH, TR, TY, CHUNKS, DROP>(a, G);
     const bool async = current_variant().bwd_async;
     cudaError_t err = launch(async ? backward_async_kernel<TH, TR, TY, CHUNKS, DROP> : backward_kernel<TH, TR, TY, CHUNKS, DROP>,
-                             blocks, BLOCK_THREADS, async ? async_smem<TH, TR, TY, CHUNKS, DROP>() : 0, stream, a.dy, a.dh,
+                             blocks, BLOCK_THREADS, async ? bwd_async_smem<TH, TR, TY, CHUNKS, DROP>() : 0, stream, a.dy, a.dh,
                              a.h, a.mean, a.rstd, a.weight, a.params_bf16, a.dh_out, a.dresidual_out, a.partial, a.rows,
                              a.cols, G, current_variant().bwd_reverse, current_variant().bwd_tree, a.dropout.seed,
                              drop_threshold(a.dropout), keep_scale_of(a.dropout));

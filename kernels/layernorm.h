@@ -81,6 +81,7 @@ struct Variant {
     bool pdl = false;             // "pdl"
     bool bwd_async = false;       // "bwd_async"
     bool colsum_ahead = false;    // "colsum_ahead"
+    bool fwd_async = false;       // "fwd_async"
 };
 
 // Set the plan from a comma-separated list of flag names ("none" or "": no flag; "default": the

@@ -49,7 +49,7 @@ SHAPES = {
     "gpt2 mixed 32768x768": (32768, 768, F32, BF16, BF16, F32),
     "shakesp mixed 16384x384": (16384, 384, F32, BF16, BF16, F32),
 }
-FWD_VARIANTS = ["none", "fwd_full"]
+FWD_VARIANTS = ["none", "fwd_full", "fwd_async"]
 BWD_VARIANTS = ["none", "pdl", "bwd_reverse", "bwd_tree", "bwd_tree,pdl", "bwd_async", "bwd_tree,pdl,bwd_async",
                 "bwd_tree,pdl,colsum_ahead", "bwd_tree,pdl,bwd_async,colsum_ahead"]
 # --final (a GPU call with little time): the backward alone and the fwd+bwd row for these
@@ -269,8 +269,8 @@ def print_dropout_rows(rows):
 S5_SHAPES = [(16384, 768), (32768, 768)]
 # (bwd_reverse last: in a back-to-back fwd+bwd it reads the rows of h the forward wrote last, still in
 # L2; training never runs a layernorm's backward right after its forward, so it is for reading only)
-S5_PLANS = ["default", "default,bwd_async", "default,colsum_ahead", "default,bwd_async,colsum_ahead",
-            "default,bwd_async,colsum_ahead,bwd_reverse"]
+S5_PLANS = ["default", "default,bwd_async", "default,bwd_async,colsum_ahead", "default,fwd_async,bwd_async,colsum_ahead",
+            "default,fwd_async,bwd_async,colsum_ahead,bwd_reverse"]
 
 
 def s5_rows(args, ln, l2_bytes):
@@ -401,11 +401,12 @@ def main(argv=None):
 
     if args.s5:
         rows = s5_rows(args, ln, l2)
-        kernels = kernel_rows(args, ln, l2, ["default"], S5_PLANS)
+        kernels = kernel_rows(args, ln, l2, ["default", "default,fwd_async"], S5_PLANS[:3])
         print("\nkernels alone (extension calls), us (TB/s at the bytes each must move; floor at 4.0 TB/s)")
         for name, r in kernels.items():
-            cells = [f"fwd {r['fwd_us'].get('default', float('nan')):.1f} "
-                     f"({r['fwd_bytes'] / r['fwd_us'].get('default', float('nan')) / 1e6:.2f}; floor {r['fwd_bytes'] / FLOOR_TBS / 1e6:.1f})"]
+            cells = [f"fwd floor {r['fwd_bytes'] / FLOOR_TBS / 1e6:.1f}"]
+            for v, us in r["fwd_us"].items():
+                cells.append(f"fwd {v} {us:.1f} ({r['fwd_bytes'] / us / 1e6:.2f})")
             for v, us in r["bwd_us"].items():
                 cells.append(f"bwd+colsum {v} {us:.1f} ({r['bwd_bytes'] / us / 1e6:.2f})")
             print(f"  {name:<25} " + " | ".join(cells) + f"; bwd floor {r['bwd_bytes'] / FLOOR_TBS / 1e6:.1f}")

@@ -7,11 +7,12 @@
 #      kernel-name test mended this session, bwd_async bitwise equal to the plain backward), and
 #      test_layernorm.py's model widths at 16384 rows and the mixed call (4 workers)  -> pytest.log
 #   3. python -m kernels.layernorm_bench --s5: fwd, bwd, fwd+bwd at 16384x768 and 32768x768 bf16,
-#      the default plan alone and with the opt-in flags bwd_async and colsum_ahead, PyTorch eager
+#      the default plan alone and with the opt-in flags bwd_async, colsum_ahead, fwd_async, PyTorch eager
 #      and torch.compile in the same process;
 #      then the kernels alone at the bench and GPT-2 shapes                            -> bench.log
 #   4. ncu (real clocks) of the layernorm kernels: bf16 16384x768 and GPT-2's mixed 32768x768,
-#      forward, backward and column sum: the default plan, then default,bwd_async,colsum_ahead -> ncu.log
+#      forward, backward and column sum: the default plan, then with fwd_async,bwd_async,colsum_ahead
+#                                                                                      -> ncu.log
 #   5. if >= 25 s are left: compute-sanitizer racecheck of the async backward         -> racecheck.log
 # Results: OUT/summary.txt (compact) and OUT/logs.tgz (every log).
 cd "$(dirname "$0")/.." || exit 1
@@ -51,10 +52,9 @@ for rows, th, tr, ty, tp in ((16384, B, B, B, B), (32768, F, B, B, F)):
     x, r, dy, dh = rnd(rows, 768, dt=th), rnd(rows, 768, dt=tr), rnd(rows, 768, dt=ty), rnd(rows, 768, dt=th)
     w, b = rnd(768, dt=tp), rnd(768, dt=tp)
     mixed, y_bf16 = tr != th, ty == B and th == F
-    for plan in ("default", "default,bwd_async,colsum_ahead"):
+    for plan in ("default", "default,fwd_async,bwd_async,colsum_ahead"):
         ln.set_variant(plan)
-        if plan == "default":
-            y, h, mean, rstd = ext.forward(x, r, w, b, 1e-5, y_bf16=y_bf16)
+        y, h, mean, rstd = ext.forward(x, r, w, b, 1e-5, y_bf16=y_bf16)
         ext.backward(dy, dh, h, mean, rstd, w, residual_grad_bf16=mixed)
         torch.cuda.synchronize()
         print("profiled", rows, th, plan, flush=True)
@@ -79,7 +79,7 @@ import torch
 from kernels import layernorm as ln
 ext = ln._ext.module
 F, B = torch.float32, torch.bfloat16
-for plan in ("bwd_async", "bwd_tree,bwd_async,colsum_ahead"):
+for plan in ("bwd_async,fwd_async", "bwd_tree,bwd_async,colsum_ahead"):
     ln.set_variant(plan)
     for rows, cols, th, tr, ty in ((37, 768, B, B, B), (37, 768, F, B, B), (9, 4096, F, F, F), (5, 1600, B, B, B)):
         x, r = torch.randn(rows, cols, device="cuda").to(th), torch.randn(rows, cols, device="cuda").to(tr)

@@ -680,9 +680,9 @@ def test_cpu_checks_take_the_new_combinations():
 # ---- CPU: nvcc compiles every instance --------------------------------------------------------
 
 NVCC = shutil.which("nvcc") or next((p for p in ("/usr/local/bin/nvcc", "/usr/local/cuda/bin/nvcc") if os.path.exists(p)), None)
-# 5 dtype combinations x 4 chunk counts x with and without dropout, forward, backward and the
-# async backward (bwd_async), and the column sum with and without colsum_ahead
-EXPECTED_KERNELS = 5 * 4 * 2 * 3 + 2
+# 5 dtype combinations x 4 chunk counts x with and without dropout, forward, backward and their
+# async twins (fwd_async, bwd_async), and the column sum with and without colsum_ahead
+EXPECTED_KERNELS = 5 * 4 * 2 * 4 + 2
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
