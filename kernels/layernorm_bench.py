@@ -85,12 +85,15 @@ def make_sets(ext, rows, cols, th, tr, ty, tp, l2_bytes):
     return [first] + [one(i) for i in range(1, n)]
 
 
-def kernel_rows(args, ln, l2_bytes, fwd_variants, bwd_variants):
-    """Step 1: forward and backward alone, each variant, every shape. Returns {shape: {...}}."""
+def kernel_rows(args, ln, l2_bytes, fwd_variants, bwd_variants, shapes=None):
+    """Step 1: forward and backward alone, each variant, every shape (or those named). Returns
+    {shape: {...}}."""
     from bench import time_graph_ms
     ext = ln._ext.module
     out = {}
     for name, (rows, cols, th, tr, ty, tp) in SHAPES.items():
+        if shapes is not None and name not in shapes:
+            continue
         sets = make_sets(ext, rows, cols, th, tr, ty, tp, l2_bytes)
         mixed, y_bf16 = tr != th, (ty == BF16 and th == F32)
         fwd_bytes, bwd_bytes = kernel_bytes(rows, cols, th, tr, ty)
@@ -269,8 +272,11 @@ def print_dropout_rows(rows):
 S5_SHAPES = [(16384, 768), (32768, 768)]
 # (bwd_reverse last: in a back-to-back fwd+bwd it reads the rows of h the forward wrote last, still in
 # L2; training never runs a layernorm's backward right after its forward, so it is for reading only)
-S5_PLANS = ["default", "default,bwd_async", "default,bwd_async,colsum_ahead", "default,fwd_async,bwd_async,colsum_ahead",
+S5_PLANS = ["default", "default,bwd_async,colsum_ahead", "default,fwd_async,bwd_async,colsum_ahead",
             "default,fwd_async,bwd_async,colsum_ahead,bwd_reverse"]
+S5_KERNEL_FWD = ["default", "default,fwd_async"]   # the kernels alone: each flag's own share
+S5_KERNEL_BWD = ["default", "default,bwd_async", "default,bwd_async,colsum_ahead"]
+S5_KERNEL_SHAPES = ["bench bf16 16384x768", "gpt2 mixed 32768x768"]
 
 
 def s5_rows(args, ln, l2_bytes):
@@ -401,7 +407,7 @@ def main(argv=None):
 
     if args.s5:
         rows = s5_rows(args, ln, l2)
-        kernels = kernel_rows(args, ln, l2, ["default", "default,fwd_async"], S5_PLANS[:3])
+        kernels = kernel_rows(args, ln, l2, S5_KERNEL_FWD, S5_KERNEL_BWD, S5_KERNEL_SHAPES)
         print("\nkernels alone (extension calls), us (TB/s at the bytes each must move; floor at 4.0 TB/s)")
         for name, r in kernels.items():
             cells = [f"fwd floor {r['fwd_bytes'] / FLOOR_TBS / 1e6:.1f}"]

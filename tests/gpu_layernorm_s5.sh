@@ -5,7 +5,7 @@
 #   1. build tk_layernorm (python -m kernels --build; ~30 s cold)                      -> build.log
 #   2. the layernorm GPU tests: test_layernorm_variants.py (every plan flag vs float64, the
 #      kernel-name test mended this session, bwd_async bitwise equal to the plain backward), and
-#      test_layernorm.py's model widths at 16384 rows and the mixed call (4 workers)  -> pytest.log
+#      test_layernorm.py's model widths at 16384 rows and the mixed call (8 workers)  -> pytest.log
 #   3. python -m kernels.layernorm_bench --s5: fwd, bwd, fwd+bwd at 16384x768 and 32768x768 bf16,
 #      the default plan alone and with the opt-in flags bwd_async, colsum_ahead, fwd_async, PyTorch eager
 #      and torch.compile in the same process;
@@ -27,15 +27,16 @@ step 60 build.log python3 -m kernels --build tk_layernorm || { note "build FAILE
 note "$(grep -E '^build|^built|tk_layernorm' "$L/build.log" | tail -2 | tr '\n' ' ')"
 
 # 2. tests (correctness first; no timing here)
-step 35 pytest.log python3 -m pytest -q -rfEs --tb=short -n 4 -k "not test_cpu_" tests/test_layernorm_variants.py \
+step 35 pytest.log python3 -m pytest -v -rfEs --tb=short -n 8 -k "not test_cpu_" tests/test_layernorm_variants.py \
     "tests/test_layernorm.py::test_model_widths_many_rows" "tests/test_layernorm.py::test_mixed_call_launches_only_layernorm_kernels" \
     "tests/test_layernorm.py::test_unused_h_and_empty_rows" "tests/test_layernorm.py::test_statistics_and_determinism" \
     || status=1
-note "pytest: $(grep -E '(passed|failed|error)' "$L/pytest.log" | tail -1)"
+note "pytest: $(grep -E '(passed|failed|error)' "$L/pytest.log" | tail -1) ($(grep -c PASSED "$L/pytest.log") PASSED lines)"
+grep -E "PASSED.*what_launches|FAILED.*what_launches" "$L/pytest.log" | head -1 >> "$S"
 grep -E "^FAILED|^ERROR" "$L/pytest.log" | head -8 >> "$S"
 
 # 3. timing: tk plans, eager and torch.compile in one process
-step 70 bench.log python3 -m kernels.layernorm_bench --s5 --reps 30 --json "$L/s5.json" || status=1
+step 65 bench.log python3 -m kernels.layernorm_bench --s5 --reps 20 --warmup 5 --json "$L/s5.json" || status=1
 sed -n '/^--s5/,$p' "$L/bench.log" | head -40 >> "$S"
 
 # 4. ncu: where the backward's time goes (function base names; template arguments are not matched)

@@ -297,7 +297,8 @@ def test_cpu_flag_lists_agree():
     assert tuple(cu_flags) == layernorm.VARIANT_FLAGS
     assert set(VARIANTS[-1].split(",")) == set(cu_flags)
     for spec in (layernorm_bench.FWD_VARIANTS + layernorm_bench.BWD_VARIANTS + layernorm_bench.FINAL_BWD
-                 + layernorm_bench.FINAL_PLANS):
+                 + layernorm_bench.FINAL_PLANS + layernorm_bench.S5_PLANS + layernorm_bench.S5_KERNEL_FWD
+                 + layernorm_bench.S5_KERNEL_BWD):
         assert spec == "none" or set(spec.split(",")) <= set(cu_flags) | {"default"}, spec
     assert default_plan_flags() <= set(cu_flags)
     assert all(v.startswith("fwd") for v in layernorm_bench.FWD_VARIANTS[1:])
