@@ -58,7 +58,10 @@
 // TK_LAYERNORM_VARIANT), so one process can time them against each other
 // (kernels/layernorm_bench.py). The same arithmetic in every plan; kernels/NOTES.md ("Session 3:
 // LayerNorm speed") has the measurements and the default. (8-byte "narrow" chunks and a
-// next-row "prefetch" were tried there too, lost on the H200 and were removed.)
+// next-row "prefetch" into registers were tried there too, lost on the H200 and were removed.)
+// Session 5 added twins of both kernels that copy the next rows into SHARED memory with cp.async
+// instead (forward_async_kernel, backward_async_kernel: flags fwd_async, bwd_async): bytes in
+// flight without registers. backward_async_kernel's comment says why; NOTES "Session 5: L".
 //
 // DROPOUT of the branch (session 4): training drops elements of each residual branch (attention
 // and MLP outputs) before adding them to the stream. Done by kernels of its own, dropout costs a
@@ -71,8 +74,9 @@
 // dropout code at all.
 //
 // Read in this order: Chunk, RowGroup (who holds which columns), group_sum, the dropout mask,
-// forward_kernel, backward_kernel, column_sum_kernel, the variants, then the launchers at the
-// bottom (grid sizing, dispatch).
+// forward_row and forward_kernel, backward_row and backward_kernel, column_sum_kernel, the
+// variants, then the launchers at the bottom (grid sizing, dispatch). The cp.async helpers and the
+// two *_async kernels can wait for a second reading.
 #include <cmath>
 #include <cstdlib>
 #include <string>
