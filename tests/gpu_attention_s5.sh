@@ -15,7 +15,8 @@
 #     two streams, outputs bitwise equal to one-at-a-time), with the other forward tests
 #   - speed at the GPT-2 shape (16, 12, 1024, 64), bench.py's CUDA-graph medians in one process
 #     with cuDNN and FA2: tk (defaults, fwd and fwd+bwd; the backward changed by the fix only),
-#     forward variants 15, 16 and 17
+#     forward variants 15, 16 and 17; tk-portable with its opt-in L2-order variants (forward 4,
+#     backward 2) against FA2 (issue 5: the portable kernel >= FA2 at this shape)
 #   - ncu of the default forward (variant 12) at the GPT-2 shape: stall reasons per SASS
 #     instruction (SourceCounters) and pipe utilisation (ComputeWorkloadAnalysis), exported and
 #     printed as CSV, if the time is left
@@ -46,11 +47,12 @@ NEW=""
 if step 15 smoke.log python3 tests/attention_sanitize_case.py items 15 16 17; then NEW="15 16 17"; fi
 note "smoke of variants 15-17 (2 x 100 heads, D 64/128): $(tail -2 "$L/smoke.log" | tr '\n' ' ')"
 
-# 3. speed at the GPT-2 shape, one process with cuDNN and FA2
-IMPLS="tk,sdpa-cudnn,sdpa-flash"
+# 3. speed at the GPT-2 shape, one process with cuDNN and FA2; tk-portable runs its opt-in L2-order
+#    variants here (forward 4, backward 2: the env is read per launch; the Hopper rows ignore it)
+IMPLS="tk,sdpa-cudnn,sdpa-flash,tk-portable"
 for v in $NEW; do IMPLS="$IMPLS,tk-hopper-v$v"; done
-TK_BENCH_ATTENTION_SHAPES=gpt2 TK_BENCH_ATTENTION_IMPLS="$IMPLS" \
-    step 30 bench.log python3 bench.py --ops attention --compile-modes "" --reps 20 --warmup 3 --json "$L/attention.json"
+TK_ATTENTION_FWD_VARIANT=4 TK_ATTENTION_BWD_VARIANT=2 TK_BENCH_ATTENTION_SHAPES=gpt2 TK_BENCH_ATTENTION_IMPLS="$IMPLS" \
+    step 35 bench.log python3 bench.py --ops attention --compile-modes "" --reps 20 --warmup 3 --json "$L/attention.json"
 python3 -m kernels.attention_bench "$L/attention.json" > "$L/bench_tflops.txt" 2>&1
 grep -E "^fwd|^    (tk|sdpa)|MISMATCH|targets|>=" "$L/bench_tflops.txt" | head -24 | while read -r line; do note "$line"; done
 
