@@ -29,7 +29,7 @@
 // did not change that (kernels/mlp.h, auto; kernels/NOTES.md, session 4).
 // gemm_args::schedule picks one per GEMM (mlp.h; SCHEDULE_AUTO chooses by shape). The epilogue
 // is a template parameter, a policy called per accumulator box: the policies live in
-// kernels/mlp_epilogues.cuh, step 4's launch in this file, step 5's in kernels/mlp_pingpong.cu.
+// kernels/mlp_epilogues.cuh, step 4's launch in this file, step 5's in kernels/mlp_pingpong.cuh.
 //
 // The epilogues, one per product (every value passes through them in fp32, in registers):
 //   bias_gelu   c_fc forward: pre = acc + b1, h = GELU(pre). Writes BOTH pre and h (bf16).
@@ -48,6 +48,9 @@
 //               reduction of M/16 rows, not a pass over the M x 4C dpre. (The default.)
 //   dgelu_fast, dgelu_pre_tma_fast  (fast=1, opt-in, session 5) the two above with a cheaper
 //               epilogue: GELU' in 8 operations, db1's sums by a spill-free reduce-scatter.
+//   bias_gelu_gprime, dgelu_saved, dgelu_pre_tma_saved  (gprime=1, opt-in, session 5) the forward
+//               stores GELU'(pre) in pre's place (from the tanh it evaluates for h anyway), so the
+//               dGELU epilogue multiplies by the saved value instead of evaluating GELU'.
 //   dgelu_pre_tma  (pre=1, opt-in) the same values as dgelu, but pre arrives by TMA.
 //               Each consumer warp's lane 0 loads its tile's pre boxes into the warp's staging
 //               buffers when the tile starts (gemm4's INPUT_BOXES), so they land during the
@@ -60,7 +63,8 @@
 // 2^-11, below bf16's 2^-8 output precision; the H200 run matched float64 to 2e-3).
 //
 // Read in order: kernels/mlp_epilogues.cuh (GELU math, the policies), then this file's schedule
-// dispatch and launchers, then kernels/mlp_pingpong.cu and kernels/mlp_inference.cu.
+// dispatch and launchers, then kernels/mlp_pingpong.cuh (and its two .cu), kernels/mlp_inference.cu
+// and kernels/mlp_finish.cu.
 #include <algorithm>
 #include <type_traits>
 #include "mlp.h"
@@ -73,7 +77,7 @@ using namespace tk_mlp::detail;
 using cfg = step4_config;                    // 4 stages of K = 64, one group in flight (mlp_epilogues.cuh)
 constexpr int BM = gemm4::BM, BN = gemm4::BN, BK = cfg::BK;
 
-// ---- the schedule dispatch: step 4 here, step 5 in kernels/mlp_pingpong.cu -------------------
+// ---- the schedule dispatch: step 4 here, step 5 in kernels/mlp_pingpong.cuh ------------------
 int resolved_schedule(const tk_mlp::gemm_args& g, bool b_mn_major) {
     return g.schedule ? g.schedule : tk_mlp::auto_schedule(g.M, g.N, g.K, g.splits, b_mn_major, g.pre_tma != 0);
 }
@@ -104,13 +108,18 @@ namespace tk_mlp {
 const char* linear_bias_gelu(const gemm_args& g) {
     if (!g.c2) return "tk_mlp: linear_bias_gelu needs the output h (c2)";
     if (!g.c) return linear_bias_gelu_h_only(g);     // evaluation: h only, no pre (kernels/mlp_inference.cu)
+    if (g.gelu_grad_saved) return launch<major::K, major::K, bias_gelu_gprime_epilogue>(g);   // c = GELU'(pre)
     return launch<major::K, major::K, bias_gelu_epilogue>(g);
 }
 const char* linear_bias(const gemm_args& g) { return launch<major::K, major::K, bias_epilogue>(g); }
 const char* linear_dgelu(const gemm_args& g) {
     if (!g.pre || !g.bias_grad_partial) return "tk_mlp: linear_dgelu needs pre and bias_grad_partial";
     const int schedule = resolved_schedule(g, true);
-    if (g.pre_tma && schedule != SCHEDULE_PINGPONG_128x128_CLUSTER2 && schedule != SCHEDULE_PINGPONG_64x256_DEEP)
+    const bool pre_tma = g.pre_tma && schedule != SCHEDULE_PINGPONG_128x128_CLUSTER2 && schedule != SCHEDULE_PINGPONG_64x256_DEEP;
+    if (g.gelu_grad_saved)                           // `pre` holds GELU'(pre) (gprime=1)
+        return pre_tma ? launch<major::K, major::MN, dgelu_pre_tma_saved_epilogue>(g)
+                       : launch<major::K, major::MN, dgelu_saved_epilogue>(g);
+    if (pre_tma)
         return g.fast_dgelu ? launch<major::K, major::MN, dgelu_pre_tma_fast_epilogue>(g)
                             : launch<major::K, major::MN, dgelu_pre_tma_epilogue>(g);
     return g.fast_dgelu ? launch<major::K, major::MN, dgelu_fast_epilogue>(g) : launch<major::K, major::MN, dgelu_epilogue>(g);

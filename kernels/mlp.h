@@ -32,6 +32,10 @@ struct gemm_args {
                                 //   boxes per warp) always take 0.
     int fast_dgelu;             // linear_dgelu only: 1 = the same policy with session 5's cheaper
                                 //   epilogue (dgelu_fast / dgelu_pre_tma_fast, kernels/mlp_epilogues.cuh)
+    int gelu_grad_saved;        // session 5, "gprime=1": linear_bias_gelu writes GELU'(pre) into c
+                                //   instead of pre, and linear_dgelu reads its `pre` as GELU'(pre)
+                                //   (one multiply per value; implies the fast epilogue). Forward and
+                                //   backward of one step must agree.
     cudaStream_t stream;
 };
 

@@ -113,19 +113,20 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // epilogue's cheaper form (fast: dgelu_fast / dgelu_pre_tma_fast) and the backward's tail in one
 // kernel (finish: kernels/mlp_finish.cu instead of two torch reductions and four casts).
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
-constexpr int FLAG_VALUES = 4;                 // side, pre, fast, finish
+constexpr int FLAG_VALUES = 5;                 // side, pre, fast, finish, gprime
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
 bool side_jobs = true;
 bool pre_tma = false;
 bool fast_dgelu = false;
 bool finish_kernel = false;
+bool gelu_grad_saved = false;                  // gprime: the forward saves GELU'(pre) in pre's place
 
 void set_schedule(const std::vector<int64_t>& s) {
     using tk_bindings::raise_if;
     using tk_bindings::value_problem;
     if (s.size() != PRODUCTS + FLAG_VALUES)
-        raise_if(value_problem("tk_mlp: set_schedule takes 9 values (fc, proj, dgelu, dx, dw, side jobs, pre by TMA, "
-                               "fast dGELU, finish kernel), got " + std::to_string(s.size())));
+        raise_if(value_problem("tk_mlp: set_schedule takes 10 values (fc, proj, dgelu, dx, dw, side jobs, pre by TMA, "
+                               "fast dGELU, finish kernel, saved GELU'), got " + std::to_string(s.size())));
     for (int i = 0; i < PRODUCTS; ++i)
         if (s[i] < 0 || s[i] > 10 || !tk_mlp::valid_schedule(int(s[i])))
             raise_if(value_problem("tk_mlp: a schedule is 0 (auto), 4 (step 4), 5 (ping-pong 128x128), 6 (ping-pong 64x256), "
@@ -140,11 +141,14 @@ void set_schedule(const std::vector<int64_t>& s) {
         raise_if(value_problem("tk_mlp: the fast-dGELU flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 2])));
     if (s[PRODUCTS + 3] != 0 && s[PRODUCTS + 3] != 1)
         raise_if(value_problem("tk_mlp: the finish-kernel flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 3])));
+    if (s[PRODUCTS + 4] != 0 && s[PRODUCTS + 4] != 1)
+        raise_if(value_problem("tk_mlp: the saved-GELU' (gprime) flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 4])));
     for (int i = 0; i < PRODUCTS; ++i) schedules[i] = int(s[i]);
     side_jobs = s[PRODUCTS] == 1;
     pre_tma = s[PRODUCTS + 1] == 1;
     fast_dgelu = s[PRODUCTS + 2] == 1;
     finish_kernel = s[PRODUCTS + 3] == 1;
+    gelu_grad_saved = s[PRODUCTS + 4] == 1;
 }
 std::vector<int64_t> get_schedule() {
     std::vector<int64_t> out(schedules, schedules + PRODUCTS);
@@ -152,6 +156,7 @@ std::vector<int64_t> get_schedule() {
     out.push_back(pre_tma ? 1 : 0);
     out.push_back(fast_dgelu ? 1 : 0);
     out.push_back(finish_kernel ? 1 : 0);
+    out.push_back(gelu_grad_saved ? 1 : 0);
     return out;
 }
 
@@ -184,6 +189,7 @@ std::vector<Tensor> run_forward(const Tensor& x, const Tensor& w_fc, const c10::
     tk_mlp::gemm_args g = base_args(x, FC);
     g.a = x.data_ptr(); g.b = w_fc.data_ptr(); g.c = keep_pre ? pre.data_ptr() : nullptr; g.c2 = h.data_ptr();
     g.M = int(M); g.N = int(H); g.K = int(C); g.bias = ptr_or_null(b_fc);
+    g.gelu_grad_saved = gelu_grad_saved ? 1 : 0;      // gprime: `pre` comes back holding GELU'(pre)
     raise_if_launch_failed(tk_mlp::linear_bias_gelu(g), keep_pre ? "c_fc forward (x·w_fcᵀ + b_fc, GELU)"
                                                                  : "c_fc forward, evaluation (GELU(x·w_fcᵀ + b_fc), no pre)");
 
@@ -238,6 +244,7 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     g.M = int(M); g.N = int(H); g.K = int(C); g.pre = pre.data_ptr(); g.bias_grad_partial = partial.data_ptr<float>();
     g.pre_tma = pre_tma ? 1 : 0;
     g.fast_dgelu = fast_dgelu ? 1 : 0;
+    g.gelu_grad_saved = gelu_grad_saved ? 1 : 0;      // gprime: `pre` holds GELU'(pre) (the forward ran with it too)
     if (side_jobs) {
         g.zero = dw_buf.data_ptr<float>(); g.zero_floats = 2 * HC;
         g.a_colsum = colsum.data_ptr<float>();
@@ -295,10 +302,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("check_backward", &check_backward, "'' or what backward(dy, x, pre, h, w_fc, w_proj) would raise",
           py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"));
     m.def("set_schedule", &set_schedule,
-          "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma, fast_dgelu, finish]): schedules 0 (auto) or 4..10 "
-          "(kernels/mlp.h), side jobs 0/1, pre by TMA 0/1, fast dGELU epilogue 0/1, finish kernel 0/1",
+          "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma, fast_dgelu, finish, gprime]): schedules 0 (auto) or "
+          "4..10 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1, fast dGELU epilogue 0/1, finish kernel 0/1, forward saves "
+          "GELU'(pre) in pre's place 0/1",
           py::arg("schedules"));
-    m.def("get_schedule", &get_schedule, "the nine values set_schedule last set");
+    m.def("get_schedule", &get_schedule, "the ten values set_schedule last set");
     m.def("forward", &forward, "y, pre, h = forward(x, w_fc, b_fc|None, w_proj, b_proj|None)",
           py::arg("x"), py::arg("w_fc"), py::arg("b_fc"), py::arg("w_proj"), py::arg("b_proj"));
     m.def("forward_inference", &forward_inference,

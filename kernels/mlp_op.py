@@ -39,8 +39,8 @@ from . import _preflight_checks, checks, register_tk
 from .build import LazyExtension
 from .checks import fail, realign16, require_tensor, shape_str
 
-_ext = LazyExtension("tk_mlp", ["mlp.cu", "mlp_pingpong.cu", "mlp_inference.cu", "mlp_finish.cu", "mlp_bindings.cpp"],
-                     hopper=True)
+_ext = LazyExtension("tk_mlp", ["mlp.cu", "mlp_pingpong.cu", "mlp_pingpong_s5.cu", "mlp_inference.cu", "mlp_finish.cu",
+                               "mlp_bindings.cpp"], hopper=True)
 
 MULTIPLE = 64          # the embedding and hidden sizes must be multiples of this
 OP = "tk_mlp"
@@ -110,18 +110,21 @@ SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 
 
 # dGELU GEMM: side jobs on (1) or off (0); pre by TMA (1) or per-thread loads (0); fast=1 its cheaper
-# epilogue (session 5); finish=1: the backward's bias sums and dW casts in one kernel (session 5)
-FLAGS = ("side", "pre", "fast", "finish")
-FLAG_DEFAULTS = (1, 0, 0, 0)
+# epilogue (session 5); finish=1: the backward's bias sums and dW casts in one kernel (session 5);
+# gprime=1: the forward saves GELU'(pre) in pre's place and the dGELU epilogue multiplies by it
+# (session 5; forward and backward of one step must run with the same value)
+FLAGS = ("side", "pre", "fast", "finish", "gprime")
+FLAG_DEFAULTS = (1, 0, 0, 0, 0)
 
 
 def parse_schedule(spec):
     """'5' (every GEMM) or 'fc=5,dgelu=5,dx=4' (the rest auto), optionally with 'side=0' (the
     dGELU GEMM's side jobs off: separate fill and dy reduction kernels) and 'pre=1' (session 4,
     opt-in: the dGELU epilogue gets pre by TMA instead of per-thread loads, and its side job
-    pipelines dy's column sums), 'fast=1' (session 5, opt-in: the dGELU epilogue's cheaper form)
-    and 'finish=1' (session 5, opt-in: one kernel for the backward's bias sums and dW casts)
-    -> nine ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
+    pipelines dy's column sums), 'fast=1' (session 5, opt-in: the dGELU epilogue's cheaper form),
+    'finish=1' (session 5, opt-in: one kernel for the backward's bias sums and dW casts) and
+    'gprime=1' (session 5, opt-in: the forward's second output holds GELU'(pre) instead of pre)
+    -> ten ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
     (defaults FLAG_DEFAULTS)."""
     out = [0] * len(PRODUCTS) + list(FLAG_DEFAULTS)
     names = PRODUCTS + FLAGS

@@ -1,59 +1,18 @@
 // kernels/mlp_pingpong.cu — the MLP's five GEMMs on step 5's ping-pong schedule
-// (kernels/gemm_5_pingpong.cuh) with the MLP's epilogue policies (kernels/mlp_epilogues.cuh).
-// kernels/mlp.cu dispatches here when a GEMM's schedule is one of the PINGPONG_* (kernels/mlp.h);
-// a file of its own so nvcc builds these kernels in parallel with step 4's. A policy with input
-// boxes (dgelu_pre_tma, pre=1) needs a staging buffer per box, so it runs on gemm5's *_inputs
-// configurations and only on schedules that have one (5, 6, 8); mlp.cu's linear_dgelu keeps
-// schedules 7 and 10 on the per-thread-load policy.
-#include <algorithm>
-#include "mlp.h"
-#include "mlp_epilogues.cuh"
-#include "gemm_5_pingpong.cuh"
+// (kernels/gemm_5_pingpong.cuh) with the MLP's epilogue policies (kernels/mlp_epilogues.cuh):
+// the instantiations of sessions 3-4's policies. kernels/mlp.cu dispatches here when a GEMM's
+// schedule is one of the PINGPONG_* (kernels/mlp.h); the launcher itself is in
+// kernels/mlp_pingpong.cuh, session 5's policies in kernels/mlp_pingpong_s5.cu (a file of its own
+// so nvcc builds them in parallel).
+#include "mlp_pingpong.cuh"
 
 namespace tk_mlp::detail {
-
-template <major MA, major MB, typename Epi>
-const char* launch_pingpong(const gemm_args& g, int schedule) {
-    auto make = [&] { return Epi::make(g); };
-    const int splits = std::max(g.splits, 1);
-    if constexpr (gemm4::has_input_boxes<Epi>()) {   // a staging buffer per box: the *_inputs configurations
-        if (schedule == SCHEDULE_PINGPONG_128x128)
-            return gemm5::launch<gemm5::pingpong_128x128_inputs, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
-                                                                              g.num_sms, g.stream, make);
-        if (schedule == SCHEDULE_PINGPONG_64x256)
-            return gemm5::launch<gemm5::pingpong_64x256_inputs, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
-                                                                             g.num_sms, g.stream, make);
-        if (schedule == SCHEDULE_PINGPONG_64x256_CLUSTER2)
-            return gemm5::launch<gemm5::pingpong_64x256_cluster2_inputs, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K,
-                                                                                      splits, g.num_sms, g.stream, make);
-        return "tk_mlp: input-box epilogues (pre by TMA) run on schedules 4, 5, 6, 8 and 9 only";
-    } else {
-        if (schedule == SCHEDULE_PINGPONG_128x128)
-            return gemm5::launch<gemm5::pingpong_128x128, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
-                                                                       g.num_sms, g.stream, make);
-        if (schedule == SCHEDULE_PINGPONG_64x256)
-            return gemm5::launch<gemm5::pingpong_64x256, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
-                                                                      g.num_sms, g.stream, make);
-        if (schedule == SCHEDULE_PINGPONG_128x128_CLUSTER2)
-            return gemm5::launch<gemm5::pingpong_128x128_cluster2, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
-                                                                                g.num_sms, g.stream, make);
-        if (schedule == SCHEDULE_PINGPONG_64x256_CLUSTER2)
-            return gemm5::launch<gemm5::pingpong_64x256_cluster2, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
-                                                                               g.num_sms, g.stream, make);
-        if (schedule == SCHEDULE_PINGPONG_64x256_DEEP)
-            return gemm5::launch<gemm5::pingpong_64x256_deep, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
-                                                                           g.num_sms, g.stream, make);
-        return "tk_mlp: unknown ping-pong schedule";
-    }
-}
 
 // The five products (operand layouts as in kernels/mlp.cu's launchers).
 template const char* launch_pingpong<major::K, major::K, bias_gelu_epilogue>(const gemm_args&, int);
 template const char* launch_pingpong<major::K, major::K, bias_epilogue>(const gemm_args&, int);
 template const char* launch_pingpong<major::K, major::MN, dgelu_epilogue>(const gemm_args&, int);
 template const char* launch_pingpong<major::K, major::MN, dgelu_pre_tma_epilogue>(const gemm_args&, int);
-template const char* launch_pingpong<major::K, major::MN, dgelu_fast_epilogue>(const gemm_args&, int);
-template const char* launch_pingpong<major::K, major::MN, dgelu_pre_tma_fast_epilogue>(const gemm_args&, int);
 template const char* launch_pingpong<major::K, major::MN, bias_epilogue>(const gemm_args&, int);
 template const char* launch_pingpong<major::MN, major::MN, reduce_add_epilogue>(const gemm_args&, int);
 

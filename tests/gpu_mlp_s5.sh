@@ -9,7 +9,7 @@
 #   3. issue 6's table in ONE run: kernels/mlp_bench.py --graphs --compile, M = 16384 and 65536,
 #      C = 768: the default and the opt-ins (CUDA-graph replays, interleaved trials) vs torch eager
 #      vs torch.compile of the reference MLP
-#   4. ncu (if >= 35 s are left) of c_fc and four dGELU kernels: speed of light, warp states,
+#   4. ncu (if >= 35 s are left) of c_fc, four dGELU kernels and the gprime=1 pair: speed of light, warp states,
 #      instruction counts, scheduler issue rate (report in logs.tgz, a summary in summary.txt)
 #   5. every kernel's time per spec (torch.profiler) at M = 16384, the plain GEMMs of the c_fc and
 #      dGELU shapes (swapped sizes C = 3072, H = 768: c_proj's forward and dx are then those shapes
@@ -27,12 +27,12 @@ note "$(grep -E '^build|^built' "$L/build.log" | tr '\n' ' ')"
 
 # 2. correctness of the new paths (the default's kernels are unchanged: same policies, same configs)
 step 35 pytest_mlp.log python3 -m pytest -q --maxfail=5 --tb=short -rf tests/test_mlp.py \
-    -k "fast or finish or refuses or deterministic or opt_ins" -s
+    -k "fast or finish or gprime or refuses or deterministic or opt_ins" -s
 note "pytest test_mlp.py (session 5 paths): $(grep -E 'passed|failed|error' "$L/pytest_mlp.log" | tail -1)"
 grep -E "^FAILED|^ERROR|opt_ins|: vs float64" "$L/pytest_mlp.log" | head -30 | cut -c1-160 >> "$S"
 
 # 3. issue 6's table: graphs, eager and torch.compile in the same run
-SPECS="0;dw=10;finish=1;fast=1;dgelu=6,pre=1,fast=1;dw=10,fast=1,finish=1;dgelu=6,pre=1,fast=1,finish=1,dw=10"
+SPECS="0;dw=10;finish=1;fast=1;dgelu=6,pre=1,fast=1;gprime=1;dgelu=6,gprime=1;dgelu=6,pre=1,gprime=1,finish=1,dw=10;dgelu=6,pre=1,fast=1,finish=1,dw=10"
 step 50 mlp_bench_graphs.log python3 -m kernels.mlp_bench --graphs --compile --M 16384,65536 --trials 5 --iters 10 --schedules "$SPECS"
 { echo "--- mlp_bench --graphs --compile"; grep -vE "^===|^rc=|UserWarning|_warn_once" "$L/mlp_bench_graphs.log"; } | tee -a "$S"
 
@@ -48,6 +48,9 @@ y, pre, h = ext.forward(x, w1, b1, w2, b2)                   # c_fc: bias_gelu o
 for spec in ("0", "fast=1", "dgelu=6,pre=1", "dgelu=6,pre=1,fast=1"):     # dGELU: step 4, step 4 fast, ping-pong TMA, its fast form
     mlp_op.set_schedule(spec)
     ext.backward(dy, x, pre, h, w1, w2)
+mlp_op.set_schedule("dgelu=6,gprime=1")
+y, saved, h = ext.forward(x, w1, b1, w2, b2)                 # c_fc saving GELU'(pre)
+ext.backward(dy, x, saved, h, w1, w2)                        # dGELU multiplying by it, ping-pong 64x256
 torch.cuda.synchronize()
 print("ncu script done")
 PY
@@ -61,7 +64,8 @@ want = ["gpu__time_duration.sum", "smsp__inst_executed.sum", "smsp__issue_active
         "sm__cycles_elapsed.avg.per_second"]
 for r in data:
     name = r[col["Kernel Name"]] if "Kernel Name" in col else " ".join(r[:6])
-    epi = next((e for e in ("dgelu_pre_tma_fast", "dgelu_pre_tma", "dgelu_fast", "dgelu", "bias_gelu") if e + "_epilogue" in name), name[:40])
+    epi = next((e for e in ("dgelu_pre_tma_fast", "dgelu_pre_tma_saved", "dgelu_pre_tma", "dgelu_fast", "dgelu_saved", "dgelu",
+                            "bias_gelu_gprime", "bias_gelu") if e + "_epilogue" in name), name[:40])
     sched = "step4" if "gemm_ws" in name else "pingpong"
     print(f"== {epi} on {sched}")
     for w in want:
@@ -77,7 +81,7 @@ for r in data:
     print("   stalls per issue: " + ", ".join(f"{h.split('stalled_')[1].split('_per')[0]} {v:.2f}" for v, h in stalls[:8]))
 PY
 if [ $(( LIMIT - ($(date +%s) - START) )) -ge 35 ]; then
-  step 40 ncu.log ncu --kernel-name-base demangled --kernel-name "regex:bias_gelu_epilogue|dgelu" --launch-count 5 \
+  step 40 ncu.log ncu --kernel-name-base demangled --kernel-name "regex:bias_gelu|dgelu" --launch-count 7 \
       --section SpeedOfLight --section WarpStateStats --section InstructionStats --section SchedulerStats --section LaunchStats \
       --section ComputeWorkloadAnalysis -o "$L/ncu_mlp" -f python3 /tmp/mlp_s5_ncu.py
   step 10 ncu_details.log ncu -i "$L/ncu_mlp.ncu-rep" --page details
@@ -89,10 +93,10 @@ else
   note "ncu skipped: under 35 s left"
 fi
 # 5. per kernel
-KSPECS="0;fast=1;pre=1;pre=1,fast=1;dgelu=6,pre=1,fast=1;dgelu=6,fast=1;dgelu=5,pre=1,fast=1;0,side=0;finish=1"
+KSPECS="0;fast=1;pre=1,fast=1;dgelu=6,pre=1,fast=1;dgelu=6,fast=1;gprime=1;dgelu=6,gprime=1;dgelu=6,pre=1,gprime=1;0,side=0;finish=1"
 step 25 mlp_kernels.log python3 -m kernels.mlp_bench --kernels --M 16384 --trials 1 --iters 5 --schedules "$KSPECS"
 step 12 mlp_plain.log python3 -m kernels.mlp_bench --kernels --M 16384 --C 3072 --H 768 --trials 1 --iters 5 --schedules "proj=4,dx=4;proj=6,dx=6;proj=5,dx=5"
-step 12 mlp_kernels_65536.log python3 -m kernels.mlp_bench --kernels --M 65536 --trials 1 --iters 3 --schedules "0;dgelu=6,pre=1,fast=1,finish=1,dw=10"
+step 12 mlp_kernels_65536.log python3 -m kernels.mlp_bench --kernels --M 65536 --trials 1 --iters 3 --schedules "0;dgelu=6,pre=1,gprime=1,finish=1,dw=10"
 for f in mlp_kernels mlp_plain mlp_kernels_65536; do
   { echo "--- $f"; grep -E "^M=|^  tk|kernels of|gemm|reduce|elementwise|finish|Memset" "$L/$f.log" | cut -c1-150; } >> "$S"
 done
