@@ -3,17 +3,19 @@
 # ONE H200, within 150 s including the build (LANE_LIMIT, default 145 s, bounds every step):
 #   1. build tk_mlp (python -m kernels --build tk_mlp; ~30-40 s cold)
 #   2. correctness of everything new, vs float64 and vs the default: the fast dGELU epilogue
-#      (fast=1) on schedules 4, 5, 6 with pre by per-thread loads and by TMA, the one-kernel backward
-#      tail (finish=1) with side jobs on and off, determinism, set_schedule's refusals
-#      (tests/test_mlp.py -k "fast or finish or refuses or deterministic or opt_ins")
+#      (fast=1) on schedules 4, 5, 6 with pre by per-thread loads and by TMA, the saved GELU'
+#      (gprime=1: forward and backward, y and h bit-identical, the evaluation forward), the
+#      one-kernel backward tail (finish=1) with side jobs on and off, determinism, set_schedule's
+#      refusals (tests/test_mlp.py -k "fast or finish or gprime or refuses or deterministic or opt_ins")
 #   3. issue 6's table in ONE run: kernels/mlp_bench.py --graphs --compile, M = 16384 and 65536,
 #      C = 768: the default and the opt-ins (CUDA-graph replays, interleaved trials) vs torch eager
 #      vs torch.compile of the reference MLP
-#   4. ncu (if >= 35 s are left) of c_fc, four dGELU kernels and the gprime=1 pair: speed of light, warp states,
-#      instruction counts, scheduler issue rate (report in logs.tgz, a summary in summary.txt)
-#   5. every kernel's time per spec (torch.profiler) at M = 16384, the plain GEMMs of the c_fc and
-#      dGELU shapes (swapped sizes C = 3072, H = 768: c_proj's forward and dx are then those shapes
-#      without GELU, GELU' or pre), and the default and the fastest combination at M = 65536
+#   4. every kernel's time per spec (torch.profiler) at M = 16384
+#   5. ncu (if >= 30 s are left) of c_fc, four dGELU kernels and the gprime=1 pair: speed of light,
+#      warp states, instruction counts, scheduler issue rate (report in logs.tgz, summary in summary.txt)
+#   6. if time is left: the plain GEMMs of the c_fc and dGELU shapes (swapped sizes C = 3072,
+#      H = 768: c_proj's forward and dx are then those shapes without GELU, GELU' or pre), and the
+#      default and the fastest combination per kernel at M = 65536
 # Results: OUT/summary.txt (compact) and OUT/logs.tgz (every log).
 cd "$(dirname "$0")/.."
 export LANE_LIMIT=${LANE_LIMIT:-145}
@@ -33,10 +35,14 @@ grep -E "^FAILED|^ERROR|opt_ins|: vs float64" "$L/pytest_mlp.log" | head -30 | c
 
 # 3. issue 6's table: graphs, eager and torch.compile in the same run
 SPECS="0;dw=10;finish=1;fast=1;dgelu=6,pre=1,fast=1;gprime=1;dgelu=6,gprime=1;dgelu=6,pre=1,gprime=1,finish=1,dw=10;dgelu=6,pre=1,fast=1,finish=1,dw=10"
-step 50 mlp_bench_graphs.log python3 -m kernels.mlp_bench --graphs --compile --M 16384,65536 --trials 5 --iters 10 --schedules "$SPECS"
+step 60 mlp_bench_graphs.log python3 -m kernels.mlp_bench --graphs --compile --M 16384,65536 --trials 5 --iters 10 --schedules "$SPECS"
 { echo "--- mlp_bench --graphs --compile"; grep -vE "^===|^rc=|UserWarning|_warn_once" "$L/mlp_bench_graphs.log"; } | tee -a "$S"
 
-# 4. ncu: c_fc and the dGELU kernels (default step 4, fast on step 4, ping-pong pre by TMA, fast)
+# 4. per kernel at M = 16384
+KSPECS="0;fast=1;pre=1,fast=1;dgelu=6,pre=1,fast=1;dgelu=6,fast=1;gprime=1;dgelu=6,gprime=1;dgelu=6,pre=1,gprime=1;0,side=0;finish=1"
+step 20 mlp_kernels.log python3 -m kernels.mlp_bench --kernels --M 16384 --trials 1 --iters 5 --schedules "$KSPECS"
+
+# 5. ncu: c_fc and the dGELU kernels (default step 4, fast on step 4, ping-pong pre by TMA, fast)
 cat > /tmp/mlp_s5_ncu.py <<'PY'
 import torch
 from kernels import mlp_op
@@ -80,7 +86,7 @@ for r in data:
     stalls = sorted((v, h) for v, h in stalls if v is not None)[::-1]
     print("   stalls per issue: " + ", ".join(f"{h.split('stalled_')[1].split('_per')[0]} {v:.2f}" for v, h in stalls[:8]))
 PY
-if [ $(( LIMIT - ($(date +%s) - START) )) -ge 35 ]; then
+if [ $(( LIMIT - ($(date +%s) - START) )) -ge 30 ]; then
   step 40 ncu.log ncu --kernel-name-base demangled --kernel-name "regex:bias_gelu|dgelu" --launch-count 7 \
       --section SpeedOfLight --section WarpStateStats --section InstructionStats --section SchedulerStats --section LaunchStats \
       --section ComputeWorkloadAnalysis -o "$L/ncu_mlp" -f python3 /tmp/mlp_s5_ncu.py
@@ -90,16 +96,13 @@ if [ $(( LIMIT - ($(date +%s) - START) )) -ge 35 ]; then
   { echo "--- ncu (durations under ncu's locked clocks; stalls = warps stalled per issued instruction, all warps)"
     python3 /tmp/mlp_s5_ncu_sum.py "$L/ncu_raw.csv" 2>&1 | head -80; } >> "$S"
 else
-  note "ncu skipped: under 35 s left"
+  note "ncu skipped: under 30 s left"
 fi
-# 5. per kernel
-KSPECS="0;fast=1;pre=1,fast=1;dgelu=6,pre=1,fast=1;dgelu=6,fast=1;gprime=1;dgelu=6,gprime=1;dgelu=6,pre=1,gprime=1;0,side=0;finish=1"
-step 25 mlp_kernels.log python3 -m kernels.mlp_bench --kernels --M 16384 --trials 1 --iters 5 --schedules "$KSPECS"
+# 6. the plain GEMMs (swapped sizes) and M = 65536 per kernel, if time is left
 step 12 mlp_plain.log python3 -m kernels.mlp_bench --kernels --M 16384 --C 3072 --H 768 --trials 1 --iters 5 --schedules "proj=4,dx=4;proj=6,dx=6;proj=5,dx=5"
 step 12 mlp_kernels_65536.log python3 -m kernels.mlp_bench --kernels --M 65536 --trials 1 --iters 3 --schedules "0;dgelu=6,pre=1,gprime=1,finish=1,dw=10"
 for f in mlp_kernels mlp_plain mlp_kernels_65536; do
   { echo "--- $f"; grep -E "^M=|^  tk|kernels of|gemm|reduce|elementwise|finish|Memset" "$L/$f.log" | cut -c1-150; } >> "$S"
 done
-
 note "done in $(( $(date +%s) - START )) s"
 pack
