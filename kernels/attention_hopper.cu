@@ -123,10 +123,14 @@ namespace attention_hopper {
 // CONSUMERS = 2 (the default shape): a CTA of 3 warpgroups owns 128 query rows, one CTA per SM.
 // CONSUMERS = 1 (a variant kept for measurement, D = 64): 2 warpgroups own 64 query rows and two
 // CTAs share an SM, so one CTA's start (Q, first K) and end (stores) hide under the other's work.
+// CONSUMERS = 3 (variant 18, D = 64, persistent_kernel only; FA3's shape for head_dim 64): 4
+// warpgroups, 192 query rows, three consumer warps per scheduler instead of two to hide the
+// softmax's latencies, at 160 registers per consumer thread.
 template <int D, int CONSUMERS = 2>
 struct config {
     static_assert(D == 64 || D == 128, "head_dim 64 or 128");
-    static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
+    static_assert(CONSUMERS >= 1 && CONSUMERS <= 3, "one to three consumer warpgroups");
+    static_assert(CONSUMERS < 3 || D == 64, "three consumers: head_dim 64 only (registers)");
     static constexpr int head_dim = D;
     static constexpr int consumers = CONSUMERS;         // consumer warpgroups
     static constexpr int block_m = 64 * consumers;      // query rows per CTA (64 per consumer)
@@ -141,8 +145,8 @@ struct config {
     static constexpr int smem_bytes = q_bytes + 2 * stages * kv_bytes + 1024;  // + alignment slack
     // Registers: the CTA's share of the 65536 is threads x (65536 / (threads x ctas_per_sm));
     // the producer hands back all but 24, the consumers take them: 128·(24 + 2·240) = 64512
-    // for two consumers, 128·(24 + 232) = 32768 for one.
-    static constexpr int producer_regs = 24, consumer_regs = CONSUMERS == 2 ? 240 : 232;
+    // for two consumers, 128·(24 + 232) = 32768 for one, 128·(24 + 3·160) = 64512 for three.
+    static constexpr int producer_regs = 24, consumer_regs = CONSUMERS == 3 ? 160 : CONSUMERS == 2 ? 240 : 232;
     static_assert(128 * (producer_regs + consumers * consumer_regs) <= 65536 / ctas_per_sm, "register budget");
 };
 
@@ -551,7 +555,7 @@ template <int D, int CONSUMERS>
 struct persistent_config : config<D, CONSUMERS> {
     using C = config<D, CONSUMERS>;
     static constexpr int q_slots = 2;
-    static constexpr int stages = CONSUMERS == 2 ? C::stages : 2;
+    static constexpr int stages = CONSUMERS == 1 ? 2 : C::stages;
     static constexpr int smem_bytes = q_slots * C::q_bytes + 2 * stages * C::kv_bytes + 1024;   // 129 / 193 / 81 KB
 };
 
@@ -577,6 +581,7 @@ template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC 
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
+    static_assert(CONSUMERS < 3 || !OVERLAP_ITEMS, "three consumers: the items are not overlapped (yet)");
     using namespace tk;
     constexpr bool PINGPONG = CONSUMERS == 2 && PINGPONG_ON;
     constexpr int BM = C::block_m, BN = C::block_n, S = C::stages, QS = C::q_slots;
@@ -758,6 +763,28 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         const int n_tiles = tiles_of(w.m_block);
         const int first_row = w.m_block * BM + 64 * c;   // this warpgroup's first query row
         const int row0 = first_row + 16 * warp + lane / 4;
+        // The key tiles this warpgroup computes: all n_tiles of the item, except with three
+        // consumers, where a 192-row block spans two key tiles of its diagonal and a warpgroup
+        // whose rows all lie left of the last one (or past T) skips it: it only hands the ring
+        // slots of the tiles it skips back (skip_tiles), after its own.
+        const int n_mine = CONSUMERS < 3 ? n_tiles
+                         : first_row >= p.seq_len ? 0
+                         : p.causal ? min(n_tiles, min(first_row + 63, p.seq_len - 1) / BN + 1) : n_tiles;
+        auto skip_tiles = [&](int count) {
+            for (int i = 0; i < count; ++i) {
+                mbar::wait(k_full[k_pos.slot], k_pos.phase);
+                release(k_empty[k_pos.slot]);
+                k_pos.next();
+                mbar::wait(v_full[v_pos.slot], v_pos.phase);
+                release(v_empty[v_pos.slot]);
+                v_pos.next();
+            }
+        };
+        if (CONSUMERS == 3 && n_mine == 0) {             // every row of this warpgroup is past T
+            skip_tiles(n_tiles);
+            release_all(q_empty[qs]);
+            continue;
+        }
 
         // HALF_TILE: is the last tile's second half (keys n·BN + BN/2 ..) masked for every row of this
         // warpgroup? (Causal: consumer 0's diagonal tile, always; else a short sequence tail.) Then
@@ -765,8 +792,8 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         // (S = Q·Kᵀ stays whole: as an m64n64 wgmma into half the accumulator, ptxas serialised the
         // kernel's wgmmas, C7511.)
         const int last_row = p.causal ? min(first_row + 63, p.seq_len - 1) : p.seq_len - 1;
-        const bool last_half = HALF_TILE && (n_tiles - 1) * BN + BN / 2 > last_row;
-        auto is_half = [&](int n) { return HALF_TILE && last_half && n == n_tiles - 1; };
+        const bool last_half = HALF_TILE && (n_mine - 1) * BN + BN / 2 > last_row;
+        auto is_half = [&](int n) { return HALF_TILE && last_half && n == n_mine - 1; };
 
         auto needs_mask = [&](int n) {
             return p.causal ? (n * BN + BN - 1 > first_row) : (n * BN + BN > p.seq_len);
@@ -804,7 +831,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         scores_to_probabilities(0, is_half(0));
         to_a_operand(is_half(0));
 
-        for (int n = 1; n < n_tiles; ++n) {
+        for (int n = 1; n < n_mine; ++n) {
             turn_begin();
             k_slot = issue_qk(qs);
             const int v_slot = issue_pv(n > 1, false);   // V of tile n - 1 (only the last tile is ever half)
@@ -857,7 +884,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
             // with no next item, -1, the producer loaded a Q and K anyway and this S is thrown away).
             item = item_in_slot(j + 1);
             turn_begin();
-            const int v_slot = issue_pv(n_tiles > 1, last_half);
+            const int v_slot = issue_pv(n_mine > 1, last_half);
             k_slot = issue_qk((j + 1) % QS);
             turn_end();
             wgmma::wait_group<1>();                      // P·V done; S0 of the next item may still run
@@ -871,11 +898,12 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
             release(k_empty[k_slot]);
         } else {
             turn_begin();
-            const int v_slot = issue_pv(n_tiles > 1, last_half);
+            const int v_slot = issue_pv(n_mine > 1, last_half);
             turn_end();
             wgmma::wait_group<0>();
             wgmma::fence_operand(o_acc);
             release(v_empty[v_slot]);
+            if constexpr (CONSUMERS == 3) skip_tiles(n_tiles - n_mine);
             release_all(q_empty[qs]);                    // every S of this item is done: Q's slot is free
             epilogue();
         }
@@ -1004,6 +1032,8 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //      and the next item's first S in one turn, the epilogue under that S)
 //  16: 13 with the items overlapped (D = 64; 128 runs 15)
 //  17: 15 with every 4th exponential on the FMA pipe (exp2_poly) instead of the MUFU
+//  18: THREE consumers (192 query rows per item, no ping-pong), half tile, dynamic scheduling
+//      (D = 64; 128 runs 15)
 // 1-4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zeroed, used by this launch alone (the bindings
 // allocate it per call); the dynamically scheduled variants (11-17, the defaults) refuse nullptr.
@@ -1039,6 +1069,8 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, true, true, true, true>(p, stream, true, work_counter);
     case 17: return d64 ? launch_persistent<64, 2, true, false, true, true, true, 4>(p, stream, true, work_counter)
                         : launch_persistent<128, 2, true, true, true, true, true, 4>(p, stream, true, work_counter);
+    case 18: return d64 ? launch_persistent<64, 3, true, false, true>(p, stream, true, work_counter)
+                        : launch_persistent<128, 2, true, true, true, true, true>(p, stream, true, work_counter);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -43,6 +43,8 @@ def main(argv):
             for T, D in ((256, 64), (300, 128)):
                 _, (q, k, v) = qkv_views(2, T, 100, D)
                 H.forward(q, k, v, True, D ** -0.5, variant)
+            torch.cuda.synchronize()
+            print(f"variant {variant} ok", flush=True)   # the GPU script keeps the variants that get here
     elif what == "gpt2":
         _, (q, k, v) = qkv_views(16, 1024, 12, 64)
         H.forward(q, k, v, True, 64 ** -0.5, int(argv[2]) if len(argv) > 2 else 0)

@@ -7,7 +7,8 @@
 #     hazards on the backward in the session's first call); racecheck AND memcheck of the
 #     defaults on small shapes, and of the forward with more work items than SMs (Q slots reused)
 #   - forward variants 15 / 16 (the items overlapped: an item's last P·V and the next item's first
-#     S in one turn) and 17 (15 with every 4th exponential on the FMA pipe): a smoke run under a
+#     S in one turn), 17 (15 with every 4th exponential on the FMA pipe) and 18 (three consumer
+#     warpgroups, 192 query rows): a smoke run under a
 #     hard limit, then the forward tests vs float64 (awkward T, poisoned outputs, large logits,
 #     strided views, 150 heads), and the backward's tests
 #   - the forward's work counter, now one per launch (allocated and zeroed by the bindings):
@@ -15,7 +16,7 @@
 #     two streams, outputs bitwise equal to one-at-a-time), with the other forward tests
 #   - speed at the GPT-2 shape (16, 12, 1024, 64), bench.py's CUDA-graph medians in one process
 #     with cuDNN and FA2: tk (defaults, fwd and fwd+bwd; the backward changed by the fix only),
-#     forward variants 15, 16 and 17; tk-portable with its opt-in L2-order variants (forward 4,
+#     forward variants 15-18; tk-portable with its opt-in L2-order variants (forward 4,
 #     backward 2) against FA2 (issue 5: the portable kernel >= FA2 at this shape)
 #   - ncu of the default forward (variant 12) at the GPT-2 shape: stall reasons per SASS
 #     instruction (SourceCounters) and pipe utilisation (ComputeWorkloadAnalysis), exported and
@@ -43,9 +44,10 @@ step 70 build.log python3 -m kernels --build tk_attention_hopper tk_attention_ho
 note "$(grep -E '^build |^built' "$L/build.log" | tr '\n' ' ')"
 
 # 2. smoke of the new forward variants (a pipeline bug hangs: hard limit), many items per CTA
-NEW=""
-if step 15 smoke.log python3 tests/attention_sanitize_case.py items 15 16 17; then NEW="15 16 17"; fi
-note "smoke of variants 15-17 (2 x 100 heads, D 64/128): $(tail -2 "$L/smoke.log" | tr '\n' ' ')"
+# (one process, riskiest last; a hang stops it there, and only the variants that printed "ok" go on)
+step 20 smoke.log python3 tests/attention_sanitize_case.py items 15 16 17 18
+NEW=$(grep -oE "^variant [0-9]+ ok" "$L/smoke.log" | awk '{printf "%s ", $2}' | sed 's/ $//')
+note "smoke of variants 15-18 (2 x 100 heads, D 64/128): passed: ${NEW:-none}; $(tail -2 "$L/smoke.log" | tr '\n' ' ')"
 
 # 3. speed at the GPT-2 shape, one process with cuDNN and FA2; tk-portable runs its opt-in L2-order
 #    variants here (forward 4, backward 2: the env is read per launch; the Hopper rows ignore it)
@@ -58,7 +60,7 @@ grep -E "^fwd|^    (tk|sdpa)|MISMATCH|targets|>=" "$L/bench_tflops.txt" | head -
 
 # 4. sanitizers: the defaults on small shapes, and the forward (defaults and new variants) with
 #    more items than SMs
-SAN="0"; [ -n "$NEW" ] && SAN="0 15"
+SAN="0"; for v in $NEW; do case $v in 15|18) SAN="$SAN $v";; esac; done   # the defaults, and 15 / 18 if they passed
 step 30 racecheck.log compute-sanitizer --tool racecheck python3 tests/attention_sanitize_case.py all $SAN
 note "racecheck: $(grep -E 'RACECHECK SUMMARY|attention case ran|rc=' "$L/racecheck.log" | tr '\n' ' ')"
 step 20 memcheck.log compute-sanitizer --tool memcheck python3 tests/attention_sanitize_case.py all $SAN
