@@ -581,7 +581,6 @@ template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC 
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
-    static_assert(CONSUMERS < 3 || !OVERLAP_ITEMS, "three consumers: the items are not overlapped (yet)");
     using namespace tk;
     constexpr bool PINGPONG = CONSUMERS == 2 && PINGPONG_ON;
     constexpr int BM = C::block_m, BN = C::block_n, S = C::stages, QS = C::q_slots;
@@ -766,21 +765,30 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         // The key tiles this warpgroup computes: all n_tiles of the item, except with three
         // consumers, where a 192-row block spans two key tiles of its diagonal and a warpgroup
         // whose rows all lie left of the last one (or past T) skips it: it only hands the ring
-        // slots of the tiles it skips back (skip_tiles), after its own.
-        const int n_mine = CONSUMERS < 3 ? n_tiles
-                         : first_row >= p.seq_len ? 0
-                         : p.causal ? min(n_tiles, min(first_row + 63, p.seq_len - 1) / BN + 1) : n_tiles;
-        auto skip_tiles = [&](int count) {
+        // slots of the tiles it skips back (skip_k, skip_v), after its own. With OVERLAP_ITEMS it
+        // computes at least one tile (rows past T: harmless values, never stored), because its S0
+        // was issued at the end of the previous item already.
+        const int mine = first_row >= p.seq_len ? 0
+                       : p.causal ? min(n_tiles, min(first_row + 63, p.seq_len - 1) / BN + 1) : n_tiles;
+        const int n_mine = CONSUMERS < 3 ? n_tiles : OVERLAP_ITEMS ? max(mine, 1) : mine;
+        // A skipped tile's slot is handed back only once it is full: an arrival on "empty" before
+        // the tile has been loaded would count toward the slot's previous use.
+        auto skip_k = [&](int count) {
             for (int i = 0; i < count; ++i) {
                 mbar::wait(k_full[k_pos.slot], k_pos.phase);
                 release(k_empty[k_pos.slot]);
                 k_pos.next();
+            }
+        };
+        auto skip_v = [&](int count) {
+            for (int i = 0; i < count; ++i) {
                 mbar::wait(v_full[v_pos.slot], v_pos.phase);
                 release(v_empty[v_pos.slot]);
                 v_pos.next();
             }
         };
-        if (CONSUMERS == 3 && n_mine == 0) {             // every row of this warpgroup is past T
+        auto skip_tiles = [&](int count) { skip_k(count); skip_v(count); };
+        if (CONSUMERS == 3 && !OVERLAP_ITEMS && n_mine == 0) {   // every row of this warpgroup is past T
             skip_tiles(n_tiles);
             release_all(q_empty[qs]);
             continue;
@@ -885,12 +893,14 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
             item = item_in_slot(j + 1);
             turn_begin();
             const int v_slot = issue_pv(n_mine > 1, last_half);
+            if constexpr (CONSUMERS == 3) skip_k(n_tiles - n_mine);   // the next K in the ring is the next item's
             k_slot = issue_qk((j + 1) % QS);
             turn_end();
             wgmma::wait_group<1>();                      // P·V done; S0 of the next item may still run
             wgmma::fence_operand(o_acc);
             keep_alive(p_frag);
             release(v_empty[v_slot]);
+            if constexpr (CONSUMERS == 3) skip_v(n_tiles - n_mine);
             release_all(q_empty[qs]);                    // every S of this item is done: Q's slot is free
             epilogue();                                  // under the next item's S0
             wgmma::wait_group<0>();                      // S0 done, before the back edge (C7514)
@@ -1034,6 +1044,7 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //  17: 15 with every 4th exponential on the FMA pipe (exp2_poly) instead of the MUFU
 //  18: THREE consumers (192 query rows per item, no ping-pong), half tile, dynamic scheduling
 //      (D = 64; 128 runs 15)
+//  19: 18 with the items overlapped (D = 64; 128 runs 15)
 // 1-4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zeroed, used by this launch alone (the bindings
 // allocate it per call); the dynamically scheduled variants (11-17, the defaults) refuse nullptr.
@@ -1070,6 +1081,8 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
     case 17: return d64 ? launch_persistent<64, 2, true, false, true, true, true, 4>(p, stream, true, work_counter)
                         : launch_persistent<128, 2, true, true, true, true, true, 4>(p, stream, true, work_counter);
     case 18: return d64 ? launch_persistent<64, 3, true, false, true>(p, stream, true, work_counter)
+                        : launch_persistent<128, 2, true, true, true, true, true>(p, stream, true, work_counter);
+    case 19: return d64 ? launch_persistent<64, 3, true, false, true, true, true>(p, stream, true, work_counter)
                         : launch_persistent<128, 2, true, true, true, true, true>(p, stream, true, work_counter);
     default: return cudaErrorInvalidValue;
     }

@@ -8,7 +8,7 @@
 #     defaults on small shapes, and of the forward with more work items than SMs (Q slots reused)
 #   - forward variants 15 / 16 (the items overlapped: an item's last P·V and the next item's first
 #     S in one turn), 17 (15 with every 4th exponential on the FMA pipe) and 18 (three consumer
-#     warpgroups, 192 query rows): a smoke run under a
+#     warpgroups, 192 query rows), 19 (18 with the items overlapped): a smoke run under a
 #     hard limit, then the forward tests vs float64 (awkward T, poisoned outputs, large logits,
 #     strided views, 150 heads), and the backward's tests
 #   - the forward's work counter, now one per launch (allocated and zeroed by the bindings):
@@ -16,13 +16,13 @@
 #     two streams, outputs bitwise equal to one-at-a-time), with the other forward tests
 #   - speed at the GPT-2 shape (16, 12, 1024, 64), bench.py's CUDA-graph medians in one process
 #     with cuDNN and FA2: tk (defaults, fwd and fwd+bwd; the backward changed by the fix only),
-#     forward variants 15-18; tk-portable with its opt-in L2-order variants (forward 4,
+#     forward variants 15-19; tk-portable with its opt-in L2-order variants (forward 4,
 #     backward 2) against FA2 (issue 5: the portable kernel >= FA2 at this shape)
 #   - ncu of the default forward (variant 12) at the GPT-2 shape: stall reasons per SASS
 #     instruction (SourceCounters) and pipe utilisation (ComputeWorkloadAnalysis), exported and
 #     printed as CSV, if the time is left
-# Order: build, smoke, bench, sanitizers, tests, ncu (what matters most first; each step is cut
-# to the lane's time left).
+# Order: build, smoke, bench, sanitizers, ncu, tests (each step is cut to the lane's time left;
+# the bench checks every row against eager, the tests come last and may be cut short).
 # Checked here without a GPU: bash -n; LANE_LIMIT=20 runs every step to its failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -45,9 +45,11 @@ note "$(grep -E '^build |^built' "$L/build.log" | tr '\n' ' ')"
 
 # 2. smoke of the new forward variants (a pipeline bug hangs: hard limit), many items per CTA
 # (one process, riskiest last; a hang stops it there, and only the variants that printed "ok" go on)
-step 20 smoke.log python3 tests/attention_sanitize_case.py items 15 16 17 18
+step 20 smoke.log python3 tests/attention_sanitize_case.py items 15 16 17 18 19
 NEW=$(grep -oE "^variant [0-9]+ ok" "$L/smoke.log" | awk '{printf "%s ", $2}' | sed 's/ $//')
-note "smoke of variants 15-18 (2 x 100 heads, D 64/128): passed: ${NEW:-none}; $(tail -2 "$L/smoke.log" | tr '\n' ' ')"
+note "smoke of variants 15-19 (2 x 100 heads, D 64/128): passed: ${NEW:-none}; $(tail -2 "$L/smoke.log" | tr '\n' ' ')"
+MAIN=""; SAN="0"   # the candidates for a default (tests, sanitizers): 15, 18, 19 if they passed the smoke
+for v in $NEW; do case $v in 15|18|19) MAIN="$MAIN $v"; SAN="$SAN $v";; esac; done
 
 # 3. speed at the GPT-2 shape, one process with cuDNN and FA2; tk-portable runs its opt-in L2-order
 #    variants here (forward 4, backward 2: the env is read per launch; the Hopper rows ignore it)
@@ -60,23 +62,22 @@ grep -E "^fwd|^    (tk|sdpa)|MISMATCH|targets|>=" "$L/bench_tflops.txt" | head -
 
 # 4. sanitizers: the defaults on small shapes, and the forward (defaults and new variants) with
 #    more items than SMs
-SAN="0"; for v in $NEW; do case $v in 15|18) SAN="$SAN $v";; esac; done   # the defaults, and 15 / 18 if they passed
 step 30 racecheck.log compute-sanitizer --tool racecheck python3 tests/attention_sanitize_case.py all $SAN
 note "racecheck: $(grep -E 'RACECHECK SUMMARY|attention case ran|rc=' "$L/racecheck.log" | tr '\n' ' ')"
 step 20 memcheck.log compute-sanitizer --tool memcheck python3 tests/attention_sanitize_case.py all $SAN
 note "memcheck: $(grep -E 'ERROR SUMMARY|attention case ran|rc=' "$L/memcheck.log" | tr '\n' ' ')"
 
-# 5. tests: the backward (its defaults, with the fix), the forward's new variants and defaults
-TK_ATTENTION_HOPPER_VARIANTS="${NEW:-12}" step 40 tests.log $PYT $XDIST tests/test_attention_hopper_bwd.py \
-    tests/test_attention_hopper.py -k "not nvcc and not bindings_parse and not gpu_script"
-summary "tests (backward defaults; forward variants ${NEW:-12} + default)" tests.log
-
-# 6. ncu: where the default forward's warps stall, per SASS instruction
-if step 30 ncu.log ncu --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis -k regex:persistent_kernel \
+# 5. ncu: where the default forward's warps stall, per SASS instruction
+if step 25 ncu.log ncu --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis -k regex:persistent_kernel \
         --launch-count 1 -f -o "$L/ncu_fwd_default" python3 tests/attention_sanitize_case.py gpt2 0; then
     ncu --import "$L/ncu_fwd_default.ncu-rep" --page source --print-source sass --csv > "$L/ncu_fwd_source.csv" 2>&1 \
         || ncu --import "$L/ncu_fwd_default.ncu-rep" --page source --csv > "$L/ncu_fwd_source.csv" 2>&1
     ncu --import "$L/ncu_fwd_default.ncu-rep" --page details --print-details all > "$L/ncu_fwd_details.txt" 2>&1
     note "ncu: $(grep -E 'Warp Cycles Per Issued|Duration' "$L/ncu_fwd_details.txt" | tr -s ' ' | tr '\n' ' ')"
 fi
+# 6. tests: the backward (its defaults, with the fix), the forward's new variants and defaults
+TK_ATTENTION_HOPPER_VARIANTS="${MAIN:-12}" step 45 tests.log $PYT $XDIST tests/test_attention_hopper_bwd.py \
+    tests/test_attention_hopper.py -k "not nvcc and not bindings_parse and not gpu_script"
+summary "tests (backward defaults; forward variants ${MAIN:-12} + default)" tests.log
+
 pack
