@@ -765,7 +765,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         // The key tiles this warpgroup computes: all n_tiles of the item, except with three
         // consumers, where a 192-row block spans two key tiles of its diagonal and a warpgroup
         // whose rows all lie left of the last one (or past T) skips it: it only hands the ring
-        // slots of the tiles it skips back (skip_k, skip_v), after its own. With OVERLAP_ITEMS it
+        // slots of the tiles it skips back (skip_tiles), after its own. With OVERLAP_ITEMS it
         // computes at least one tile (rows past T: harmless values, never stored), because its S0
         // was issued at the end of the previous item already.
         const int mine = first_row >= p.seq_len ? 0
@@ -773,21 +773,17 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         const int n_mine = CONSUMERS < 3 ? n_tiles : OVERLAP_ITEMS ? max(mine, 1) : mine;
         // A skipped tile's slot is handed back only once it is full: an arrival on "empty" before
         // the tile has been loaded would count toward the slot's previous use.
-        auto skip_k = [&](int count) {
+        // In ring order, K n then V n, once its own last V is free (see the last turn below).
+        auto skip_tiles = [&](int count) {
             for (int i = 0; i < count; ++i) {
                 mbar::wait(k_full[k_pos.slot], k_pos.phase);
                 release(k_empty[k_pos.slot]);
                 k_pos.next();
-            }
-        };
-        auto skip_v = [&](int count) {
-            for (int i = 0; i < count; ++i) {
                 mbar::wait(v_full[v_pos.slot], v_pos.phase);
                 release(v_empty[v_pos.slot]);
                 v_pos.next();
             }
         };
-        auto skip_tiles = [&](int count) { skip_k(count); skip_v(count); };
         if (CONSUMERS == 3 && !OVERLAP_ITEMS && n_mine == 0) {   // every row of this warpgroup is past T
             skip_tiles(n_tiles);
             release_all(q_empty[qs]);
@@ -887,20 +883,38 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
             }
         };
 
-        if constexpr (OVERLAP_ITEMS) {
+        if constexpr (OVERLAP_ITEMS && CONSUMERS < 3) {
             // The last turn: this item's last P·V, then the next item's S0 (Q in slot (j + 1) % QS;
             // with no next item, -1, the producer loaded a Q and K anyway and this S is thrown away).
             item = item_in_slot(j + 1);
             turn_begin();
             const int v_slot = issue_pv(n_mine > 1, last_half);
-            if constexpr (CONSUMERS == 3) skip_k(n_tiles - n_mine);   // the next K in the ring is the next item's
             k_slot = issue_qk((j + 1) % QS);
             turn_end();
             wgmma::wait_group<1>();                      // P·V done; S0 of the next item may still run
             wgmma::fence_operand(o_acc);
             keep_alive(p_frag);
             release(v_empty[v_slot]);
-            if constexpr (CONSUMERS == 3) skip_v(n_tiles - n_mine);
+            release_all(q_empty[qs]);                    // every S of this item is done: Q's slot is free
+            epilogue();                                  // under the next item's S0
+            wgmma::wait_group<0>();                      // S0 done, before the back edge (C7514)
+            wgmma::fence_operand(s_acc);
+            release(k_empty[k_slot]);
+        } else if constexpr (OVERLAP_ITEMS) {
+            // Three consumers: the last P·V, then the slots of the skipped tiles, then the next
+            // item's S0, with the epilogue under it. Not P·V and S0 in flight together as above: a
+            // warpgroup must hand its last V back before it waits for any later tile or for the
+            // next Q. The producer loads in ring order (K n, then V n-1) and refills a V slot only
+            // once all consumers freed it, so a warpgroup that skips several tiles while holding
+            // V n would wait for a K that the producer can load only after that V is free.
+            const int v_slot = issue_pv(n_mine > 1, last_half);
+            wgmma::wait_group<0>();
+            wgmma::fence_operand(o_acc);
+            keep_alive(p_frag);
+            release(v_empty[v_slot]);
+            skip_tiles(n_tiles - n_mine);
+            item = item_in_slot(j + 1);
+            k_slot = issue_qk((j + 1) % QS);
             release_all(q_empty[qs]);                    // every S of this item is done: Q's slot is free
             epilogue();                                  // under the next item's S0
             wgmma::wait_group<0>();                      // S0 done, before the back edge (C7514)

@@ -5,7 +5,7 @@ tests/test_attention_hopper*.py compare against float64). Run from the repositor
                                                       T 70/300/200: the backward reuses its
                                                       (Q, dO, lse, Di) slots (5 query blocks > 3)
   python3 tests/attention_sanitize_case.py items V...  forward variants V (0 = default) with more
-                                                      work items than SMs (2 x 100 heads x 2-3
+                                                      work items than SMs (100-200 heads x 2-8
                                                       query blocks), so a persistent CTA reuses
                                                       its Q slots and item_of (racecheck)
   python3 tests/attention_sanitize_case.py all V...    small, then items V...
@@ -40,8 +40,10 @@ def main(argv):
                        out=tuple(dqkv.permute(2, 0, 3, 1, 4).unbind(0)))
     elif what == "items":
         for variant in [int(x) for x in argv[2:]] or [0]:
-            for T, D in ((256, 64), (300, 128)):
-                _, (q, k, v) = qkv_views(2, T, 100, D)
+            # T = 1000: variants 18/19's last 192-row block has two warpgroups past T, which skip
+            # (hand back) 7 key tiles each
+            for B, T, D in ((2, 256, 64), (1, 1000, 64), (2, 300, 128)):
+                _, (q, k, v) = qkv_views(B, T, 100, D)
                 H.forward(q, k, v, True, D ** -0.5, variant)
             torch.cuda.synchronize()
             print(f"variant {variant} ok", flush=True)   # the GPU script keeps the variants that get here

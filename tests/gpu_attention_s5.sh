@@ -62,8 +62,11 @@ grep -E "^fwd|^    (tk|sdpa)|MISMATCH|targets|>=" "$L/bench_tflops.txt" | head -
 
 # 4. sanitizers: the defaults on small shapes, and the forward (defaults and new variants) with
 #    more items than SMs
-step 30 racecheck.log compute-sanitizer --tool racecheck python3 tests/attention_sanitize_case.py all $SAN
-note "racecheck: $(grep -E 'RACECHECK SUMMARY|attention case ran|rc=' "$L/racecheck.log" | tr '\n' ' ')"
+# (the backward's small case first, in its own run: the fix this session is about)
+step 25 racecheck.log compute-sanitizer --tool racecheck python3 tests/attention_sanitize_case.py small
+note "racecheck (defaults, small): $(grep -E 'RACECHECK SUMMARY|attention case ran|rc=' "$L/racecheck.log" | tr '\n' ' ')"
+step 25 racecheck_items.log compute-sanitizer --tool racecheck python3 tests/attention_sanitize_case.py items $SAN
+note "racecheck (forward $SAN, many items): $(grep -E 'RACECHECK SUMMARY|attention case ran|rc=' "$L/racecheck_items.log" | tr '\n' ' ')"
 step 20 memcheck.log compute-sanitizer --tool memcheck python3 tests/attention_sanitize_case.py all $SAN
 note "memcheck: $(grep -E 'ERROR SUMMARY|attention case ran|rc=' "$L/memcheck.log" | tr '\n' ' ')"
 
