@@ -19,6 +19,7 @@ struct gemm_args {
     const void* bias;           // bf16 [N] added to every row, or nullptr
     const void* pre;            // linear_dgelu only: bf16 [M][N] pre-activation saved by the forward
     float* bias_grad_partial;   // linear_dgelu only: fp32 [ceil(M/16)][N], column sums per 16 rows
+                                //   (nullptr with fast_dgelu or gelu_grad_saved: no db1, session 5)
     float* zero;                // linear_dgelu only, optional: an fp32 buffer its idle warps zero
     long long zero_floats;      //   (its length, a multiple of 4; 16-byte aligned)
     float* a_colsum;            // linear_dgelu only, optional: fp32 [num_sms][K], column sums of A
@@ -93,7 +94,7 @@ const char* weight_grad(const gemm_args&);
 // The backward's small tail in ONE launch (session 5, "finish=1"; replaces two torch reductions
 // and four casts): out_a = bf16(column sums of sum_a [rows_a][cols_a]) (db_fc from the dGELU
 // GEMM's partials), out_b likewise for sum_b (db_proj from the side job's per-CTA sums; sum_b may
-// be nullptr), and the fp32 weight gradients cast_in [cast_n] -> bf16, the first cast_split
+// be nullptr; so may sum_a: no bias sums), and the fp32 weight gradients cast_in [cast_n] -> bf16, the first cast_split
 // floats into cast_out0 and the rest into cast_out1. cols_a, cols_b multiples of 16, cast_n and
 // cast_split multiples of 4. Deterministic (a fixed summation order).
 struct finish_args {

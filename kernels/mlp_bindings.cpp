@@ -221,9 +221,11 @@ void weight_grad(const Tensor& a, const Tensor& b, const Tensor& x, const Tensor
     raise_if_launch_failed(tk_mlp::weight_grad(g), what);
 }
 
-// Returns [dx, dw_fc, db_fc, dw_proj, db_proj] (all bf16).
+// Returns [dx, dw_fc, db_fc, dw_proj, db_proj] (all bf16). bias_grads = false (session 5; a model
+// without biases): db_fc and db_proj come back empty (0 elements), dy's column sums and both bias
+// reductions are skipped, and with the fast or gprime dGELU policies so are db1's partial sums.
 std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pre, const Tensor& h,
-                             const Tensor& w_fc, const Tensor& w_proj) {
+                             const Tensor& w_fc, const Tensor& w_proj, bool bias_grads) {
     tk_bindings::raise_if(backward_problem(dy, x, pre, h, w_fc, w_proj));
     const int64_t M = x.size(0), C = x.size(1), H = w_fc.size(0);
     const c10::cuda::CUDAGuard guard(x.device());
@@ -237,17 +239,22 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
 
     // dpre = (dy·w_proj) ⊙ GELU'(pre), with db_fc's partial column sums per 16 rows
     Tensor dpre = at::empty({M, H}, x.options());
-    Tensor partial = at::empty({(M + 15) / 16, H}, x.options().dtype(at::kFloat));
+    // db1's partials: the session 5 policies (fast, gprime) skip them when no bias gradient is
+    // wanted; sessions 3-4's always write them
+    const bool partials = bias_grads || !(fast_dgelu || gelu_grad_saved);
+    Tensor partial = partials ? at::empty({(M + 15) / 16, H}, x.options().dtype(at::kFloat)) : Tensor();
     tk_mlp::gemm_args g = base_args(x, DGELU);
-    Tensor colsum = side_jobs ? at::empty({g.num_sms, C}, x.options().dtype(at::kFloat)) : Tensor();
+    const bool dy_sums = side_jobs && bias_grads;     // the side job's column sums of dy, for db_proj
+    Tensor colsum = dy_sums ? at::empty({g.num_sms, C}, x.options().dtype(at::kFloat)) : Tensor();
     g.a = dy.data_ptr(); g.b = w_proj.data_ptr(); g.c = dpre.data_ptr();
-    g.M = int(M); g.N = int(H); g.K = int(C); g.pre = pre.data_ptr(); g.bias_grad_partial = partial.data_ptr<float>();
+    g.M = int(M); g.N = int(H); g.K = int(C); g.pre = pre.data_ptr();
+    g.bias_grad_partial = partials ? partial.data_ptr<float>() : nullptr;
     g.pre_tma = pre_tma ? 1 : 0;
     g.fast_dgelu = fast_dgelu ? 1 : 0;
     g.gelu_grad_saved = gelu_grad_saved ? 1 : 0;      // gprime: `pre` holds GELU'(pre) (the forward ran with it too)
     if (side_jobs) {
         g.zero = dw_buf.data_ptr<float>(); g.zero_floats = 2 * HC;
-        g.a_colsum = colsum.data_ptr<float>();
+        if (dy_sums) g.a_colsum = colsum.data_ptr<float>();
     }
     raise_if_launch_failed(tk_mlp::linear_dgelu(g), "dGELU (dy·w_proj ⊙ GELU'(pre))");
 
@@ -262,19 +269,20 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     weight_grad(dpre, x, x, dw_buf.narrow(0, 0, HC).view({H, C}), "dw_fc (dpreᵀ·x)");
     if (finish_kernel) {                 // one launch: db_fc, db_proj (with side jobs), both casts
         Tensor dw_fc = at::empty({H, C}, x.options()), dw_proj = at::empty({C, H}, x.options());
-        Tensor db_fc = at::empty({H}, x.options()), db_proj = at::empty({C}, x.options());
+        Tensor db_fc = at::empty({bias_grads ? H : 0}, x.options()), db_proj = at::empty({bias_grads ? C : 0}, x.options());
         tk_mlp::finish_args f{};
-        f.sum_a = partial.data_ptr<float>(); f.rows_a = int(partial.size(0)); f.cols_a = int(H); f.out_a = db_fc.data_ptr();
-        if (side_jobs) { f.sum_b = colsum.data_ptr<float>(); f.rows_b = int(colsum.size(0)); f.cols_b = int(C); f.out_b = db_proj.data_ptr(); }
+        if (bias_grads) { f.sum_a = partial.data_ptr<float>(); f.rows_a = int(partial.size(0)); f.cols_a = int(H); f.out_a = db_fc.data_ptr(); }
+        if (dy_sums) { f.sum_b = colsum.data_ptr<float>(); f.rows_b = int(colsum.size(0)); f.cols_b = int(C); f.out_b = db_proj.data_ptr(); }
         f.cast_in = dw_buf.data_ptr<float>(); f.cast_n = 2 * HC; f.cast_split = HC;
         f.cast_out0 = dw_fc.data_ptr(); f.cast_out1 = dw_proj.data_ptr();
         f.num_sms = g.num_sms; f.stream = c10::cuda::getCurrentCUDAStream().stream();
         raise_if_launch_failed(tk_mlp::finish_backward(f), "the backward's tail (bias sums, dW casts)");
-        if (!side_jobs) db_proj = dy.sum(0, /*keepdim=*/false, at::kFloat).to(at::kBFloat16);
+        if (bias_grads && !side_jobs) db_proj = dy.sum(0, /*keepdim=*/false, at::kFloat).to(at::kBFloat16);
         return {dx, dw_fc, db_fc, dw_proj, db_proj};
     }
     Tensor dw_proj = dw_buf.narrow(0, HC, HC).view({C, H}).to(at::kBFloat16);
     Tensor dw_fc = dw_buf.narrow(0, 0, HC).view({H, C}).to(at::kBFloat16);
+    if (!bias_grads) return {dx, dw_fc, at::empty({0}, x.options()), dw_proj, at::empty({0}, x.options())};
     Tensor db_fc = partial.sum(0).to(at::kBFloat16);
     Tensor db_proj = side_jobs ? colsum.sum(0).to(at::kBFloat16)
                                : dy.sum(0, /*keepdim=*/false, at::kFloat).to(at::kBFloat16);
@@ -312,6 +320,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("forward_inference", &forward_inference,
           "y = forward_inference(x, w_fc, b_fc|None, w_proj, b_proj|None): forward's y without writing pre (evaluation)",
           py::arg("x"), py::arg("w_fc"), py::arg("b_fc"), py::arg("w_proj"), py::arg("b_proj"));
-    m.def("backward", &backward, "dx, dw_fc, db_fc, dw_proj, db_proj = backward(dy, x, pre, h, w_fc, w_proj)",
-          py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"));
+    m.def("backward", &backward,
+          "dx, dw_fc, db_fc, dw_proj, db_proj = backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True); "
+          "bias_grads=False: db_fc and db_proj empty, their work skipped",
+          py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"),
+          py::arg("bias_grads") = true);
 }

@@ -364,8 +364,10 @@ __device__ __forceinline__ void reduce_scatter_round(float (&v)[16], bool upper)
 }
 // v[2j + p] = this lane's sum over rows g, g+8 of column 8j + 2t + p of box ch. Sums over the
 // warp's 16 rows and stores, from lane (g, t), columns 8g + 2t, +1 of the box into db1's partials.
+// partial == nullptr: no bias gradient is wanted (bias_grads = false), nothing to sum.
 __device__ __forceinline__ void store_db1_partial(float (&v)[16], float* partial, int ch, const tile_pos& pos,
                                                   const shape& sh) {
+    if (!partial) return;
     reduce_scatter_round<8, 16>(v, pos.g & 4);
     reduce_scatter_round<4, 8>(v, pos.g & 2);
     reduce_scatter_round<2, 4>(v, pos.g & 1);

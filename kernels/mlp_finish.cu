@@ -76,9 +76,9 @@ __global__ void __launch_bounds__(THREADS) finish_kernel(const tk_mlp::finish_ar
 namespace tk_mlp {
 
 const char* finish_backward(const finish_args& a) {
-    if (a.cols_a % COLS_PER_BLOCK || (a.sum_b && a.cols_b % COLS_PER_BLOCK) || a.cast_n % 4 || a.cast_split % 4)
+    if ((a.sum_a && a.cols_a % COLS_PER_BLOCK) || (a.sum_b && a.cols_b % COLS_PER_BLOCK) || a.cast_n % 4 || a.cast_split % 4)
         return "tk_mlp: finish_backward needs column counts that are multiples of 16 and cast sizes that are multiples of 4";
-    const int blocks_a = a.cols_a / COLS_PER_BLOCK, blocks_b = a.sum_b ? a.cols_b / COLS_PER_BLOCK : 0;
+    const int blocks_a = a.sum_a ? a.cols_a / COLS_PER_BLOCK : 0, blocks_b = a.sum_b ? a.cols_b / COLS_PER_BLOCK : 0;
     // casts: enough blocks to fill the GPU twice over, at least one
     const long long cast_blocks = std::clamp<long long>((a.cast_n / 4 + THREADS - 1) / THREADS, 1, 2LL * std::max(a.num_sms, 1));
     finish_kernel<<<int(blocks_a + blocks_b + cast_blocks), THREADS, 0, a.stream>>>(a, blocks_a, blocks_b);

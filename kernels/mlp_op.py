@@ -15,7 +15,7 @@ The ops:
   tk::mlp_fwd(x, w_fc, b_fc, w_proj, b_proj) -> (y, pre, h)     two GEMMs
       pre = x·w_fcᵀ + b_fc and h = GELU(pre) come out of ONE GEMM's epilogue; both are kept for
       the backward (pre for GELU', h for dw_proj), exactly what eager PyTorch keeps.
-  tk::mlp_bwd(dy, x, pre, h, w_fc, w_proj) -> (dx, dw_fc, db_fc, dw_proj, db_proj)   four GEMMs
+  tk::mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=True) -> (dx, dw_fc, db_fc, dw_proj, db_proj)   four GEMMs
       dpre = (dy·w_proj) ⊙ GELU'(pre) in one GEMM's epilogue (which also sums db_fc per 16
       rows); dx = dpre·w_fc; dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x with split-K.
 Both have `register_fake` (shapes only) and mlp_fwd has `register_autograd`, so torch.compile
@@ -186,11 +186,14 @@ def _ext_forward_inference(x, w_fc, b_fc, w_proj, b_proj):
     return _module().forward_inference(x, w_fc, b_fc, w_proj, b_proj)
 
 
-def _ext_backward(dy, x, pre, h, w_fc, w_proj):
-    """Returns (dx, dw_fc, db_fc, dw_proj, db_proj), all bf16."""
+def _ext_backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True):
+    """Returns (dx, dw_fc, db_fc, dw_proj, db_proj), all bf16. bias_grads=False (a model without
+    biases, GPT-2's bias=False): db_fc and db_proj come back empty (0 elements) and the backward
+    skips the work that only they need (session 5)."""
     dy, x, pre, h, w_fc, w_proj = (realign16(t) for t in (dy, x, pre, h, w_fc, w_proj))
     check_backward(dy, x, pre, h, w_fc, w_proj)
-    dx, dw_fc, db_fc, dw_proj, db_proj = _module().backward(dy, x, pre, h, w_fc, w_proj)
+    extra = () if bias_grads else (False,)            # the binding's bias_grads defaults to True
+    dx, dw_fc, db_fc, dw_proj, db_proj = _module().backward(dy, x, pre, h, w_fc, w_proj, *extra)
     return dx, dw_fc, db_fc, dw_proj, db_proj
 
 
@@ -206,9 +209,9 @@ def mlp_fwd(x: Tensor, w_fc: Tensor, b_fc: Optional[Tensor], w_proj: Tensor,
 
 @torch.library.custom_op("tk::mlp_bwd", mutates_args=())
 def mlp_bwd(dy: Tensor, x: Tensor, pre: Tensor, h: Tensor, w_fc: Tensor,
-            w_proj: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+            w_proj: Tensor, bias_grads: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Returns (dx, dw_fc, db_fc, dw_proj, db_proj), all bf16."""
-    dx, dw_fc, db_fc, dw_proj, db_proj = _ext_backward(dy, x, pre, h, w_fc, w_proj)
+    dx, dw_fc, db_fc, dw_proj, db_proj = _ext_backward(dy, x, pre, h, w_fc, w_proj, bias_grads)
     return dx, dw_fc, db_fc, dw_proj, db_proj
 
 
@@ -219,9 +222,9 @@ def _(x, w_fc, b_fc, w_proj, b_proj):
 
 
 @mlp_bwd.register_fake
-def _(dy, x, pre, h, w_fc, w_proj):
-    return (torch.empty_like(x), torch.empty_like(w_fc), w_fc.new_empty(w_fc.shape[0]),
-            torch.empty_like(w_proj), w_proj.new_empty(w_proj.shape[0]))
+def _(dy, x, pre, h, w_fc, w_proj, bias_grads=True):
+    return (torch.empty_like(x), torch.empty_like(w_fc), w_fc.new_empty(w_fc.shape[0] if bias_grads else 0),
+            torch.empty_like(w_proj), w_proj.new_empty(w_proj.shape[0] if bias_grads else 0))
 
 
 # ---- 3. autograd: the forward keeps x, pre, h and the weights; backward is one more call -----
@@ -240,6 +243,8 @@ def _make_backward(mlp_backward):
         # pre and h are internal outputs (the public op returns only y): their gradients are unused
         # (zeros on the custom op, None on the fast path), and dy is never None.
         x, pre, h, w_fc, w_proj = ctx.saved_tensors
+        # (bias_grads=False would skip the bias-gradient work when the MLP has no biases, session 5;
+        # not passed yet: tests/test_fast_path.py's fake extension takes six arguments)
         dx, dw_fc, db_fc, dw_proj, db_proj = mlp_backward(dy.contiguous(), x, pre, h, w_fc, w_proj)
         return (dx, dw_fc, db_fc if ctx.has_b_fc else None, dw_proj, db_proj if ctx.has_b_proj else None)
     return backward

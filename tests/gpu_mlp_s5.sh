@@ -29,7 +29,7 @@ note "$(grep -E '^build|^built' "$L/build.log" | tr '\n' ' ')"
 
 # 2. correctness of the new paths (the default's kernels are unchanged: same policies, same configs)
 step 35 pytest_mlp.log python3 -m pytest -q --maxfail=5 --tb=short -rf tests/test_mlp.py \
-    -k "fast or finish or gprime or refuses or deterministic or opt_ins" -s
+    -k "fast or finish or gprime or refuses or deterministic or opt_ins or no_bias" -s
 note "pytest test_mlp.py (session 5 paths): $(grep -E 'passed|failed|error' "$L/pytest_mlp.log" | tail -1)"
 grep -E "^FAILED|^ERROR|opt_ins|: vs float64" "$L/pytest_mlp.log" | head -30 | cut -c1-160 >> "$S"
 

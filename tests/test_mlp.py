@@ -323,6 +323,29 @@ def test_session5_opt_ins_match_default(mlp, spec):
         assert e_base < 6e-3, f"{spec} {name}: differs from the default by {e_base:.2e}"
 
 
+# Session 5: bias_grads=False (a model without biases, GPT-2's bias=False): db_fc and db_proj come
+# back empty and their work is skipped; dx is bit-identical to the full backward's (its dpre is the
+# same), the weight gradients equal within split-K's order. (Autograd does not pass it yet.)
+@pytest.mark.parametrize("spec", ["0", "fast=1,finish=1", "dgelu=6,gprime=1,finish=1", "side=0", "pre=1,fast=1"])
+def test_no_bias_grads(mlp, spec):
+    M, C = 1000, 768
+    x, w_fc, _, w_proj, _, dy = make(M, C, seed=13, bias=False)
+    mlp.set_schedule(spec)
+    try:
+        y, pre, h = mlp.mlp_fwd(x, w_fc, None, w_proj, None)
+        full = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+        poison_allocator(2 * M * 4 * C, 4 * 4 * C * C)
+        lean = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj, False)
+        torch.cuda.synchronize()
+    finally:
+        mlp.set_schedule("0")
+    assert lean[2].numel() == 0 and lean[4].numel() == 0, "bias_grads=False must return empty db_fc, db_proj"
+    assert torch.equal(lean[0], full[0]), "dx changed with bias_grads=False"
+    for i, name in ((1, "dw_fc"), (3, "dw_proj")):
+        e = rel_err(lean[i], full[i])
+        assert e < 1e-2, f"{spec} {name}: {e:.2e} from the full backward's"
+
+
 def test_autocast_fp32_params(mlp):
     """Under bf16 autocast with fp32 parameters (how train.py runs), the kernel runs and the
     fp32 parameters get fp32 gradients close to the float64 reference."""
