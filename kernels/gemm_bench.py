@@ -5,15 +5,30 @@
     python -m kernels.gemm_bench --variants # step 4's pipeline variants (gemm.VARIANTS) instead of the steps
     python -m kernels.gemm_bench --steps 0,4,5 --variants5 1,2,3   # auto, 4, 5 and step 5's variants (gemm.VARIANTS5)
     python -m kernels.gemm_bench --steps 0,4 --variants4 5          # ... and step 4's (gemm.VARIANTS)
+    python -m kernels.gemm_bench --steps 0,4 --modes eager,graph,kernel --host   # launch cost vs kernel (session 5)
 
-Each trial times torch.matmul and each step on the same inputs (CUDA events around `iters`
-back-to-back launches after a warm-up); the reported ratio is the median over trials of
-tk / torch, because absolute figures drift by 10% between runs on the H200 (shared/docs/anchors.md).
-Shapes are written M x K x N; 'fwd' is y = x·Wᵀ, 'dW' the weight gradient dyᵀ·x of the same layer.
-(bench.py at the top level is engineer B's; this is the GEMM part until it has a registry.)
+Timing modes (--modes; each trial runs every mode of every implementation, interleaved):
+  eager   CUDA events around `iters` back-to-back calls launched from Python. The GPU waits for
+          Python whenever one call's host path (checks, allocation, TMA descriptor encodes,
+          split-K's memset and conversion launches) takes longer than its kernels.
+  graph   the same `iters` calls captured once in a CUDA graph; events around `replays` replays.
+          Kernels alone, back to back: host work is gone, but GPU work the call adds (split-K's
+          zeroing and fp32 -> bf16 conversion) stays. torch.matmul is captured the same way.
+  kernel  tk only: the GEMM kernel alone (gemm.kernel_only: operands and output prepared once,
+          no memset, no conversion), captured and replayed like `graph`; its ratio is to torch's
+          `graph` time of the same trial.
+--host adds a table of host microseconds per call (perf_counter, launches queued, not waited
+for): torch.matmul, tk's matmul and each part of its path, and one TMA descriptor encode.
+
+The reported ratio is the median over trials of tk / torch from the same trial and mode, because
+absolute figures drift by 10% between runs on the H200 (shared/docs/anchors.md). Shapes are
+written M x K x N; 'fwd' is y = x·Wᵀ, 'dW' the weight gradient dyᵀ·x of the same layer.
+(bench.py at the top level has a registry row for the GEMM; this is the GEMM's own bench.)
 """
 import argparse
+import json
 import statistics
+import time
 
 import torch
 
@@ -35,6 +50,51 @@ def time_ms(fn, iters):
     return start.elapsed_time(end) / iters
 
 
+def capture(fn, iters):
+    """A CUDA graph of `iters` back-to-back calls of fn (warmed up on a side stream first, as
+    torch asks: lazy builds and allocations must not happen during capture)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(iters):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    return g
+
+
+def time_graph_ms(g, iters, replays):
+    """Milliseconds per call: `replays` back-to-back replays of g (iters calls each) between events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        g.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / (replays * iters)
+
+
+def host_us(fn, calls=30, reps=3):
+    """Host microseconds per call: the median over reps of perf_counter around `calls` calls,
+    the GPU synchronized before each rep (so the launch queue has room) but not waited for."""
+    fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        out.append((time.perf_counter() - t0) / calls * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(out)
+
+
 def cases(quick):
     """(name, M, K, N, kind); kind 'fwd': A = x [M][K], B = Wᵀ; 'dW': A = dyᵀ, B = x (K = tokens)."""
     out = [("8192^3", 8192, 8192, 8192, "fwd")]
@@ -54,21 +114,68 @@ def operands(M, K, N, kind):
     return dy.t(), x
 
 
+def host_table(a, b):
+    """Host µs per call of torch.matmul, of tk's matmul (auto step; plan cache on and off) and
+    of each part of tk's path, on these operands."""
+    ext = gemm._ext.module
+    p = gemm.plan(a, b, step=0)
+    M, N = a.shape[0], b.shape[1]
+    a_s, b_s = gemm._operands(p, a, b)
+    c_dtype = torch.float32 if p.splits > 1 else torch.bfloat16
+    c = torch.zeros((M, N), device=a.device, dtype=c_dtype)
+    launch, _ = gemm.kernel_only(a, b, step=0)
+    row = {"torch.matmul": host_us(lambda: torch.matmul(a, b)),
+           "tk matmul (plan cache on)": host_us(lambda: gemm.matmul(a, b, step=0))}
+    gemm.PLAN_CACHE = False
+    try:
+        row["tk matmul (plan cache off)"] = host_us(lambda: gemm.matmul(a, b, step=0))
+    finally:
+        gemm.PLAN_CACHE = True
+    row["  check_inputs (Python)"] = host_us(lambda: gemm.check_inputs(a, b, step=0))
+    row["  plan, cached"] = host_us(lambda: gemm.plan(a, b, step=0))
+    row["  operands (views)"] = host_us(lambda: gemm._operands(p, a, b))
+    row["  output: " + ("torch.zeros fp32 (split-K)" if p.splits > 1 else "torch.empty bf16")] = host_us(
+        lambda: torch.zeros((M, N), device=a.device, dtype=torch.float32) if p.splits > 1
+        else torch.empty((M, N), device=a.device, dtype=torch.bfloat16))
+    row["  ext.check_run (C++ checks, no launch)"] = host_us(
+        lambda: ext.check_run(p.step, a_s, b_s, c, p.a_t, p.b_mode == "c", None, False, p.splits, p.variant))
+    row["  ext.run (checks + TMA encodes + launch)"] = host_us(launch)
+    if p.splits > 1:
+        row["  c.to(bf16) (split-K conversion)"] = host_us(lambda: c.to(torch.bfloat16))
+    enc = a_s if a_s.shape[1] % 64 == 0 and a_s.shape[0] >= 128 else b_s
+    row["  one TMA descriptor encode (x1000, mean)"] = ext.tma_encode_us(enc, 1000)
+    return p, row
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--replays", type=int, default=3, help="graph replays per timing (graph and kernel modes)")
     ap.add_argument("--steps", default="1,2,3,4", help="e.g. 0,4,5: auto (0), step 4, step 5")
     ap.add_argument("--variants", action="store_true", help="time step 4's variants instead of the steps")
     ap.add_argument("--variants5", default="", help="also time these step-5 variants, e.g. 1,2,3 (v0 is step5)")
     ap.add_argument("--variants4", default="", help="also time these step-4 variants, e.g. 5 (v0 is step4)")
     ap.add_argument("--shapes", default="", help="comma-separated substrings of the case names to keep")
+    ap.add_argument("--modes", default="eager", help="comma-separated: eager, graph, kernel (see the docstring)")
+    ap.add_argument("--host", action="store_true", help="also print host microseconds per call and per part")
+    ap.add_argument("--json", default="", help="write every figure to this file")
     args = ap.parse_args()
     steps = [int(s) for s in args.steps.split(",")]
+    modes = [m for m in args.modes.split(",") if m]
+    bad = [m for m in modes if m not in ("eager", "graph", "kernel")]
+    if bad or not modes:
+        ap.error(f"--modes takes eager, graph, kernel (got {args.modes!r})")
+    if "kernel" in modes and "graph" not in modes:
+        modes.append("graph")                    # kernel's ratio is to torch's graph time
     trials = 2 if args.quick else args.trials
-    print(f"GEMM bench on {torch.cuda.get_device_name()}, {trials} interleaved trials of {args.iters} back-to-back launches")
-    rows = []
+    print(f"GEMM bench on {torch.cuda.get_device_name()}, {trials} interleaved trials; modes: "
+          + ", ".join({"eager": f"eager = {args.iters} back-to-back calls launched from Python",
+                       "graph": f"graph = the same calls captured in a CUDA graph ({args.replays} replays: kernels alone)",
+                       "kernel": "kernel = tk's GEMM kernel alone in a graph (no split-K memset/conversion)"}[m]
+                      for m in modes), flush=True)
+    rows, summary = [], []
     keep = [k for k in args.shapes.split(",") if k]
     for name, M, K, N, kind in cases(args.quick):
         if keep and not any(k in name for k in keep):
@@ -86,17 +193,68 @@ def main():
             fns[f"5v{v}"] = (lambda v=v: gemm.matmul(a, b, step=5, variant=v))
         for v in (int(v) for v in args.variants4.split(",") if v.strip()):
             fns[f"4v{v}"] = (lambda v=v: gemm.matmul(a, b, step=4, variant=v))
-        per = {k: [] for k in fns}
+        timers = {}                                  # (mode, impl) -> () -> ms per call
+        for mode in modes:
+            if mode == "eager":
+                for k, fn in fns.items():
+                    iters = max(3, args.iters // 4) if k in ("step1", "step2") else args.iters
+                    timers[(mode, k)] = (lambda fn=fn, iters=iters: time_ms(fn, iters))
+            elif mode == "graph":
+                for k, fn in fns.items():
+                    if k in ("step1", "step2"):
+                        continue                     # slow lessons: eager only
+                    g = capture(fn, args.iters)
+                    timers[(mode, k)] = (lambda g=g: time_graph_ms(g, args.iters, args.replays))
+            else:
+                for k in fns:
+                    if k == "auto" or k in ("step4", "step5"):
+                        launch, _ = gemm.kernel_only(a, b, step=0 if k == "auto" else int(k[-1]))
+                        g = capture(launch, args.iters)
+                        timers[(mode, k)] = (lambda g=g: time_graph_ms(g, args.iters, args.replays))
+        per = {key: [] for key in timers}
         for _ in range(trials):
-            for k, fn in fns.items():
-                iters = max(3, args.iters // 4) if k in ("step1", "step2") else args.iters
-                per[k].append(time_ms(fn, iters))
-        tflops = {k: flop / (statistics.median(v) * 1e-3) / 1e12 for k, v in per.items()}
-        ratio = {k: statistics.median([t / x for t, x in zip(per["torch"], v)]) for k, v in per.items() if k != "torch"}
-        line = f"{name:24s} torch {tflops['torch']:6.0f} TFLOP/s | " + " | ".join(
-            f"{k} {tflops[k]:6.0f} ({ratio[k]:.3f}x)" for k in fns if k != "torch")
-        print(line, flush=True)
-        rows.append((name, tflops, ratio))
+            for key, timer in timers.items():
+                per[key].append(timer())
+        for mode in modes:
+            base = per[("eager" if mode == "eager" else "graph", "torch")]
+            keys = [k for (m, k) in timers if m == mode]
+            if not keys:
+                continue
+            tflops = {k: flop / (statistics.median(per[(mode, k)]) * 1e-3) / 1e12 for k in keys}
+            tflops.setdefault("torch", flop / (statistics.median(base) * 1e-3) / 1e12)
+            ratio = {k: statistics.median([t / x for t, x in zip(base, per[(mode, k)])]) for k in keys if k != "torch"}
+            line = f"{name:24s} [{mode:6s}] torch {tflops['torch']:6.0f} TFLOP/s | " + " | ".join(
+                f"{k} {tflops[k]:6.0f} ({ratio[k]:.3f}x)" for k in keys if k != "torch")
+            print(line, flush=True)
+            rows.append({"shape": name, "mode": mode, "tflops": tflops, "ratio": ratio,
+                         "ms": {k: per[(mode, k)] for k in keys}})
+            if "auto" in ratio:
+                summary.append((name, mode, tflops["torch"], tflops["auto"], ratio["auto"]))
+        if ("graph", "auto") in per and ("kernel", "auto") in per:
+            extra = statistics.median([g - k for g, k in zip(per[("graph", "auto")], per[("kernel", "auto")])]) * 1e3
+            print(f"{name:24s} auto: graph - kernel = {extra:.1f} µs per call (split-K's memset + conversion "
+                  f"when it splits; ~0 otherwise)", flush=True)
+        del timers, per
+        if args.host:
+            p, host = host_table(a, b)
+            print(f"{name:24s} [host µs/call] auto = step {p.step} v{p.variant}, splits {p.splits}: " + "; ".join(
+                f"{k.strip()} {v:.1f}" for k, v in host.items()), flush=True)
+            rows.append({"shape": name, "mode": "host_us", "plan": p._asdict(), "host_us": host})
+        torch.cuda.empty_cache()
+    if summary:
+        print("\nauto (the last step, as gemm.matmul(step=0) runs it) vs torch.matmul, median ratio over trials:")
+        print(f"{'shape':24s} " + " ".join(f"{m + ' (torch, tk, ratio)':>30s}" for m in modes))
+        for name in dict.fromkeys(s[0] for s in summary):
+            cells = []
+            for m in modes:
+                hit = [s for s in summary if s[0] == name and s[1] == m]
+                cells.append(f"{hit[0][2]:8.0f} {hit[0][3]:8.0f} {hit[0][4]:7.3f}x" if hit else f"{'-':>30s}")
+            print(f"{name:24s} " + " ".join(f"{c:>30s}" for c in cells))
+        print("eager: launched from Python (host path included); graph: both sides' kernels alone in CUDA "
+              "graphs (tk's split-K memset/conversion included); kernel: tk's GEMM kernel alone vs torch graph.")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
     return rows
 
 

@@ -188,3 +188,98 @@ def test_strided_views_are_handled():
     b = randn(128, 64)
     c = gemm.matmul(a, b, out_dtype=torch.float32)
     assert rel_err(c, a.float() @ b.float()) < 1e-3
+
+
+# ---- session 5: the plan cache (kernels/gemm.py: checks and layout decisions cached on metadata),
+# gemm.kernel_only and tma_encode_us (kernels/gemm_bench.py's graph/kernel/host modes) ----
+
+def _products(tokens, n_in, n_out):
+    """(name, a, b) for y = x·Wᵀ, dx = dy·W (same shapes, other layouts) and dW = dyᵀ·x (split-K)."""
+    x, W, dy = randn(tokens, n_in), randn(n_out, n_in), randn(tokens, n_out)
+    return [("fwd", x, W.t()), ("dx", dy, W), ("dW", dy.t(), x)]
+
+
+@pytest.mark.parametrize("step", steps(0, 4) + STEP5)
+def test_plan_cache_same_shape_other_tensors(step):
+    """A cached plan must not carry one call's operands into the next: two sets of tensors with
+    the same shapes and strides, called alternately, each give their own product."""
+    sets = [_products(4096, 768, 2304), _products(4096, 768, 2304)]
+    for _ in range(2):
+        for products in sets:
+            for name, a, b in products:
+                out = torch.full((a.shape[0], b.shape[1]), float("nan"), device="cuda", dtype=torch.bfloat16)
+                c = gemm.matmul(a, b, step=step, out=out)
+                assert rel_err(c, a.float() @ b.float()) < 1e-2, (step, name)
+                c = gemm.matmul(a, b, step=step)
+                assert rel_err(c, a.float() @ b.float()) < 1e-2, (step, name)
+
+
+@pytest.mark.parametrize("step", steps(0, 4) + STEP5)
+def test_plan_cache_same_shape_other_strides(step):
+    """The same M x K shape given row-major, then column-major (the weight gradient's dyᵀ view),
+    then as an unaligned view: each is read the way its own strides say."""
+    M, K, N = 768, 1024, 512
+    row = randn(M, K)
+    col = randn(K, M).t()
+    big = randn(M + 1, K)
+    unaligned = big.view(-1)[1:1 + M * K].view(M, K)                 # contiguous, base 2 bytes off
+    assert unaligned.data_ptr() % 16 and row.shape == col.shape == unaligned.shape
+    b = randn(K, N)
+    for a in (row, col, unaligned, row, col):
+        assert rel_err(gemm.matmul(a, b, step=step), a.float() @ b.float()) < 1e-2, (step, a.stride())
+
+
+def test_plan_cache_on_off_same_results():
+    """Cache on and off run the same kernels on the same storage: identical bits without split-K,
+    the same accuracy with it (split-K's fp32 reduce-add order is not fixed)."""
+    for name, a, b in _products(992, 320, 528) + _products(16384, 768, 768):   # the second takes split-K for dW
+        on = gemm.matmul(a, b, step=0)
+        gemm.PLAN_CACHE = False
+        try:
+            off = gemm.matmul(a, b, step=0)
+        finally:
+            gemm.PLAN_CACHE = True
+        if gemm.plan(a, b, step=0).splits == 1:
+            assert torch.equal(on, off), name
+        assert rel_err(on, a.float() @ b.float()) < 1e-2 and rel_err(off, a.float() @ b.float()) < 1e-2, name
+
+
+@pytest.mark.parametrize("step", [0, 4, 5])
+def test_kernel_only_matches_matmul(step):
+    """gemm.kernel_only's launch (what gemm_bench's kernel mode times) runs the same product:
+    one launch into its prepared output equals the reference (fp32 partials for split-K)."""
+    for name, a, b in _products(16384, 768, 768):
+        launch, c = gemm.kernel_only(a, b, step=step)
+        if gemm.plan(a, b, step=step).splits == 1:
+            c.fill_(float("nan"))                    # poisoned: the kernel must write every value
+        else:
+            c.zero_()                                # split-K reduce-adds into it
+        launch()
+        assert rel_err(c, a.float() @ b.float()) < 1e-2, (step, name, c.dtype)
+
+
+def test_matmul_in_a_cuda_graph_reads_new_values():
+    """gemm_bench's graph mode captures matmul (split-K's zeroing and conversion included): a
+    replay after new values are copied into the captured inputs gives the new product."""
+    for name, a, b in _products(16384, 768, 768):
+        sa, sb = a.clone() if a.is_contiguous() else a.t().clone().t(), b.clone() if b.is_contiguous() else b.t().clone().t()
+        gemm.matmul(sa, sb, step=0)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            c = gemm.matmul(sa, sb, step=0)
+        for _ in range(2):
+            sa.copy_(torch.randn_like(sa))
+            sb.copy_(torch.randn_like(sb))
+            g.replay()
+            torch.cuda.synchronize()
+            assert rel_err(c, sa.float() @ sb.float()) < 1e-2, name
+
+
+def test_tma_encode_us():
+    us = gemm._ext.module.tma_encode_us(randn(256, 128), 100)
+    assert 0 < us < 1000
+    with pytest.raises(ValueError, match="tma_encode_us needs"):
+        gemm._ext.module.tma_encode_us(randn(64, 128), 10)
+    with pytest.raises(TypeError, match="bfloat16"):
+        gemm._ext.module.tma_encode_us(randn(256, 128).float(), 10)

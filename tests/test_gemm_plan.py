@@ -1,0 +1,104 @@
+"""CPU tests (CI) of kernels/gemm.py's plan cache: matmul's checks and layout decisions are cached
+on the operands' metadata (session 5, to cut host time per call). A cached plan must never let a
+call skip a check it would fail, and two calls that differ in anything the plan reads (strides,
+alignment of `out`, argument types) must not share an entry. The plan holds no tensor and no
+pointer, so it cannot hand one call's data to another. GPU results with the cache on and off are
+in tests/test_gemm.py (test_plan_cache_*)."""
+import pytest
+import torch
+
+from kernels import gemm
+
+
+def bf16(*shape):
+    return torch.randn(*shape, dtype=torch.bfloat16)
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    gemm._plans.clear()
+    gemm.PLAN_CACHE = True
+    yield
+    gemm._plans.clear()
+    gemm.PLAN_CACHE = True
+
+
+def plan(a, b, **kw):
+    kw.setdefault("splits", 1)          # choose_splits would ask a GPU for its SM count
+    return gemm.plan(a, b, cuda=False, **kw)
+
+
+def test_plan_holds_no_tensor_and_is_reused_for_same_metadata():
+    x1, x2, W = bf16(64, 32), bf16(64, 32), bf16(48, 32)
+    p1 = plan(x1, W.t())
+    assert not any(isinstance(f, torch.Tensor) for f in p1)
+    assert len(gemm._plans) == 1
+    p2 = plan(x2, W.t())                # another tensor, same metadata: the same entry
+    assert p2 is p1 and len(gemm._plans) == 1
+
+
+def test_same_shape_other_strides_gets_its_own_plan():
+    M, K, N = 64, 32, 48
+    row_a, col_a = bf16(M, K), bf16(K, M).t()          # both M x K; the second column-major
+    W = bf16(N, K)
+    assert row_a.shape == col_a.shape and row_a.stride() != col_a.stride()
+    p_row = plan(row_a, W.t(), step=4)
+    p_col = plan(col_a, bf16(K, N), step=4)
+    assert not p_row.a_t and p_col.a_t                 # the M-major a is read in place as [K][M]
+    assert plan(row_a, W.t(), step=4) is p_row        # and neither entry answers for the other
+    assert plan(row_a, W.t().contiguous(), step=4).b_mode == "c" and p_row.b_mode == "t"
+    assert len(gemm._plans) == 3
+    # the pairing step 4 lacks (A M-major, B K-major) still turns B into [K][N] on a cache hit
+    assert plan(col_a, W.t(), step=4).b_mode == "c"
+    assert plan(col_a, W.t(), step=4).b_mode == "c"
+
+
+def test_a_failing_call_is_never_cached_and_always_raises():
+    x, W = bf16(64, 32), bf16(48, 32)
+    plan(x, W.t())
+    for _ in range(2):                                  # twice: a failure must not leave an entry behind
+        with pytest.raises(ValueError, match="splits"):
+            gemm.plan(x, W.t(), splits=True, cuda=False)   # True == 1 and hash(True) == hash(1)
+        with pytest.raises(ValueError, match="bfloat16"):
+            gemm.plan(x.float(), W.t(), splits=1, cuda=False)
+        with pytest.raises(ValueError, match="inner dimensions"):
+            gemm.plan(x, bf16(40, 48), splits=1, cuda=False)
+    assert len(gemm._plans) == 1
+
+
+def test_misaligned_out_after_aligned_out_of_same_shape_raises():
+    x, W = bf16(64, 32), bf16(48, 32)
+    good = torch.empty(64, 48, dtype=torch.bfloat16)
+    bad = torch.empty(64 * 48 + 1, dtype=torch.bfloat16)[1:].view(64, 48)   # contiguous, 2 bytes off
+    assert good.shape == bad.shape and good.stride() == bad.stride() and bad.data_ptr() % 16
+    plan(x, W.t(), out=good)
+    with pytest.raises(ValueError, match="out must be"):
+        plan(x, W.t(), out=bad)
+
+
+def test_bias_of_other_length_after_a_good_one_raises():
+    x, W = bf16(64, 32), bf16(48, 32)
+    plan(x, W.t(), bias=bf16(48))
+    with pytest.raises(ValueError, match="bias"):
+        plan(x, W.t(), bias=bf16(40))
+    with pytest.raises(ValueError, match="bias"):
+        plan(x, W.t(), bias=bf16(96)[::2])             # right length, not contiguous
+
+
+def test_cache_off_gives_the_same_plans():
+    cases = [(bf16(64, 32), bf16(48, 32).t(), {}), (bf16(32, 64).t(), bf16(32, 48), {"step": 4}),
+             (bf16(77, 48), bf16(48, 272), {"step": 2}), (bf16(64, 48), bf16(32, 48).t(), {"step": 5, "variant": 1})]
+    cached = [plan(a, b, **kw) for a, b, kw in cases]
+    gemm.PLAN_CACHE = False
+    gemm._plans.clear()
+    assert [plan(a, b, **kw) for a, b, kw in cases] == cached
+    assert not gemm._plans
+    assert cached[2].pad_k == 16 and cached[2].b_mode == "tc"
+
+
+def test_non_tensor_arguments_take_the_checked_path():
+    W = bf16(48, 32)
+    with pytest.raises(TypeError, match="a must be a tensor"):
+        gemm.plan([[1.0]], W.t(), splits=1, cuda=False)
+    with pytest.raises(ValueError, match="splits"):
+        gemm.plan(bf16(64, 32), W.t(), splits=[1], cuda=False)          # unhashable: no key, checked
