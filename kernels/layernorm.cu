@@ -59,9 +59,9 @@
 // (kernels/layernorm_bench.py). The same arithmetic in every plan; kernels/NOTES.md ("Session 3:
 // LayerNorm speed") has the measurements and the default. (8-byte "narrow" chunks and a
 // next-row "prefetch" into registers were tried there too, lost on the H200 and were removed.)
-// Session 5 added twins of both kernels that copy the next rows into SHARED memory with cp.async
-// instead (forward_async_kernel, backward_async_kernel: flags fwd_async, bwd_async): bytes in
-// flight without registers. backward_async_kernel's comment says why; NOTES "Session 5: L".
+// Session 5 copied rows ahead into shared memory with cp.async (more bytes in flight without
+// registers): slower on the H200 (NOTES "Session 5: L"), removed; it kept backward_smem_kernel,
+// which frees the registers of the dw, db sums instead (flag bwd_smem).
 //
 // DROPOUT of the branch (session 4): training drops elements of each residual branch (attention
 // and MLP outputs) before adding them to the stream. Done by kernels of its own, dropout costs a
@@ -75,8 +75,8 @@
 //
 // Read in this order: Chunk, RowGroup (who holds which columns), group_sum, the dropout mask,
 // forward_row and forward_kernel, backward_row and backward_kernel, column_sum_kernel, the
-// variants, then the launchers at the bottom (grid sizing, dispatch). The cp.async helpers and the
-// two *_async kernels can wait for a second reading.
+// variants, then the launchers at the bottom (grid sizing, dispatch). backward_smem_kernel can
+// wait for a second reading.
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -235,40 +235,6 @@ __device__ __forceinline__ DropoutMask read_mask(const int64_t* seed, uint32_t t
     return {uint64_t(*seed), threshold, scale};
 }
 
-// ---- cp.async: rows copied ahead into shared memory (the *_async kernels, flags fwd_async and
-// bwd_async; why: at backward_async_kernel) ---------------------------------------------------------
-// cp.async (sm_80+): BYTES (4, 8 or 16) from global to shared memory, without registers.
-// 16 bytes go L2 -> shared (.cg); smaller copies must take the L1 path (.ca).
-template <int BYTES> __device__ __forceinline__ void copy_async(void* dst, const void* src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-    if constexpr (BYTES == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-    else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(src), "n"(BYTES) : "memory");
-#endif
-}
-__device__ __forceinline__ void copy_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-// Wait until at most N of this thread's committed groups are still in flight.
-template <int N> __device__ __forceinline__ void copy_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#endif
-}
-
-// A chunk from this thread's 16-byte slot in shared memory (one ld.shared.v4 / .v2).
-template <typename T, int E> __device__ __forceinline__ void load_slot(Chunk<T, E>& c, const unsigned char* slot) {
-    if constexpr (Chunk<T, E>::words == 4) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(slot);
-        c.word[0] = raw.x; c.word[1] = raw.y; c.word[2] = raw.z; c.word[3] = raw.w;
-    } else {
-        const uint2 raw = *reinterpret_cast<const uint2*>(slot);
-        c.word[0] = raw.x; c.word[1] = raw.y;
-    }
-}
-
 // ---- forward: one read of x and r, one write of h and y ----------------------------------------
 // Occupancy asked of ptxas: up to 3 chunks (48 bytes of h) a thread, four blocks (32 warps) an
 // SM; more, no minimum.
@@ -289,9 +255,8 @@ template <typename TH, typename TR, int E, int CHUNKS> struct ForwardRow {
     }
 };
 
-// One row of the forward once its chunks are in registers (steps 1-4 below, after the loads): the
-// same arithmetic for forward_kernel, which loads rows straight into registers, and
-// forward_async_kernel, which copies them ahead into shared memory.
+// One row of the forward once its chunks are in registers (steps 1-4 of forward_kernel, after the
+// loads).
 template <typename TH, typename TR, typename TY, int E, int CHUNKS, bool DROP>
 __device__ __forceinline__ void forward_row(const ForwardRow<TH, TR, E, CHUNKS>& in, int64_t row, int cols, bool live,
                                             const RowGroup& g, float* scratch, const void* __restrict__ w,
@@ -377,72 +342,6 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
     allow_next_grid();
 }
 
-// The forward with its rows copied ahead into shared memory (flag fwd_async): a persistent grid
-// whose threads each cp.async their chunks of x and r for the next row step while they work on this
-// one (FWD_STAGES = 2: 49 KB a block for 3 chunks, so four blocks an SM as before); the same
-// forward_row. backward_async_kernel below says why copies ahead help a streaming kernel.
-constexpr int FWD_STAGES = 2;
-template <int CHUNKS> constexpr int fwd_async_smem_bytes() { return FWD_STAGES * CHUNKS * 2 * BLOCK_THREADS * 16; }
-
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
-__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 4 : 1)
-forward_async_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* __restrict__ w,
-                     const void* __restrict__ b, bool params_bf16, TY* __restrict__ y, TH* __restrict__ h,
-                     float* __restrict__ mean_out, float* __restrict__ rstd_out,
-                     int64_t rows, int cols, int G, float eps,
-                     const int64_t* __restrict__ seed, uint32_t threshold, float scale) {
-    constexpr int E = 16 / int(sizeof(TH));
-    constexpr int SLOTS = BLOCK_THREADS * 16;
-    extern __shared__ __align__(16) unsigned char stages[];   // [FWD_STAGES][CHUNKS][x, r][BLOCK_THREADS][16 B]
-    __shared__ float scratch[BLOCK_WARPS];
-    const RowGroup g(G, cols / E);
-    const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
-    auto slot = [&](int stage, int i, int tensor) {
-        return stages + ((stage * CHUNKS + i) * 2 + tensor) * SLOTS + threadIdx.x * 16;
-    };
-    wait_for_previous_grid();
-    DropoutMask mask{};
-    if constexpr (DROP) mask = read_mask(seed, threshold, scale);
-    auto issue = [&](int64_t step_first, int stage) {   // one commit group per row step, as the backward's
-        const int64_t row = step_first + g.slot;
-        if (row < rows) {
-#pragma unroll
-            for (int i = 0; i < CHUNKS; ++i) {
-                if (!g.has(i)) continue;
-                const int64_t at = row * cols + g.col(i, E);
-                copy_async<16>(slot(stage, i, 0), x + at);
-                if (r != nullptr) copy_async<E * int(sizeof(TR))>(slot(stage, i, 1), r + at);
-            }
-        }
-        copy_async_commit();
-    };
-    int64_t first = int64_t(blockIdx.x) * g.rows_per_step;
-#pragma unroll
-    for (int s = 0; s < FWD_STAGES - 1; ++s) issue(first + s * stride, s);
-    int stage = 0;
-    for (; first < rows; first += stride) {
-        issue(first + (FWD_STAGES - 1) * stride, stage == 0 ? FWD_STAGES - 1 : stage - 1);
-        copy_async_wait<FWD_STAGES - 1>();
-        const int64_t row = first + g.slot;
-        const bool live = row < rows;
-        ForwardRow<TH, TR, E, CHUNKS> in;
-#pragma unroll
-        for (int i = 0; i < CHUNKS; ++i) {
-            in.x[i].zero();
-            in.r[i].zero();
-            if (live && g.has(i)) {
-                load_slot(in.x[i], slot(stage, i, 0));
-                if (r != nullptr) load_slot(in.r[i], slot(stage, i, 1));
-            }
-        }
-        forward_row<TH, TR, TY, E, CHUNKS, DROP>(in, row, cols, live, g, scratch, w, b, params_bf16, y, h, mean_out,
-                                                 rstd_out, eps, mask);
-        stage = stage + 1 == FWD_STAGES ? 0 : stage + 1;
-    }
-    copy_async_wait<0>();
-    allow_next_grid();
-}
-
 // ---- backward: one read of h, dy and dh, one write of dh_out (and dr); dw, db summed on the way -
 // Registers decide how many warps (so how many loads) are in flight. The 16-byte chunks ask for
 // two blocks (16 warps) per SM, <= 128 registers a thread, where that costs no spills (up
@@ -478,43 +377,36 @@ template <typename TH, typename TY, int E, int CHUNKS> struct BackwardRow {
     }
 };
 
-// One row of the backward once its chunks are in registers (steps 2 and 3): the same arithmetic for
-// backward_kernel, which loads rows straight into registers, and backward_async_kernel, which
-// copies them ahead into shared memory. Adds the row into this thread's dw, db.
+// Step 2 for one chunk of a row: adds dy * xhat to dw and dy to db (this thread's sums over its
+// rows), and this chunk's part of sum(g) and sum(g * xhat), g = dy * w, to sums.
+template <typename TH, typename TY, int E>
+__device__ __forceinline__ void add_chunk(const Chunk<TH, E>& h, const Chunk<TY, E>& dy, const float (&wv)[E], float mu,
+                                          float rs, float (&dw)[E], float (&db)[E], float2& sums) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const float xhat = (h[e] - mu) * rs;
+        const float grad = dy[e] * wv[e];
+        dw[e] += dy[e] * xhat;
+        db[e] += dy[e];
+        sums.x += grad;
+        sums.y += grad * xhat;
+    }
+}
+
+// Step 3, the one write: dh_out = dh + rstd * (g - mean(g) - xhat * mean(g * xhat)). xhat and g
+// are recomputed (two multiply-adds) rather than kept: registers are the scarce thing here, they
+// decide how many warps (and so how many loads) are in flight.
 template <typename TH, typename TR, typename TY, int E, int CHUNKS, bool DROP>
-__device__ __forceinline__ void backward_row(const BackwardRow<TH, TY, E, CHUNKS>& in, int64_t row, int cols, bool live,
-                                             const RowGroup& g, float2* scratch, const void* __restrict__ w,
-                                             bool params_bf16, float (&dw)[CHUNKS][E], float (&db)[CHUNKS][E],
-                                             TH* __restrict__ dh_out, TR* __restrict__ dr_out, const DropoutMask& mask) {
+__device__ __forceinline__ void write_row_gradient(const BackwardRow<TH, TY, E, CHUNKS>& in, int64_t row, int cols,
+                                                   bool live, const RowGroup& g, const void* __restrict__ w,
+                                                   bool params_bf16, float mean_g, float mean_gx,
+                                                   TH* __restrict__ dh_out, TR* __restrict__ dr_out,
+                                                   const DropoutMask& mask) {
     // r's gradient is its own tensor when r's dtype differs from h's, or with dropout
     // (dh_out * mask * scale); otherwise it is dh_out itself.
     constexpr bool WRITE_DR = !std::is_same_v<TH, TR> || DROP;
     const int64_t base = row * cols;
     const float mu = in.mu, rs = in.rs;
-
-    // 2. dw, db, and this thread's part of sum(g) and sum(g * xhat), g = dy * w.
-    float2 sums = make_float2(0.0f, 0.0f);
-#pragma unroll
-    for (int i = 0; i < CHUNKS; ++i) {
-        if (!g.has(i)) continue;
-        float wv[E];
-        load_params<E>(wv, w, g.col(i, E), params_bf16);
-#pragma unroll
-        for (int e = 0; e < E; ++e) {
-            const float xhat = (in.h[i][e] - mu) * rs;
-            const float grad = in.dy[i][e] * wv[e];
-            dw[i][e] += in.dy[i][e] * xhat;
-            db[i][e] += in.dy[i][e];
-            sums.x += grad;
-            sums.y += grad * xhat;
-        }
-    }
-    sums = group_sum(sums, g, scratch);
-    const float mean_g = sums.x / cols, mean_gx = sums.y / cols;
-
-    // 3. The one write: dh_out = dh + rstd * (g - mean(g) - xhat * mean(g * xhat)). xhat and
-    //    g are recomputed (two multiply-adds) rather than kept: registers are the scarce
-    //    thing here, they decide how many warps (and so how many loads) are in flight.
     if (live) {
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i) {
@@ -537,6 +429,26 @@ __device__ __forceinline__ void backward_row(const BackwardRow<TH, TY, E, CHUNKS
             if constexpr (WRITE_DR) tk::store(dr_out + base + g.col(i, E), out);   // in TR
         }
     }
+}
+
+// One row of the backward once its chunks are in registers: step 2 into this thread's dw, db (in
+// registers), the group's two sums, step 3.
+template <typename TH, typename TR, typename TY, int E, int CHUNKS, bool DROP>
+__device__ __forceinline__ void backward_row(const BackwardRow<TH, TY, E, CHUNKS>& in, int64_t row, int cols, bool live,
+                                             const RowGroup& g, float2* scratch, const void* __restrict__ w,
+                                             bool params_bf16, float (&dw)[CHUNKS][E], float (&db)[CHUNKS][E],
+                                             TH* __restrict__ dh_out, TR* __restrict__ dr_out, const DropoutMask& mask) {
+    float2 sums = make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i) {
+        if (!g.has(i)) continue;
+        float wv[E];
+        load_params<E>(wv, w, g.col(i, E), params_bf16);
+        add_chunk(in.h[i], in.dy[i], wv, in.mu, in.rs, dw[i], db[i], sums);
+    }
+    sums = group_sum(sums, g, scratch);
+    write_row_gradient<TH, TR, TY, E, CHUNKS, DROP>(in, row, cols, live, g, w, params_bf16, sums.x / cols,
+                                                    sums.y / cols, dh_out, dr_out, mask);
 }
 
 // 4. The block's dw, db: its row groups hold sums for the same columns; add them in a fixed
@@ -641,112 +553,112 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
     write_block_partials<E, CHUNKS>(dw, db, g, col_sums, tree, partial, cols);
 }
 
-// ---- the backward with its rows copied ahead into shared memory (flag bwd_async) ---------------
-// Why: bandwidth x latency is the number of bytes that must be in flight to stream at full speed.
-// In backward_kernel a warp has its row's loads in flight only between issuing them and their
-// first use; while it reduces and writes the row it has none, and registers (the row plus 48 dw/db
-// accumulators) allow only 16 warps an SM. Here each thread asks cp.async to copy its chunks of the
-// rows ASYNC_STAGES - 1 steps ahead straight into shared memory, which takes no registers, so while
-// a warp works on one row the next two are on their way. Each thread copies and later reads only
-// its own chunks (per-thread cp.async groups: cp.async.wait_group makes them visible to the thread
-// that issued them), so the loop needs no barrier of its own. The row's arithmetic is
-// backward_row's, unchanged; after the loop the stages become col_sums for the block sum.
-// Shared memory: ASYNC_STAGES x CHUNKS x 3 tensors x 256 threads x 16 bytes (a bf16 dy beside fp32 h
-// uses 8 of its 16), 110.6 KB for 3 chunks: two blocks an SM on an H100/H200 (228 KB), as before.
-constexpr int ASYNC_STAGES = 3;   // the row in use and the next two in flight
-template <int CHUNKS> constexpr int async_smem_bytes() { return ASYNC_STAGES * CHUNKS * 3 * BLOCK_THREADS * 16; }
+// ---- the backward with dw, db summed in shared memory (flag bwd_smem) ---------------------------
+// Why (ncu, session 5, GPT-2's mixed backward): backward_kernel streams at ~3.7 TB/s of DRAM where
+// the forward reaches ~4.1, its warps stall mostly on their loads (long scoreboard), and registers
+// cap it at 16 warps an SM: the row (36 registers for 3 chunks) plus this thread's dw, db sums
+// (24 floats for fp32 h, 48 for bf16 h). More warps means more loads in flight. Here each thread's
+// sums live in shared memory, in its own 16-byte slots (acc below: no other thread touches them
+// until the end, so no barrier), read and written once a row around step 2, which frees those
+// registers: three blocks (24 warps) an SM. The arithmetic is backward_kernel's, row for row; the
+// block sum after the loop is bwd_tree's pairwise order, done by group 0 straight from the slots,
+// so every output is bitwise the bwd_tree plan's.
+// (Rows loaded ahead into shared memory with cp.async were tried first and lost: NOTES.)
+template <typename TH, int CHUNKS> constexpr int smem_acc_bytes() {
+    return CHUNKS * 2 * (16 / int(sizeof(TH)) / 4) * BLOCK_THREADS * 16;   // 48 KB for 3 chunks of bf16 h
+}
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
-__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 2 : 1)
-backward_async_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* __restrict__ h,
-                      const float* __restrict__ mean, const float* __restrict__ rstd,
-                      const void* __restrict__ w, bool params_bf16, TH* __restrict__ dh_out,
-                      TR* __restrict__ dr_out, float* __restrict__ partial, int64_t rows, int cols, int G,
-                      bool reverse, bool tree, const int64_t* __restrict__ seed, uint32_t threshold, float scale) {
+__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 3 : 1)
+backward_smem_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* __restrict__ h,
+                     const float* __restrict__ mean, const float* __restrict__ rstd,
+                     const void* __restrict__ w, bool params_bf16, TH* __restrict__ dh_out,
+                     TR* __restrict__ dr_out, float* __restrict__ partial, int64_t rows, int cols, int G,
+                     bool reverse, bool /* tree: always bwd_tree's order */, const int64_t* __restrict__ seed,
+                     uint32_t threshold, float scale) {
     constexpr int E = 16 / int(sizeof(TH));
-    constexpr int SLOTS = BLOCK_THREADS * 16;   // bytes of one (stage, chunk, tensor) for the block
-    // [ASYNC_STAGES][CHUNKS][h, dh, dy][BLOCK_THREADS][16 bytes]; after the row loop, col_sums (the
-    // tree needs at most 8 * 32 * CHUNKS * E floats, 8 KB per chunk: far less than the stages)
-    extern __shared__ __align__(16) unsigned char stages[];
+    constexpr int V = E / 4;   // float4s in E floats
+    // acc[((i * 2 + d) * V + k) * BLOCK_THREADS + threadIdx.x]: float4 k of this thread's dw (d = 0)
+    // or db (d = 1) for its chunk i. Consecutive threads, consecutive 16 bytes: no bank conflicts.
+    extern __shared__ float4 acc[];
     __shared__ float2 scratch[BLOCK_WARPS];
     const RowGroup g(G, cols / E);
-    float dw[CHUNKS][E], db[CHUNKS][E];
+    auto slot = [&](int i, int d, int k, int thread) -> float4& {
+        return acc[((i * 2 + d) * V + k) * BLOCK_THREADS + thread];
+    };
 #pragma unroll
     for (int i = 0; i < CHUNKS; ++i)
 #pragma unroll
-        for (int e = 0; e < E; ++e) dw[i][e] = db[i][e] = 0.0f;
-    auto slot = [&](int stage, int i, int tensor) {
-        return stages + ((stage * CHUNKS + i) * 3 + tensor) * SLOTS + threadIdx.x * 16;
-    };
+        for (int d = 0; d < 2; ++d)
+#pragma unroll
+            for (int k = 0; k < V; ++k) slot(i, d, k, threadIdx.x) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
     const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
     wait_for_previous_grid();
     DropoutMask mask{};
     if constexpr (DROP) mask = read_mask(seed, threshold, scale);
     auto row_of = [&](int64_t step_row) { return reverse ? rows - 1 - step_row : step_row; };
-    // Start the copies of this group's row in the row step at `step_first` into `stage` (one commit
-    // group per row step, empty past the last row, so wait_group counts row steps), and load its
-    // mean and rstd into registers (used two steps later).
-    auto issue = [&](int64_t step_first, int stage, float& mu, float& rs) {
-        const int64_t step_row = step_first + g.slot;
-        const bool live = step_row < rows;
-        if (live) {
-            const int64_t base = row_of(step_row) * cols;
-#pragma unroll
-            for (int i = 0; i < CHUNKS; ++i) {
-                if (!g.has(i)) continue;
-                const int col = g.col(i, E);
-                copy_async<16>(slot(stage, i, 0), h + base + col);
-                if (dh != nullptr) copy_async<16>(slot(stage, i, 1), dh + base + col);
-                copy_async<E * int(sizeof(TY))>(slot(stage, i, 2), dy + base + col);
-            }
-        }
-        copy_async_commit();
-        mu = live ? mean[row_of(step_row)] : 0.0f;
-        rs = live ? rstd[row_of(step_row)] : 0.0f;
-    };
-    float mu_ahead[ASYNC_STAGES - 1], rs_ahead[ASYNC_STAGES - 1];   // of the rows in flight, oldest first
     int64_t first = int64_t(blockIdx.x) * g.rows_per_step;
-#pragma unroll
-    for (int s = 0; s < ASYNC_STAGES - 1; ++s) issue(first + s * stride, s, mu_ahead[s], rs_ahead[s]);
-    int stage = 0;   // the current row's
     for (; first < rows; first += stride) {
-        BackwardRow<TH, TY, E, CHUNKS> in;
-        in.mu = mu_ahead[0];
-        in.rs = rs_ahead[0];
-#pragma unroll
-        for (int s = 0; s + 1 < ASYNC_STAGES - 1; ++s) {
-            mu_ahead[s] = mu_ahead[s + 1];
-            rs_ahead[s] = rs_ahead[s + 1];
-        }
-        // the row ASYNC_STAGES - 1 steps ahead goes where the previous row was (this thread is done
-        // with it: it read those slots into registers last time round)
-        issue(first + (ASYNC_STAGES - 1) * stride, stage == 0 ? ASYNC_STAGES - 1 : stage - 1,
-              mu_ahead[ASYNC_STAGES - 2], rs_ahead[ASYNC_STAGES - 2]);
-        copy_async_wait<ASYNC_STAGES - 1>();   // this row's copies have landed (groups finish in order)
-
         const int64_t step_row = first + g.slot;
         const bool live = step_row < rows;
         const int64_t row = row_of(step_row);
+        BackwardRow<TH, TY, E, CHUNKS> in;
+        in.issue(dy, dh, h, mean, rstd, row, cols, live, g);
+
+        // 2., one chunk at a time: this thread's dw, db out of shared memory, step 2, back.
+        float2 sums = make_float2(0.0f, 0.0f);
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i) {
-            in.h[i].zero();
-            in.dy[i].zero();
-            in.dh[i].zero();
-            if (live && g.has(i)) {
-                load_slot(in.h[i], slot(stage, i, 0));
-                if (dh != nullptr) load_slot(in.dh[i], slot(stage, i, 1));
-                load_slot(in.dy[i], slot(stage, i, 2));
+            if (!g.has(i)) continue;
+            float wv[E], dw[E], db[E];
+            load_params<E>(wv, w, g.col(i, E), params_bf16);
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                const float4 a = slot(i, 0, k, threadIdx.x), c = slot(i, 1, k, threadIdx.x);
+                dw[4 * k] = a.x; dw[4 * k + 1] = a.y; dw[4 * k + 2] = a.z; dw[4 * k + 3] = a.w;
+                db[4 * k] = c.x; db[4 * k + 1] = c.y; db[4 * k + 2] = c.z; db[4 * k + 3] = c.w;
+            }
+            add_chunk(in.h[i], in.dy[i], wv, in.mu, in.rs, dw, db, sums);
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                slot(i, 0, k, threadIdx.x) = make_float4(dw[4 * k], dw[4 * k + 1], dw[4 * k + 2], dw[4 * k + 3]);
+                slot(i, 1, k, threadIdx.x) = make_float4(db[4 * k], db[4 * k + 1], db[4 * k + 2], db[4 * k + 3]);
             }
         }
-        backward_row<TH, TR, TY, E, CHUNKS, DROP>(in, row, cols, live, g, scratch, w, params_bf16, dw, db, dh_out,
-                                                  dr_out, mask);
-        stage = stage + 1 == ASYNC_STAGES ? 0 : stage + 1;
+        sums = group_sum(sums, g, scratch);
+        write_row_gradient<TH, TR, TY, E, CHUNKS, DROP>(in, row, cols, live, g, w, params_bf16, sums.x / cols,
+                                                        sums.y / cols, dh_out, dr_out, mask);
     }
-    copy_async_wait<0>();   // the (empty) groups issued past the last row
     allow_next_grid();
-    __syncthreads();        // every thread is done with its slots: they become col_sums
-    write_block_partials<E, CHUNKS>(dw, db, g, reinterpret_cast<float*>(stages), tree, partial, cols);
+    __syncthreads();   // every group's sums are in acc
+
+    // 4. The block's dw, db in bwd_tree's order: v[s] += v[s + width] for width = 4, 2, 1 (8 groups),
+    //    here by group 0's threads, each over its own columns of every group's slots.
+    if (g.slot != 0) return;
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i) {
+        if (!g.has(i)) continue;
+#pragma unroll
+        for (int d = 0; d < 2; ++d)
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                float4 v[BLOCK_WARPS];   // one per row group (rows_per_step <= 8 of them; unrolled: registers)
+#pragma unroll
+                for (int q = 0; q < BLOCK_WARPS; ++q)
+                    if (q < g.rows_per_step) v[q] = slot(i, d, k, q * g.threads + g.t);
+#pragma unroll
+                for (int width = BLOCK_WARPS / 2; width >= 1; width /= 2) {
+                    if (2 * width > g.rows_per_step) continue;   // bwd_tree's rounds: width = rows_per_step / 2, ..., 1
+#pragma unroll
+                    for (int q = 0; q < width; ++q) {
+                        v[q].x += v[q + width].x; v[q].y += v[q + width].y;
+                        v[q].z += v[q + width].z; v[q].w += v[q + width].w;
+                    }
+                }
+                reinterpret_cast<float4*>(partial + int64_t(blockIdx.x) * 2 * cols + d * cols + g.col(i, E))[k] = v[0];
+            }
+    }
 }
 
 // ---- dw[c], db[c] = sum of the blocks' partial rows ---------------------------------------------
@@ -754,14 +666,8 @@ backward_async_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, cons
 // adds partial rows k, k + 32, ... with four independent accumulators, so a thread has several
 // loads in flight instead of waiting out DRAM latency once per row. Warp 0 then adds the 32
 // warp sums from shared memory, in a fixed order, and writes fp32 or bf16.
-// AHEAD (flag colsum_ahead): the loop below waits for its loads once per four partial rows (three
-// round trips for 264 blocks). With AHEAD a thread issues every load first (up to
-// COLSUM_AHEAD_ROWS, predicated) and then adds them in the loop's order, so dw and db are bitwise
-// the same; more blocks than that take the loop.
 constexpr int COLSUM_WARPS = 32;
-constexpr int COLSUM_AHEAD_ROWS = 12;   // per thread: up to 12 * 32 = 384 partial rows (264 on an H200)
 
-template <bool AHEAD>
 __global__ void __launch_bounds__(COLSUM_WARPS * 32)
 column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void* __restrict__ dw,
                   void* __restrict__ db, bool params_bf16) {
@@ -770,19 +676,7 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int c = blockIdx.x * 32 + lane;   // 0 .. 2*cols-1: dw columns, then db columns
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (AHEAD && c < 2 * cols && blocks <= COLSUM_AHEAD_ROWS * COLSUM_WARPS) {
-        const int n = (blocks - warp + COLSUM_WARPS - 1) / COLSUM_WARPS;   // rows warp, warp + 32, ... < blocks
-        float v[COLSUM_AHEAD_ROWS];
-#pragma unroll
-        for (int j = 0; j < COLSUM_AHEAD_ROWS; ++j)
-            v[j] = j < n ? partial[int64_t(warp + j * COLSUM_WARPS) * 2 * cols + c] : 0.0f;
-        const int grouped = n / 4 * 4;   // the loop's groups of four, then the rest into acc[0]
-#pragma unroll
-        for (int j = 0; j < COLSUM_AHEAD_ROWS; ++j) {
-            if (j < grouped) acc[j % 4] += v[j];
-            else if (j < n) acc[0] += v[j];
-        }
-    } else if (c < 2 * cols) {
+    if (c < 2 * cols) {
         int p = warp;
         for (; p + 3 * COLSUM_WARPS < blocks; p += 4 * COLSUM_WARPS)
 #pragma unroll
@@ -812,11 +706,8 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //   pdl          every kernel launched as a programmatic dependent of the one before it (sm_90):
 //                its launch overlaps the previous kernel's tail (the column sum the backward's,
 //                the backward the forward's in a back-to-back fwd+bwd)
-//   bwd_async    the backward copies its rows two steps ahead into shared memory with cp.async
-//                (backward_async_kernel) instead of loading each into registers when it starts
-//   colsum_ahead the column sum issues all of a thread's loads before adding (same sums, bitwise)
-//   fwd_async    the forward: a persistent grid copying the next row step into shared memory with
-//                cp.async while it works on this one (forward_async_kernel; fwd_full is ignored)
+//   bwd_smem     the backward keeps each thread's dw, db sums in shared memory instead of registers
+//                (backward_smem_kernel): 3 blocks an SM instead of 2; its block sum is bwd_tree's
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -825,9 +716,7 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"bwd_reverse", &Variant::bwd_reverse},
                           {"bwd_tree", &Variant::bwd_tree},
                           {"pdl", &Variant::pdl},
-                          {"bwd_async", &Variant::bwd_async},
-                          {"colsum_ahead", &Variant::colsum_ahead},
-                          {"fwd_async", &Variant::fwd_async}};
+                          {"bwd_smem", &Variant::bwd_smem}};
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
 // Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan.
@@ -933,54 +822,44 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, int smem_by
 uint32_t drop_threshold(const Dropout& d) { return uint32_t(std::floor(d.p * 65536.0 + 0.5)); }
 float keep_scale_of(const Dropout& d) { return float(1.0 / (1.0 - d.p)); }
 
-// The *_async kernels' shared memory may be over the 48 KB a kernel gets without asking: asked for
-// once per instance, before its first occupancy query or launch. Returns the bytes.
-template <auto kernel, int BYTES> int async_smem() {
-    static const int bytes = [] {
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, BYTES);
-        return BYTES;
-    }();
-    return bytes;
-}
-
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
-    if (current_variant().fwd_async) {   // always the persistent grid: its copies run ahead within a block
-        constexpr auto kernel = forward_async_kernel<TH, TR, TY, CHUNKS, DROP>;
-        const int smem = async_smem<kernel, fwd_async_smem_bytes<CHUNKS>()>();
-        return launch(kernel, grid_for<kernel>(a.rows, G, false, smem), BLOCK_THREADS, smem, stream, a.x, a.residual,
-                      a.weight, a.bias, a.params_bf16, a.y, a.h, a.mean, a.rstd, a.rows, a.cols, G, a.eps,
-                      a.dropout.seed, drop_threshold(a.dropout), keep_scale_of(a.dropout));
-    }
     constexpr auto kernel = forward_kernel<TH, TR, TY, CHUNKS, DROP>;
     return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, 0, stream, a.x, a.residual, a.weight,
                   a.bias, a.params_bf16, a.y, a.h, a.mean, a.rstd, a.rows, a.cols, G, a.eps, a.dropout.seed,
                   drop_threshold(a.dropout), keep_scale_of(a.dropout));
 }
 
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> int bwd_async_smem() {
-    return async_smem<backward_async_kernel<TH, TR, TY, CHUNKS, DROP>, async_smem_bytes<CHUNKS>()>();
+// backward_smem_kernel's dynamic shared memory (over the 48 KB a kernel gets without asking for 4
+// chunks): asked for once per instance, before its first occupancy query or launch.
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> int smem_backward_bytes() {
+    static const int bytes = [] {
+        const int n = smem_acc_bytes<TH, CHUNKS>();
+        cudaFuncSetAttribute(backward_smem_kernel<TH, TR, TY, CHUNKS, DROP>, cudaFuncAttributeMaxDynamicSharedMemorySize, n);
+        return n;
+    }();
+    return bytes;
 }
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> int backward_grid(const BackwardArgs& a, int G) {
-    if (current_variant().bwd_async)
-        return grid_for<backward_async_kernel<TH, TR, TY, CHUNKS, DROP>>(a.rows, G, false, bwd_async_smem<TH, TR, TY, CHUNKS, DROP>());
+    if (current_variant().bwd_smem)
+        return grid_for<backward_smem_kernel<TH, TR, TY, CHUNKS, DROP>>(a.rows, G, false,
+                                                                         smem_backward_bytes<TH, TR, TY, CHUNKS, DROP>());
     return grid_for<backward_kernel<TH, TR, TY, CHUNKS, DROP>>(a.rows, G);
 }
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
     const int blocks = backward_grid<TH, TR, TY, CHUNKS, DROP>(a, G);
-    const bool async = current_variant().bwd_async;
-    cudaError_t err = launch(async ? backward_async_kernel<TH, TR, TY, CHUNKS, DROP> : backward_kernel<TH, TR, TY, CHUNKS, DROP>,
-                             blocks, BLOCK_THREADS, async ? bwd_async_smem<TH, TR, TY, CHUNKS, DROP>() : 0, stream, a.dy, a.dh,
+    const bool smem = current_variant().bwd_smem;
+    cudaError_t err = launch(smem ? backward_smem_kernel<TH, TR, TY, CHUNKS, DROP> : backward_kernel<TH, TR, TY, CHUNKS, DROP>,
+                             blocks, BLOCK_THREADS, smem ? smem_backward_bytes<TH, TR, TY, CHUNKS, DROP>() : 0, stream, a.dy, a.dh,
                              a.h, a.mean, a.rstd, a.weight, a.params_bf16, a.dh_out, a.dresidual_out, a.partial, a.rows,
                              a.cols, G, current_variant().bwd_reverse, current_variant().bwd_tree, a.dropout.seed,
                              drop_threshold(a.dropout), keep_scale_of(a.dropout));
     if (err != cudaSuccess) return err;
-    return launch(current_variant().colsum_ahead ? column_sum_kernel<true> : column_sum_kernel<false>,
-                  (2 * a.cols + 31) / 32, COLSUM_WARPS * 32, 0, stream, a.partial, blocks, a.cols, a.dweight, a.dbias,
-                  a.params_bf16);
+    return launch(column_sum_kernel, (2 * a.cols + 31) / 32, COLSUM_WARPS * 32, 0, stream, a.partial, blocks, a.cols,
+                  a.dweight, a.dbias, a.params_bf16);
 }
 
 // The dtype combinations there are kernels for: fp32 h with a float or bf16 residual and y, or

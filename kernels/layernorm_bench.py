@@ -49,9 +49,8 @@ SHAPES = {
     "gpt2 mixed 32768x768": (32768, 768, F32, BF16, BF16, F32),
     "shakesp mixed 16384x384": (16384, 384, F32, BF16, BF16, F32),
 }
-FWD_VARIANTS = ["none", "fwd_full", "fwd_async"]
-BWD_VARIANTS = ["none", "pdl", "bwd_reverse", "bwd_tree", "bwd_tree,pdl", "bwd_async", "bwd_tree,pdl,bwd_async",
-                "bwd_tree,pdl,colsum_ahead", "bwd_tree,pdl,bwd_async,colsum_ahead"]
+FWD_VARIANTS = ["none", "fwd_full"]
+BWD_VARIANTS = ["none", "pdl", "bwd_reverse", "bwd_tree", "bwd_tree,pdl", "bwd_smem", "bwd_smem,pdl"]
 # --final (a GPU call with little time): the backward alone and the fwd+bwd row for these
 # (session 3's final call also timed the default of call 2 with and without bwd_tree, then a
 # candidate default; bwd_tree won and is in the default now)
@@ -267,21 +266,20 @@ def print_dropout_rows(rows):
 
 
 # --s5 (session 5, issue 4): bf16 rows x 768 as bench.py counts them, the default plan against
-# the default plan with the async backward, PyTorch eager and torch.compile (default mode) in the
+# the default plan with bwd_smem (backward_smem_kernel), PyTorch eager and torch.compile (default mode) in the
 # same process, the forward, the backward and both.
 S5_SHAPES = [(16384, 768), (32768, 768)]
-# (bwd_reverse last: in a back-to-back fwd+bwd it reads the rows of h the forward wrote last, still in
-# L2; training never runs a layernorm's backward right after its forward, so it is for reading only)
-S5_PLANS = ["default", "default,bwd_async,colsum_ahead", "default,fwd_async,bwd_async,colsum_ahead",
-            "default,fwd_async,bwd_async,colsum_ahead,bwd_reverse"]
-S5_KERNEL_FWD = ["default", "default,fwd_async"]   # the kernels alone: each flag's own share
-S5_KERNEL_BWD = ["default", "default,bwd_async", "default,bwd_async,colsum_ahead"]
-S5_KERNEL_SHAPES = ["bench bf16 16384x768", "gpt2 mixed 32768x768"]
+S5_PLANS = ["default", "default,bwd_smem"]
+S5_KERNEL_FWD = ["default"]   # the kernels alone
+S5_KERNEL_BWD = ["default", "default,bwd_smem", "bwd_smem"]
+S5_KERNEL_SHAPES = list(SHAPES)
 
 
 def s5_rows(args, ln, l2_bytes):
-    """{case: {impl: us}} for fwd, bwd and fwd+bwd (CUDA-graph replay medians; bwd replays the
-    backward of a forward run once per input set outside the graph, retain_graph=True)."""
+    """{case: {impl: us}} for fwd and fwd+bwd (CUDA-graph replay medians), and bwd = fwd+bwd - fwd
+    (a backward alone cannot be captured after a forward run outside the graph: autograd runs it
+    on the forward's stream; call 2 of session 5 tried). tk's backward kernels alone are in the
+    kernel rows."""
     import torch.nn.functional as F
     from torch import _dynamo
     from bench import time_graph_ms
@@ -306,7 +304,7 @@ def s5_rows(args, ln, l2_bytes):
         impls = {"eager": eager, "compile": torch.compile(eager, dynamic=False)}
         for plan in S5_PLANS:
             impls[f"tk {plan}"] = tk
-        rows_out = {f"{kind} {rows}x{cols}": {} for kind in ("fwd", "bwd", "fwd+bwd")}
+        rows_out = {f"{kind} {rows}x{cols}": {} for kind in ("fwd", "bwd", "fwd+bwd")}   # bwd: the difference
         for impl, f in impls.items():
             if impl.startswith("tk "):
                 ln.set_variant(impl[3:])
@@ -319,20 +317,14 @@ def s5_rows(args, ln, l2_bytes):
                 y, h = f(*inp[:4])
                 torch.autograd.grad((y, h), inp[:4], (inp[4], inp[5]))
 
-            def bwd(inp):
-                torch.autograd.grad(inp[6], inp[:4], (inp[4], inp[5]), retain_graph=True)
-
-            for kind, fn in (("fwd", fwd), ("fwd+bwd", fwd_bwd), ("bwd", bwd)):
+            for kind, fn in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
                 try:
-                    if kind == "bwd":
-                        for inp in sets:
-                            del inp[6:]
-                            inp.append(f(*inp[:4]))
                     rows_out[f"{kind} {rows}x{cols}"][impl] = 1e3 * time_graph_ms(fn, sets, args.warmup, args.reps)
                 except Exception as e:   # one failing row must not hide the others
                     rows_out[f"{kind} {rows}x{cols}"][impl] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
-            for inp in sets:
-                del inp[6:]
+            both, fwd_only = rows_out[f"fwd+bwd {rows}x{cols}"][impl], rows_out[f"fwd {rows}x{cols}"][impl]
+            if isinstance(both, float) and isinstance(fwd_only, float):
+                rows_out[f"bwd {rows}x{cols}"][impl] = both - fwd_only
         ln.set_variant("default")
         out.update(rows_out)
         print_s5_rows(rows_out, header=(rows, cols) == S5_SHAPES[0])   # as it goes: a cut run keeps its rows
@@ -343,7 +335,8 @@ def s5_rows(args, ln, l2_bytes):
 
 def print_s5_rows(rows, header=True):
     if header:
-        print("\n--s5: bf16, us (CUDA-graph replay, median), bench.py's bytes (fwd 4, fwd+bwd 8 passes; bwd 4)")
+        print("\n--s5: bf16, us (CUDA-graph replay, median; bwd = fwd+bwd - fwd), bench.py's bytes (fwd 4, "
+              "fwd+bwd 8 passes; bwd 4)")
     impls = list(dict.fromkeys(k for r in rows.values() for k in r))
     print(f"{'case':<22}" + "".join(f"{i:>26}" for i in impls))
     for name, r in rows.items():
@@ -382,7 +375,7 @@ def main(argv=None):
     ap.add_argument("--dropout", action="store_true", help="only the residual dropout rows (session 4)")
     ap.add_argument("--s5", action="store_true",
                     help="issue 4 (session 5): fwd, bwd, fwd+bwd at 16384x768 and 32768x768 bf16, the default plan "
-                         "with and without bwd_async / colsum_ahead, eager and torch.compile, then the kernels alone")
+                         "with and without bwd_smem, eager and torch.compile, then the kernels alone")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("kernels.layernorm_bench needs a CUDA GPU", file=sys.stderr)

@@ -22,9 +22,8 @@ REPO = base.REPO
 needs_cuda = base.needs_cuda
 BF16, F32 = base.BF16, base.F32
 
-VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", "bwd_async", "colsum_ahead", "fwd_async",
-            "fwd_full,bwd_tree,pdl,bwd_async,colsum_ahead,fwd_async",
-            "fwd_full,bwd_reverse,bwd_tree,pdl,bwd_async,colsum_ahead,fwd_async"]
+VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", "bwd_smem", "fwd_full,bwd_tree,pdl,bwd_smem",
+            "fwd_full,bwd_reverse,bwd_tree,pdl,bwd_smem"]
 # (rows, cols): 1 and 7 rows (fewer rows than a block takes), a tail of a few rows past a
 # block step, widths with 1 to 4 chunks a thread and 1 to 8 warps a row (1600: idle lanes),
 # and more rows than one wave of blocks.
@@ -98,9 +97,8 @@ def launched(fn):
 def test_the_variant_is_what_launches(ln):
     """Every plan launches three kernels of the same instance (the flags change the grid, the block
     sum, the row order and the launch, not the template arguments): bf16 C=768 is one warp a row,
-    3 chunks a thread, no dropout; bwd_async swaps backward_kernel for backward_async_kernel and
-    fwd_async forward_kernel for forward_async_kernel. The flags in force are reported, in the
-    FLAGS table's order."""
+    3 chunks a thread, no dropout; bwd_smem swaps backward_kernel for backward_smem_kernel. The flags
+    in force are reported, in the FLAGS table's order."""
     x, r, w, b, dy, dh = base.make(2048, 768, base.KERNEL_COMBOS["bf16"], 1)
 
     def call():
@@ -119,15 +117,13 @@ def test_the_variant_is_what_launches(ln):
         assert ln.set_variant("none") == "none" and ln.variant() == "none" and ln.set_variant("") == "none"
         for spec, active in (("none", "none"), ("pdl, bwd_tree", "bwd_tree,pdl"),
                              ("pdl,bwd_reverse,fwd_full", "fwd_full,bwd_reverse,pdl"),
-                             ("bwd_async,pdl", "pdl,bwd_async"), ("fwd_async", "fwd_async"),
-                             ("fwd_async,bwd_async,fwd_full", "fwd_full,bwd_async,fwd_async")):
+                             ("bwd_smem,pdl", "pdl,bwd_smem"), ("bwd_smem,bwd_reverse", "bwd_reverse,bwd_smem")):
             assert ln.set_variant(spec) == active == ln.variant()
             names = launched(call)
-            for kind in ("forward", "backward"):
-                used, unused = f"{kind}_kernel", f"{kind}_async_kernel"
-                if f"{kind[:3]}_async" in active.split(","):
-                    used, unused = unused, used
-                assert instances(names, used) == expected and not instances(names, unused), (kind, names)
+            backward, other = (("backward_smem_kernel", "backward_kernel") if "bwd_smem" in active
+                               else ("backward_kernel", "backward_smem_kernel"))
+            assert instances(names, "forward_kernel") == expected, names
+            assert instances(names, backward) == expected and not instances(names, other), names
             assert sum("column_sum_kernel" in n for n in names) == 1, names
     finally:
         ln.set_variant("default")
@@ -172,57 +168,42 @@ def test_pdl_launches_inside_a_cuda_graph(ln):
 
 @needs_cuda
 @pytest.mark.parametrize("combo", base.COMBO_NAMES)
-def test_async_kernels_are_bitwise_the_plain_kernels(ln, combo):
-    """bwd_async changes where the backward's loads wait (cp.async into shared memory, two rows
-    ahead), not its arithmetic: backward_row and the block sum are the same code, the rows go in
-    the same order; colsum_ahead issues the column sum's loads first and adds them in the same
-    order; fwd_async runs forward_row on rows copied one step ahead. So every output is bitwise
-    the plain kernels', with any of them, with and without the tree, without dh or residual, with
-    dropout, at widths of 1 to 4 chunks a thread and 1 to 8 warps a row, and inside a CUDA graph
-    with pdl (poisoned outputs between replays)."""
+def test_smem_backward_is_bitwise_the_tree_plan(ln, combo):
+    """bwd_smem keeps each thread's dw, db sums in shared memory instead of registers: the same adds
+    in the same order (row by row, then bwd_tree's pairwise block sum), so every output is bitwise
+    the bwd_tree plan's (it ignores bwd_tree itself), with and without bwd_reverse, without dh,
+    with dropout, at widths of 1 to 4 chunks a thread and 1 to 8 warps a row, and inside a CUDA
+    graph with pdl (poisoned outputs between replays)."""
     dtypes = base.KERNEL_COMBOS[combo]
     try:
         for rows, cols, seed in ((1, 64, 1), (7, 768, 2), (333, 4096, 3), (4099, 384, 4), (5, 1600, 5),
                                  (16387, 768, 6)):
             x, r, w, b, dy, dh = base.make(rows, cols, dtypes, seed)
-            mixed = r.dtype != x.dtype
             _, h, mean, rstd = ln._ext.module.forward(x, r, w, b, 1e-5, y_bf16=(dy.dtype != x.dtype))
-            for plan in ("none", "fwd_full"):   # the forward: y, h, mean, rstd
-                for res in (r, None):
-                    ln.set_variant(plan)
-                    want = ln._ext.module.forward(x, res, w, b, 1e-5, y_bf16=(dy.dtype != x.dtype))
-                    ln.set_variant(plan + ",fwd_async")
-                    got = ln._ext.module.forward(x, res, w, b, 1e-5, y_bf16=(dy.dtype != x.dtype))
-                    for k, (a, c) in enumerate(zip(want, got)):
-                        assert (a is None and c is None) or torch.equal(a, c), (rows, cols, plan, res is None, k)
-            for plan in ("none", "bwd_tree", "bwd_tree,bwd_reverse"):
-                outs = {}
-                for extra in ("", ",bwd_async", ",colsum_ahead", ",bwd_async,colsum_ahead"):
-                    ln.set_variant(plan + extra)
-                    outs[extra] = ln._ext.module.backward(dy, dh if seed % 2 else None, h, mean, rstd, w,
-                                                          residual_grad_bf16=mixed)
-                for extra, got in outs.items():
-                    assert len(got) == len(outs[""])
-                    for k, (a, c) in enumerate(zip(outs[""], got)):   # dx, (dr,) dw, db
-                        assert not torch.isnan(c).any() and torch.equal(a, c), (rows, cols, plan + extra, k)
+            for plan, smem_plans in (("bwd_tree", ("bwd_smem", "bwd_tree,bwd_smem")),
+                                     ("bwd_tree,bwd_reverse", ("bwd_reverse,bwd_smem",))):
+                ln.set_variant(plan)
+                want = ln._ext.module.backward(dy, dh if seed % 2 else None, h, mean, rstd, w,
+                                               residual_grad_bf16=r.dtype != x.dtype)
+                for smem_plan in smem_plans:
+                    ln.set_variant(smem_plan)
+                    got = ln._ext.module.backward(dy, dh if seed % 2 else None, h, mean, rstd, w,
+                                                  residual_grad_bf16=r.dtype != x.dtype)
+                    assert len(got) == len(want)
+                    for k, (a, c) in enumerate(zip(want, got)):   # dx, (dr,) dw, db
+                        assert not torch.isnan(c).any() and torch.equal(a, c), (rows, cols, smem_plan, k)
         # dropout (the regenerated mask), in a CUDA graph with pdl
         x, r, w, b, dy, dh = base.make(8191, 768, dtypes, 9)
         seed = ln.draw_dropout_seed("cuda")
-        fwd = lambda: ln._ext.module.forward(x, r, w, b, 1e-5, y_bf16=(dy.dtype != x.dtype), dropout_seed=seed,
-                                             dropout_p=0.2)
-        ln.set_variant("fwd_async")
-        drop_async = fwd()
-        ln.set_variant("none")
-        y, h, mean, rstd = fwd()
-        for a, c in zip(drop_async, (y, h, mean, rstd)):
-            assert torch.equal(a, c), "fwd_async with dropout"
+        _, h, mean, rstd = ln._ext.module.forward(x, r, w, b, 1e-5, y_bf16=(dy.dtype != x.dtype), dropout_seed=seed,
+                                                  dropout_p=0.2)
 
         def bwd():
             return ln._ext.module.backward(dy, dh, h, mean, rstd, w, residual_grad_bf16=r.dtype != x.dtype,
                                            dropout_seed=seed, dropout_p=0.2)
         ln.set_variant("bwd_tree")
         expected = bwd()
-        ln.set_variant("bwd_tree,pdl,bwd_async,colsum_ahead")
+        ln.set_variant("pdl,bwd_smem")
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
