@@ -100,8 +100,8 @@ def main(argv=None):
 
         fns = {"eager": lambda: step(reference.mlp)}
         if args.compile:
-            import torch._dynamo
-            torch._dynamo.reset()
+            from torch import _dynamo             # (`import torch._dynamo` here would make torch local to main)
+            _dynamo.reset()
             compiled = torch.compile(reference.mlp, dynamic=False)
             fns["compile"] = lambda: step(compiled)
         for spec in specs:
