@@ -587,7 +587,9 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
 
     extern __shared__ uint8_t smem_raw[];
     __shared__ mbarrier q_full[QS], q_empty[QS], k_full[S], k_empty[S], v_full[S], v_empty[S];
-    __shared__ int item_of[QS];                         // the item whose Q is in each slot; -1: no more
+    // The item whose Q is in each slot, decoded: {item (-1: no more), b, h, m_block}. The producer
+    // decodes it (item_at's divisions) once for all consumer threads.
+    __shared__ int4 item_of[QS];
     const uint32_t smem = (smem_addr(smem_raw) + 1023) & ~1023u;
     auto q_tile = [&](int s) { return smem + s * C::q_bytes; };
     auto k_tile = [&](int s) { return smem + QS * C::q_bytes + s * C::kv_bytes; };
@@ -623,7 +625,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 const int qs = j % QS;
                 mbar::wait(q_empty[qs], ((j / QS) & 1) ^ 1);
                 if (item >= n_items) {                   // tell the consumers there is no more
-                    item_of[qs] = -1;
+                    item_of[qs] = make_int4(-1, 0, 0, 0);
                     if constexpr (OVERLAP_ITEMS) {
                         // The consumers' last turn issues one more S = Q·Kᵀ whether or not an item
                         // follows (a branch around those wgmmas makes ptxas serialise them all, C7520):
@@ -646,10 +648,10 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                     }
                     break;
                 }
-                item_of[qs] = item;                      // published by q_full's phase (release)
+                const work_item w = item_at(item, p);
+                item_of[qs] = make_int4(item, w.b, w.h, w.m_block);   // published by q_full's phase (release)
                 // The next item, asked for now so the atomic's latency hides under this item's copies.
                 const int next = DYNAMIC ? int(gridDim.x + atomicAdd(p.work_counter, 1u)) : item + gridDim.x;
-                const work_item w = item_at(item, p);
                 const int n_tiles = tiles_of(w.m_block);
                 auto load = [&](uint32_t dst, const CUtensorMap* map, int row, int bytes, mbarrier& bar) {
 #pragma unroll
@@ -713,7 +715,9 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     // on q_empty (see release_all).
     auto item_in_slot = [&](int j) {
         mbar::wait(q_full[j % QS], (j / QS) & 1);
-        return __shfl_sync(0xffffffff, item_of[j % QS], 0);
+        const int4 v = item_of[j % QS];
+        return make_int4(__shfl_sync(0xffffffff, v.x, 0), __shfl_sync(0xffffffff, v.y, 0),
+                         __shfl_sync(0xffffffff, v.z, 0), __shfl_sync(0xffffffff, v.w, 0));
     };
     // Both return the ring slot they read, for the release once the product is done.
     auto issue_qk = [&](int q_slot) {                   // S = Q · Kₙᵀ, n = the next K in the ring
@@ -744,7 +748,8 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     };
 
     if (PINGPONG && c == 1) named_arrive<256>(1);       // consumer 0 goes first
-    int item = -1, k_slot = 0;
+    int4 item = make_int4(-1, 0, 0, 0);                 // {item, b, h, m_block}: see item_of
+    int k_slot = 0;
     if constexpr (OVERLAP_ITEMS) {                      // the first item's S0 (every CTA has an item)
         item = item_in_slot(0);
         turn_begin();
@@ -757,8 +762,8 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     for (int j = 0;; ++j) {
         const int qs = j % QS;
         if constexpr (!OVERLAP_ITEMS) item = item_in_slot(j);
-        if (item < 0) break;
-        const work_item w = item_at(item, p);
+        if (item.x < 0) break;
+        const work_item w{item.y, item.z, item.w};
         const int n_tiles = tiles_of(w.m_block);
         const int first_row = w.m_block * BM + 64 * c;   // this warpgroup's first query row
         const int row0 = first_row + 16 * warp + lane / 4;
@@ -864,13 +869,23 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
             float inv_l[2];
 #pragma unroll
             for (int r = 0; r < 2; ++r) inv_l[r] = (l[r] > 0.f) ? 1.f / l[r] : 0.f;
-            __nv_bfloat16* o_head = p.o + w.b * p.o_stride_batch + w.h * p.o_stride_head;
+            // The two rows' addresses once (64-bit arithmetic), then one store per register pair at
+            // a compile-time offset. (Written per store, as before session 5, ptxas rebuilt the
+            // 64-bit address for each of the D/4 stores: ~20 instructions each; ncu put ~18% of
+            // the default's stall samples in this epilogue.)
+            __nv_bfloat16* o_row[2];
+            bool row_ok[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int row = row0 + 8 * r;
+                row_ok[r] = row < p.seq_len;
+                o_row[r] = p.o + w.b * p.o_stride_batch + w.h * p.o_stride_head + int64_t(row) * p.o_stride_seq + 2 * t;
+            }
 #pragma unroll
             for (int i = 0; i < D / 2; i += 2) {
-                const int r = (i >> 1) & 1, row = row0 + 8 * r, col = 8 * (i >> 2) + 2 * t;
-                if (row < p.seq_len)
-                    *reinterpret_cast<uint32_t*>(o_head + row * p.o_stride_seq + col) =
-                        pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]);
+                const int r = (i >> 1) & 1, col = 8 * (i >> 2);
+                if (row_ok[r])
+                    *reinterpret_cast<uint32_t*>(o_row[r] + col) = pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]);
             }
             if (t == 0) {
 #pragma unroll
