@@ -271,7 +271,8 @@ def kernel_only(a, b, *, step=0, variant=0):
     step=step, variant=variant) would run, on operands and an output prepared once here, so
     timing it leaves out the host path (checks, plan, allocation) and, for split-K, the zeroing
     and the fp32 -> bf16 conversion. With split-K, c (fp32, zeroed once) then holds the sum of
-    all launches: launch() is for timing, not for results."""
+    all launches: launch() is for timing, not for results. launch holds the prepared operands
+    and c: keep it alive as long as any CUDA graph that captured it (kernels/gemm_bench.py)."""
     p = plan(a, b, step=step, variant=variant)
     a_store, b_store = _operands(p, a, b)
     c = torch.zeros((a.shape[0], b.shape[1]), device=a.device, dtype=torch.float32 if p.splits > 1 else torch.bfloat16)

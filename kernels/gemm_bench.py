@@ -52,7 +52,9 @@ def time_ms(fn, iters):
 
 def capture(fn, iters):
     """A CUDA graph of `iters` back-to-back calls of fn (warmed up on a side stream first, as
-    torch asks: lazy builds and allocations must not happen during capture)."""
+    torch asks: lazy builds and allocations must not happen during capture). Every tensor fn
+    reads or writes that was allocated outside the capture must outlive the graph: a later
+    torch.cuda.graph() empties the allocator's cache, so a freed block is really freed."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -210,7 +212,10 @@ def main():
                     if k == "auto" or k in ("step4", "step5"):
                         launch, _ = gemm.kernel_only(a, b, step=0 if k == "auto" else int(k[-1]))
                         g = capture(launch, args.iters)
-                        timers[(mode, k)] = (lambda g=g: time_graph_ms(g, args.iters, args.replays))
+                        # keep=launch: the graph writes into kernel_only's output, which only the
+                        # closure holds; freed, the next capture's empty_cache unmaps it and the
+                        # replay faults (call 3: an illegal address at 8192^3)
+                        timers[(mode, k)] = (lambda g=g, keep=launch: time_graph_ms(g, args.iters, args.replays))
         per = {key: [] for key in timers}
         for _ in range(trials):
             for key, timer in timers.items():

@@ -40,8 +40,7 @@
 //               (bias_gelu_h_only, kernels/mlp_inference.cu) writes h alone, saving the 2·M·4C
 //               bytes of pre (50 MB per layer at M = 16384, C = 384).
 //   bias        c_proj forward: y = acc + b2 (or plain acc without bias; also used for dx).
-//   dgelu       the backward's dh = dy·W2 GEMM: dpre = acc ⊙ GELU'(pre) (sessions 3-4's default;
-//               since session 5 the default is dgelu_saved below, gprime=1). Each thread reads pre
+//   dgelu       the backward's dh = dy·W2 GEMM: dpre = acc ⊙ GELU'(pre). Each thread reads pre
 //               at its own accumulator positions: the first box's worth into registers and the
 //               rest into L2 (prefetch) when the tile STARTS, so the latency hides behind the
 //               tile's wgmmas; later boxes are loaded one box ahead. It also sums dpre down each
@@ -49,7 +48,7 @@
 //               reduction of M/16 rows, not a pass over the M x 4C dpre. (The default.)
 //   dgelu_fast, dgelu_pre_tma_fast  (fast=1, opt-in, session 5) the two above with a cheaper
 //               epilogue: GELU' in 8 operations, db1's sums by a spill-free reduce-scatter.
-//   bias_gelu_gprime, dgelu_saved, dgelu_pre_tma_saved  (gprime=1, session 5, the default) the forward
+//   bias_gelu_gprime, dgelu_saved, dgelu_pre_tma_saved  (gprime=1, opt-in, session 5) the forward
 //               stores GELU'(pre) in pre's place (from the tanh it evaluates for h anyway), so the
 //               dGELU epilogue multiplies by the saved value instead of evaluating GELU'.
 //   dgelu_pre_tma  (pre=1, opt-in) the same values as dgelu, but pre arrives by TMA.
@@ -80,8 +79,7 @@ constexpr int BM = gemm4::BM, BN = gemm4::BN, BK = cfg::BK;
 
 // ---- the schedule dispatch: step 4 here, step 5 in kernels/mlp_pingpong.cuh ------------------
 int resolved_schedule(const tk_mlp::gemm_args& g, bool b_mn_major) {
-    return g.schedule ? g.schedule
-                      : tk_mlp::auto_schedule(g.M, g.N, g.K, g.splits, b_mn_major, g.pre_tma != 0, g.gelu_grad_saved != 0);
+    return g.schedule ? g.schedule : tk_mlp::auto_schedule(g.M, g.N, g.K, g.splits, b_mn_major, g.pre_tma != 0);
 }
 
 template <major MA, major MB, typename Epi>

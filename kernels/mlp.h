@@ -73,17 +73,9 @@ inline bool valid_schedule(int s) { return s == 0 || (s >= 4 && s <= 10); }
 // SLOWER on ping-pong than on step 4 in session 3 (backward 0.62-0.64 vs 0.601 ms), and again in
 // session 4 (call 2: 192 µs on step 4, 197-206 on ping-pong, per-thread loads or pre by TMA), so
 // it stays on step 4; with pre_tma (opt-in) auto gives it ping-pong 64x256 like c_fc.
-// Session 5 (call 3): with the forward saving GELU'(pre) (gelu_grad_saved, the default) the dGELU
-// epilogue is one multiply per value and the GEMM goes on ping-pong 64x256 like c_fc.
-inline int auto_schedule(int /*M*/, int /*N*/, int K, int splits, bool b_mn_major, bool pre_tma = false,
-                         bool gelu_grad_saved = false) {
-    return (K <= 1024 && splits <= 1 && (!b_mn_major || pre_tma || gelu_grad_saved)) ? SCHEDULE_PINGPONG_64x256
-                                                                                      : SCHEDULE_STEP4;
+inline int auto_schedule(int /*M*/, int /*N*/, int K, int splits, bool b_mn_major, bool pre_tma = false) {
+    return (K <= 1024 && splits <= 1 && (!b_mn_major || pre_tma)) ? SCHEDULE_PINGPONG_64x256 : SCHEDULE_STEP4;
 }
-// The weight gradients' schedule under auto: ping-pong 64x256 with 5 stages (step 5 variant 5), which
-// beat step 4 on the MLP's two dW shapes in session 4 (114 vs 119 µs at M = 16384) and in session 5.
-// The bindings resolve it BEFORE choose_splits, whose split count depends on the tile.
-inline int auto_weight_grad_schedule() { return SCHEDULE_PINGPONG_64x256_DEEP; }
 
 // Each returns nullptr on success, else a message.
 // pre = x·W1ᵀ + b1 (c), h = GELU(pre) (c2). a = x [M][K], b = W1 [N][K]. c == nullptr: h only

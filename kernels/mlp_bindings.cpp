@@ -109,19 +109,17 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // environment variable) so one process can time several. Order: c_fc forward, c_proj
 // forward, dGELU, dx, weight gradients, side jobs (1 on, 0 off), pre by TMA in the dGELU GEMM
 // (1: dgelu_pre_tma_epilogue, whose side job also pipelines dy's column sums; 0: per-thread
-// loads, the default; kernels/mlp_epilogues.cuh), then session 5's three: the dGELU
-// epilogue's cheaper form (fast: dgelu_fast / dgelu_pre_tma_fast), the backward's tail in one
-// kernel (finish: kernels/mlp_finish.cu instead of two torch reductions and four casts; default
-// on) and the forward saving GELU'(pre) in pre's place (gprime; default on).
+// loads, the default; kernels/mlp_epilogues.cuh), then session 5's two opt-ins: the dGELU
+// epilogue's cheaper form (fast: dgelu_fast / dgelu_pre_tma_fast) and the backward's tail in one
+// kernel (finish: kernels/mlp_finish.cu instead of two torch reductions and four casts).
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
 constexpr int FLAG_VALUES = 5;                 // side, pre, fast, finish, gprime
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
 bool side_jobs = true;
 bool pre_tma = false;
 bool fast_dgelu = false;
-bool finish_kernel = true;                     // default since session 5 (call 3)
-bool gelu_grad_saved = true;                   // gprime: the forward saves GELU'(pre) in pre's place (default
-                                               // since session 5, call 3)
+bool finish_kernel = false;
+bool gelu_grad_saved = false;                  // gprime: the forward saves GELU'(pre) in pre's place
 
 void set_schedule(const std::vector<int64_t>& s) {
     using tk_bindings::raise_if;
@@ -217,7 +215,6 @@ Tensor forward_inference(const Tensor& x, const Tensor& w_fc, const c10::optiona
 void weight_grad(const Tensor& a, const Tensor& b, const Tensor& x, const Tensor& dw, const char* what) {
     const int64_t tokens = a.size(0), M = a.size(1), N = b.size(1);
     tk_mlp::gemm_args g = base_args(x, DW);
-    if (g.schedule == tk_mlp::SCHEDULE_AUTO) g.schedule = tk_mlp::auto_weight_grad_schedule();   // its tile sets the splits
     g.a = a.data_ptr(); g.b = b.data_ptr(); g.c = dw.data_ptr();
     g.M = int(M); g.N = int(N); g.K = int(tokens);
     g.splits = tk_mlp::choose_splits(g.M, g.N, g.K, g.num_sms, g.schedule);

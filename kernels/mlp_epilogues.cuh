@@ -462,7 +462,7 @@ struct dgelu_pre_tma_saved_epilogue : dgelu_pre_tma_fast_policy<true> {
     static dgelu_pre_tma_saved_epilogue make(const gemm_args& g) { return {{dgelu_pre_tma_epilogue::make(g)}}; }
 };
 
-// ---- session 5: the forward saves GELU'(pre) instead of pre ("gprime=1", the default) ---------
+// ---- session 5: the forward saves GELU'(pre) instead of pre ("gprime=1", opt-in) -------------
 // The backward reads pre for one thing only, GELU'(pre). c_fc's epilogue already evaluates
 // T = tanh(u(pre)) for h; four more operations give GELU'(pre) from the same T, and storing that
 // in pre's place (same size, same bf16) leaves the dGELU GEMM's epilogue one multiply per value

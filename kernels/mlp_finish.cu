@@ -1,4 +1,4 @@
-// kernels/mlp_finish.cu — the MLP backward's small tail in one launch (session 5, "finish=1", the default since call 3):
+// kernels/mlp_finish.cu — the MLP backward's small tail in one launch (session 5, opt-in "finish=1"):
 // the bias gradients' column sums and the weight gradients' fp32 -> bf16 casts.
 //
 // Why: after its four GEMMs the backward still had six small kernels, ~30 µs of ~600 at M = 16384

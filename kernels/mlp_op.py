@@ -14,10 +14,7 @@ the roofline and what each epilogue does); input checks are check_forward/check_
 The ops:
   tk::mlp_fwd(x, w_fc, b_fc, w_proj, b_proj) -> (y, pre, h)     two GEMMs
       pre = x·w_fcᵀ + b_fc and h = GELU(pre) come out of ONE GEMM's epilogue; both are kept for
-      the backward (pre for GELU', h for dw_proj), as many bytes as eager PyTorch keeps. Since
-      session 5 the second output holds GELU'(x·w_fcᵀ + b_fc) instead of the pre-activation itself
-      (set_schedule's gprime=1, the default; gprime=0 restores pre): the backward needs nothing else
-      from it, and c_fc's epilogue gets it from the tanh it evaluates for h anyway.
+      the backward (pre for GELU', h for dw_proj), exactly what eager PyTorch keeps.
   tk::mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=True) -> (dx, dw_fc, db_fc, dw_proj, db_proj)   four GEMMs
       dpre = (dy·w_proj) ⊙ GELU'(pre) in one GEMM's epilogue (which also sums db_fc per 16
       rows); dx = dpre·w_fc; dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x with split-K.
@@ -117,7 +114,7 @@ SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 # gprime=1: the forward saves GELU'(pre) in pre's place and the dGELU epilogue multiplies by it
 # (session 5; forward and backward of one step must run with the same value)
 FLAGS = ("side", "pre", "fast", "finish", "gprime")
-FLAG_DEFAULTS = (1, 0, 0, 1, 1)           # finish=1 and gprime=1 by default since session 5 (call 3)
+FLAG_DEFAULTS = (1, 0, 0, 0, 0)
 
 
 def parse_schedule(spec):
@@ -125,9 +122,8 @@ def parse_schedule(spec):
     dGELU GEMM's side jobs off: separate fill and dy reduction kernels) and 'pre=1' (session 4,
     opt-in: the dGELU epilogue gets pre by TMA instead of per-thread loads, and its side job
     pipelines dy's column sums), 'fast=1' (session 5, opt-in: the dGELU epilogue's cheaper form),
-    'finish=0' (session 5's finish=1 is the default: one kernel for the backward's bias sums and
-    dW casts) and 'gprime=0' (session 5's gprime=1 is the default: the forward's second output
-    holds GELU'(pre) instead of pre)
+    'finish=1' (session 5, opt-in: one kernel for the backward's bias sums and dW casts) and
+    'gprime=1' (session 5, opt-in: the forward's second output holds GELU'(pre) instead of pre)
     -> ten ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
     (defaults FLAG_DEFAULTS)."""
     out = [0] * len(PRODUCTS) + list(FLAG_DEFAULTS)
