@@ -58,10 +58,7 @@
 // TK_LAYERNORM_VARIANT), so one process can time them against each other
 // (kernels/layernorm_bench.py). The same arithmetic in every plan; kernels/NOTES.md ("Session 3:
 // LayerNorm speed") has the measurements and the default. (8-byte "narrow" chunks and a
-// next-row "prefetch" into registers were tried there too, lost on the H200 and were removed.)
-// Session 5 copied rows ahead into shared memory with cp.async (more bytes in flight without
-// registers): slower on the H200 (NOTES "Session 5: L"), removed; it kept backward_smem_kernel,
-// which frees the registers of the dw, db sums instead (flag bwd_smem).
+// next-row "prefetch" were tried there too, lost on the H200 and were removed.)
 //
 // DROPOUT of the branch (session 4): training drops elements of each residual branch (attention
 // and MLP outputs) before adding them to the stream. Done by kernels of its own, dropout costs a
@@ -74,9 +71,8 @@
 // dropout code at all.
 //
 // Read in this order: Chunk, RowGroup (who holds which columns), group_sum, the dropout mask,
-// forward_row and forward_kernel, backward_row and backward_kernel, column_sum_kernel, the
-// variants, then the launchers at the bottom (grid sizing, dispatch). backward_smem_kernel can
-// wait for a second reading.
+// forward_kernel, backward_kernel, column_sum_kernel, the variants, then the launchers at the
+// bottom (grid sizing, dispatch).
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -255,62 +251,6 @@ template <typename TH, typename TR, int E, int CHUNKS> struct ForwardRow {
     }
 };
 
-// One row of the forward once its chunks are in registers (steps 1-4 of forward_kernel, after the
-// loads).
-template <typename TH, typename TR, typename TY, int E, int CHUNKS, bool DROP>
-__device__ __forceinline__ void forward_row(const ForwardRow<TH, TR, E, CHUNKS>& in, int64_t row, int cols, bool live,
-                                            const RowGroup& g, float* scratch, const void* __restrict__ w,
-                                            const void* __restrict__ b, bool params_bf16, TY* __restrict__ y,
-                                            TH* __restrict__ h, float* __restrict__ mean_out,
-                                            float* __restrict__ rstd_out, float eps, const DropoutMask& mask) {
-    const int64_t base = row * cols;
-    float v[CHUNKS][E];   // h = x + r in fp32, rounded to TH: exactly the h we store and the
-    float s = 0.0f;       // backward reads, so forward and backward see the same input. A bf16
-                          // r widens exactly, so for fp32 h this is torch's promoted x + r.
-#pragma unroll
-    for (int i = 0; i < CHUNKS; ++i) {
-        float k[E];   // dropout: r's multiplier, scale or 0 (its product is not rounded to TR)
-        if constexpr (DROP) keep_scale<E>(k, mask, base + g.col(i, E));
-#pragma unroll
-        for (int e = 0; e < E; ++e) {
-            if constexpr (DROP) v[i][e] = tk::round_to<TH>(in.x[i][e] + in.r[i][e] * k[e]);
-            else v[i][e] = tk::round_to<TH>(in.x[i][e] + in.r[i][e]);
-            s += v[i][e];
-        }
-    }
-
-    // 2. mean, then 3. variance from the same registers (missing chunks are zeros: skip them).
-    const float mean = group_sum(s, g, scratch) / cols;
-    float q = 0.0f;
-#pragma unroll
-    for (int i = 0; i < CHUNKS; ++i) {
-        if (!g.has(i)) continue;
-#pragma unroll
-        for (int e = 0; e < E; ++e) q += (v[i][e] - mean) * (v[i][e] - mean);
-    }
-    const float rstd = rsqrtf(group_sum(q, g, scratch) / cols + eps);   // rsqrt.approx: 2^-22.9
-
-    // 4. The one write: h (in TH), then y = xhat * w + b, rounded once to TY.
-    if (live) {
-#pragma unroll
-        for (int i = 0; i < CHUNKS; ++i) {
-            if (!g.has(i)) continue;
-            const int col = g.col(i, E);
-            if (h != nullptr) tk::store(h + base + col, v[i]);
-            float wv[E], bv[E] = {};
-            load_params<E>(wv, w, col, params_bf16);
-            if (b != nullptr) load_params<E>(bv, b, col, params_bf16);
-#pragma unroll
-            for (int e = 0; e < E; ++e) v[i][e] = (v[i][e] - mean) * rstd * wv[e] + bv[e];
-            tk::store(y + base + col, v[i]);
-        }
-        if (g.t == 0) {
-            mean_out[row] = mean;
-            rstd_out[row] = rstd;
-        }
-    }
-}
-
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 __global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 4 : 1)
 forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* __restrict__ w,
@@ -332,12 +272,56 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
     for (; first < rows; first += stride) {
         const int64_t row = first + g.slot;
         const bool live = row < rows;
+        const int64_t base = row * cols;
 
         // 1. The one read: every load is issued before any is used, so they are all in flight.
         ForwardRow<TH, TR, E, CHUNKS> in;
-        in.issue(x, r, row * cols, live, g);
-        forward_row<TH, TR, TY, E, CHUNKS, DROP>(in, row, cols, live, g, scratch, w, b, params_bf16, y, h, mean_out,
-                                                 rstd_out, eps, mask);
+        in.issue(x, r, base, live, g);
+        float v[CHUNKS][E];   // h = x + r in fp32, rounded to TH: exactly the h we store and the
+        float s = 0.0f;       // backward reads, so forward and backward see the same input. A bf16
+                              // r widens exactly, so for fp32 h this is torch's promoted x + r.
+#pragma unroll
+        for (int i = 0; i < CHUNKS; ++i) {
+            float k[E];   // dropout: r's multiplier, scale or 0 (its product is not rounded to TR)
+            if constexpr (DROP) keep_scale<E>(k, mask, base + g.col(i, E));
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                if constexpr (DROP) v[i][e] = tk::round_to<TH>(in.x[i][e] + in.r[i][e] * k[e]);
+                else v[i][e] = tk::round_to<TH>(in.x[i][e] + in.r[i][e]);
+                s += v[i][e];
+            }
+        }
+
+        // 2. mean, then 3. variance from the same registers (missing chunks are zeros: skip them).
+        const float mean = group_sum(s, g, scratch) / cols;
+        float q = 0.0f;
+#pragma unroll
+        for (int i = 0; i < CHUNKS; ++i) {
+            if (!g.has(i)) continue;
+#pragma unroll
+            for (int e = 0; e < E; ++e) q += (v[i][e] - mean) * (v[i][e] - mean);
+        }
+        const float rstd = rsqrtf(group_sum(q, g, scratch) / cols + eps);   // rsqrt.approx: 2^-22.9
+
+        // 4. The one write: h (in TH), then y = xhat * w + b, rounded once to TY.
+        if (live) {
+#pragma unroll
+            for (int i = 0; i < CHUNKS; ++i) {
+                if (!g.has(i)) continue;
+                const int col = g.col(i, E);
+                if (h != nullptr) tk::store(h + base + col, v[i]);
+                float wv[E], bv[E] = {};
+                load_params<E>(wv, w, col, params_bf16);
+                if (b != nullptr) load_params<E>(bv, b, col, params_bf16);
+#pragma unroll
+                for (int e = 0; e < E; ++e) v[i][e] = (v[i][e] - mean) * rstd * wv[e] + bv[e];
+                tk::store(y + base + col, v[i]);
+            }
+            if (g.t == 0) {
+                mean_out[row] = mean;
+                rstd_out[row] = rstd;
+            }
+        }
     }
     allow_next_grid();
 }
@@ -377,86 +361,93 @@ template <typename TH, typename TY, int E, int CHUNKS> struct BackwardRow {
     }
 };
 
-// Step 2 for one chunk of a row: adds dy * xhat to dw and dy to db (this thread's sums over its
-// rows), and this chunk's part of sum(g) and sum(g * xhat), g = dy * w, to sums.
-template <typename TH, typename TY, int E>
-__device__ __forceinline__ void add_chunk(const Chunk<TH, E>& h, const Chunk<TY, E>& dy, const float (&wv)[E], float mu,
-                                          float rs, float (&dw)[E], float (&db)[E], float2& sums) {
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-        const float xhat = (h[e] - mu) * rs;
-        const float grad = dy[e] * wv[e];
-        dw[e] += dy[e] * xhat;
-        db[e] += dy[e];
-        sums.x += grad;
-        sums.y += grad * xhat;
-    }
-}
-
-// Step 3, the one write: dh_out = dh + rstd * (g - mean(g) - xhat * mean(g * xhat)). xhat and g
-// are recomputed (two multiply-adds) rather than kept: registers are the scarce thing here, they
-// decide how many warps (and so how many loads) are in flight.
-template <typename TH, typename TR, typename TY, int E, int CHUNKS, bool DROP>
-__device__ __forceinline__ void write_row_gradient(const BackwardRow<TH, TY, E, CHUNKS>& in, int64_t row, int cols,
-                                                   bool live, const RowGroup& g, const void* __restrict__ w,
-                                                   bool params_bf16, float mean_g, float mean_gx,
-                                                   TH* __restrict__ dh_out, TR* __restrict__ dr_out,
-                                                   const DropoutMask& mask) {
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
+__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 2 : 1)
+backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* __restrict__ h,
+                const float* __restrict__ mean, const float* __restrict__ rstd,
+                const void* __restrict__ w, bool params_bf16, TH* __restrict__ dh_out,
+                TR* __restrict__ dr_out, float* __restrict__ partial, int64_t rows, int cols, int G,
+                bool reverse, bool tree, const int64_t* __restrict__ seed, uint32_t threshold, float scale) {
+    constexpr int E = 16 / int(sizeof(TH));
     // r's gradient is its own tensor when r's dtype differs from h's, or with dropout
     // (dh_out * mask * scale); otherwise it is dh_out itself.
     constexpr bool WRITE_DR = !std::is_same_v<TH, TR> || DROP;
-    const int64_t base = row * cols;
-    const float mu = in.mu, rs = in.rs;
-    if (live) {
+    __shared__ float2 scratch[BLOCK_WARPS];
+    __shared__ __align__(16) float col_sums[2 * MAX_COLS];   // this block's dw (first cols) and db (next cols)
+    const RowGroup g(G, cols / E);
+    float dw[CHUNKS][E], db[CHUNKS][E];        // this thread's columns, summed over its rows
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i)
+#pragma unroll
+        for (int e = 0; e < E; ++e) dw[i][e] = db[i][e] = 0.0f;
+
+    const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
+    wait_for_previous_grid();   // pdl: dy, dh and h are written by kernels before this one
+    DropoutMask mask{};
+    if constexpr (DROP) mask = read_mask(seed, threshold, scale);   // the forward's seed: its mask
+    auto row_of = [&](int64_t step_row) { return reverse ? rows - 1 - step_row : step_row; };
+    int64_t first = int64_t(blockIdx.x) * g.rows_per_step;
+    for (; first < rows; first += stride) {
+        const int64_t step_row = first + g.slot;
+        const bool live = step_row < rows;
+        const int64_t row = row_of(step_row);
+        const int64_t base = row * cols;
+
+        // 1. The one read (all loads in flight together), kept as loaded.
+        BackwardRow<TH, TY, E, CHUNKS> in;
+        in.issue(dy, dh, h, mean, rstd, row, cols, live, g);
+        const float mu = in.mu, rs = in.rs;
+
+        // 2. dw, db, and this thread's part of sum(g) and sum(g * xhat), g = dy * w.
+        float2 sums = make_float2(0.0f, 0.0f);
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i) {
             if (!g.has(i)) continue;
-            float wv[E], out[E];
+            float wv[E];
             load_params<E>(wv, w, g.col(i, E), params_bf16);
 #pragma unroll
             for (int e = 0; e < E; ++e) {
                 const float xhat = (in.h[i][e] - mu) * rs;
                 const float grad = in.dy[i][e] * wv[e];
-                out[e] = in.dh[i][e] + rs * (grad - mean_g - xhat * mean_gx);
+                dw[i][e] += in.dy[i][e] * xhat;
+                db[i][e] += in.dy[i][e];
+                sums.x += grad;
+                sums.y += grad * xhat;
             }
-            tk::store(dh_out + base + g.col(i, E), out);
-            if constexpr (DROP) {   // r's gradient: dh_out where r was kept, times scale; else 0
-                float k[E];
-                keep_scale<E>(k, mask, base + g.col(i, E));
+        }
+        sums = group_sum(sums, g, scratch);
+        const float mean_g = sums.x / cols, mean_gx = sums.y / cols;
+
+        // 3. The one write: dh_out = dh + rstd * (g - mean(g) - xhat * mean(g * xhat)). xhat and
+        //    g are recomputed (two multiply-adds) rather than kept: registers are the scarce
+        //    thing here, they decide how many warps (and so how many loads) are in flight.
+        if (live) {
 #pragma unroll
-                for (int e = 0; e < E; ++e) out[e] *= k[e];
+            for (int i = 0; i < CHUNKS; ++i) {
+                if (!g.has(i)) continue;
+                float wv[E], out[E];
+                load_params<E>(wv, w, g.col(i, E), params_bf16);
+#pragma unroll
+                for (int e = 0; e < E; ++e) {
+                    const float xhat = (in.h[i][e] - mu) * rs;
+                    const float grad = in.dy[i][e] * wv[e];
+                    out[e] = in.dh[i][e] + rs * (grad - mean_g - xhat * mean_gx);
+                }
+                tk::store(dh_out + base + g.col(i, E), out);
+                if constexpr (DROP) {   // r's gradient: dh_out where r was kept, times scale; else 0
+                    float k[E];
+                    keep_scale<E>(k, mask, base + g.col(i, E));
+#pragma unroll
+                    for (int e = 0; e < E; ++e) out[e] *= k[e];
+                }
+                if constexpr (WRITE_DR) tk::store(dr_out + base + g.col(i, E), out);   // in TR
             }
-            if constexpr (WRITE_DR) tk::store(dr_out + base + g.col(i, E), out);   // in TR
         }
     }
-}
+    allow_next_grid();   // the column sum may launch now; it waits for this grid to finish
 
-// One row of the backward once its chunks are in registers: step 2 into this thread's dw, db (in
-// registers), the group's two sums, step 3.
-template <typename TH, typename TR, typename TY, int E, int CHUNKS, bool DROP>
-__device__ __forceinline__ void backward_row(const BackwardRow<TH, TY, E, CHUNKS>& in, int64_t row, int cols, bool live,
-                                             const RowGroup& g, float2* scratch, const void* __restrict__ w,
-                                             bool params_bf16, float (&dw)[CHUNKS][E], float (&db)[CHUNKS][E],
-                                             TH* __restrict__ dh_out, TR* __restrict__ dr_out, const DropoutMask& mask) {
-    float2 sums = make_float2(0.0f, 0.0f);
-#pragma unroll
-    for (int i = 0; i < CHUNKS; ++i) {
-        if (!g.has(i)) continue;
-        float wv[E];
-        load_params<E>(wv, w, g.col(i, E), params_bf16);
-        add_chunk(in.h[i], in.dy[i], wv, in.mu, in.rs, dw[i], db[i], sums);
-    }
-    sums = group_sum(sums, g, scratch);
-    write_row_gradient<TH, TR, TY, E, CHUNKS, DROP>(in, row, cols, live, g, w, params_bf16, sums.x / cols,
-                                                    sums.y / cols, dh_out, dr_out, mask);
-}
-
-// 4. The block's dw, db: its row groups hold sums for the same columns; add them in a fixed
-//    order (so the result is reproducible), then write one row of partials. col_sums: shared
-//    memory, 16-byte aligned, (rows_per_step / 2) * 2 * cols floats for the tree, 2 * cols without.
-template <int E, int CHUNKS>
-__device__ __forceinline__ void write_block_partials(float (&dw)[CHUNKS][E], float (&db)[CHUNKS][E], const RowGroup& g,
-                                                     float* col_sums, bool tree, float* __restrict__ partial, int cols) {
+    // 4. The block's dw, db: its row groups hold sums for the same columns; add them in a fixed
+    //    order (so the result is reproducible), then write one row of partials.
     if (tree) {
         // bwd_tree: pairwise, log2(8/G) rounds. In each the upper half of the remaining groups
         // writes its sums to shared memory (vectors, all groups at once), the lower half adds
@@ -514,153 +505,6 @@ __device__ __forceinline__ void write_block_partials(float (&dw)[CHUNKS][E], flo
         partial[int64_t(blockIdx.x) * 2 * cols + c] = col_sums[c];
 }
 
-
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
-__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 2 : 1)
-backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* __restrict__ h,
-                const float* __restrict__ mean, const float* __restrict__ rstd,
-                const void* __restrict__ w, bool params_bf16, TH* __restrict__ dh_out,
-                TR* __restrict__ dr_out, float* __restrict__ partial, int64_t rows, int cols, int G,
-                bool reverse, bool tree, const int64_t* __restrict__ seed, uint32_t threshold, float scale) {
-    constexpr int E = 16 / int(sizeof(TH));
-    __shared__ float2 scratch[BLOCK_WARPS];
-    __shared__ __align__(16) float col_sums[2 * MAX_COLS];   // this block's dw (first cols) and db (next cols)
-    const RowGroup g(G, cols / E);
-    float dw[CHUNKS][E], db[CHUNKS][E];        // this thread's columns, summed over its rows
-#pragma unroll
-    for (int i = 0; i < CHUNKS; ++i)
-#pragma unroll
-        for (int e = 0; e < E; ++e) dw[i][e] = db[i][e] = 0.0f;
-
-    const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
-    wait_for_previous_grid();   // pdl: dy, dh and h are written by kernels before this one
-    DropoutMask mask{};
-    if constexpr (DROP) mask = read_mask(seed, threshold, scale);   // the forward's seed: its mask
-    auto row_of = [&](int64_t step_row) { return reverse ? rows - 1 - step_row : step_row; };
-    int64_t first = int64_t(blockIdx.x) * g.rows_per_step;
-    for (; first < rows; first += stride) {
-        const int64_t step_row = first + g.slot;
-        const bool live = step_row < rows;
-        const int64_t row = row_of(step_row);
-
-        // 1. The one read (all loads in flight together), kept as loaded.
-        BackwardRow<TH, TY, E, CHUNKS> in;
-        in.issue(dy, dh, h, mean, rstd, row, cols, live, g);
-        backward_row<TH, TR, TY, E, CHUNKS, DROP>(in, row, cols, live, g, scratch, w, params_bf16, dw, db, dh_out,
-                                                  dr_out, mask);
-    }
-    allow_next_grid();   // the column sum may launch now; it waits for this grid to finish
-    write_block_partials<E, CHUNKS>(dw, db, g, col_sums, tree, partial, cols);
-}
-
-// ---- the backward with dw, db summed in shared memory (flag bwd_smem) ---------------------------
-// Why (ncu, session 5, GPT-2's mixed backward): backward_kernel streams at ~3.7 TB/s of DRAM where
-// the forward reaches ~4.1, its warps stall mostly on their loads (long scoreboard), and registers
-// cap it at 16 warps an SM: the row (36 registers for 3 chunks) plus this thread's dw, db sums
-// (24 floats for fp32 h, 48 for bf16 h). More warps means more loads in flight. Here each thread's
-// sums live in shared memory, in its own 16-byte slots (acc below: no other thread touches them
-// until the end, so no barrier), read and written once a row around step 2, which frees those
-// registers: three blocks (24 warps) an SM. The arithmetic is backward_kernel's, row for row; the
-// block sum after the loop is bwd_tree's pairwise order, done by group 0 straight from the slots,
-// so every output is bitwise the bwd_tree plan's.
-// (Rows loaded ahead into shared memory with cp.async were tried first and lost: NOTES.)
-template <typename TH, int CHUNKS> constexpr int smem_acc_bytes() {
-    return CHUNKS * 2 * (16 / int(sizeof(TH)) / 4) * BLOCK_THREADS * 16;   // 48 KB for 3 chunks of bf16 h
-}
-
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
-__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 3 : 1)
-backward_smem_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* __restrict__ h,
-                     const float* __restrict__ mean, const float* __restrict__ rstd,
-                     const void* __restrict__ w, bool params_bf16, TH* __restrict__ dh_out,
-                     TR* __restrict__ dr_out, float* __restrict__ partial, int64_t rows, int cols, int G,
-                     bool reverse, bool /* tree: always bwd_tree's order */, const int64_t* __restrict__ seed,
-                     uint32_t threshold, float scale) {
-    constexpr int E = 16 / int(sizeof(TH));
-    constexpr int V = E / 4;   // float4s in E floats
-    // acc[((i * 2 + d) * V + k) * BLOCK_THREADS + threadIdx.x]: float4 k of this thread's dw (d = 0)
-    // or db (d = 1) for its chunk i. Consecutive threads, consecutive 16 bytes: no bank conflicts.
-    extern __shared__ float4 acc[];
-    __shared__ float2 scratch[BLOCK_WARPS];
-    const RowGroup g(G, cols / E);
-    auto slot = [&](int i, int d, int k, int thread) -> float4& {
-        return acc[((i * 2 + d) * V + k) * BLOCK_THREADS + thread];
-    };
-#pragma unroll
-    for (int i = 0; i < CHUNKS; ++i)
-#pragma unroll
-        for (int d = 0; d < 2; ++d)
-#pragma unroll
-            for (int k = 0; k < V; ++k) slot(i, d, k, threadIdx.x) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-
-    const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
-    wait_for_previous_grid();
-    DropoutMask mask{};
-    if constexpr (DROP) mask = read_mask(seed, threshold, scale);
-    auto row_of = [&](int64_t step_row) { return reverse ? rows - 1 - step_row : step_row; };
-    int64_t first = int64_t(blockIdx.x) * g.rows_per_step;
-    for (; first < rows; first += stride) {
-        const int64_t step_row = first + g.slot;
-        const bool live = step_row < rows;
-        const int64_t row = row_of(step_row);
-        BackwardRow<TH, TY, E, CHUNKS> in;
-        in.issue(dy, dh, h, mean, rstd, row, cols, live, g);
-
-        // 2., one chunk at a time: this thread's dw, db out of shared memory, step 2, back.
-        float2 sums = make_float2(0.0f, 0.0f);
-#pragma unroll
-        for (int i = 0; i < CHUNKS; ++i) {
-            if (!g.has(i)) continue;
-            float wv[E], dw[E], db[E];
-            load_params<E>(wv, w, g.col(i, E), params_bf16);
-#pragma unroll
-            for (int k = 0; k < V; ++k) {
-                const float4 a = slot(i, 0, k, threadIdx.x), c = slot(i, 1, k, threadIdx.x);
-                dw[4 * k] = a.x; dw[4 * k + 1] = a.y; dw[4 * k + 2] = a.z; dw[4 * k + 3] = a.w;
-                db[4 * k] = c.x; db[4 * k + 1] = c.y; db[4 * k + 2] = c.z; db[4 * k + 3] = c.w;
-            }
-            add_chunk(in.h[i], in.dy[i], wv, in.mu, in.rs, dw, db, sums);
-#pragma unroll
-            for (int k = 0; k < V; ++k) {
-                slot(i, 0, k, threadIdx.x) = make_float4(dw[4 * k], dw[4 * k + 1], dw[4 * k + 2], dw[4 * k + 3]);
-                slot(i, 1, k, threadIdx.x) = make_float4(db[4 * k], db[4 * k + 1], db[4 * k + 2], db[4 * k + 3]);
-            }
-        }
-        sums = group_sum(sums, g, scratch);
-        write_row_gradient<TH, TR, TY, E, CHUNKS, DROP>(in, row, cols, live, g, w, params_bf16, sums.x / cols,
-                                                        sums.y / cols, dh_out, dr_out, mask);
-    }
-    allow_next_grid();
-    __syncthreads();   // every group's sums are in acc
-
-    // 4. The block's dw, db in bwd_tree's order: v[s] += v[s + width] for width = 4, 2, 1 (8 groups),
-    //    here by group 0's threads, each over its own columns of every group's slots.
-    if (g.slot != 0) return;
-#pragma unroll
-    for (int i = 0; i < CHUNKS; ++i) {
-        if (!g.has(i)) continue;
-#pragma unroll
-        for (int d = 0; d < 2; ++d)
-#pragma unroll
-            for (int k = 0; k < V; ++k) {
-                float4 v[BLOCK_WARPS];   // one per row group (rows_per_step <= 8 of them; unrolled: registers)
-#pragma unroll
-                for (int q = 0; q < BLOCK_WARPS; ++q)
-                    if (q < g.rows_per_step) v[q] = slot(i, d, k, q * g.threads + g.t);
-#pragma unroll
-                for (int width = BLOCK_WARPS / 2; width >= 1; width /= 2) {
-                    if (2 * width > g.rows_per_step) continue;   // bwd_tree's rounds: width = rows_per_step / 2, ..., 1
-#pragma unroll
-                    for (int q = 0; q < width; ++q) {
-                        v[q].x += v[q + width].x; v[q].y += v[q + width].y;
-                        v[q].z += v[q + width].z; v[q].w += v[q + width].w;
-                    }
-                }
-                reinterpret_cast<float4*>(partial + int64_t(blockIdx.x) * 2 * cols + d * cols + g.col(i, E))[k] = v[0];
-            }
-    }
-}
-
 // ---- dw[c], db[c] = sum of the blocks' partial rows ---------------------------------------------
 // A block takes 32 columns (one coalesced 128-byte segment per partial row) with 32 warps; warp k
 // adds partial rows k, k + 32, ... with four independent accumulators, so a thread has several
@@ -706,8 +550,6 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //   pdl          every kernel launched as a programmatic dependent of the one before it (sm_90):
 //                its launch overlaps the previous kernel's tail (the column sum the backward's,
 //                the backward the forward's in a back-to-back fwd+bwd)
-//   bwd_smem     the backward keeps each thread's dw, db sums in shared memory instead of registers
-//                (backward_smem_kernel): 3 blocks an SM instead of 2; its block sum is bwd_tree's
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -715,8 +557,7 @@ struct Flag {
 constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"bwd_reverse", &Variant::bwd_reverse},
                           {"bwd_tree", &Variant::bwd_tree},
-                          {"pdl", &Variant::pdl},
-                          {"bwd_smem", &Variant::bwd_smem}};
+                          {"pdl", &Variant::pdl}};
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
 // Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan.
@@ -786,10 +627,10 @@ int sm_count_and_cc(int* cc_major) {
 // Blocks of the persistent grid: as many as fit on the GPU at once, but no more than there are
 // row steps (all of them when `full`). Occupancy is asked of the runtime once per kernel
 // (registers decide it).
-template <auto kernel> int grid_for(int64_t rows, int G, bool full = false, int smem_bytes = 0) {
+template <auto kernel> int grid_for(int64_t rows, int G, bool full = false) {
     static int per_sm = 0;   // one per kernel instance (the template argument)
     if (per_sm == 0) {
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, BLOCK_THREADS, smem_bytes);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, BLOCK_THREADS, 0);
         if (per_sm < 1) per_sm = 1;
     }
     const int64_t steps = (rows + BLOCK_WARPS / G - 1) / (BLOCK_WARPS / G);
@@ -802,7 +643,7 @@ template <auto kernel> int grid_for(int64_t rows, int G, bool full = false, int 
 // variant (sm_90+) as a programmatic dependent of the kernel before it in the stream: it may be
 // launched while that one finishes, and waits in wait_for_previous_grid() until it has.
 template <typename... Params, typename... Args>
-cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, int smem_bytes, cudaStream_t stream, Args... args) {
+cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
     int major = 0;
     sm_count_and_cc(&major);
     cudaLaunchAttribute attribute[1];
@@ -811,7 +652,7 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, int smem_by
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;
-    config.dynamicSmemBytes = smem_bytes;
+    config.dynamicSmemBytes = 0;
     config.stream = stream;
     config.attrs = attribute;
     config.numAttrs = current_variant().pdl && major >= 9 ? 1 : 0;
@@ -825,41 +666,25 @@ float keep_scale_of(const Dropout& d) { return float(1.0 / (1.0 - d.p)); }
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
     constexpr auto kernel = forward_kernel<TH, TR, TY, CHUNKS, DROP>;
-    return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, 0, stream, a.x, a.residual, a.weight,
+    return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, stream, a.x, a.residual, a.weight,
                   a.bias, a.params_bf16, a.y, a.h, a.mean, a.rstd, a.rows, a.cols, G, a.eps, a.dropout.seed,
                   drop_threshold(a.dropout), keep_scale_of(a.dropout));
 }
 
-// backward_smem_kernel's dynamic shared memory (over the 48 KB a kernel gets without asking for 4
-// chunks): asked for once per instance, before its first occupancy query or launch.
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> int smem_backward_bytes() {
-    static const int bytes = [] {
-        const int n = smem_acc_bytes<TH, CHUNKS>();
-        cudaFuncSetAttribute(backward_smem_kernel<TH, TR, TY, CHUNKS, DROP>, cudaFuncAttributeMaxDynamicSharedMemorySize, n);
-        return n;
-    }();
-    return bytes;
-}
-
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> int backward_grid(const BackwardArgs& a, int G) {
-    if (current_variant().bwd_smem)
-        return grid_for<backward_smem_kernel<TH, TR, TY, CHUNKS, DROP>>(a.rows, G, false,
-                                                                         smem_backward_bytes<TH, TR, TY, CHUNKS, DROP>());
     return grid_for<backward_kernel<TH, TR, TY, CHUNKS, DROP>>(a.rows, G);
 }
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
     const int blocks = backward_grid<TH, TR, TY, CHUNKS, DROP>(a, G);
-    const bool smem = current_variant().bwd_smem;
-    cudaError_t err = launch(smem ? backward_smem_kernel<TH, TR, TY, CHUNKS, DROP> : backward_kernel<TH, TR, TY, CHUNKS, DROP>,
-                             blocks, BLOCK_THREADS, smem ? smem_backward_bytes<TH, TR, TY, CHUNKS, DROP>() : 0, stream, a.dy, a.dh,
-                             a.h, a.mean, a.rstd, a.weight, a.params_bf16, a.dh_out, a.dresidual_out, a.partial, a.rows,
-                             a.cols, G, current_variant().bwd_reverse, current_variant().bwd_tree, a.dropout.seed,
+    cudaError_t err = launch(backward_kernel<TH, TR, TY, CHUNKS, DROP>, blocks, BLOCK_THREADS, stream, a.dy, a.dh, a.h, a.mean,
+                             a.rstd, a.weight, a.params_bf16, a.dh_out, a.dresidual_out, a.partial, a.rows, a.cols, G,
+                             current_variant().bwd_reverse, current_variant().bwd_tree, a.dropout.seed,
                              drop_threshold(a.dropout), keep_scale_of(a.dropout));
     if (err != cudaSuccess) return err;
-    return launch(column_sum_kernel, (2 * a.cols + 31) / 32, COLSUM_WARPS * 32, 0, stream, a.partial, blocks, a.cols,
-                  a.dweight, a.dbias, a.params_bf16);
+    return launch(column_sum_kernel, (2 * a.cols + 31) / 32, COLSUM_WARPS * 32, stream, a.partial, blocks, a.cols, a.dweight, a.dbias,
+                  a.params_bf16);
 }
 
 // The dtype combinations there are kernels for: fp32 h with a float or bf16 residual and y, or

@@ -79,7 +79,6 @@ struct Variant {
     bool bwd_reverse = false;     // "bwd_reverse"
     bool bwd_tree = false;        // "bwd_tree"
     bool pdl = false;             // "pdl"
-    bool bwd_smem = false;        // "bwd_smem"
 };
 
 // Set the plan from a comma-separated list of flag names ("none" or "": no flag; "default": the
