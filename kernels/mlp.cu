@@ -46,8 +46,9 @@
 //               tile's wgmmas; later boxes are loaded one box ahead. It also sums dpre down each
 //               16-row slab (warp shuffles) and stores those column sums: db1 is then a small
 //               reduction of M/16 rows, not a pass over the M x 4C dpre. (The default.)
-//   dgelu_fast, dgelu_pre_tma_fast  (fast=1, opt-in, session 5) the two above with a cheaper
-//               epilogue: GELU' in 8 operations, db1's sums by a spill-free reduce-scatter.
+//   dgelu_fast, dgelu_pre_tma_fast  (fast=1, session 5: the default, dgelu_fast on step 4) the two
+//               above with a cheaper epilogue: GELU' in 8 operations, db1's sums by a spill-free
+//               reduce-scatter, unguarded pre loads inside the matrix.
 //   bias_gelu_gprime, dgelu_saved, dgelu_pre_tma_saved  (gprime=1, opt-in, session 5) the forward
 //               stores GELU'(pre) in pre's place (from the tanh it evaluates for h anyway), so the
 //               dGELU epilogue multiplies by the saved value instead of evaluating GELU'.

@@ -109,15 +109,16 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // environment variable) so one process can time several. Order: c_fc forward, c_proj
 // forward, dGELU, dx, weight gradients, side jobs (1 on, 0 off), pre by TMA in the dGELU GEMM
 // (1: dgelu_pre_tma_epilogue, whose side job also pipelines dy's column sums; 0: per-thread
-// loads, the default; kernels/mlp_epilogues.cuh), then session 5's two opt-ins: the dGELU
-// epilogue's cheaper form (fast: dgelu_fast / dgelu_pre_tma_fast) and the backward's tail in one
-// kernel (finish: kernels/mlp_finish.cu instead of two torch reductions and four casts).
+// loads, the default; kernels/mlp_epilogues.cuh), then session 5's three: the dGELU epilogue's
+// cheaper form (fast: dgelu_fast / dgelu_pre_tma_fast; the default), the backward's tail in one
+// kernel (finish: kernels/mlp_finish.cu instead of two torch reductions and four casts; opt-in)
+// and the forward saving GELU'(pre) in pre's place (gprime; opt-in, slower: NOTES.md session 5 M).
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
 constexpr int FLAG_VALUES = 5;                 // side, pre, fast, finish, gprime
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
 bool side_jobs = true;
 bool pre_tma = false;
-bool fast_dgelu = false;
+bool fast_dgelu = true;                        // default since session 5 (calls 2 and 3: dGELU -8% under ncu)
 bool finish_kernel = false;
 bool gelu_grad_saved = false;                  // gprime: the forward saves GELU'(pre) in pre's place
 
