@@ -100,7 +100,9 @@
 //      idle at the end when item costs vary (L2 groups, long sequences).
 // Session 5: 15 = 12 (D=64) / 11 (D=128) with the items overlapped (OVERLAP_ITEMS at
 //   persistent_kernel), 16 = 13 with the items overlapped, 17 = 15 with every 4th exponential on
-//   the FMA pipe (exp2_poly) instead of the MUFU.
+//   the FMA pipe (exp2_poly) instead of the MUFU, 18 = three consumer warpgroups (192-row items,
+//   D=64), 19 = 18 with the next item's S0 under the epilogue, 20 = 12 / 11 with LEAN_ITEMS. On
+//   the H200 none of 15-19 beat 12 by more than the noise (kernels/NOTES.md, session 5, A).
 // Lost on the H200 and kept only because kernels/NOTES.md's figures name them (its next steps
 // remove them): 1, 3, 6, 7, 9, 10, 14.
 // What is not here (yet): a TMA store epilogue; the backward pass is attention_hopper_bwd.cu.
