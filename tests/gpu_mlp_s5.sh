@@ -8,6 +8,7 @@
 #      C = 768: the default (fast=1 since session 5), sessions 3-4's default (fast=0) and the
 #      opt-ins, CUDA-graph replays in interleaved trials, beside torch eager and torch.compile
 #   3. every kernel's time (torch.profiler) at M = 16384 for the main specs
+#   4. if time is left: the plain GEMMs of the c_fc and dGELU shapes (swapped sizes C = 3072, H = 768)
 # Results: OUT/summary.txt (compact) and OUT/logs.tgz (every log).
 cd "$(dirname "$0")/.."
 export LANE_LIMIT=${LANE_LIMIT:-105}
@@ -29,5 +30,11 @@ step 65 mlp_bench_graphs.log python3 -m kernels.mlp_bench --graphs --compile --M
 step 20 mlp_kernels.log python3 -m kernels.mlp_bench --kernels --M 16384 --trials 1 --iters 5 \
     --schedules "0;fast=0;finish=1,dw=10;dgelu=6,gprime=1"
 { echo "--- mlp_bench --kernels M=16384"; grep -E "^M=|^  tk|kernels of|gemm|reduce|elementwise|finish|Memset|Fill" "$L/mlp_kernels.log" | cut -c1-150; } >> "$S"
+# 4. if time is left: the plain GEMMs of the c_fc and dGELU shapes (C = 3072, H = 768 swaps them:
+#    c_proj's forward is then x·Wᵀ at c_fc's shape with a bias-only epilogue, dx is dy·W at the
+#    dGELU GEMM's shape with none), i.e. what c_fc's and dGELU's epilogues cost on top
+step 15 mlp_plain.log python3 -m kernels.mlp_bench --kernels --M 16384 --C 3072 --H 768 --trials 1 --iters 5 \
+    --schedules "proj=4,dx=4;proj=6,dx=6"
+{ echo "--- mlp_plain (C=3072, H=768: c_proj fwd = c_fc's shape, dx = dGELU's shape, plain epilogues)"; grep -E "^M=|kernels of|gemm" "$L/mlp_plain.log" | cut -c1-150; } >> "$S"
 note "done in $(( $(date +%s) - START )) s"
 pack
