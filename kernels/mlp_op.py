@@ -244,9 +244,10 @@ def _make_backward(mlp_backward):
         # pre and h are internal outputs (the public op returns only y): their gradients are unused
         # (zeros on the custom op, None on the fast path), and dy is never None.
         x, pre, h, w_fc, w_proj = ctx.saved_tensors
-        # (bias_grads=False would skip the bias-gradient work when the MLP has no biases, session 5;
-        # not passed yet: tests/test_fast_path.py's fake extension takes six arguments)
-        dx, dw_fc, db_fc, dw_proj, db_proj = mlp_backward(dy.contiguous(), x, pre, h, w_fc, w_proj)
+        # A model without biases (GPT-2's bias=False) skips the bias-gradient work: the column sums
+        # of dy and dpre and their casts (~0.3 ms of a GPT-2 step).
+        bias_grads = ctx.has_b_fc or ctx.has_b_proj
+        dx, dw_fc, db_fc, dw_proj, db_proj = mlp_backward(dy.contiguous(), x, pre, h, w_fc, w_proj, bias_grads)
         return (dx, dw_fc, db_fc if ctx.has_b_fc else None, dw_proj, db_proj if ctx.has_b_proj else None)
     return backward
 

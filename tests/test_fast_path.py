@@ -86,12 +86,16 @@ class FakeMLPExt:
         y = h.float() @ w_proj.float().T + (0 if b_proj is None else b_proj.float())
         return [y.bfloat16(), pre.bfloat16(), h]
 
-    def backward(self, dy, x, pre, h, w_fc, w_proj):
+    def backward(self, dy, x, pre, h, w_fc, w_proj, bias_grads=True):
         self.calls["mlp.backward"] += 1
+        self.calls[f"mlp.backward bias_grads={bias_grads}"] += 1
         dyf = dy.float()
         dpre = _gelu_grad(pre, dyf @ w_proj.float())
         grads = (dpre @ w_fc.float(), dpre.T @ x.float(), dpre.sum(0), dyf.T @ h.float(), dyf.sum(0))
-        return [g.bfloat16() for g in grads]
+        out = [g.bfloat16() for g in grads]
+        if not bias_grads:   # as the extension: empty bias gradients, their work skipped
+            out[2], out[4] = out[2][:0], out[4][:0]
+        return out
 
 
 def _bthd(t):
@@ -332,6 +336,8 @@ def test_mlp_fast_path_matches_custom_ops(calls, bias, param_dtype):
     outs, grads = _both_paths(mlp_op.mlp, (x, w_fc, b_fc, w_proj, b_proj), leaves, calls,
                               "_MLPEager", ["tk.mlp_bwd.default", "tk.mlp_fwd.default"])
     assert calls["check_forward"] == calls["check_backward"] == 1
+    # both paths ask for bias gradients only when there are biases (GPT-2's bias=False skips them)
+    assert calls[f"mlp.backward bias_grads={bias}"] == calls["mlp.backward"] == 1, dict(calls)   # (the custom-op run's count)
     assert outs[0].shape == x.shape and outs[0].dtype == torch.bfloat16
     assert [g.dtype for g in grads] == [t.dtype for t in leaves]   # fp32 parameters get fp32 gradients
 
