@@ -514,7 +514,7 @@ struct reduce_add_epilogue : base_epilogue<float> {
 const char* linear_bias_gelu_h_only(const gemm_args& g);
 
 // The ping-pong launcher, defined in kernels/mlp_pingpong.cuh and instantiated for every policy in
-// kernels/mlp_pingpong.cu and kernels/mlp_pingpong_s5.cu, so its kernels compile in parallel with step 4's.
+// kernels/mlp_pingpong.cu and kernels/mlp_pingpong_gelu_grad.cu, so its kernels compile in parallel with step 4's.
 // schedule: one of mlp.h's SCHEDULE_PINGPONG_* (5, 6, 7, 8, 10).
 template <major MA, major MB, typename Epi>
 const char* launch_pingpong(const gemm_args& g, int schedule);

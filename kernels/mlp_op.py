@@ -39,7 +39,7 @@ from . import _preflight_checks, checks, register_tk
 from .build import LazyExtension
 from .checks import fail, realign16, require_tensor, shape_str
 
-_ext = LazyExtension("tk_mlp", ["mlp.cu", "mlp_pingpong.cu", "mlp_pingpong_s5.cu", "mlp_inference.cu", "mlp_finish.cu",
+_ext = LazyExtension("tk_mlp", ["mlp.cu", "mlp_pingpong.cu", "mlp_pingpong_gelu_grad.cu", "mlp_inference.cu", "mlp_finish.cu",
                                "mlp_bindings.cpp"], hopper=True)
 
 MULTIPLE = 64          # the embedding and hidden sizes must be multiples of this

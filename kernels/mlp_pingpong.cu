@@ -2,7 +2,7 @@
 // (kernels/gemm_5_pingpong.cuh) with the MLP's epilogue policies (kernels/mlp_epilogues.cuh):
 // the instantiations of sessions 3-4's policies. kernels/mlp.cu dispatches here when a GEMM's
 // schedule is one of the PINGPONG_* (kernels/mlp.h); the launcher itself is in
-// kernels/mlp_pingpong.cuh, session 5's policies in kernels/mlp_pingpong_s5.cu (a file of its own
+// kernels/mlp_pingpong.cuh, session 5's policies in kernels/mlp_pingpong_gelu_grad.cu (a file of its own
 // so nvcc builds them in parallel).
 #include "mlp_pingpong.cuh"
 

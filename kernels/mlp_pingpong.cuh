@@ -1,7 +1,7 @@
 // kernels/mlp_pingpong.cuh — the MLP's launcher for step 5's ping-pong schedule
 // (launch_pingpong: which gemm5 configuration runs a product, by schedule), shared by the two
 // translation units that instantiate it: kernels/mlp_pingpong.cu (sessions 3-4's policies) and
-// kernels/mlp_pingpong_s5.cu (session 5's), split so nvcc builds them in parallel. A policy with
+// kernels/mlp_pingpong_gelu_grad.cu (session 5's), split so nvcc builds them in parallel. A policy with
 // input boxes (dgelu_pre_tma and its forms, pre=1) needs a staging buffer per box, so it runs on
 // gemm5's *_inputs configurations and only on schedules that have one (5, 6, 8); mlp.cu's
 // linear_dgelu keeps schedules 7 and 10 on the per-thread-load policies.

@@ -1,4 +1,4 @@
-// kernels/mlp_pingpong_s5.cu — session 5's MLP epilogue policies on step 5's ping-pong schedule
+// kernels/mlp_pingpong_gelu_grad.cu — the GELU-gradient epilogue policies added in session 5, on step 5's ping-pong schedule
 // (the launcher: kernels/mlp_pingpong.cuh): the fast dGELU forms (fast=1), the dGELU that
 // multiplies by a saved GELU'(pre) (gprime=1) and c_fc saving it. A file of its own so nvcc
 // builds these kernels in parallel with kernels/mlp_pingpong.cu's.
