@@ -101,8 +101,10 @@
 // Session 5: 15 = 12 (D=64) / 11 (D=128) with the items overlapped (OVERLAP_ITEMS at
 //   persistent_kernel), 16 = 13 with the items overlapped, 17 = 15 with every 4th exponential on
 //   the FMA pipe (exp2_poly) instead of the MUFU, 18 = three consumer warpgroups (192-row items,
-//   D=64), 19 = 18 with the next item's S0 under the epilogue, 20 = 12 / 11 with LEAN_ITEMS. On
-//   the H200 none of 15-19 beat 12 by more than the noise (kernels/NOTES.md, session 5, A).
+//   D=64), 19 = 18 with the next item's S0 under the epilogue. On the H200 none of 15-19 beat 12
+//   by more than the noise (kernels/NOTES.md, session 5, A). A variant 20 (the O epilogue's row
+//   addresses computed once, items decoded by the producer) hung on the H200 with more work items
+//   than SMs (session 5's final call) and was taken out.
 // Lost on the H200 and kept only because kernels/NOTES.md's figures name them (its next steps
 // remove them): 1, 3, 6, 7, 9, 10, 14.
 // What is not here (yet): a TMA store epilogue; the backward pass is attention_hopper_bwd.cu.
@@ -110,7 +112,6 @@
 #include <cstdint>
 #include <cmath>
 #include <string>
-#include <type_traits>
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -579,13 +580,8 @@ struct persistent_config : config<D, CONSUMERS> {
 // item). At the GPT-2 shape N averages 4.5. The next item's S0 is waited for before the loop's
 // back edge (a wgmma in flight across it makes ptxas serialise every wgmma: C7514).
 // POLY_EVERY (variant 17): every POLY_EVERY-th exponential of a row on the FMA pipe (exp2_poly).
-// LEAN_ITEMS (variant 20; session 5, after the last helper call: NOT the default until it has run
-// on the H200): two per-item costs cut. The O epilogue computes the two row addresses once (the
-// default's ptxas output rebuilds the 64-bit address of each of the D/4 stores, ~20 instructions
-// each; call 2's ncu put ~18% of the default's stall samples there), and the producer decodes
-// each item (item_at's integer divisions) once, into item_of, for all consumer threads.
 template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool PINGPONG_ON = true,
-          bool OVERLAP_ITEMS = false, int POLY_EVERY = 0, bool LEAN_ITEMS = false>
+          bool OVERLAP_ITEMS = false, int POLY_EVERY = 0>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
@@ -595,8 +591,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
 
     extern __shared__ uint8_t smem_raw[];
     __shared__ mbarrier q_full[QS], q_empty[QS], k_full[S], k_empty[S], v_full[S], v_empty[S];
-    // The item whose Q is in each slot (-1: no more); LEAN_ITEMS: decoded, {item, b, h, m_block}.
-    __shared__ std::conditional_t<LEAN_ITEMS, int4, int> item_of[QS];
+    __shared__ int item_of[QS];                         // the item whose Q is in each slot; -1: no more
     const uint32_t smem = (smem_addr(smem_raw) + 1023) & ~1023u;
     auto q_tile = [&](int s) { return smem + s * C::q_bytes; };
     auto k_tile = [&](int s) { return smem + QS * C::q_bytes + s * C::kv_bytes; };
@@ -632,8 +627,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 const int qs = j % QS;
                 mbar::wait(q_empty[qs], ((j / QS) & 1) ^ 1);
                 if (item >= n_items) {                   // tell the consumers there is no more
-                    if constexpr (LEAN_ITEMS) item_of[qs] = make_int4(-1, 0, 0, 0);
-                    else item_of[qs] = -1;
+                    item_of[qs] = -1;
                     if constexpr (OVERLAP_ITEMS) {
                         // The consumers' last turn issues one more S = Q·Kᵀ whether or not an item
                         // follows (a branch around those wgmmas makes ptxas serialise them all, C7520):
@@ -656,11 +650,10 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                     }
                     break;
                 }
-                if constexpr (!LEAN_ITEMS) item_of[qs] = item;   // published by q_full's phase (release)
+                item_of[qs] = item;                      // published by q_full's phase (release)
                 // The next item, asked for now so the atomic's latency hides under this item's copies.
                 const int next = DYNAMIC ? int(gridDim.x + atomicAdd(p.work_counter, 1u)) : item + gridDim.x;
                 const work_item w = item_at(item, p);
-                if constexpr (LEAN_ITEMS) item_of[qs] = make_int4(item, w.b, w.h, w.m_block);
                 const int n_tiles = tiles_of(w.m_block);
                 auto load = [&](uint32_t dst, const CUtensorMap* map, int row, int bytes, mbarrier& bar) {
 #pragma unroll
@@ -722,15 +715,9 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     // The item whose Q is in slot j % QS (waits for it). The same in every thread; the shfl tells
     // ptxas so (see c above). Every lane reads item_of with a plain load, so every thread arrives
     // on q_empty (see release_all).
-    auto item_in_slot = [&](int j) {                    // {item, b, h, m_block} (LEAN_ITEMS) or {item, ...}
+    auto item_in_slot = [&](int j) {
         mbar::wait(q_full[j % QS], (j / QS) & 1);
-        if constexpr (LEAN_ITEMS) {
-            const int4 v = item_of[j % QS];
-            return make_int4(__shfl_sync(0xffffffff, v.x, 0), __shfl_sync(0xffffffff, v.y, 0),
-                             __shfl_sync(0xffffffff, v.z, 0), __shfl_sync(0xffffffff, v.w, 0));
-        } else {
-            return make_int4(__shfl_sync(0xffffffff, item_of[j % QS], 0), 0, 0, 0);
-        }
+        return __shfl_sync(0xffffffff, item_of[j % QS], 0);
     };
     // Both return the ring slot they read, for the release once the product is done.
     auto issue_qk = [&](int q_slot) {                   // S = Q · Kₙᵀ, n = the next K in the ring
@@ -761,8 +748,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     };
 
     if (PINGPONG && c == 1) named_arrive<256>(1);       // consumer 0 goes first
-    int4 item = make_int4(-1, 0, 0, 0);                 // from item_in_slot
-    int k_slot = 0;
+    int item = -1, k_slot = 0;
     if constexpr (OVERLAP_ITEMS) {                      // the first item's S0 (every CTA has an item)
         item = item_in_slot(0);
         turn_begin();
@@ -775,8 +761,8 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     for (int j = 0;; ++j) {
         const int qs = j % QS;
         if constexpr (!OVERLAP_ITEMS) item = item_in_slot(j);
-        if (item.x < 0) break;
-        const work_item w = LEAN_ITEMS ? work_item{item.y, item.z, item.w} : item_at(item.x, p);
+        if (item < 0) break;
+        const work_item w = item_at(item, p);
         const int n_tiles = tiles_of(w.m_block);
         const int first_row = w.m_block * BM + 64 * c;   // this warpgroup's first query row
         const int row0 = first_row + 16 * warp + lane / 4;
@@ -882,32 +868,13 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
             float inv_l[2];
 #pragma unroll
             for (int r = 0; r < 2; ++r) inv_l[r] = (l[r] > 0.f) ? 1.f / l[r] : 0.f;
-            if constexpr (LEAN_ITEMS) {
-                // The two rows' addresses once (64-bit arithmetic), then one predicated store per
-                // register pair at a compile-time offset.
-                __nv_bfloat16* o_row[2];
-                bool row_ok[2];
+            __nv_bfloat16* o_head = p.o + w.b * p.o_stride_batch + w.h * p.o_stride_head;
 #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const int row = row0 + 8 * r;
-                    row_ok[r] = row < p.seq_len;
-                    o_row[r] = p.o + w.b * p.o_stride_batch + w.h * p.o_stride_head + int64_t(row) * p.o_stride_seq + 2 * t;
-                }
-#pragma unroll
-                for (int i = 0; i < D / 2; i += 2) {
-                    const int r = (i >> 1) & 1, col = 8 * (i >> 2);
-                    if (row_ok[r])
-                        *reinterpret_cast<uint32_t*>(o_row[r] + col) = pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]);
-                }
-            } else {
-                __nv_bfloat16* o_head = p.o + w.b * p.o_stride_batch + w.h * p.o_stride_head;
-#pragma unroll
-                for (int i = 0; i < D / 2; i += 2) {
-                    const int r = (i >> 1) & 1, row = row0 + 8 * r, col = 8 * (i >> 2) + 2 * t;
-                    if (row < p.seq_len)
-                        *reinterpret_cast<uint32_t*>(o_head + row * p.o_stride_seq + col) =
-                            pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]);
-                }
+            for (int i = 0; i < D / 2; i += 2) {
+                const int r = (i >> 1) & 1, row = row0 + 8 * r, col = 8 * (i >> 2) + 2 * t;
+                if (row < p.seq_len)
+                    *reinterpret_cast<uint32_t*>(o_head + row * p.o_stride_seq + col) =
+                        pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]);
             }
             if (t == 0) {
 #pragma unroll
@@ -1028,7 +995,7 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 
 // One CTA (two with one consumer) per SM, each walking over query blocks (persistent_kernel).
 template <int D, int CONSUMERS = 2, bool HALF_TILE = false, bool LAZY = false, bool DYNAMIC = false,
-          bool PINGPONG = true, bool OVERLAP_ITEMS = false, int POLY_EVERY = 0, bool LEAN_ITEMS = false>
+          bool PINGPONG = true, bool OVERLAP_ITEMS = false, int POLY_EVERY = 0>
 cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, bool l2_groups,
                               unsigned int* work_counter) {
     using C = persistent_config<D, CONSUMERS>;
@@ -1036,7 +1003,7 @@ cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stre
     kernel_params kp;
     if (cudaError_t e = make_params<D, C::block_m, C::block_n>(a, l2_groups, kp)) return e;
     kp.work_counter = work_counter;
-    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, PINGPONG, OVERLAP_ITEMS, POLY_EVERY, LEAN_ITEMS>;
+    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, PINGPONG, OVERLAP_ITEMS, POLY_EVERY>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -1096,8 +1063,6 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //  18: THREE consumers (192 query rows per item, no ping-pong), half tile, dynamic scheduling
 //      (D = 64; 128 runs 15)
 //  19: 18 with the items overlapped (D = 64; 128 runs 15)
-//  20: 12 (D = 64) / 11 (D = 128) with LEAN_ITEMS (epilogue addresses once, items decoded by the
-//      producer); not yet run on a GPU when written
 // 1-4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zeroed, used by this launch alone (the bindings
 // allocate it per call); the dynamically scheduled variants (11-17, the defaults) refuse nullptr.
@@ -1137,8 +1102,6 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, true, true, true, true>(p, stream, true, work_counter);
     case 19: return d64 ? launch_persistent<64, 3, true, false, true, true, true>(p, stream, true, work_counter)
                         : launch_persistent<128, 2, true, true, true, true, true>(p, stream, true, work_counter);
-    case 20: return d64 ? launch_persistent<64, 2, true, false, true, true, false, 0, true>(p, stream, true, work_counter)
-                        : launch_persistent<128, 2, true, true, true, true, false, 0, true>(p, stream, true, work_counter);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -85,8 +85,7 @@ VARIANTS = {0: "default (12 for D=64, 11 for D=128)", 1: "2 consumers, ping-pong
             16: "13 with the items overlapped (D=64; D=128 runs 15)",
             17: "15 with every 4th exponential on the FMA pipe (a cubic) instead of the MUFU",
             18: "3 consumers (192 query rows, no ping-pong), half tile, dynamic scheduling (D=64; D=128 runs 15)",
-            19: "18 with the items overlapped (D=64; D=128 runs 15)",
-            20: "12 (D=64) / 11 (D=128) with the O epilogue's row addresses computed once and the items decoded by the producer"}
+            19: "18 with the items overlapped (D=64; D=128 runs 15)"}
 
 
 OP = "tk Hopper attention"
