@@ -49,7 +49,6 @@
 
 #include "tk/sm80_instructions.cuh"
 #include "attention_params.h"
-#include "attention_l2_groups.cuh"      // the L2 group order of forward variant 4, backward 2
 
 namespace {
 
@@ -141,22 +140,7 @@ __device__ __forceinline__ bf16* head_ptr_mut(const AttentionTensor& t, int b, i
 // so a block owns BLOCK_M = 16 * ROW_TILES * FWD_WARPS rows. Shared: the Q tile and 2 stages of
 // (K, V) tiles of BLOCK_N rows. With ROW_TILES = 2 every K/V fragment read from shared memory
 // feeds two mma instead of one, halving shared-memory traffic per flop (at the cost of registers).
-// L2_ORDER (forward variant 4, backward variant 2; session 5): the blocks in L2 groups of heads
-// (kernels/attention_l2_groups.cuh, as the Hopper kernels since session 4), instead of every
-// head's heaviest block first. With all 192 heads of the GPT-2 shape in flight, the per-head
-// tensors every block of a head reads (K and V here; Q, dO and the dQ buffer in the backward)
-// are 50 MB, the whole L2, so they come from DRAM about once per block; in groups of at most
-// 16 MB they come once per head. The block index, counted in launch order (x fastest), is the
-// work item; bytes_per_head sizes the group as the Hopper launchers do (in float: a 64-bit
-// division is a long subroutine, and its registers made the D = 64 forward spill on sm_80).
-__device__ __forceinline__ attention_l2::slot l2_slot(float bytes_per_head) {
-    const int batch_heads = gridDim.x, blocks = gridDim.y;
-    const float fit = float(attention_l2::GROUP_BYTES) / bytes_per_head;
-    const int heads_per_group = fit < 1.f ? 1 : fit >= float(batch_heads) ? batch_heads : int(fit);
-    return attention_l2::slot_at(blockIdx.y * gridDim.x + blockIdx.x, heads_per_group, blocks, batch_heads);
-}
-
-template <int D, int FWD_WARPS, int ROW_TILES, int BLOCK_N, bool CAUSAL, bool L2_ORDER = false>
+template <int D, int FWD_WARPS, int ROW_TILES, int BLOCK_N, bool CAUSAL>
 __global__ void __launch_bounds__(FWD_WARPS * 32)
 attention_forward_kernel(const AttentionForwardParams p) {
     constexpr int RT = ROW_TILES, WARP_ROWS = 16 * RT, BLOCK_M = WARP_ROWS * FWD_WARPS, NT = FWD_WARPS * 32;
@@ -166,12 +150,10 @@ attention_forward_kernel(const AttentionForwardParams p) {
     bf16* v_tiles = k_tiles + 2 * BLOCK_N * D;  // [2][BLOCK_N * D]
 
     const int T = p.shape.seq_len;
+    const int bh = blockIdx.x, b = bh / p.shape.heads, h = bh % p.shape.heads;
     // Blocks start in order of blockIdx (x fastest). Causal tiles near the end of the sequence
-    // have the most work, so they go first, for every head (L2_ORDER: for every head of a group).
-    const attention_l2::slot item = L2_ORDER ? l2_slot(float(T) * (D * 2 * 2))
-                                             : attention_l2::slot{int(blockIdx.x), int(blockIdx.y)};
-    const int bh = item.bh, b = bh / p.shape.heads, h = bh % p.shape.heads;
-    const int m0 = (CAUSAL ? gridDim.y - 1 - item.rank : item.rank) * BLOCK_M;
+    // have the most work, so they go first, for every head.
+    const int m0 = (CAUSAL ? gridDim.y - 1 - blockIdx.y : blockIdx.y) * BLOCK_M;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int warp_row0 = m0 + WARP_ROWS * warp;  // this warp's first query row
 
@@ -348,7 +330,7 @@ attention_backward_rowsum_kernel(const AttentionBackwardParams p) {
 // Kernel 2: dK, dV for the KEYS = 16 * BWD_WARPS rows of K/V of a block, and this block's
 // share of dQ. Each warp owns 16 keys; the block walks over query tiles of TILE rows.
 // Grid: (B * H, K/V tiles). Shared: K, V tiles; 2 x (Q, dO) tiles with their LSE and D; dS.
-template <int D, int BWD_WARPS, bool CAUSAL, bool L2_ORDER = false>
+template <int D, int BWD_WARPS, bool CAUSAL>
 __global__ void __launch_bounds__(BWD_WARPS * 32)
 attention_backward_kernel(const AttentionBackwardParams p) {
     constexpr int KEYS = 16 * BWD_WARPS, NT = 32 * BWD_WARPS;
@@ -362,10 +344,8 @@ attention_backward_kernel(const AttentionBackwardParams p) {
     float* rowsum_tiles = lse_tiles + 2 * TILE;                          // [2][TILE]
 
     const int T = p.shape.seq_len;
-    const attention_l2::slot item = L2_ORDER ? l2_slot(float(T) * (D * (2 + 2 + 4)))   // Q, dO, dQ buffer
-                                             : attention_l2::slot{int(blockIdx.x), int(blockIdx.y)};
-    const int bh = item.bh, b = bh / p.shape.heads, h = bh % p.shape.heads;
-    const int n0 = item.rank * KEYS;  // this block's keys; causal: low n0 = most work, started first
+    const int bh = blockIdx.x, b = bh / p.shape.heads, h = bh % p.shape.heads;
+    const int n0 = blockIdx.y * KEYS;  // this block's keys; causal: low n0 = most work, started first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int warp_key0 = n0 + 16 * warp;
 
@@ -533,9 +513,9 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
 
 // ============================== launchers ===============================================
 
-template <int D, int FWD_WARPS, int ROW_TILES, int BLOCK_N, bool CAUSAL, bool L2_ORDER = false>
+template <int D, int FWD_WARPS, int ROW_TILES, int BLOCK_N, bool CAUSAL>
 cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream) {
-    const auto kernel = attention_forward_kernel<D, FWD_WARPS, ROW_TILES, BLOCK_N, CAUSAL, L2_ORDER>;
+    const auto kernel = attention_forward_kernel<D, FWD_WARPS, ROW_TILES, BLOCK_N, CAUSAL>;
     constexpr int BLOCK_M = 16 * ROW_TILES * FWD_WARPS;
     const int smem = (BLOCK_M + 4 * BLOCK_N) * D * 2;   // Q + 2 stages x (K, V)
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -547,11 +527,14 @@ cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream)
 
 // Block shapes of the forward pass, (warps, row tiles per warp, BLOCK_N):
 // 0 = (4, 1, 64), 1 = (8, 1, 64), 2 = (4, 1, 128), 3 = (4, 2, 64) (head_dim 64 only: with 128 the
-// accumulators of two row tiles do not fit in registers); 4 = the default shape (3 for D = 64, 0
-// for 128) with the blocks in L2 groups of heads (L2_ORDER; session 5, not yet measured). DEFAULT_FWD_VARIANT is the fastest
+// accumulators of two row tiles do not fit in registers). DEFAULT_FWD_VARIANT is the fastest
 // measured on the H200 (kernels/NOTES.md); TK_ATTENTION_FWD_VARIANT overrides it (bench.py).
 // D = 64: variant 3 (two row tiles per warp): 0.137 ms at the GPT-2 shape against 0.163 for
 // variant 0 and FA2's 0.136 (session 4, H3's first call).
+// Tried in session 5 and removed: these blocks (and the backward's) taken in L2 groups of heads,
+// as the Hopper kernels take theirs: 2-3% SLOWER on the H200 at the GPT-2 shape (forward 0.1390
+// ms = 0.97x FA2 in the same run, where this order ran 0.1354 = 0.99x FA2 in session 4; fwd+bwd
+// 0.6659 vs 0.6538; kernels/NOTES.md, session 5, A; the code is in git at ed08ab4).
 template <int D>
 constexpr int DEFAULT_FWD_VARIANT = D == 64 ? 3 : 0;
 
@@ -563,16 +546,13 @@ cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream)
     if (variant == 2) return launch_forward<D, 4, 1, 128, CAUSAL>(p, stream);
     if constexpr (D == 64) {
         if (variant == 3) return launch_forward<D, 4, 2, 64, CAUSAL>(p, stream);
-        if (variant == 4) return launch_forward<D, 4, 2, 64, CAUSAL, true>(p, stream);
-    } else {
-        if (variant == 4) return launch_forward<D, 4, 1, 64, CAUSAL, true>(p, stream);
     }
     return launch_forward<D, 4, 1, 64, CAUSAL>(p, stream);
 }
 
-template <int D, int BWD_WARPS, bool CAUSAL, bool L2_ORDER = false>
+template <int D, int BWD_WARPS, bool CAUSAL>
 cudaError_t launch_backward_main(const AttentionBackwardParams& p, cudaStream_t stream) {
-    const auto kernel = attention_backward_kernel<D, BWD_WARPS, CAUSAL, L2_ORDER>;
+    const auto kernel = attention_backward_kernel<D, BWD_WARPS, CAUSAL>;
     constexpr int KEYS = 16 * BWD_WARPS;
     // K, V + 2 stages x (Q, dO) + dS, in bf16; 2 stages x (LSE, D) in fp32.
     const int smem = (2 * KEYS * D + 4 * TILE * D + KEYS * TILE) * 2 + 4 * TILE * 4;
@@ -584,8 +564,7 @@ cudaError_t launch_backward_main(const AttentionBackwardParams& p, cudaStream_t 
 }
 
 // Block shapes of the backward's main kernel: 0 = 4 warps (64 keys), 1 = 8 warps (128 keys:
-// each Q/dO tile and each dQ atomic serves twice the keys), 2 = 1 with the blocks in L2 groups of
-// heads (L2_ORDER; session 5, not yet measured). DEFAULT_BWD_VARIANT is the fastest
+// each Q/dO tile and each dQ atomic serves twice the keys). DEFAULT_BWD_VARIANT is the fastest
 // measured on the H200 (kernels/NOTES.md); TK_ATTENTION_BWD_VARIANT overrides it (bench.py).
 constexpr int DEFAULT_BWD_VARIANT = 1;   // H200: faster at all three benchmarked shapes
 
@@ -599,9 +578,7 @@ cudaError_t launch_backward(const AttentionBackwardParams& p, cudaStream_t strea
 
     const char* env = getenv("TK_ATTENTION_BWD_VARIANT");
     const int variant = env ? atoi(env) : DEFAULT_BWD_VARIANT;
-    err = variant == 1   ? launch_backward_main<D, 8, CAUSAL>(p, stream)
-          : variant == 2 ? launch_backward_main<D, 8, CAUSAL, true>(p, stream)
-                         : launch_backward_main<D, 4, CAUSAL>(p, stream);
+    err = variant == 1 ? launch_backward_main<D, 8, CAUSAL>(p, stream) : launch_backward_main<D, 4, CAUSAL>(p, stream);
     if (err != cudaSuccess) return err;
 
     const int64_t pairs = rows * (D / 2);

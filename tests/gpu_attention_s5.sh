@@ -2,20 +2,19 @@
 # tests/gpu_attention_s5.sh OUT_DIR — session 5, engineer A (attention), on ONE H200 in <= 150 s
 # with the builds (TORCH_EXTENSIONS_DIR=/tmp/ext; LANE_LIMIT bounds every step, tests/gpu_lib.sh;
 # logs in OUT/logs, packed into OUT/logs.tgz; figures in OUT/summary.txt).
-# Second version (the session's third call; the first ran in call 2, logs in
-# /work/gpu_logs/call2/gpu_attention_s5/: racecheck fix verified, variants 15-17 timed, ncu).
-# What it checks now:
-#   - the default forward after three changes that call 2 did not run: its O epilogue (row
-#     addresses once, not per store), the item decoded by the producer (no divisions in the
-#     consumers), the per-launch work counter (tests/test_attention_hopper.py::
+# Third version, NOT run as it stands: call 2 ran the first (logs in
+# /work/gpu_logs/call2/gpu_attention_s5/: racecheck fix verified, variants 15-17 timed, ncu),
+# call 3 the second (f67542b's; /work/gpu_logs/call3/gpu_attention_s5/: 15-19 timed, sanitizers,
+# tests). This one was written for an epilogue change (variant 20, taken out at 24c13ae: it hung)
+# and has since lost the portable kernel's L2-order variants (2-3% slower, removed). It checks:
+#   - the default forward with its per-launch work counter (tests/test_attention_hopper.py::
 #     test_two_streams_at_once: two default forwards at once on two streams)
 #   - the candidates for the D=64 default: 15 (items overlapped), 18 (three consumer warpgroups,
 #     192 query rows), 19 (18 + the next item's S0 under the epilogue): a smoke run under a hard
 #     limit (T = 1000: warpgroups past T skip 7 key tiles), bench, racecheck, tests vs float64,
 #     memcheck
 #   - issue 5's rows in one bench.py run with cuDNN and FA2 (GPT-2, shakespeare-char,
-#     t4096-d128; fwd and fwd+bwd), and tk-portable with its opt-in L2-order variants (forward 4,
-#     backward 2) against FA2, plus their block-shape tests
+#     t4096-d128; fwd and fwd+bwd), and tk-portable against FA2, plus its block-shape tests
 # Order: build, smoke, bench, racecheck, tests, memcheck (each step is cut to the lane's time left).
 # Checked here without a GPU: bash -n; LANE_LIMIT=20 runs every step to its failure.
 set -uo pipefail
@@ -37,7 +36,7 @@ step 70 build.log python3 -m kernels --build tk_attention_hopper tk_attention_ho
     || note "a build FAILED (logs/build.log)"
 note "$(grep -E '^build |^built' "$L/build.log" | tr '\n' ' ')"
 
-# 2. smoke: the default (its epilogue, item decode and work counter changed since call 2) and the
+# 2. smoke: the default (its work counter is per launch since call 2) and the
 #    candidates 15, 18, 19, many items per CTA, T = 1000 (one process, riskiest last; a hang stops
 #    it there, and only the variants that printed "ok" go on)
 step 25 smoke.log python3 tests/attention_sanitize_case.py items 0 15 18 19
@@ -46,11 +45,10 @@ note "smoke of the default and variants 15, 18, 19: passed: $(grep -oE '^variant
 grep -q "^variant 0 ok" "$L/smoke.log" || { note "THE DEFAULT FORWARD FAILED ITS SMOKE RUN: stopping"; pack; exit 1; }
 
 # 3. speed: issue 5's rows (GPT-2, shakespeare-char, t4096-d128; fwd, fwd+bwd), one process with
-#    cuDNN and FA2; the candidates as tk-hopper-vN; tk-portable with its opt-in L2-order variants
-#    (forward 4, backward 2: the env is read per launch; the Hopper rows ignore it)
+#    cuDNN and FA2; the candidates as tk-hopper-vN; tk-portable (its default block shapes)
 IMPLS="tk,sdpa-cudnn,sdpa-flash,tk-portable"
 for v in $NEW; do IMPLS="$IMPLS,tk-hopper-v$v"; done
-TK_ATTENTION_FWD_VARIANT=4 TK_ATTENTION_BWD_VARIANT=2 TK_BENCH_ATTENTION_SHAPES=gpt2,shakespeare-char,t4096-d128 \
+TK_BENCH_ATTENTION_SHAPES=gpt2,shakespeare-char,t4096-d128 \
     TK_BENCH_ATTENTION_IMPLS="$IMPLS" \
     step 50 bench.log python3 bench.py --ops attention --compile-modes "" --reps 20 --warmup 3 --json "$L/attention.json"
 python3 -m kernels.attention_bench "$L/attention.json" > "$L/bench_tflops.txt" 2>&1
@@ -62,7 +60,7 @@ step 40 racecheck.log compute-sanitizer --tool racecheck python3 tests/attention
 note "racecheck (small; forward 0 $NEW, many items): $(grep -E 'RACECHECK SUMMARY|attention case ran|rc=' "$L/racecheck.log" | tr '\n' ' ')"
 
 # 5. tests: the backward (defaults), the forward (default incl. two streams at once, and the
-#    candidates), the portable kernel's L2-order variants (block-shape tests)
+#    candidates), the portable kernel's block shapes (block-shape tests)
 TK_ATTENTION_HOPPER_VARIANTS="${NEW:-12}" step 45 tests.log $PYT $XDIST tests/test_attention_hopper_bwd.py \
     tests/test_attention_hopper.py tests/test_attention.py \
     -k "not nvcc and not bindings_parse and not gpu_script and (not test_attention.py or block_shape)"
