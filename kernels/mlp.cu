@@ -49,9 +49,6 @@
 //   dgelu_fast, dgelu_pre_tma_fast  (fast=1, session 5: the default, dgelu_fast on step 4) the two
 //               above with a cheaper epilogue: GELU' in 8 operations, db1's sums by a spill-free
 //               reduce-scatter, unguarded pre loads inside the matrix.
-//   bias_gelu_gprime, dgelu_saved, dgelu_pre_tma_saved  (gprime=1, opt-in, session 5) the forward
-//               stores GELU'(pre) in pre's place (from the tanh it evaluates for h anyway), so the
-//               dGELU epilogue multiplies by the saved value instead of evaluating GELU'.
 //   dgelu_pre_tma  (pre=1, opt-in) the same values as dgelu, but pre arrives by TMA.
 //               Each consumer warp's lane 0 loads its tile's pre boxes into the warp's staging
 //               buffers when the tile starts (gemm4's INPUT_BOXES), so they land during the
@@ -109,19 +106,15 @@ namespace tk_mlp {
 const char* linear_bias_gelu(const gemm_args& g) {
     if (!g.c2) return "tk_mlp: linear_bias_gelu needs the output h (c2)";
     if (!g.c) return linear_bias_gelu_h_only(g);     // evaluation: h only, no pre (kernels/mlp_inference.cu)
-    if (g.gelu_grad_saved) return launch<major::K, major::K, bias_gelu_gprime_epilogue>(g);   // c = GELU'(pre)
     return launch<major::K, major::K, bias_gelu_epilogue>(g);
 }
 const char* linear_bias(const gemm_args& g) { return launch<major::K, major::K, bias_epilogue>(g); }
 const char* linear_dgelu(const gemm_args& g) {
     if (!g.pre) return "tk_mlp: linear_dgelu needs pre";
-    if (!g.bias_grad_partial && !g.fast_dgelu && !g.gelu_grad_saved)   // session 5's policies may skip db1
-        return "tk_mlp: linear_dgelu needs bias_grad_partial (only the fast and gprime policies run without)";
+    if (!g.bias_grad_partial && !g.fast_dgelu)       // session 5's fast policies may skip db1
+        return "tk_mlp: linear_dgelu needs bias_grad_partial (only the fast policies run without)";
     const int schedule = resolved_schedule(g, true);
     const bool pre_tma = g.pre_tma && schedule != SCHEDULE_PINGPONG_128x128_CLUSTER2 && schedule != SCHEDULE_PINGPONG_64x256_DEEP;
-    if (g.gelu_grad_saved)                           // `pre` holds GELU'(pre) (gprime=1)
-        return pre_tma ? launch<major::K, major::MN, dgelu_pre_tma_saved_epilogue>(g)
-                       : launch<major::K, major::MN, dgelu_saved_epilogue>(g);
     if (pre_tma)
         return g.fast_dgelu ? launch<major::K, major::MN, dgelu_pre_tma_fast_epilogue>(g)
                             : launch<major::K, major::MN, dgelu_pre_tma_epilogue>(g);

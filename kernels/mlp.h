@@ -19,7 +19,7 @@ struct gemm_args {
     const void* bias;           // bf16 [N] added to every row, or nullptr
     const void* pre;            // linear_dgelu only: bf16 [M][N] pre-activation saved by the forward
     float* bias_grad_partial;   // linear_dgelu only: fp32 [ceil(M/16)][N], column sums per 16 rows
-                                //   (nullptr with fast_dgelu or gelu_grad_saved: no db1, session 5)
+                                //   (nullptr with fast_dgelu: no db1, session 5)
     float* zero;                // linear_dgelu only, optional: an fp32 buffer its idle warps zero
     long long zero_floats;      //   (its length, a multiple of 4; 16-byte aligned)
     float* a_colsum;            // linear_dgelu only, optional: fp32 [num_sms][K], column sums of A
@@ -33,10 +33,6 @@ struct gemm_args {
                                 //   boxes per warp) always take 0.
     int fast_dgelu;             // linear_dgelu only: 1 = the same policy with session 5's cheaper
                                 //   epilogue (dgelu_fast / dgelu_pre_tma_fast, kernels/mlp_epilogues.cuh)
-    int gelu_grad_saved;        // session 5, "gprime=1": linear_bias_gelu writes GELU'(pre) into c
-                                //   instead of pre, and linear_dgelu reads its `pre` as GELU'(pre)
-                                //   (one multiply per value; implies the fast epilogue). Forward and
-                                //   backward of one step must agree.
     cudaStream_t stream;
 };
 

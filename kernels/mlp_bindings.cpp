@@ -109,25 +109,24 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // environment variable) so one process can time several. Order: c_fc forward, c_proj
 // forward, dGELU, dx, weight gradients, side jobs (1 on, 0 off), pre by TMA in the dGELU GEMM
 // (1: dgelu_pre_tma_epilogue, whose side job also pipelines dy's column sums; 0: per-thread
-// loads, the default; kernels/mlp_epilogues.cuh), then session 5's three: the dGELU epilogue's
-// cheaper form (fast: dgelu_fast / dgelu_pre_tma_fast; the default), the backward's tail in one
-// kernel (finish: kernels/mlp_finish.cu instead of two torch reductions and four casts; opt-in)
-// and the forward saving GELU'(pre) in pre's place (gprime; opt-in, slower: NOTES.md session 5 M).
+// loads, the default; kernels/mlp_epilogues.cuh), then session 5's two: the dGELU epilogue's
+// cheaper form (fast: dgelu_fast / dgelu_pre_tma_fast; the default) and the backward's tail in
+// one kernel (finish: kernels/mlp_finish.cu instead of two torch reductions and four casts;
+// opt-in). (Session 5's gprime flag lost on the H200 and was removed: NOTES.md, session 5 M.)
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
-constexpr int FLAG_VALUES = 5;                 // side, pre, fast, finish, gprime
+constexpr int FLAG_VALUES = 4;                 // side, pre, fast, finish
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
 bool side_jobs = true;
 bool pre_tma = false;
 bool fast_dgelu = true;                        // default since session 5 (calls 2 and 3: dGELU -8% under ncu)
 bool finish_kernel = false;
-bool gelu_grad_saved = false;                  // gprime: the forward saves GELU'(pre) in pre's place
 
 void set_schedule(const std::vector<int64_t>& s) {
     using tk_bindings::raise_if;
     using tk_bindings::value_problem;
     if (s.size() != PRODUCTS + FLAG_VALUES)
-        raise_if(value_problem("tk_mlp: set_schedule takes 10 values (fc, proj, dgelu, dx, dw, side jobs, pre by TMA, "
-                               "fast dGELU, finish kernel, saved GELU'), got " + std::to_string(s.size())));
+        raise_if(value_problem("tk_mlp: set_schedule takes 9 values (fc, proj, dgelu, dx, dw, side jobs, pre by TMA, "
+                               "fast dGELU, finish kernel), got " + std::to_string(s.size())));
     for (int i = 0; i < PRODUCTS; ++i)
         if (s[i] < 0 || s[i] > 10 || !tk_mlp::valid_schedule(int(s[i])))
             raise_if(value_problem("tk_mlp: a schedule is 0 (auto), 4 (step 4), 5 (ping-pong 128x128), 6 (ping-pong 64x256), "
@@ -142,14 +141,11 @@ void set_schedule(const std::vector<int64_t>& s) {
         raise_if(value_problem("tk_mlp: the fast-dGELU flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 2])));
     if (s[PRODUCTS + 3] != 0 && s[PRODUCTS + 3] != 1)
         raise_if(value_problem("tk_mlp: the finish-kernel flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 3])));
-    if (s[PRODUCTS + 4] != 0 && s[PRODUCTS + 4] != 1)
-        raise_if(value_problem("tk_mlp: the saved-GELU' (gprime) flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 4])));
     for (int i = 0; i < PRODUCTS; ++i) schedules[i] = int(s[i]);
     side_jobs = s[PRODUCTS] == 1;
     pre_tma = s[PRODUCTS + 1] == 1;
     fast_dgelu = s[PRODUCTS + 2] == 1;
     finish_kernel = s[PRODUCTS + 3] == 1;
-    gelu_grad_saved = s[PRODUCTS + 4] == 1;
 }
 std::vector<int64_t> get_schedule() {
     std::vector<int64_t> out(schedules, schedules + PRODUCTS);
@@ -157,7 +153,6 @@ std::vector<int64_t> get_schedule() {
     out.push_back(pre_tma ? 1 : 0);
     out.push_back(fast_dgelu ? 1 : 0);
     out.push_back(finish_kernel ? 1 : 0);
-    out.push_back(gelu_grad_saved ? 1 : 0);
     return out;
 }
 
@@ -190,7 +185,6 @@ std::vector<Tensor> run_forward(const Tensor& x, const Tensor& w_fc, const c10::
     tk_mlp::gemm_args g = base_args(x, FC);
     g.a = x.data_ptr(); g.b = w_fc.data_ptr(); g.c = keep_pre ? pre.data_ptr() : nullptr; g.c2 = h.data_ptr();
     g.M = int(M); g.N = int(H); g.K = int(C); g.bias = ptr_or_null(b_fc);
-    g.gelu_grad_saved = gelu_grad_saved ? 1 : 0;      // gprime: `pre` comes back holding GELU'(pre)
     raise_if_launch_failed(tk_mlp::linear_bias_gelu(g), keep_pre ? "c_fc forward (x·w_fcᵀ + b_fc, GELU)"
                                                                  : "c_fc forward, evaluation (GELU(x·w_fcᵀ + b_fc), no pre)");
 
@@ -224,7 +218,7 @@ void weight_grad(const Tensor& a, const Tensor& b, const Tensor& x, const Tensor
 
 // Returns [dx, dw_fc, db_fc, dw_proj, db_proj] (all bf16). bias_grads = false (session 5; a model
 // without biases): db_fc and db_proj come back empty (0 elements), dy's column sums and both bias
-// reductions are skipped, and with the fast or gprime dGELU policies so are db1's partial sums.
+// reductions are skipped, and with the fast dGELU policies so are db1's partial sums.
 std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pre, const Tensor& h,
                              const Tensor& w_fc, const Tensor& w_proj, bool bias_grads) {
     tk_bindings::raise_if(backward_problem(dy, x, pre, h, w_fc, w_proj));
@@ -240,9 +234,9 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
 
     // dpre = (dy·w_proj) ⊙ GELU'(pre), with db_fc's partial column sums per 16 rows
     Tensor dpre = at::empty({M, H}, x.options());
-    // db1's partials: the session 5 policies (fast, gprime) skip them when no bias gradient is
-    // wanted; sessions 3-4's always write them
-    const bool partials = bias_grads || !(fast_dgelu || gelu_grad_saved);
+    // db1's partials: session 5's fast policies skip them when no bias gradient is wanted;
+    // sessions 3-4's always write them
+    const bool partials = bias_grads || !fast_dgelu;
     Tensor partial = partials ? at::empty({(M + 15) / 16, H}, x.options().dtype(at::kFloat)) : Tensor();
     tk_mlp::gemm_args g = base_args(x, DGELU);
     const bool dy_sums = side_jobs && bias_grads;     // the side job's column sums of dy, for db_proj
@@ -252,7 +246,6 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     g.bias_grad_partial = partials ? partial.data_ptr<float>() : nullptr;
     g.pre_tma = pre_tma ? 1 : 0;
     g.fast_dgelu = fast_dgelu ? 1 : 0;
-    g.gelu_grad_saved = gelu_grad_saved ? 1 : 0;      // gprime: `pre` holds GELU'(pre) (the forward ran with it too)
     if (side_jobs) {
         g.zero = dw_buf.data_ptr<float>(); g.zero_floats = 2 * HC;
         if (dy_sums) g.a_colsum = colsum.data_ptr<float>();
@@ -311,11 +304,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("check_backward", &check_backward, "'' or what backward(dy, x, pre, h, w_fc, w_proj) would raise",
           py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"));
     m.def("set_schedule", &set_schedule,
-          "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma, fast_dgelu, finish, gprime]): schedules 0 (auto) or "
-          "4..10 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1, fast dGELU epilogue 0/1, finish kernel 0/1, forward saves "
-          "GELU'(pre) in pre's place 0/1",
+          "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma, fast_dgelu, finish]): schedules 0 (auto) or "
+          "4..10 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1, fast dGELU epilogue 0/1, finish kernel 0/1",
           py::arg("schedules"));
-    m.def("get_schedule", &get_schedule, "the ten values set_schedule last set");
+    m.def("get_schedule", &get_schedule, "the nine values set_schedule last set");
     m.def("forward", &forward, "y, pre, h = forward(x, w_fc, b_fc|None, w_proj, b_proj|None)",
           py::arg("x"), py::arg("w_fc"), py::arg("b_fc"), py::arg("w_proj"), py::arg("b_proj"));
     m.def("forward_inference", &forward_inference,

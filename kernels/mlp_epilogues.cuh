@@ -376,20 +376,13 @@ __device__ __forceinline__ void store_db1_partial(float (&v)[16], float* partial
         *reinterpret_cast<float2*>(partial + size_t(pos.slab_row / 16) * sh.N + col) = make_float2(v[0], v[1]);
 }
 
-// The factor each dGELU value is multiplied by: GELU'(pre), or (SAVED, "gprime=1") the saved
-// tensor itself, when the forward already stored GELU'(pre) in pre's place (bias_gelu_gprime).
-template <bool SAVED> __device__ __forceinline__ float dgelu_factor(float saved) {
-    if constexpr (SAVED) return saved;
-    else return gelu_grad_fast(saved);
-}
-
 // dgelu_epilogue (per-thread pre loads, the default's policy) with the cuts above, and a fourth:
 // when the warp's whole 16-row slab lies inside pre (every tile but the last row or column of
 // tiles), its 16 loads per box come from two row pointers at constant offsets, without a bounds
 // check and address computation per load (dgelu_epilogue's load_pre spends ~10 integer
-// instructions on each). SAVED: `pre` holds GELU'(pre) (gprime=1): one multiply per value.
-template <bool SAVED>
-struct dgelu_fast_policy : dgelu_epilogue {
+// instructions on each).
+struct dgelu_fast_epilogue : dgelu_epilogue {
+    static dgelu_fast_epilogue make(const gemm_args& g) { return {dgelu_epilogue::make(g)}; }
     __device__ void load_pre_fast(int ch, uint32_t (&dst)[CC / 8][2], const tile_pos& pos, const shape& sh) const {
         if (pos.slab_row + 16 > sh.M || pos.tile_col + pos.cols > sh.N) { load_pre(ch, dst, pos, sh); return; }
         const unsigned int* row0 = reinterpret_cast<const unsigned int*>(
@@ -416,8 +409,8 @@ struct dgelu_fast_policy : dgelu_epilogue {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const float2 x = unpack_bf16x2(st.pre[ch % 2][j][h]);
-                acc.d[4 * blk + 2 * h] *= dgelu_factor<SAVED>(x.x);
-                acc.d[4 * blk + 2 * h + 1] *= dgelu_factor<SAVED>(x.y);
+                acc.d[4 * blk + 2 * h] *= gelu_grad_fast(x.x);
+                acc.d[4 * blk + 2 * h + 1] *= gelu_grad_fast(x.y);
             }
             v[2 * j] = acc.d[4 * blk] + acc.d[4 * blk + 2];
             v[2 * j + 1] = acc.d[4 * blk + 1] + acc.d[4 * blk + 3];
@@ -426,16 +419,9 @@ struct dgelu_fast_policy : dgelu_epilogue {
     }
 };
 
-struct dgelu_fast_epilogue : dgelu_fast_policy<false> {
-    static dgelu_fast_epilogue make(const gemm_args& g) { return {{dgelu_epilogue::make(g)}}; }
-};
-struct dgelu_saved_epilogue : dgelu_fast_policy<true> {
-    static dgelu_saved_epilogue make(const gemm_args& g) { return {{dgelu_epilogue::make(g)}}; }
-};
-
-// dgelu_pre_tma_epilogue (pre by TMA, pipelined side job) with the cuts above; SAVED as above.
-template <bool SAVED>
-struct dgelu_pre_tma_fast_policy : dgelu_pre_tma_epilogue {
+// dgelu_pre_tma_epilogue (pre by TMA, pipelined side job) with the cuts above.
+struct dgelu_pre_tma_fast_epilogue : dgelu_pre_tma_epilogue {
+    static dgelu_pre_tma_fast_epilogue make(const gemm_args& g) { return {dgelu_pre_tma_epilogue::make(g)}; }
     template <typename Acc>
     __device__ void box(tile_state&, Acc& acc, int ch, const tile_pos& pos, const shape& sh,
                         const gemm4::out_tile<bf16>& in) const {
@@ -446,56 +432,13 @@ struct dgelu_pre_tma_fast_policy : dgelu_pre_tma_epilogue {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const float2 x = __bfloat1622float2(*reinterpret_cast<const bf16_2*>(in.ptr(pos.g + 8 * h, 8 * j + 2 * pos.t)));
-                acc.d[4 * blk + 2 * h] *= dgelu_factor<SAVED>(x.x);
-                acc.d[4 * blk + 2 * h + 1] *= dgelu_factor<SAVED>(x.y);
+                acc.d[4 * blk + 2 * h] *= gelu_grad_fast(x.x);
+                acc.d[4 * blk + 2 * h + 1] *= gelu_grad_fast(x.y);
             }
             v[2 * j] = acc.d[4 * blk] + acc.d[4 * blk + 2];
             v[2 * j + 1] = acc.d[4 * blk + 1] + acc.d[4 * blk + 3];
         }
         store_db1_partial(v, bias_grad_partial, ch, pos, sh);
-    }
-};
-struct dgelu_pre_tma_fast_epilogue : dgelu_pre_tma_fast_policy<false> {
-    static dgelu_pre_tma_fast_epilogue make(const gemm_args& g) { return {{dgelu_pre_tma_epilogue::make(g)}}; }
-};
-struct dgelu_pre_tma_saved_epilogue : dgelu_pre_tma_fast_policy<true> {
-    static dgelu_pre_tma_saved_epilogue make(const gemm_args& g) { return {{dgelu_pre_tma_epilogue::make(g)}}; }
-};
-
-// ---- session 5: the forward saves GELU'(pre) instead of pre ("gprime=1", opt-in) -------------
-// The backward reads pre for one thing only, GELU'(pre). c_fc's epilogue already evaluates
-// T = tanh(u(pre)) for h; four more operations give GELU'(pre) from the same T, and storing that
-// in pre's place (same size, same bf16) leaves the dGELU GEMM's epilogue one multiply per value
-// (dgelu_saved / dgelu_pre_tma_saved) instead of ~9 and a tanh. The work moves from the epilogue
-// that is not hidden (dGELU) to one that is (c_fc on ping-pong runs at its plain GEMM's speed).
-// h is the same float operations as gelu() (so y stays bit-identical to the evaluation forward).
-// Both values leave box() packed in one register as two bf16 (g low, h high): value() unpacks
-// the one output o asks for, which store_slab rounds to bf16 again, exactly.
-struct bias_gelu_gprime_epilogue : bias_gelu_epilogue {
-    static bias_gelu_gprime_epilogue make(const gemm_args& g) { return {bias_gelu_epilogue::make(g)}; }
-    template <typename Acc>
-    __device__ void box(tile_state&, Acc& acc, int ch, const tile_pos& pos, const shape& sh) const {
-        add_bias(acc, bias, ch, pos, sh);
-        constexpr float K0 = SQRT_2_OVER_PI, K1 = SQRT_2_OVER_PI * GELU_C;
-#pragma unroll
-        for (int j = 0; j < CC / 8; ++j)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                float& v = acc.d[4 * (ch * CC / 8 + j) + q];
-                const float x = v;
-                const float T = tanh_approx(SQRT_2_OVER_PI * fmaf(GELU_C * x, x * x, x));   // as gelu()
-                const float h = 0.5f * x * (1.0f + T);                                       // as gelu()
-                const float s = fmaf(-T, T, 1.0f), du = fmaf(3.0f * K1, x * x, K0);
-                const float g = fmaf(fmaf(x * s, du, T), 0.5f, 0.5f);                        // as gelu_grad_fast
-                const bf16_2 gh = __floats2bfloat162_rn(g, h);                              // one cvt for both
-                v = __uint_as_float(*reinterpret_cast<const uint32_t*>(&gh));
-            }
-    }
-    // bf16 -> fp32 is a 16-bit shift: g from the low half, h from the high half
-    __device__ float2 value(int o, float v0, float v1, int, const shape&) const {
-        const uint32_t a = __float_as_uint(v0), b = __float_as_uint(v1);
-        return o == 0 ? make_float2(__uint_as_float(a << 16), __uint_as_float(b << 16))              // GELU'(pre) into C
-                      : make_float2(__uint_as_float(a & 0xffff0000u), __uint_as_float(b & 0xffff0000u));   // h into C2
     }
 };
 

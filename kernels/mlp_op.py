@@ -110,11 +110,9 @@ SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 
 
 # dGELU GEMM: side jobs on (1) or off (0); pre by TMA (1) or per-thread loads (0); fast=1 its cheaper
-# epilogue (session 5); finish=1: the backward's bias sums and dW casts in one kernel (session 5);
-# gprime=1: the forward saves GELU'(pre) in pre's place and the dGELU epilogue multiplies by it
-# (session 5; forward and backward of one step must run with the same value)
-FLAGS = ("side", "pre", "fast", "finish", "gprime")
-FLAG_DEFAULTS = (1, 0, 1, 0, 0)           # fast=1 by default since session 5 (kernels/NOTES.md, session 5 M)
+# epilogue (session 5); finish=1: the backward's bias sums and dW casts in one kernel (session 5)
+FLAGS = ("side", "pre", "fast", "finish")
+FLAG_DEFAULTS = (1, 0, 1, 0)           # fast=1 by default since session 5 (kernels/NOTES.md, session 5 M)
 
 
 def parse_schedule(spec):
@@ -122,10 +120,9 @@ def parse_schedule(spec):
     dGELU GEMM's side jobs off: separate fill and dy reduction kernels) and 'pre=1' (session 4,
     opt-in: the dGELU epilogue gets pre by TMA instead of per-thread loads, and its side job
     pipelines dy's column sums), 'fast=0' (session 5's fast=1 is the default: the dGELU epilogue's
-    cheaper form; fast=0 restores sessions 3-4's),
-    'finish=1' (session 5, opt-in: one kernel for the backward's bias sums and dW casts) and
-    'gprime=1' (session 5, opt-in: the forward's second output holds GELU'(pre) instead of pre)
-    -> ten ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
+    cheaper form; fast=0 restores sessions 3-4's) and
+    'finish=1' (session 5, opt-in: one kernel for the backward's bias sums and dW casts)
+    -> nine ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
     (defaults FLAG_DEFAULTS)."""
     out = [0] * len(PRODUCTS) + list(FLAG_DEFAULTS)
     names = PRODUCTS + FLAGS
