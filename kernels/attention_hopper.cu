@@ -98,13 +98,14 @@
 //      12 = 9 (default D=64), 13 = one consumer and two CTAs per SM with the half tile and lazy
 //      rescaling, 14 = 11 without ping-pong. 6-10 take items at a fixed stride, which leaves SMs
 //      idle at the end when item costs vary (L2 groups, long sequences).
-// Session 5: 15 = 12 (D=64) / 11 (D=128) with the items overlapped (OVERLAP_ITEMS at
-//   persistent_kernel), 16 = 13 with the items overlapped, 17 = 15 with every 4th exponential on
-//   the FMA pipe (exp2_poly) instead of the MUFU, 18 = three consumer warpgroups (192-row items,
-//   D=64), 19 = 18 with the next item's S0 under the epilogue. On the H200 none of 15-19 beat 12
-//   by more than the noise (kernels/NOTES.md, session 5, A). A variant 20 (the O epilogue's row
-//   addresses computed once, items decoded by the producer) hung on the H200 with more work items
-//   than SMs (session 5's final call) and was taken out.
+// Session 5 tried, and took out again (kernels/NOTES.md, "Session 5: A"; the code is in git at
+//   f67542b): 15 = 12 / 11 with the items overlapped (an item's last P·V and the next item's
+//   first S in one turn, the epilogue under that S), 16 = 13 overlapped, 17 = 15 with every 4th
+//   exponential by a cubic on the FMA pipe instead of the MUFU, 18 = three consumer warpgroups
+//   (192-row items, D=64), 19 = 18 overlapped: on the H200 none beat 12 by more than the noise
+//   (-1.1%, +1.7%, +1.3%, -0.7%, +2.3% at the GPT-2 shape, call 3). A variant 20 (the O
+//   epilogue's row addresses computed once, items decoded by the producer) hung on the H200 with
+//   more work items than SMs and was taken out too (24c13ae).
 // Lost on the H200 and kept only because kernels/NOTES.md's figures name them (its next steps
 // remove them): 1, 3, 6, 7, 9, 10, 14.
 // What is not here (yet): a TMA store epilogue; the backward pass is attention_hopper_bwd.cu.
@@ -127,14 +128,10 @@ namespace attention_hopper {
 // CONSUMERS = 2 (the default shape): a CTA of 3 warpgroups owns 128 query rows, one CTA per SM.
 // CONSUMERS = 1 (a variant kept for measurement, D = 64): 2 warpgroups own 64 query rows and two
 // CTAs share an SM, so one CTA's start (Q, first K) and end (stores) hide under the other's work.
-// CONSUMERS = 3 (variant 18, D = 64, persistent_kernel only; FA3's shape for head_dim 64): 4
-// warpgroups, 192 query rows, three consumer warps per scheduler instead of two to hide the
-// softmax's latencies, at 160 registers per consumer thread.
 template <int D, int CONSUMERS = 2>
 struct config {
     static_assert(D == 64 || D == 128, "head_dim 64 or 128");
-    static_assert(CONSUMERS >= 1 && CONSUMERS <= 3, "one to three consumer warpgroups");
-    static_assert(CONSUMERS < 3 || D == 64, "three consumers: head_dim 64 only (registers)");
+    static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
     static constexpr int head_dim = D;
     static constexpr int consumers = CONSUMERS;         // consumer warpgroups
     static constexpr int block_m = 64 * consumers;      // query rows per CTA (64 per consumer)
@@ -149,8 +146,8 @@ struct config {
     static constexpr int smem_bytes = q_bytes + 2 * stages * kv_bytes + 1024;  // + alignment slack
     // Registers: the CTA's share of the 65536 is threads x (65536 / (threads x ctas_per_sm));
     // the producer hands back all but 24, the consumers take them: 128·(24 + 2·240) = 64512
-    // for two consumers, 128·(24 + 232) = 32768 for one, 128·(24 + 3·160) = 64512 for three.
-    static constexpr int producer_regs = 24, consumer_regs = CONSUMERS == 3 ? 160 : CONSUMERS == 2 ? 240 : 232;
+    // for two consumers, 128·(24 + 232) = 32768 for one.
+    static constexpr int producer_regs = 24, consumer_regs = CONSUMERS == 2 ? 240 : 232;
     static_assert(128 * (producer_regs + consumers * consumer_regs) <= 65536 / ctas_per_sm, "register budget");
 };
 
@@ -202,22 +199,6 @@ __device__ inline float exp2_ftz(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
-// 2^x on the FMA pipe instead of the MUFU (POLY_EVERY below; FA4's trick for Blackwell, where the
-// MUFU is the bottleneck; at D = 64 on Hopper one MUFU.EX2 per score costs the SM as many cycles
-// as the tensor cores' work, 16 ex2 per clock against 4096 flops per clock). x = j + f with j an
-// integer and f in [-0.5, 0.5]: 2^f by a cubic (relative error < 7.5e-5, a near-minimax fit; bf16
-// rounds P to 2^-9 anyway), 2^j by adding j to the exponent bits. The add of 1.5·2^23 rounds x to
-// the nearest integer into the low mantissa bits of t, and t's bits shifted left by 23 are j << 23.
-// x < -125: 0 (as ex2.approx.ftz flushes its tiny results; the exponent add would wrap there).
-// About 9 FMA/ALU instructions against one MUFU instruction (which keeps the pipe 8 cycles).
-__device__ inline float exp2_poly(float x) {
-    const float xc = fmaxf(x, -125.f);
-    const float t = xc + 12582912.f;                    // 1.5·2^23: round to an integer
-    const float f = xc - (t - 12582912.f);              // in [-0.5, 0.5]
-    const float p = fmaf(fmaf(fmaf(0.05517167f, f, 0.24261115f), f, 0.69326099f), f, 0.99992807f);
-    const float r = __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-    return x < -125.f ? 0.f : r;
-}
 // t[0] = max (or sum) of t[0 .. 2W): halve the live range W times. Templates, not a loop with
 // w /= 2, so every index is a compile-time constant and t stays in registers.
 template <int W, int LEN>
@@ -239,8 +220,7 @@ __device__ constexpr int row_element(int r, int j) { return 4 * (j >> 1) + 2 * r
 // log2 units of the scaled scores. The exponentials then stay <= 2^8, rescale is exactly 1 and
 // O need not be multiplied (the caller skips it when no row of the warp moved); O / l and the LSE
 // stay exact because O and l always share one max.
-// POLY_EVERY = k > 0: every k-th exponential of a row by exp2_poly (FMA pipe), the others by the MUFU.
-template <int N, bool FAST, bool LAZY = false, int POLY_EVERY = 0>
+template <int N, bool FAST, bool LAZY = false>
 __device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)[2], float (&rescale)[2],
                                     bool mask, bool causal, int row0, int col0, int seq_len,
                                     float scale_log2) {
@@ -283,8 +263,7 @@ __device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)
             float t[N / 4];
 #pragma unroll
             for (int j = 0; j < N / 4; ++j) {
-                const float x = fmaf(s[row_element(r, j)], scale_log2, -m_scaled);
-                const float e = (POLY_EVERY > 0 && j % (POLY_EVERY > 0 ? POLY_EVERY : 1) == POLY_EVERY - 1) ? exp2_poly(x) : exp2_ftz(x);
+                float e = exp2_ftz(fmaf(s[row_element(r, j)], scale_log2, -m_scaled));
                 s[row_element(r, j)] = e;
                 t[j] = e;
             }
@@ -559,11 +538,11 @@ template <int D, int CONSUMERS>
 struct persistent_config : config<D, CONSUMERS> {
     using C = config<D, CONSUMERS>;
     static constexpr int q_slots = 2;
-    static constexpr int stages = CONSUMERS == 1 ? 2 : C::stages;
+    static constexpr int stages = CONSUMERS == 2 ? C::stages : 2;
     static constexpr int smem_bytes = q_slots * C::q_bytes + 2 * stages * C::kv_bytes + 1024;   // 129 / 193 / 81 KB
 };
 
-// Dynamic scheduling (DYNAMIC, variants 11-17): the next item is whatever a counter hands out
+// Dynamic scheduling (DYNAMIC, variants 11-14): the next item is whatever a counter hands out
 // (atomicAdd), so a CTA that drew short items takes more of them; the static order (item +
 // gridDim.x) left up to a quarter of the SMs' time idle at the end with L2 groups (ncu: 155k of
 // 181k cycles active; the items of a group are sorted by cost, so a fixed stride gives some CTAs
@@ -573,15 +552,7 @@ struct persistent_config : config<D, CONSUMERS> {
 // other's items. (Until session 5 it was one global counter per GPU that reset itself at the end
 // of each launch: two launches on two streams shared it and skipped work.)
 
-// OVERLAP_ITEMS (variants 15, 16; session 5): the last turn of an item issues its last P·V AND the
-// next item's first S = Q·K0ᵀ, and the item's epilogue (O / l, the stores) runs while that S is
-// computed. Without it an item of N key tiles costs a warpgroup N + 1 turns (the first issues
-// S0 alone, the last P·V alone, with nothing to overlap either); with it N (after the CTA's first
-// item). At the GPT-2 shape N averages 4.5. The next item's S0 is waited for before the loop's
-// back edge (a wgmma in flight across it makes ptxas serialise every wgmma: C7514).
-// POLY_EVERY (variant 17): every POLY_EVERY-th exponential of a row on the FMA pipe (exp2_poly).
-template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool PINGPONG_ON = true,
-          bool OVERLAP_ITEMS = false, int POLY_EVERY = 0>
+template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool PINGPONG_ON = true>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
@@ -628,26 +599,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 mbar::wait(q_empty[qs], ((j / QS) & 1) ^ 1);
                 if (item >= n_items) {                   // tell the consumers there is no more
                     item_of[qs] = -1;
-                    if constexpr (OVERLAP_ITEMS) {
-                        // The consumers' last turn issues one more S = Q·Kᵀ whether or not an item
-                        // follows (a branch around those wgmmas makes ptxas serialise them all, C7520):
-                        // give it real tiles to read, item 0's Q and first K, and it is thrown away.
-                        const work_item w0 = item_at(0, p);
-                        mbar::arrive_expect_bytes(q_full[qs], C::q_bytes);
-#pragma unroll
-                        for (int cb = 0; cb < C::col_blocks; ++cb)
-                            tma::load_box_4d(q_tile(qs) + cb * (C::q_bytes / C::col_blocks), &p.q_map, cb * 64,
-                                             w0.m_block * BM, w0.h, w0.b, q_full[qs]);
-                        const int s = tile % S;
-                        mbar::wait(k_empty[s], ((tile / S) & 1) ^ 1);
-                        mbar::arrive_expect_bytes(k_full[s], C::kv_bytes);
-#pragma unroll
-                        for (int cb = 0; cb < C::col_blocks; ++cb)
-                            tma::load_box_4d(k_tile(s) + cb * (C::kv_bytes / C::col_blocks), &p.k_map, cb * 64, 0,
-                                             w0.h, w0.b, k_full[s]);
-                    } else {
-                        mbar::arrive(q_full[qs]);
-                    }
+                    mbar::arrive(q_full[qs]);
                     break;
                 }
                 item_of[qs] = item;                      // published by q_full's phase (release)
@@ -748,51 +700,14 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     };
 
     if (PINGPONG && c == 1) named_arrive<256>(1);       // consumer 0 goes first
-    int item = -1, k_slot = 0;
-    if constexpr (OVERLAP_ITEMS) {                      // the first item's S0 (every CTA has an item)
-        item = item_in_slot(0);
-        turn_begin();
-        k_slot = issue_qk(0);
-        turn_end();
-        wgmma::wait_group<0>();
-        wgmma::fence_operand(s_acc);
-        release(k_empty[k_slot]);
-    }
     for (int j = 0;; ++j) {
         const int qs = j % QS;
-        if constexpr (!OVERLAP_ITEMS) item = item_in_slot(j);
+        const int item = item_in_slot(j);
         if (item < 0) break;
         const work_item w = item_at(item, p);
         const int n_tiles = tiles_of(w.m_block);
         const int first_row = w.m_block * BM + 64 * c;   // this warpgroup's first query row
         const int row0 = first_row + 16 * warp + lane / 4;
-        // The key tiles this warpgroup computes: all n_tiles of the item, except with three
-        // consumers, where a 192-row block spans two key tiles of its diagonal and a warpgroup
-        // whose rows all lie left of the last one (or past T) skips it: it only hands the ring
-        // slots of the tiles it skips back (skip_tiles), after its own. With OVERLAP_ITEMS it
-        // computes at least one tile (rows past T: harmless values, never stored), because its S0
-        // was issued at the end of the previous item already.
-        const int mine = first_row >= p.seq_len ? 0
-                       : p.causal ? min(n_tiles, min(first_row + 63, p.seq_len - 1) / BN + 1) : n_tiles;
-        const int n_mine = CONSUMERS < 3 ? n_tiles : OVERLAP_ITEMS ? max(mine, 1) : mine;
-        // A skipped tile's slot is handed back only once it is full: an arrival on "empty" before
-        // the tile has been loaded would count toward the slot's previous use.
-        // In ring order, K n then V n, once its own last V is free (see the last turn below).
-        auto skip_tiles = [&](int count) {
-            for (int i = 0; i < count; ++i) {
-                mbar::wait(k_full[k_pos.slot], k_pos.phase);
-                release(k_empty[k_pos.slot]);
-                k_pos.next();
-                mbar::wait(v_full[v_pos.slot], v_pos.phase);
-                release(v_empty[v_pos.slot]);
-                v_pos.next();
-            }
-        };
-        if (CONSUMERS == 3 && !OVERLAP_ITEMS && n_mine == 0) {   // every row of this warpgroup is past T
-            skip_tiles(n_tiles);
-            release_all(q_empty[qs]);
-            continue;
-        }
 
         // HALF_TILE: is the last tile's second half (keys n·BN + BN/2 ..) masked for every row of this
         // warpgroup? (Causal: consumer 0's diagonal tile, always; else a short sequence tail.) Then
@@ -800,8 +715,8 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         // (S = Q·Kᵀ stays whole: as an m64n64 wgmma into half the accumulator, ptxas serialised the
         // kernel's wgmmas, C7511.)
         const int last_row = p.causal ? min(first_row + 63, p.seq_len - 1) : p.seq_len - 1;
-        const bool last_half = HALF_TILE && (n_mine - 1) * BN + BN / 2 > last_row;
-        auto is_half = [&](int n) { return HALF_TILE && last_half && n == n_mine - 1; };
+        const bool last_half = HALF_TILE && (n_tiles - 1) * BN + BN / 2 > last_row;
+        auto is_half = [&](int n) { return HALF_TILE && last_half && n == n_tiles - 1; };
 
         auto needs_mask = [&](int n) {
             return p.causal ? (n * BN + BN - 1 > first_row) : (n * BN + BN > p.seq_len);
@@ -809,12 +724,12 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         auto scores_to_probabilities = [&](int n, bool half) {   // mask, online softmax (P stays in s_acc)
             if (half) {
                 if (needs_mask(n)) mask_tile<BN / 2>(first_half(s_acc.d), p.causal, row0, n * BN, p.seq_len);
-                softmax_tile<BN / 2, true, LAZY, POLY_EVERY>(first_half(s_acc.d), m, l, rescale, false, p.causal, row0,
-                                                             n * BN, p.seq_len, p.scale_log2);
+                softmax_tile<BN / 2, true, LAZY>(first_half(s_acc.d), m, l, rescale, false, p.causal, row0,
+                                                 n * BN, p.seq_len, p.scale_log2);
             } else {
                 if (needs_mask(n)) mask_tile<BN>(s_acc.d, p.causal, row0, n * BN, p.seq_len);
-                softmax_tile<BN, true, LAZY, POLY_EVERY>(s_acc.d, m, l, rescale, false, p.causal, row0, n * BN,
-                                                         p.seq_len, p.scale_log2);
+                softmax_tile<BN, true, LAZY>(s_acc.d, m, l, rescale, false, p.causal, row0, n * BN,
+                                             p.seq_len, p.scale_log2);
             }
         };
         auto to_a_operand = [&](bool half) {             // P (bf16) as P·V's A operand; half: 4 k-steps
@@ -828,18 +743,16 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) { m[r] = -INFINITY; l[r] = 0.f; }
 
-        if constexpr (!OVERLAP_ITEMS) {                 // (OVERLAP_ITEMS: the previous item's last turn did it)
-            turn_begin();
-            k_slot = issue_qk(qs);
-            turn_end();
-            wgmma::wait_group<0>();
-            wgmma::fence_operand(s_acc);
-            release(k_empty[k_slot]);
-        }
+        turn_begin();
+        int k_slot = issue_qk(qs);
+        turn_end();
+        wgmma::wait_group<0>();
+        wgmma::fence_operand(s_acc);
+        release(k_empty[k_slot]);
         scores_to_probabilities(0, is_half(0));
         to_a_operand(is_half(0));
 
-        for (int n = 1; n < n_mine; ++n) {
+        for (int n = 1; n < n_tiles; ++n) {
             turn_begin();
             k_slot = issue_qk(qs);
             const int v_slot = issue_pv(n > 1, false);   // V of tile n - 1 (only the last tile is ever half)
@@ -858,82 +771,39 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
             }
             to_a_operand(is_half(n));
         }
+        turn_begin();
+        const int v_slot = issue_pv(n_tiles > 1, last_half);
+        turn_end();
+        wgmma::wait_group<0>();
+        wgmma::fence_operand(o_acc);
+        release(v_empty[v_slot]);
+        release_all(q_empty[qs]);                       // every S of this item is done: Q's slot is free
+
         // ---- epilogue: O /= l, store O (bf16) and LSE; the producer is already loading the next item ----
-        auto epilogue = [&] {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            l[r] += __shfl_xor_sync(0xffffffff, l[r], 1);
+            l[r] += __shfl_xor_sync(0xffffffff, l[r], 2);
+        }
+        float inv_l[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) inv_l[r] = (l[r] > 0.f) ? 1.f / l[r] : 0.f;
+        __nv_bfloat16* o_head = p.o + w.b * p.o_stride_batch + w.h * p.o_stride_head;
+#pragma unroll
+        for (int i = 0; i < D / 2; i += 2) {
+            const int r = (i >> 1) & 1, row = row0 + 8 * r, col = 8 * (i >> 2) + 2 * t;
+            if (row < p.seq_len)
+                *reinterpret_cast<uint32_t*>(o_head + row * p.o_stride_seq + col) =
+                    pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]);
+        }
+        if (t == 0) {
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                l[r] += __shfl_xor_sync(0xffffffff, l[r], 1);
-                l[r] += __shfl_xor_sync(0xffffffff, l[r], 2);
-            }
-            float inv_l[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) inv_l[r] = (l[r] > 0.f) ? 1.f / l[r] : 0.f;
-            __nv_bfloat16* o_head = p.o + w.b * p.o_stride_batch + w.h * p.o_stride_head;
-#pragma unroll
-            for (int i = 0; i < D / 2; i += 2) {
-                const int r = (i >> 1) & 1, row = row0 + 8 * r, col = 8 * (i >> 2) + 2 * t;
+                const int row = row0 + 8 * r;
                 if (row < p.seq_len)
-                    *reinterpret_cast<uint32_t*>(o_head + row * p.o_stride_seq + col) =
-                        pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]);
+                    p.lse[(int64_t(w.b) * p.heads + w.h) * p.seq_len + row] =
+                        l[r] > 0.f ? (m[r] * p.scale_log2 + log2f(l[r])) * 0.69314718055994531f : -INFINITY;
             }
-            if (t == 0) {
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const int row = row0 + 8 * r;
-                    if (row < p.seq_len)
-                        p.lse[(int64_t(w.b) * p.heads + w.h) * p.seq_len + row] =
-                            l[r] > 0.f ? (m[r] * p.scale_log2 + log2f(l[r])) * 0.69314718055994531f : -INFINITY;
-                }
-            }
-        };
-
-        if constexpr (OVERLAP_ITEMS && CONSUMERS < 3) {
-            // The last turn: this item's last P·V, then the next item's S0 (Q in slot (j + 1) % QS;
-            // with no next item, -1, the producer loaded a Q and K anyway and this S is thrown away).
-            item = item_in_slot(j + 1);
-            turn_begin();
-            const int v_slot = issue_pv(n_mine > 1, last_half);
-            k_slot = issue_qk((j + 1) % QS);
-            turn_end();
-            wgmma::wait_group<1>();                      // P·V done; S0 of the next item may still run
-            wgmma::fence_operand(o_acc);
-            keep_alive(p_frag);
-            release(v_empty[v_slot]);
-            release_all(q_empty[qs]);                    // every S of this item is done: Q's slot is free
-            epilogue();                                  // under the next item's S0
-            wgmma::wait_group<0>();                      // S0 done, before the back edge (C7514)
-            wgmma::fence_operand(s_acc);
-            release(k_empty[k_slot]);
-        } else if constexpr (OVERLAP_ITEMS) {
-            // Three consumers: the last P·V, then the slots of the skipped tiles, then the next
-            // item's S0, with the epilogue under it. Not P·V and S0 in flight together as above: a
-            // warpgroup must hand its last V back before it waits for any later tile or for the
-            // next Q. The producer loads in ring order (K n, then V n-1) and refills a V slot only
-            // once all consumers freed it, so a warpgroup that skips several tiles while holding
-            // V n would wait for a K that the producer can load only after that V is free.
-            const int v_slot = issue_pv(n_mine > 1, last_half);
-            wgmma::wait_group<0>();
-            wgmma::fence_operand(o_acc);
-            keep_alive(p_frag);
-            release(v_empty[v_slot]);
-            skip_tiles(n_tiles - n_mine);
-            item = item_in_slot(j + 1);
-            k_slot = issue_qk((j + 1) % QS);
-            release_all(q_empty[qs]);                    // every S of this item is done: Q's slot is free
-            epilogue();                                  // under the next item's S0
-            wgmma::wait_group<0>();                      // S0 done, before the back edge (C7514)
-            wgmma::fence_operand(s_acc);
-            release(k_empty[k_slot]);
-        } else {
-            turn_begin();
-            const int v_slot = issue_pv(n_mine > 1, last_half);
-            turn_end();
-            wgmma::wait_group<0>();
-            wgmma::fence_operand(o_acc);
-            release(v_empty[v_slot]);
-            if constexpr (CONSUMERS == 3) skip_tiles(n_tiles - n_mine);
-            release_all(q_empty[qs]);                    // every S of this item is done: Q's slot is free
-            epilogue();
         }
     }
     if (PINGPONG && c == 0) named_sync<256>(1);         // consume consumer 1's last turn_end
@@ -995,7 +865,7 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 
 // One CTA (two with one consumer) per SM, each walking over query blocks (persistent_kernel).
 template <int D, int CONSUMERS = 2, bool HALF_TILE = false, bool LAZY = false, bool DYNAMIC = false,
-          bool PINGPONG = true, bool OVERLAP_ITEMS = false, int POLY_EVERY = 0>
+          bool PINGPONG = true>
 cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, bool l2_groups,
                               unsigned int* work_counter) {
     using C = persistent_config<D, CONSUMERS>;
@@ -1003,7 +873,7 @@ cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stre
     kernel_params kp;
     if (cudaError_t e = make_params<D, C::block_m, C::block_n>(a, l2_groups, kp)) return e;
     kp.work_counter = work_counter;
-    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, PINGPONG, OVERLAP_ITEMS, POLY_EVERY>;
+    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, PINGPONG>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -1056,16 +926,9 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //  13: one consumer, two CTAs per SM (as 8) with the half tile, lazy rescaling and dynamic
 //      scheduling (D = 64; 128 runs 11)
 //  14: 11 without ping-pong
-//  15: 12 (D = 64) / 11 (D = 128) with the items overlapped (OVERLAP_ITEMS: an item's last P·V
-//      and the next item's first S in one turn, the epilogue under that S)
-//  16: 13 with the items overlapped (D = 64; 128 runs 15)
-//  17: 15 with every 4th exponential on the FMA pipe (exp2_poly) instead of the MUFU
-//  18: THREE consumers (192 query rows per item, no ping-pong), half tile, dynamic scheduling
-//      (D = 64; 128 runs 15)
-//  19: 18 with the items overlapped (D = 64; 128 runs 15)
 // 1-4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zeroed, used by this launch alone (the bindings
-// allocate it per call); the dynamically scheduled variants (11-17, the defaults) refuse nullptr.
+// allocate it per call); the dynamically scheduled variants (11-14, the defaults) refuse nullptr.
 int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant,
                                      unsigned int* work_counter) {
     using namespace attention_hopper;
@@ -1092,16 +955,6 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, true, true>(p, stream, true, work_counter);
     case 14: return d64 ? launch_persistent<64, 2, true, true, true, false>(p, stream, true, work_counter)
                         : launch_persistent<128, 2, true, true, true, false>(p, stream, true, work_counter);
-    case 15: return d64 ? launch_persistent<64, 2, true, false, true, true, true>(p, stream, true, work_counter)
-                        : launch_persistent<128, 2, true, true, true, true, true>(p, stream, true, work_counter);
-    case 16: return d64 ? launch_persistent<64, 1, true, true, true, true, true>(p, stream, true, work_counter)
-                        : launch_persistent<128, 2, true, true, true, true, true>(p, stream, true, work_counter);
-    case 17: return d64 ? launch_persistent<64, 2, true, false, true, true, true, 4>(p, stream, true, work_counter)
-                        : launch_persistent<128, 2, true, true, true, true, true, 4>(p, stream, true, work_counter);
-    case 18: return d64 ? launch_persistent<64, 3, true, false, true>(p, stream, true, work_counter)
-                        : launch_persistent<128, 2, true, true, true, true, true>(p, stream, true, work_counter);
-    case 19: return d64 ? launch_persistent<64, 3, true, false, true, true, true>(p, stream, true, work_counter)
-                        : launch_persistent<128, 2, true, true, true, true, true>(p, stream, true, work_counter);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -11,7 +11,7 @@ table. See kernels/NOTES.md, attention / Hopper forward and Session 3 (Hopper ba
 Nothing here builds at import; `why_not` builds the extension only after every cheap check
 passed on CUDA tensors of a Hopper GPU.
 
-Streams: the default forward (variants 11-17, "dynamic scheduling") hands out its work items
+Streams: the default forward (variants 11-14, "dynamic scheduling") hands out its work items
 through a counter, one zeroed uint32 that the bindings allocate for each call (on the caller's
 stream, so a CUDA graph captures its zeroing too). Two forwards in flight at once on two streams
 therefore have two counters and cannot take each other's items (until session 5 there was one
@@ -79,13 +79,7 @@ VARIANTS = {0: "default (12 for D=64, 11 for D=128)", 1: "2 consumers, ping-pong
             11: "10 with dynamic scheduling (a counter hands out the query blocks)",
             12: "9 with dynamic scheduling",
             13: "1 consumer, 2 CTAs/SM, half tile, lazy rescaling, dynamic scheduling (D=64; D=128 runs 11)",
-            14: "11 without ping-pong",
-            15: "12 (D=64) / 11 (D=128) with the items overlapped: an item's last P.V and the next item's first S "
-                "in one turn, the epilogue under that S",
-            16: "13 with the items overlapped (D=64; D=128 runs 15)",
-            17: "15 with every 4th exponential on the FMA pipe (a cubic) instead of the MUFU",
-            18: "3 consumers (192 query rows, no ping-pong), half tile, dynamic scheduling (D=64; D=128 runs 15)",
-            19: "18 with the items overlapped (D=64; D=128 runs 15)"}
+            14: "11 without ping-pong"}
 
 
 OP = "tk Hopper attention"

@@ -26,7 +26,7 @@ using tk_bindings::dims;
 using tk_bindings::dtype_name;
 using tk_bindings::device_name;
 
-constexpr int NUM_VARIANTS = 20;  // 0 (the default) .. 19; kernels/attention_hopper.py names them
+constexpr int NUM_VARIANTS = 15;  // 0 (the default) .. 14; kernels/attention_hopper.py names them
 
 AttentionTensor view_of(const at::Tensor& t) {
     return AttentionTensor{t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)};

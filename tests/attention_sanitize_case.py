@@ -40,8 +40,8 @@ def main(argv):
                        out=tuple(dqkv.permute(2, 0, 3, 1, 4).unbind(0)))
     elif what == "items":
         for variant in [int(x) for x in argv[2:]] or [0]:
-            # T = 1000: variants 18/19's last 192-row block has two warpgroups past T, which skip
-            # (hand back) 7 key tiles each
+            # T = 1000: a tail (the last query block is part past T); session 5's 192-row variants
+            # (18/19, removed) had warpgroups there that skipped 7 key tiles
             for B, T, D in ((2, 256, 64), (1, 1000, 64), (2, 300, 128)):
                 _, (q, k, v) = qkv_views(B, T, 100, D)
                 H.forward(q, k, v, True, D ** -0.5, variant)
