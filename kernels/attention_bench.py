@@ -14,7 +14,7 @@ fwd+bwd), holding every implementation below that can run it:
                   the views. On sm_90 the Hopper forward + the Hopper backward; elsewhere portable
   tk-hopper       the Hopper backend pinned (attention_op pinned to 'hopper'); fwd rows only: on
                   sm_90 its fwd+bwd is the 'tk' row
-  tk-hopper-vN    the same with forward variant N (1..14, kernels/attention_hopper.py VARIANTS);
+  tk-hopper-vN    the same with forward variant N (2, 4, 5, 8, 11-13: kernels/attention_hopper.py VARIANTS);
                   fwd rows only, and only when named in TK_BENCH_ATTENTION_IMPLS
   tk-portable     the portable kernel for both passes (attention_op pinned to 'portable'), through
                   the same entry as 'tk'
@@ -79,7 +79,7 @@ SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-cudnn": "CUDNN_ATTENTION
                  "sdpa-efficient": "EFFICIENT_ATTENTION"}   # name -> torch.nn.attention.SDPBackend member
 IMPLS = ("tk", "tk-hopper", "tk-portable", "eager") + tuple(SDPA_BACKENDS)
 # The Hopper forward's variants one by one (kernels/attention_hopper.py VARIANTS but 0), timed only
-# when named in TK_BENCH_ATTENTION_IMPLS (e.g. tk-hopper-v4,tk-hopper-v6): to compare them in one run.
+# when named in TK_BENCH_ATTENTION_IMPLS (e.g. tk-hopper-v4,tk-hopper-v8): to compare them in one run.
 HOPPER_VARIANT_IMPLS = tuple(f"tk-hopper-v{n}" for n in sorted(HOPPER_VARIANTS) if n)
 FORWARD_ONLY = ("tk-hopper",) + HOPPER_VARIANT_IMPLS   # timed forward only: on sm_90 the fwd+bwd is the 'tk' row
 CUDNN = "sdpa-cudnn"

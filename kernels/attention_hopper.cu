@@ -2,9 +2,9 @@
 // TMA loads of Q, K and V into shared memory guarded by mbarriers, one producer warpgroup and
 // two consumer warpgroups (setmaxnreg moves registers from the first to the others), wgmma for
 // S = Q·Kᵀ (both operands in shared memory) and O += P·V (P in registers).
-// Two kernels share that pipeline: forward_kernel (one CTA per query block; variants 1-5) and
-// persistent_kernel (one CTA per SM walks over many query blocks; variants 6-14), which runs by
-// default: variant 12 for head_dim 64, 11 for head_dim 128 (DEFAULT_VARIANT_D64 / _D128).
+// Two kernels share that pipeline: forward_kernel (one CTA per query block; variants 2, 4, 5) and
+// persistent_kernel (one CTA per SM walks over many query blocks; variants 8, 11-13), which runs
+// by default: variant 12 for head_dim 64, 11 for head_dim 128 (DEFAULT_VARIANT_D64 / _D128).
 // Read kernels/attention_portable.cu first: same algorithm, plainer machinery.
 // Read in order: the algorithm and the pipeline picture (this comment), config, item_at,
 // softmax_tile, forward_kernel (producer branch, consumer branch, epilogue: the pipeline for one
@@ -77,27 +77,33 @@
 // first pass over the ring does not block (a fresh mbarrier reports parity 1 as complete).
 //
 // ---- Variants (attention_hopper_forward_variant at the bottom; figures in kernels/NOTES.md) ----
-// Sessions 2-3: the same pipeline in four settings, all tested, kept so the measurements can be
-// repeated (one CTA per query block, all heads' last block first):
-//   1 two consumers, ping-pong, plain softmax (exp2f, sequential row max/sum): the first version
-//   2 two consumers, ping-pong, fast softmax (ex2.approx.ftz, tree reductions)
-//   3 two consumers, no ping-pong, fast softmax: ping-pong is worth 5-10%
-//   4 ONE consumer per CTA and two CTAs per SM, fast softmax (D=64). Instead of ping-pong
-//     between two warpgroups of one CTA, two CTAs interleave, and one CTA's start (Q and the
-//     first K in flight) and end (O stores) hide under the other's matrix products.
-// Session 4 (kernels/NOTES.md, "Session 4: H3 attention"):
-//   5 the session-3 default (4 for D=64, 2 for D=128) with the query blocks in L2 groups of heads
-//     (item_at): K and V come from DRAM about once instead of once per query block
-//   6 persistent_kernel: one CTA per SM walks over query blocks (2 consumers, ping-pong, L2
-//     groups); the producer loads the next block's Q and K while the consumers finish this one
-//   7 6 in the old order; 8 persistent with one consumer and two CTAs per SM (D=64)
-//   9 6 with consumer 0's diagonal tile as a half tile (its second 64 keys are all masked)
-//   10 9 with lazy rescaling (softmax_tile's LAZY: O is multiplied only when a row's max grew
-//      by more than 2^8)
-//   11-14 dynamic scheduling (a counter hands out the items): 11 = 10 (default D=128),
-//      12 = 9 (default D=64), 13 = one consumer and two CTAs per SM with the half tile and lazy
-//      rescaling, 14 = 11 without ping-pong. 6-10 take items at a fixed stride, which leaves SMs
-//      idle at the end when item costs vary (L2 groups, long sequences).
+// The numbers are the ones kernels/NOTES.md's figures use; the gaps are variants that lost on the
+// H200 and were taken out (below). What remains:
+//   2 forward_kernel: two consumers, ping-pong, one CTA per query block, all heads' last block
+//     first (sessions 2-3; D=128's default then)
+//   4 forward_kernel with ONE consumer per CTA and two CTAs per SM (D=64; 128 runs 2). Instead of
+//     ping-pong between two warpgroups of one CTA, two CTAs interleave, and one CTA's start (Q and
+//     the first K in flight) and end (O stores) hide under the other's matrix products.
+//   5 4 / 2 with the query blocks in L2 groups of heads (item_at): K and V come from DRAM about
+//     once instead of once per query block (session 4, kernels/NOTES.md "Session 4: H3 attention")
+//   8 persistent_kernel with one consumer and two CTAs per SM, items at a fixed stride (D=64;
+//     128 runs 11)
+//   11-13 persistent_kernel with dynamic scheduling (a counter hands out the items) and the half
+//     tile (consumer 0's diagonal tile has its second 64 keys all masked): 11 = with lazy
+//     rescaling (softmax_tile's LAZY: O is multiplied only when a row's max grew by more than
+//     2^8; default D=128), 12 = without (default D=64), 13 = 11 with one consumer and two CTAs
+//     per SM (D=64; 128 runs 11).
+// Taken out after session 5 (the code is in git at 65e8c26; figures in kernels/NOTES.md,
+//   "Session 4: H3 attention" and sessions 2-3's "H200 runs"): 1 = 2 with exp2f and sequential
+//   row max / sum (GPT-2 shape 221 against 2's 225 TFLOP/s), 3 = 2 without ping-pong (203: -10%),
+//   6 = persistent, two consumers, items at a fixed stride (GPT-2 0.1033 ms against 7's 0.1000:
+//   the stride gives some CTAs mostly heavy items; t4096-d128 0.5638 against 5's 0.5220), 7 = 6
+//   without L2 groups (0.1000), 9 = 6 with the half tile (0.0988 against 12's 0.0903; t4096-d128
+//   0.5757 against 11's 0.4599), 10 = 9 with lazy rescaling (never timed alone: 11 is it with
+//   dynamic scheduling), 14 = 11 without ping-pong (0.0914 against 12's 0.0903; 0.4808 against
+//   11's 0.4599). 1 and 3: sessions 2-3; 6 and 7: session 4's call 2; 9 and 14: its call 3.
+//   Variant 8 at D=128 ran 6's kernel (NOTES' "v8" figures at t4096-d128, 0.5848 and 0.6117 ms);
+//   it runs 11 now.
 // Session 5 tried, and took out again (kernels/NOTES.md, "Session 5: A"; the code is in git at
 //   f67542b): 15 = 12 / 11 with the items overlapped (an item's last P·V and the next item's
 //   first S in one turn, the epilogue under that S), 16 = 13 overlapped, 17 = 15 with every 4th
@@ -106,8 +112,6 @@
 //   (-1.1%, +1.7%, +1.3%, -0.7%, +2.3% at the GPT-2 shape, call 3). A variant 20 (the O
 //   epilogue's row addresses computed once, items decoded by the producer) hung on the H200 with
 //   more work items than SMs and was taken out too (24c13ae).
-// Lost on the H200 and kept only because kernels/NOTES.md's figures name them (its next steps
-// remove them): 1, 3, 6, 7, 9, 10, 14.
 // What is not here (yet): a TMA store epilogue; the backward pass is attention_hopper_bwd.cu.
 #include <algorithm>
 #include <cstdint>
@@ -191,9 +195,10 @@ __device__ inline work_item item_at(int i, const kernel_params& p) {
 // 8j + 2t + {0,1} for j = 0..15 (wgmma accumulator layout, hopper-facts §4.2): element i of
 // the accumulator is in row r0 + 8·((i>>1)&1), column 8·(i>>2) + 2t + (i&1).
 // On return s holds exp2(s·scale_log2 - m_new·scale_log2) and rescale[r] = exp2((m_old - m_new)·…).
-// FAST (the tuned version): ex2.approx.ftz (plain exp2f also handles denormal results, a few
-// more instructions per score) and tree reductions for the row max and sum (a chain of 32
-// dependent fmax / fadd would stall: each consumer warp shares its scheduler with one other).
+// ex2.approx.ftz (plain exp2f also handles denormal results, a few more instructions per score)
+// and tree reductions for the row max and sum (a chain of 32 dependent fmax / fadd would stall:
+// each consumer warp shares its scheduler with one other). Variant 1 (removed, see the opening
+// comment) had exp2f and sequential reductions: within the noise of this version on the H200.
 __device__ inline float exp2_ftz(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -216,11 +221,11 @@ __device__ inline void tree_sum(float (&t)[LEN]) {
 // Index of the j-th of this thread's N/4 accumulator elements in row half r (0: row0, 1: row0+8).
 __device__ constexpr int row_element(int r, int j) { return 4 * (j >> 1) + 2 * r + (j & 1); }
 
-// LAZY (variant 10; FA4's trick): keep the old max while the new one is at most 8 above it in
-// log2 units of the scaled scores. The exponentials then stay <= 2^8, rescale is exactly 1 and
+// LAZY (variants 11 and 13; FA4's trick): keep the old max while the new one is at most 8 above
+// it in log2 units of the scaled scores. The exponentials then stay <= 2^8, rescale is exactly 1 and
 // O need not be multiplied (the caller skips it when no row of the warp moved); O / l and the LSE
 // stay exact because O and l always share one max.
-template <int N, bool FAST, bool LAZY = false>
+template <int N, bool LAZY = false>
 __device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)[2], float (&rescale)[2],
                                     bool mask, bool causal, int row0, int col0, int seq_len,
                                     float scale_log2) {
@@ -237,16 +242,12 @@ __device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         float mx = m[r];
-        if constexpr (FAST) {
+        {
             float t[N / 4];
 #pragma unroll
             for (int j = 0; j < N / 4; ++j) t[j] = s[row_element(r, j)];
             tree_max<N / 8>(t);
             mx = fmaxf(mx, t[0]);
-        } else {
-#pragma unroll
-            for (int i = 0; i < N / 2; ++i)
-                if (((i >> 1) & 1) == r) mx = fmaxf(mx, s[i]);
         }
         // the 4 threads of a quad (same g) hold the rest of the row
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
@@ -259,7 +260,7 @@ __device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)
         rescale[r] = exp2f(m[r] * scale_log2 - m_scaled);   // m_old = -inf -> 0
         m[r] = mx;
         float sum = 0.f;
-        if constexpr (FAST) {
+        {
             float t[N / 4];
 #pragma unroll
             for (int j = 0; j < N / 4; ++j) {
@@ -269,16 +270,12 @@ __device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)
             }
             tree_sum<N / 8>(t);
             sum = t[0];
-        } else {
-#pragma unroll
-            for (int i = 0; i < N / 2; ++i)
-                if (((i >> 1) & 1) == r) { s[i] = exp2f(fmaf(s[i], scale_log2, -m_scaled)); sum += s[i]; }
         }
         l[r] = l[r] * rescale[r] + sum;   // per-thread partial sum; the quad adds up at the end
     }
 }
 
-// The persistent kernel's mask (softmax_tile's own is kept for variants 1-5 as they were
+// The persistent kernel's mask (softmax_tile's own is kept for variants 2, 4, 5 as they were
 // measured): -inf where the key is right of the query (causal) or past the sequence. Thread
 // (g, t) holds columns col0 + 2t + (8·(i>>2) + (i&1)), a compile-time offset per element, in
 // rows row0 and row0 + 8; so one limit per row, then one compare with an immediate and one
@@ -319,11 +316,12 @@ __device__ inline void scores_to_a_operand(uint32_t (&p)[N / 16][4], const float
 }
 
 // ---- The kernel --------------------------------------------------------------------------------
-template <int D, int CONSUMERS, bool PINGPONG, bool FAST_SOFTMAX>
+// Two consumers take turns (ping-pong); one consumer (two CTAs per SM) has no one to turn with.
+template <int D, int CONSUMERS>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 forward_kernel(const __grid_constant__ kernel_params p) {
     using C = config<D, CONSUMERS>;
-    static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong takes turns between two consumers");
+    constexpr bool PINGPONG = CONSUMERS == 2;
     using namespace tk;
     constexpr int BM = C::block_m, BN = C::block_n, S = C::stages;
 
@@ -439,7 +437,7 @@ forward_kernel(const __grid_constant__ kernel_params p) {
     wgmma::wait_group<0>();
     wgmma::fence_operand(s_acc);
     release(k_empty[0]);
-    softmax_tile<BN, FAST_SOFTMAX>(s_acc.d, m, l, rescale, needs_mask(0), p.causal, row0, 0, p.seq_len, p.scale_log2);
+    softmax_tile<BN>(s_acc.d, m, l, rescale, needs_mask(0), p.causal, row0, 0, p.seq_len, p.scale_log2);
     scores_to_a_operand<BN>(p_frag, s_acc.d);
 
     for (int n = 1; n < n_tiles; ++n) {
@@ -450,7 +448,7 @@ forward_kernel(const __grid_constant__ kernel_params p) {
         wgmma::wait_group<1>();                          // S = Q·Kₙᵀ is done (P·V may still run)
         wgmma::fence_operand(s_acc);
         release(k_empty[n % S]);
-        softmax_tile<BN, FAST_SOFTMAX>(s_acc.d, m, l, rescale, needs_mask(n), p.causal, row0, n * BN, p.seq_len,
+        softmax_tile<BN>(s_acc.d, m, l, rescale, needs_mask(n), p.causal, row0, n * BN, p.seq_len,
                          p.scale_log2);
         wgmma::wait_group<0>();                          // O += P·Vₙ₋₁ is done
         wgmma::fence_operand(o_acc);
@@ -499,7 +497,7 @@ forward_kernel(const __grid_constant__ kernel_params p) {
     }
 }
 
-// ---- The persistent kernel (variant 6): one CTA per SM walks over many query blocks ----------
+// ---- The persistent kernel (variants 8, 11-13): one CTA per SM walks over many query blocks ----
 // The same producer / two ping-pong consumers / intra-warpgroup overlap as forward_kernel, but the
 // grid is one CTA per SM and each CTA takes work items blockIdx.x, + gridDim.x, ... (item_at's
 // order). At the GPT-2 shape a CTA of forward_kernel owns 4.5 key tiles on average, and its start
@@ -542,7 +540,7 @@ struct persistent_config : config<D, CONSUMERS> {
     static constexpr int smem_bytes = q_slots * C::q_bytes + 2 * stages * C::kv_bytes + 1024;   // 129 / 193 / 81 KB
 };
 
-// Dynamic scheduling (DYNAMIC, variants 11-14): the next item is whatever a counter hands out
+// Dynamic scheduling (DYNAMIC, variants 11-13): the next item is whatever a counter hands out
 // (atomicAdd), so a CTA that drew short items takes more of them; the static order (item +
 // gridDim.x) left up to a quarter of the SMs' time idle at the end with L2 groups (ncu: 155k of
 // 181k cycles active; the items of a group are sorted by cost, so a fixed stride gives some CTAs
@@ -552,12 +550,12 @@ struct persistent_config : config<D, CONSUMERS> {
 // other's items. (Until session 5 it was one global counter per GPU that reset itself at the end
 // of each launch: two launches on two streams shared it and skipped work.)
 
-template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool PINGPONG_ON = true>
+template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
     using namespace tk;
-    constexpr bool PINGPONG = CONSUMERS == 2 && PINGPONG_ON;
+    constexpr bool PINGPONG = CONSUMERS == 2;          // as forward_kernel
     constexpr int BM = C::block_m, BN = C::block_n, S = C::stages, QS = C::q_slots;
 
     extern __shared__ uint8_t smem_raw[];
@@ -724,11 +722,11 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         auto scores_to_probabilities = [&](int n, bool half) {   // mask, online softmax (P stays in s_acc)
             if (half) {
                 if (needs_mask(n)) mask_tile<BN / 2>(first_half(s_acc.d), p.causal, row0, n * BN, p.seq_len);
-                softmax_tile<BN / 2, true, LAZY>(first_half(s_acc.d), m, l, rescale, false, p.causal, row0,
+                softmax_tile<BN / 2, LAZY>(first_half(s_acc.d), m, l, rescale, false, p.causal, row0,
                                                  n * BN, p.seq_len, p.scale_log2);
             } else {
                 if (needs_mask(n)) mask_tile<BN>(s_acc.d, p.causal, row0, n * BN, p.seq_len);
-                softmax_tile<BN, true, LAZY>(s_acc.d, m, l, rescale, false, p.causal, row0, n * BN,
+                softmax_tile<BN, LAZY>(s_acc.d, m, l, rescale, false, p.causal, row0, n * BN,
                                              p.seq_len, p.scale_log2);
             }
         };
@@ -851,29 +849,28 @@ cudaError_t allow_shared_memory(Kernel kernel, int bytes) {
 }
 
 // One CTA per query block (forward_kernel).
-template <int D, int CONSUMERS, bool PINGPONG, bool FAST_SOFTMAX>
+template <int D, int CONSUMERS>
 cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2_groups) {
     using C = config<D, CONSUMERS>;
     kernel_params kp;
     if (cudaError_t e = make_params<D, C::block_m, C::block_n>(a, l2_groups, kp)) return e;
-    auto kernel = forward_kernel<D, CONSUMERS, PINGPONG, FAST_SOFTMAX>;
+    auto kernel = forward_kernel<D, CONSUMERS>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     kernel<<<kp.batch_heads * kp.m_blocks, C::threads, C::smem_bytes, stream>>>(kp);
     return cudaGetLastError();
 }
 
-// One CTA (two with one consumer) per SM, each walking over query blocks (persistent_kernel).
-template <int D, int CONSUMERS = 2, bool HALF_TILE = false, bool LAZY = false, bool DYNAMIC = false,
-          bool PINGPONG = true>
-cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, bool l2_groups,
-                              unsigned int* work_counter) {
+// One CTA (two with one consumer) per SM, each walking over query blocks (persistent_kernel), in
+// L2 groups of heads.
+template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY, bool DYNAMIC>
+cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, unsigned int* work_counter) {
     using C = persistent_config<D, CONSUMERS>;
     if (DYNAMIC && work_counter == nullptr) return cudaErrorInvalidValue;   // see work_counter
     kernel_params kp;
-    if (cudaError_t e = make_params<D, C::block_m, C::block_n>(a, l2_groups, kp)) return e;
+    if (cudaError_t e = make_params<D, C::block_m, C::block_n>(a, true, kp)) return e;
     kp.work_counter = work_counter;
-    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, PINGPONG>;
+    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -909,26 +906,23 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 }
 
 // The variants, numbered as in kernels/NOTES.md (attention / Hopper forward), where each one's
-// H200 figures are. 0 = the default, the fastest one measured for the head dim.
-//   1: two consumers, ping-pong, plain softmax          (the first version)
-//   2: two consumers, ping-pong, fast softmax
-//   3: two consumers, no ping-pong, fast softmax
-//   4: one consumer, two CTAs per SM, fast softmax      (head_dim 64; 128 runs variant 2)
+// H200 figures are; the numbers missing here were removed (see the opening comment). 0 = the
+// default, the fastest one measured for the head dim.
+//   2: one CTA per query block (forward_kernel), two consumers, ping-pong
+//   4: one consumer, two CTAs per SM                    (head_dim 64; 128 runs variant 2)
 //   5: the default of session 3 (4 for D = 64, 2 for D = 128) with L2 groups of heads (item_at)
-//   6: persistent (one CTA per SM, persistent_kernel), two consumers, ping-pong, L2 groups
-//   7: 6 in the first kernels' order (no L2 groups), to tell the two changes apart
-//   8: persistent with one consumer and two CTAs per SM (as 4), L2 groups (D = 64; 128 runs 6)
-//   9: 6 with the half tile: consumer 0's diagonal tile (and a tail tile whose second half is all
-//      past the sequence) runs its softmax and P·V over the first 64 keys only
-//  10: 9 with lazy rescaling
-//  11: 10 with dynamic scheduling (an atomic counter hands out the items)
-//  12: 9 with dynamic scheduling
+//   8: persistent (one CTA per SM walks over query blocks, persistent_kernel) with one consumer
+//      and two CTAs per SM (as 4), L2 groups (D = 64; 128 runs 11)
+//  11: persistent, two consumers, ping-pong, L2 groups, the half tile (consumer 0's diagonal tile,
+//      and a tail tile whose second half is all past the sequence, runs its softmax and P·V over
+//      the first 64 keys only), lazy rescaling, dynamic scheduling (an atomic counter hands out
+//      the items)
+//  12: 11 without lazy rescaling
 //  13: one consumer, two CTAs per SM (as 8) with the half tile, lazy rescaling and dynamic
 //      scheduling (D = 64; 128 runs 11)
-//  14: 11 without ping-pong
-// 1-4 take the query blocks in the first kernels' order (item_at with one group of all heads).
+// 2 and 4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zeroed, used by this launch alone (the bindings
-// allocate it per call); the dynamically scheduled variants (11-14, the defaults) refuse nullptr.
+// allocate it per call); the dynamically scheduled variants (11-13, the defaults) refuse nullptr.
 int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant,
                                      unsigned int* work_counter) {
     using namespace attention_hopper;
@@ -937,25 +931,18 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
     const bool d64 = p.shape.head_dim == 64;
     if (variant == 0) variant = d64 ? DEFAULT_VARIANT_D64 : DEFAULT_VARIANT_D128;
     switch (variant) {
-    case 1: return d64 ? launch<64, 2, true, false>(p, stream, false) : launch<128, 2, true, false>(p, stream, false);
-    case 2: return d64 ? launch<64, 2, true, true>(p, stream, false) : launch<128, 2, true, true>(p, stream, false);
-    case 3: return d64 ? launch<64, 2, false, true>(p, stream, false) : launch<128, 2, false, true>(p, stream, false);
-    case 4: return d64 ? launch<64, 1, false, true>(p, stream, false) : launch<128, 2, true, true>(p, stream, false);
-    case 5: return d64 ? launch<64, 1, false, true>(p, stream, true) : launch<128, 2, true, true>(p, stream, true);
-    case 6: return d64 ? launch_persistent<64>(p, stream, true, work_counter) : launch_persistent<128>(p, stream, true, work_counter);
-    case 7: return d64 ? launch_persistent<64>(p, stream, false, work_counter) : launch_persistent<128>(p, stream, false, work_counter);
-    case 8: return d64 ? launch_persistent<64, 1>(p, stream, true, work_counter) : launch_persistent<128>(p, stream, true, work_counter);
-    case 9: return d64 ? launch_persistent<64, 2, true>(p, stream, true, work_counter) : launch_persistent<128, 2, true>(p, stream, true, work_counter);
-    case 10: return d64 ? launch_persistent<64, 2, true, true>(p, stream, true, work_counter) : launch_persistent<128, 2, true, true>(p, stream, true, work_counter);
-    case 11: return d64 ? launch_persistent<64, 2, true, true, true>(p, stream, true, work_counter)
-                        : launch_persistent<128, 2, true, true, true>(p, stream, true, work_counter);
-    case 12: return d64 ? launch_persistent<64, 2, true, false, true>(p, stream, true, work_counter)
-                        : launch_persistent<128, 2, true, false, true>(p, stream, true, work_counter);
-    case 13: return d64 ? launch_persistent<64, 1, true, true, true>(p, stream, true, work_counter)
-                        : launch_persistent<128, 2, true, true, true>(p, stream, true, work_counter);
-    case 14: return d64 ? launch_persistent<64, 2, true, true, true, false>(p, stream, true, work_counter)
-                        : launch_persistent<128, 2, true, true, true, false>(p, stream, true, work_counter);
-    default: return cudaErrorInvalidValue;
+    case 2: return d64 ? launch<64, 2>(p, stream, false) : launch<128, 2>(p, stream, false);
+    case 4: return d64 ? launch<64, 1>(p, stream, false) : launch<128, 2>(p, stream, false);
+    case 5: return d64 ? launch<64, 1>(p, stream, true) : launch<128, 2>(p, stream, true);
+    case 8: return d64 ? launch_persistent<64, 1, false, false, false>(p, stream, work_counter)
+                       : launch_persistent<128, 2, true, true, true>(p, stream, work_counter);
+    case 11: return d64 ? launch_persistent<64, 2, true, true, true>(p, stream, work_counter)
+                        : launch_persistent<128, 2, true, true, true>(p, stream, work_counter);
+    case 12: return d64 ? launch_persistent<64, 2, true, false, true>(p, stream, work_counter)
+                        : launch_persistent<128, 2, true, false, true>(p, stream, work_counter);
+    case 13: return d64 ? launch_persistent<64, 1, true, true, true>(p, stream, work_counter)
+                        : launch_persistent<128, 2, true, true, true>(p, stream, work_counter);
+    default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20) too
     }
 }
 

@@ -26,7 +26,20 @@ using tk_bindings::dims;
 using tk_bindings::dtype_name;
 using tk_bindings::device_name;
 
-constexpr int NUM_VARIANTS = 15;  // 0 (the default) .. 14; kernels/attention_hopper.py names them
+// 0 (the default) and the variants that remain (attention_hopper.cu's opening comment says where the
+// removed numbers went); kernels/attention_hopper.py names them.
+constexpr int VARIANTS[] = {0, 2, 4, 5, 8, 11, 12, 13};
+constexpr int LAST_VARIANT = VARIANTS[sizeof(VARIANTS) / sizeof(VARIANTS[0]) - 1];
+bool is_variant(int64_t v) {
+    for (int k : VARIANTS)
+        if (v == k) return true;
+    return false;
+}
+std::string variant_list() {
+    std::string s;
+    for (int k : VARIANTS) s += (s.empty() ? "" : ", ") + std::to_string(k);
+    return s;
+}
 
 AttentionTensor view_of(const at::Tensor& t) {
     return AttentionTensor{t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)};
@@ -77,9 +90,10 @@ Problem forward_problem(const at::Tensor& q, const at::Tensor& k, const at::Tens
     if (Problem p = input_problem(v, "v", q)) return p;
     if (q.size(0) > INT32_MAX || q.size(1) > INT32_MAX || q.size(2) > INT32_MAX)
         return value_problem(say("q", " is too large: " + dims(q.sizes())));
-    if (variant < 0 || variant >= NUM_VARIANTS)
-        return value_problem("tk Hopper attention: variant must be 0 (the default) .. " + std::to_string(NUM_VARIANTS - 1) +
-                             ", got " + std::to_string(variant));
+    if (!is_variant(variant))
+        return value_problem("tk Hopper attention: variant must be 0 (the default) .. " + std::to_string(LAST_VARIANT) +
+                             " and one of " + variant_list() + " (the others were removed), got " +
+                             std::to_string(variant));
     // The kernel's own rules (head_dim, sizes, scale, TMA alignment and strides). o is not
     // allocated yet: q stands in for it (forward() allocates o dense and aligned, which passes).
     if (const char* why = attention_hopper_why_not(params_of(q, k, v, q, nullptr, causal, scale)))

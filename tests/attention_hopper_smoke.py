@@ -1,6 +1,6 @@
 """Quick diagnostic run of the Hopper attention forward (GPU): one call per head dim, errors
 printed with WHERE they are (first bad rows / columns), for debugging on a rationed GPU.
-    python tests/attention_hopper_smoke.py [variant ...]   (0..4; default: 0)
+    python tests/attention_hopper_smoke.py [variant ...]   (kernels/attention_hopper.py VARIANTS; default: 0)
 Uses TK_ATTENTION_HOPPER_LIB (ctypes) if set, else the torch extension."""
 import math
 import os

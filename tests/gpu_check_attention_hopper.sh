@@ -13,10 +13,10 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 JIT=$!
 cuobjdump --dump-sass "$LIB" | grep -oE "HGMMA\.[0-9x]+\.F32\.BF16|USETMAXREG\.[A-Z_.]+|UTMALDG\.[0-9A-Z]+|MUFU\.EX2|LDL|STL" | sort | uniq -c | tee "$OUT/sass.txt"
 export TK_ATTENTION_HOPPER_LIB=$LIB
-good="1 2 3 4"
-if ! timeout -s KILL 40 python3 tests/attention_hopper_smoke.py 1 2 3 4 2>&1 | tee "$OUT/smoke.log"; then
+good="2 4"
+if ! timeout -s KILL 40 python3 tests/attention_hopper_smoke.py 2 4 2>&1 | tee "$OUT/smoke.log"; then
   good=""
-  for v in 1 2 3 4; do
+  for v in 2 4; do
     timeout -s KILL 20 python3 tests/attention_hopper_smoke.py $v >> "$OUT/smoke.log" 2>&1 && good="$good $v" || echo "SMOKE variant $v FAILED/HUNG"
   done
 fi

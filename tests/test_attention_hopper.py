@@ -135,8 +135,8 @@ def test_packed_qkv_views(T, D, variant):
 @pytest.mark.parametrize("causal", [True, False])
 def test_many_query_blocks_per_sm(D, causal, variant):
     # 150 heads x 8 (or 16) query blocks: more work items than SMs, so a persistent CTA (variants
-    # 6-14) walks over items of different lengths with its K/V ring and Q slots carried along,
-    # and the L2 groups of heads (5, 6, 8-14) end in a short group (65+65+20 heads at D=64, 4x32+22
+    # 8, 11-13) walks over items of different lengths with its K/V ring and Q slots carried along,
+    # and the L2 groups of heads (5, 8, 11-13) end in a short group (65+65+20 heads at D=64, 4x32+22
     # at D=128).
     check(*make_qkv(3, 50, 1000, D, std=2.0, seed=D + causal), causal=causal, variant=variant)
 
@@ -189,6 +189,21 @@ def test_unsupported_inputs_are_refused():
     q_odd.copy_(q)
     with pytest.raises(ValueError, match="stride"):
         hopper_forward(q_odd, k, v)
+
+
+@pytest.mark.skipif(bool(os.environ.get("TK_ATTENTION_HOPPER_LIB")),
+                    reason="checks the torch extension's bindings, not the ctypes library")
+def test_removed_variants_are_refused():
+    # variants that lost on the H200 were taken out (the .cu's opening comment): their numbers
+    # must give the clear error, in Python and in the bindings, never a launch
+    from kernels import attention_hopper
+    q, k, v = make_qkv(1, 1, 64, 64)
+    for variant in (1, 3, 6, 7, 9, 10, 14, 15, 19, 20, -1):
+        with pytest.raises(ValueError, match="variant must be one of"):
+            attention_hopper.forward(q, k, v, True, None, variant)
+        why = attention_hopper._ext.module.check_forward(q, k, v, True, 0.125, variant)
+        assert why == (f"tk Hopper attention: variant must be 0 (the default) .. 13 and one of 0, 2, 4, 5, 8, "
+                       f"11, 12, 13 (the others were removed), got {variant}"), why
 
 
 @pytest.mark.skipif(bool(os.environ.get("TK_ATTENTION_HOPPER_LIB")),

@@ -69,17 +69,17 @@ def test_hopper_variant_rows_only_when_named(monkeypatch):
     assert [f"tk-hopper-v{n}" for n in sorted(attention_hopper.VARIANTS) if n] == list(ab.HOPPER_VARIANT_IMPLS)
     monkeypatch.delenv("TK_BENCH_ATTENTION_IMPLS", raising=False)
     assert ab.selected("TK_BENCH_ATTENTION_IMPLS", ab.IMPLS, ab.HOPPER_VARIANT_IMPLS) == list(ab.IMPLS)
-    monkeypatch.setenv("TK_BENCH_ATTENTION_IMPLS", "tk-hopper-v6,sdpa-cudnn")
-    assert ab.selected("TK_BENCH_ATTENTION_IMPLS", ab.IMPLS, ab.HOPPER_VARIANT_IMPLS) == ["tk-hopper-v6", "sdpa-cudnn"]
+    monkeypatch.setenv("TK_BENCH_ATTENTION_IMPLS", "tk-hopper-v8,sdpa-cudnn")
+    assert ab.selected("TK_BENCH_ATTENTION_IMPLS", ab.IMPLS, ab.HOPPER_VARIANT_IMPLS) == ["tk-hopper-v8", "sdpa-cudnn"]
     assert set(ab.HOPPER_VARIANT_IMPLS) <= set(ab.FORWARD_ONLY)
     assert set(ab.HOPPER_VARIANT_IMPLS) <= set(ab.implementations())
 
 
 def test_hopper_forward_variant_setter():
     from kernels import attention_hopper
-    old = attention_hopper.set_forward_variant(6)
+    old = attention_hopper.set_forward_variant(8)
     try:
-        assert attention_hopper.OP_FORWARD_VARIANT == 6
+        assert attention_hopper.OP_FORWARD_VARIANT == 8
         with pytest.raises(ValueError, match="variant must be one of"):
             attention_hopper.set_forward_variant(99)
     finally:
