@@ -82,3 +82,11 @@ def rel_err(out, ref):
     out, ref = out.double(), ref.double()
     assert torch.isfinite(out).all(), "non-finite values (unwritten or NaN) in the output"
     return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def use_cpu_checks(monkeypatch, module, *names):
+    """Replace each module.<name> input check by the real one called with cuda=False: the CPU tests
+    run the real argument checks on CPU tensors (with a fake extension behind them)."""
+    for name in names:
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, **k: _real(*a, **{**k, "cuda": False}))

@@ -25,7 +25,7 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 import kernels  # noqa: E402
-from conftest import rel_err  # noqa: E402
+from conftest import rel_err, use_cpu_checks  # noqa: E402
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -518,9 +518,7 @@ def fake_ext(monkeypatch):
     from kernels import layernorm
     fake = MixedFakeExt()
     monkeypatch.setattr(layernorm._ext, "_module", fake)
-    for name in ("check_forward", "check_backward"):   # the real checks, minus the CUDA part
-        real = getattr(layernorm, name)
-        monkeypatch.setattr(layernorm, name, lambda *a, _real=real, **k: _real(*a, **{**k, "cuda": False}))
+    use_cpu_checks(monkeypatch, layernorm, "check_forward", "check_backward")
     return fake
 
 

@@ -32,7 +32,7 @@ if REPO not in sys.path:
 import kernels  # noqa: E402
 from kernels import layernorm as L  # noqa: E402
 from kernels import reference  # noqa: E402
-from conftest import rel_err  # noqa: E402
+from conftest import rel_err, use_cpu_checks  # noqa: E402
 from test_layernorm import MixedFakeExt  # noqa: E402
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -195,9 +195,7 @@ class DropoutFakeExt(MixedFakeExt):
 def drop_ext(monkeypatch):
     fake = DropoutFakeExt()
     monkeypatch.setattr(L._ext, "_module", fake)
-    for name in ("check_forward", "check_backward"):   # the real checks, minus the CUDA part
-        real = getattr(L, name)
-        monkeypatch.setattr(L, name, lambda *a, _real=real, **k: _real(*a, **{**k, "cuda": False}))
+    use_cpu_checks(monkeypatch, L, "check_forward", "check_backward")
     # a CPU seed (the real one is drawn on x's device, which is the CPU here too)
     return fake
 

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
-from conftest import rel_err   # fails on NaN or inf in the result
+from conftest import rel_err, use_cpu_checks   # rel_err fails on NaN or inf in the result
 from kernels import lm_head_op, reference
 from model import GPT, GPTConfig
 
@@ -252,8 +252,7 @@ class FakeLMHeadExt:
 def fake_ext(monkeypatch):
     calls = collections.Counter()
     monkeypatch.setattr(lm_head_op._ext, "_module", FakeLMHeadExt(calls))
-    real = lm_head_op.check_inputs
-    monkeypatch.setattr(lm_head_op, "check_inputs", lambda *a, **k: real(*a, **{**k, "cuda": False}))
+    use_cpu_checks(monkeypatch, lm_head_op, "check_inputs")
     monkeypatch.setattr(lm_head_op, "CHUNK_BYTES", 64 * 40 * 4)   # 64 rows of fp32 V=40: 37/64/1000 rows -> 1..16 chunks
     return calls
 

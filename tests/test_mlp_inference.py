@@ -20,6 +20,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from kernels import mlp_op  # noqa: E402
+from conftest import use_cpu_checks  # noqa: E402
 
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").exists() else None)
 
@@ -64,8 +65,7 @@ class FakeMLPExt:
 def calls(monkeypatch):
     calls = collections.Counter()
     monkeypatch.setattr(mlp_op._ext, "_module", FakeMLPExt(calls))
-    real = mlp_op.check_forward
-    monkeypatch.setattr(mlp_op, "check_forward", lambda *a, **k: real(*a, **{**k, "cuda": False}))
+    use_cpu_checks(monkeypatch, mlp_op, "check_forward")
     monkeypatch.delenv(mlp_op.INFERENCE_ENV, raising=False)
     return calls
 
