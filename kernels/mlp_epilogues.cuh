@@ -202,12 +202,15 @@ struct dgelu_epilogue : base_epilogue<bf16> {
                     ? __ldg(reinterpret_cast<const unsigned int*>(pre + size_t(r) * sh.N + col)) : 0u;
             }
     }
-    __device__ void begin_tile(tile_state& st, const tile_pos& pos, const shape& sh) const {
+    __device__ void prefetch_tile_rows(const tile_pos& pos, const shape& sh) const {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {                // lane t prefetches the t-th 128-byte line of each row
             const int r = pos.slab_row + pos.g + 8 * h, col = pos.tile_col + 64 * pos.t;
             if (r < sh.M && col < sh.N && 64 * pos.t < pos.cols) asm volatile("prefetch.global.L2 [%0];" :: "l"(pre + size_t(r) * sh.N + col));
         }
+    }
+    __device__ void begin_tile(tile_state& st, const tile_pos& pos, const shape& sh) const {
+        prefetch_tile_rows(pos, sh);
         load_pre(0, st.pre[0], pos, sh);
     }
     template <typename Acc>
@@ -392,11 +395,7 @@ struct dgelu_fast_epilogue : dgelu_epilogue {
         for (int j = 0; j < CC / 8; ++j) { dst[j][0] = __ldg(row0 + 4 * j); dst[j][1] = __ldg(row8 + 4 * j); }
     }
     __device__ void begin_tile(tile_state& st, const tile_pos& pos, const shape& sh) const {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {                // as dgelu_epilogue: the tile's rows into L2
-            const int r = pos.slab_row + pos.g + 8 * h, col = pos.tile_col + 64 * pos.t;
-            if (r < sh.M && col < sh.N && 64 * pos.t < pos.cols) asm volatile("prefetch.global.L2 [%0];" :: "l"(pre + size_t(r) * sh.N + col));
-        }
+        prefetch_tile_rows(pos, sh);
         load_pre_fast(0, st.pre[0], pos, sh);
     }
     template <typename Acc>

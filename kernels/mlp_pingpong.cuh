@@ -7,6 +7,7 @@
 // linear_dgelu keeps schedules 7 and 10 on the per-thread-load policies.
 #pragma once
 #include <algorithm>
+#include <type_traits>
 #include "mlp.h"
 #include "mlp_epilogues.cuh"
 #include "gemm_5_pingpong.cuh"
@@ -15,35 +16,24 @@ namespace tk_mlp::detail {
 
 template <major MA, major MB, typename Epi>
 const char* launch_pingpong(const gemm_args& g, int schedule) {
-    auto make = [&] { return Epi::make(g); };
-    const int splits = std::max(g.splits, 1);
+    // run(tag): gemm5::launch on the configuration the tag names (std::type_identity<Config>)
+    auto run = [&](auto config) {
+        using Config = typename decltype(config)::type;
+        return gemm5::launch<Config, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, std::max(g.splits, 1),
+                                                  g.num_sms, g.stream, [&] { return Epi::make(g); });
+    };
+    using std::type_identity;
     if constexpr (gemm4::has_input_boxes<Epi>()) {   // a staging buffer per box: the *_inputs configurations
-        if (schedule == SCHEDULE_PINGPONG_128x128)
-            return gemm5::launch<gemm5::pingpong_128x128_inputs, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
-                                                                              g.num_sms, g.stream, make);
-        if (schedule == SCHEDULE_PINGPONG_64x256)
-            return gemm5::launch<gemm5::pingpong_64x256_inputs, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
-                                                                             g.num_sms, g.stream, make);
-        if (schedule == SCHEDULE_PINGPONG_64x256_CLUSTER2)
-            return gemm5::launch<gemm5::pingpong_64x256_cluster2_inputs, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K,
-                                                                                      splits, g.num_sms, g.stream, make);
+        if (schedule == SCHEDULE_PINGPONG_128x128) return run(type_identity<gemm5::pingpong_128x128_inputs>{});
+        if (schedule == SCHEDULE_PINGPONG_64x256) return run(type_identity<gemm5::pingpong_64x256_inputs>{});
+        if (schedule == SCHEDULE_PINGPONG_64x256_CLUSTER2) return run(type_identity<gemm5::pingpong_64x256_cluster2_inputs>{});
         return "tk_mlp: input-box epilogues (pre by TMA) run on schedules 4, 5, 6, 8 and 9 only";
     } else {
-        if (schedule == SCHEDULE_PINGPONG_128x128)
-            return gemm5::launch<gemm5::pingpong_128x128, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
-                                                                       g.num_sms, g.stream, make);
-        if (schedule == SCHEDULE_PINGPONG_64x256)
-            return gemm5::launch<gemm5::pingpong_64x256, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
-                                                                      g.num_sms, g.stream, make);
-        if (schedule == SCHEDULE_PINGPONG_128x128_CLUSTER2)
-            return gemm5::launch<gemm5::pingpong_128x128_cluster2, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
-                                                                                g.num_sms, g.stream, make);
-        if (schedule == SCHEDULE_PINGPONG_64x256_CLUSTER2)
-            return gemm5::launch<gemm5::pingpong_64x256_cluster2, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
-                                                                               g.num_sms, g.stream, make);
-        if (schedule == SCHEDULE_PINGPONG_64x256_DEEP)
-            return gemm5::launch<gemm5::pingpong_64x256_deep, MA, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, splits,
-                                                                           g.num_sms, g.stream, make);
+        if (schedule == SCHEDULE_PINGPONG_128x128) return run(type_identity<gemm5::pingpong_128x128>{});
+        if (schedule == SCHEDULE_PINGPONG_64x256) return run(type_identity<gemm5::pingpong_64x256>{});
+        if (schedule == SCHEDULE_PINGPONG_128x128_CLUSTER2) return run(type_identity<gemm5::pingpong_128x128_cluster2>{});
+        if (schedule == SCHEDULE_PINGPONG_64x256_CLUSTER2) return run(type_identity<gemm5::pingpong_64x256_cluster2>{});
+        if (schedule == SCHEDULE_PINGPONG_64x256_DEEP) return run(type_identity<gemm5::pingpong_64x256_deep>{});
         return "tk_mlp: unknown ping-pong schedule";
     }
 }
