@@ -18,7 +18,8 @@ Timing modes (--modes; each trial runs every mode of every implementation, inter
           no memset, no conversion), captured and replayed like `graph`; its ratio is to torch's
           `graph` time of the same trial.
 --host adds a table of host microseconds per call (perf_counter, launches queued, not waited
-for): torch.matmul, tk's matmul and each part of its path, and one TMA descriptor encode.
+for): torch.matmul, tk's matmul and each part of its path (one TMA descriptor encode, measured
+separately in session 5, costs ~0.1 us: kernels/NOTES.md).
 
 The reported ratio is the median over trials of tk / torch from the same trial and mode, because
 absolute figures drift by 10% between runs on the H200 (shared/docs/anchors.md). Shapes are
@@ -144,8 +145,6 @@ def host_table(a, b):
     row["  ext.run (checks + TMA encodes + launch)"] = host_us(launch)
     if p.splits > 1:
         row["  c.to(bf16) (split-K conversion)"] = host_us(lambda: c.to(torch.bfloat16))
-    enc = a_s if a_s.shape[1] % 64 == 0 and a_s.shape[0] >= 128 else b_s
-    row["  one TMA descriptor encode (x1000, mean)"] = ext.tma_encode_us(enc, 1000)
     return p, row
 
 

@@ -7,11 +7,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
-#include <cudaTypedefs.h>   // PFN_cuTensorMapEncodeTiled_v12000 (tma_encode_us only)
 
 #include <array>
 #include <atomic>
-#include <chrono>
 #include <string>
 
 #include "bindings_checks.h"
@@ -135,44 +133,9 @@ std::string check_run(int64_t step, const torch::Tensor& a, const torch::Tensor&
     return run_problem(step, a, b, c, a_mn_major, b_mn_major, bias, splits).message;
 }
 
-// For kernels/gemm_bench.py's host-cost table: microseconds per cuTensorMapEncodeTiled call
-// for a bf16 [1][rows][cols] map of t with 64 x 128 boxes and the 128-byte swizzle (what
-// tk::make_tensor_map asks for an operand of steps 4 and 5; the launchers encode about three
-// such maps on every call). Host work only: nothing is launched and t is not read.
-double tma_encode_us(const torch::Tensor& t, int64_t iters) {
-    tk_bindings::raise_if(matrix_problem(t, "t", torch::Tensor()));
-    if (t.scalar_type() != torch::kBFloat16)
-        tk_bindings::raise_if(tk_bindings::type_problem("gemm: t must be bfloat16, got " + dtype_name(t)));
-    if (iters < 1 || t.size(1) % 64 != 0 || t.size(0) < 128)
-        tk_bindings::raise_if(tk_bindings::value_problem("gemm: tma_encode_us needs iters >= 1 and t of at least 128 "
-                                                         "rows with a multiple of 64 columns"));
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &status) !=
-            cudaSuccess || status != cudaDriverEntryPointSuccess || !fn)
-        tk_bindings::raise_if(tk_bindings::value_problem("gemm: cuTensorMapEncodeTiled is not available from the driver"));
-    auto encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-    const cuuint64_t rows = t.size(0), cols = t.size(1);
-    cuuint64_t dims[3] = {cols, rows, 1};
-    cuuint64_t strides[2] = {cols * 2, rows * cols * 2};
-    cuuint32_t box[3] = {64, 128, 1}, elem[3] = {1, 1, 1};
-    CUtensorMap map{};
-    int failures = 0;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < iters; ++i)
-        failures += encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, t.data_ptr(), dims, strides, box, elem,
-                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS;
-    const auto t1 = std::chrono::steady_clock::now();
-    if (failures)
-        tk_bindings::raise_if(tk_bindings::value_problem("gemm: cuTensorMapEncodeTiled failed in tma_encode_us"));
-    return std::chrono::duration<double, std::micro>(t1 - t0).count() / double(iters);
-}
-
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("check_run", &check_run, "'' or what run(...) with the same arguments would raise");
     m.def("run", &run, "C = A·B with one GEMM step (see kernels/gemm.py)");
-    m.def("tma_encode_us", &tma_encode_us, "host microseconds per TMA descriptor encode (kernels/gemm_bench.py)");
 }

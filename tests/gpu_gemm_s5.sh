@@ -5,7 +5,7 @@
 #   1. build tk_gemm (python -m kernels --build tk_gemm; ~50 s cold; its bindings changed)
 #   2. the tests of what changed: the plan cache (same shape with other tensors, other strides,
 #      an unaligned view; cache on/off give the same results), gemm.kernel_only, matmul replayed
-#      from a CUDA graph with new inputs, tma_encode_us (tests/test_gemm.py -k ...), the CPU
+#      from a CUDA graph with new inputs (tests/test_gemm.py -k ...), the CPU
 #      tests of the cache (tests/test_gemm_plan.py), and steps 1-3 at small shapes (their layout path)
 #   3. kernels/gemm_bench.py at 8192^3 and the GPT-2 shapes (forward and weight gradient), auto
 #      (the last step, as gemm.matmul(step=0) runs it) and step 4 vs torch.matmul, 5 interleaved
@@ -25,8 +25,8 @@ note "$(grep -E '^build|^built' "$L/build.log" | tr '\n' ' ')"
 
 # 2. tests of the changed paths
 step 20 pytest_gemm.log python3 -m pytest -q --maxfail=5 --tb=short -rf tests/test_gemm_plan.py tests/test_gemm.py \
-    -k "plan or kernel_only or cuda_graph or tma_encode or bad_inputs or strided or auto_step"
-note "pytest (plan cache, kernel_only, graph, tma_encode_us): $(grep -E 'passed|failed|error' "$L/pytest_gemm.log" | tail -1)"
+    -k "plan or kernel_only or cuda_graph or bad_inputs or strided or auto_step"
+note "pytest (plan cache, kernel_only, graph): $(grep -E 'passed|failed|error' "$L/pytest_gemm.log" | tail -1)"
 grep -E "^FAILED|^ERROR" "$L/pytest_gemm.log" | head -10 | cut -c1-200 >> "$S"
 # steps 1-3 through the refactored matmul (their own layout path: B copied as [N][K], step 2's K padding)
 IDS=""; for s in 1 2 3; do for c in 77-48-272 1000-320-528; do IDS="$IDS tests/test_gemm.py::test_forward_xWt[$c-$s]"; done

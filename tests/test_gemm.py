@@ -191,7 +191,7 @@ def test_strided_views_are_handled():
 
 
 # ---- session 5: the plan cache (kernels/gemm.py: checks and layout decisions cached on metadata),
-# gemm.kernel_only and tma_encode_us (kernels/gemm_bench.py's graph/kernel/host modes) ----
+# gemm.kernel_only (kernels/gemm_bench.py's graph/kernel/host modes) ----
 
 def _products(tokens, n_in, n_out):
     """(name, a, b) for y = x·Wᵀ, dx = dy·W (same shapes, other layouts) and dW = dyᵀ·x (split-K)."""
@@ -274,12 +274,3 @@ def test_matmul_in_a_cuda_graph_reads_new_values():
             g.replay()
             torch.cuda.synchronize()
             assert rel_err(c, sa.float() @ sb.float()) < 1e-2, name
-
-
-def test_tma_encode_us():
-    us = gemm._ext.module.tma_encode_us(randn(256, 128), 100)
-    assert 0 < us < 1000
-    with pytest.raises(ValueError, match="tma_encode_us needs"):
-        gemm._ext.module.tma_encode_us(randn(64, 128), 10)
-    with pytest.raises(TypeError, match="bfloat16"):
-        gemm._ext.module.tma_encode_us(randn(256, 128).float(), 10)
