@@ -1,85 +1,77 @@
 #!/usr/bin/env bash
-# A session's first look, on a TWO-GPU machine (kind nvidia-h200-x2), ~7 min. Written at the end of
-# session 4 for session 5's first call (kernels/NOTES.md, "Next session", items 1-3):
+# A session's first look, on a TWO-GPU machine (kind nvidia-h200-x2), ~4 min. Session 6's
+# (kernels/NOTES.md, "Next session: what to do first", end of session 5):
 #
 #   bash tests/gpu_probe.sh OUT
 #
-#   both:   every tk extension builds (in parallel)
-#   GPU 0:  every test in tests/ (12 workers, -v and -rf: a run cut by its limit still names its
-#           failures): the reviewers' test and host-code changes after session 4's final call,
-#           never run on a GPU, are among them
-#   GPU 1:  bench.py --profile of the GPT-2 tk step with session 4's attention defaults (never
-#           profiled in the step); ncu with stall sampling (WarpStateStats, SourceCounters) of
-#           the Hopper attention forward at the GPT-2 shape (latency-bound, cause unknown) and of
-#           the MLP's dGELU GEMM at M=16384 (1.3x c_fc's time, cause unknown); compute-sanitizer
-#           memcheck and racecheck of the attention defaults (forward 12 / 11, backward 4 / 5),
-#           which no sanitizer has run on
-# Logs in OUT/logs, packed into OUT/logs.tgz; headlines in OUT/summary.txt. LANE_LIMIT (s, 420).
+#   GPU 0:  the attention tests, racecheck, memcheck and bench on the file as pruned after
+#           session 5's last GPU call (tests/gpu_attention_s5.sh: defaults only); then the MLP's
+#           per-kernel times at M = 65536 for the default and the opt-ins finish=1 / dw=10, which
+#           were faster at 16384 and slower at 65536 in session 5 with no profile to say why
+#   GPU 1:  ncu (memory workload, warp states, scheduler) of the K = 768 GEMM that holds the MLP
+#           back, 16384x768x3072: cuBLAS, our auto (step 5 v1, ping-pong 64x256), step 4
+#           (cooperative 128x256) and step 4 v5 (the same in 2-CTA clusters, cuBLAS's design);
+#           ncu of the layernorm forward at 16384x768 (slower than torch.compile's there)
+# Logs in OUT/logs, packed into OUT/logs.tgz; headlines in OUT/summary.txt. LANE_LIMIT (s, 240).
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: bash tests/gpu_probe.sh OUT" >&2; exit 2; }
 cd "$(dirname "$0")/.."
-LANE_LIMIT=${LANE_LIMIT:-420}
+LANE_LIMIT=${LANE_LIMIT:-240}
 source tests/gpu_lib.sh "$1"
-note "gpu_probe"
+note "gpu_probe (session 6)"
 setup_shakespeare
 prebuild_all
 
 lane0() {
     export CUDA_VISIBLE_DEVICES=0
-    step 400 pytest.log python3 -m pytest -v -rf -n 12 -p no:cacheprovider tests/
-    note "pytest: $(grep -cE ' PASSED' "$L/pytest.log") passed, $(grep -cE ' FAILED' "$L/pytest.log") failed; $(grep -E '^=+ .*(passed|failed)' "$L/pytest.log" | tail -1)"
-    grep -E " FAILED|^ERROR|^FAILED" "$L/pytest.log" | sort -u | head -30 | tee -a "$S"
+    LANE_LIMIT=140 step 150 gpu_attention_s5.log bash tests/gpu_attention_s5.sh "$L/attention"
+    tail -25 "$L/gpu_attention_s5.log" | sed 's/^/    /' >> "$S"
+    step 60 mlp_kernels_65536.log python3 -m kernels.mlp_bench --kernels --M 65536 --trials 1 --iters 5 \
+        --schedules "0;finish=1;dw=10;dw=10,finish=1"
+    { echo "--- mlp_bench --kernels M=65536"; grep -vE "^===|UserWarning|_warn_once" "$L/mlp_kernels_65536.log" | cut -c1-160 | head -80; } >> "$S"
 }
 
-# The calls the profilers look at: small scripts, so that ncu and compute-sanitizer see only them.
 write_cases() {
-    cat > "$L/attention_case.py" <<'PY'
+    cat > "$L/gemm_case.py" <<'PY'
+# One K = 768 forward product, 16384x768x3072 (y = x·Wᵀ), by cuBLAS and by three tk kernels.
 import sys, torch
 sys.path.insert(0, ".")
-from kernels import attention_hopper as H
-shapes = {"gpt2": [(16, 1024, 12, 64)], "small": [(2, 70, 3, 64), (2, 300, 3, 64), (2, 200, 3, 128)]}[sys.argv[1]]
-for B, T, nh, D in shapes:
-    qkv = torch.randn(B, T, 3, nh, D, device="cuda").bfloat16()
-    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-    o, lse = H.forward(q, k, v, True, D ** -0.5)            # the default variant for D
-    if sys.argv[1] == "small":
-        dqkv = torch.empty_like(qkv)
-        H.backward(torch.randn_like(o), q, k, v, o, lse, True, D ** -0.5,
-                   out=tuple(dqkv.permute(2, 0, 3, 1, 4).unbind(0)))
+from kernels import gemm
+M, K, N = 16384, 768, 3072
+x = torch.randn(M, K, device="cuda").bfloat16()
+w = (torch.randn(N, K, device="cuda") * K ** -0.5).bfloat16()
+ref = x @ w.t()
+for step, variant in ((5, 1), (4, 0), (4, 5)):
+    y = gemm.matmul(x, w.t(), step=step, variant=variant)
+    err = ((y.float() - ref.float()).norm() / ref.float().norm()).item()
+    print(f"step {step} v{variant}: rel err vs cuBLAS {err:.2e}")
 torch.cuda.synchronize()
-print("attention case ran", sys.argv[1])
 PY
-    cat > "$L/dgelu_case.py" <<'PY'
+    cat > "$L/ln_case.py" <<'PY'
 import sys, torch
 sys.path.insert(0, ".")
-from kernels import mlp_op
-r = lambda *s: torch.randn(*s, device="cuda").to(torch.bfloat16)
+from kernels import layernorm
 M, C = 16384, 768
-x, w1, b1, w2, b2, dy = r(M, C), r(4 * C, C) * 0.03, r(4 * C), r(C, 4 * C) * 0.02, r(C), r(M, C)
-y, pre, h = mlp_op.mlp_fwd(x, w1, b1, w2, b2)
-mlp_op.mlp_bwd(dy, x, pre, h, w1, w2)                      # the default schedule's dGELU GEMM
+x, r = (torch.randn(M, C, device="cuda").bfloat16() for _ in range(2))
+w, b = torch.randn(C, device="cuda"), torch.randn(C, device="cuda")
+for _ in range(2):
+    y, h, mean, rstd = layernorm._ext_forward(x, r, w, b, 1e-5)     # the default forward kernel, bf16
 torch.cuda.synchronize()
-print("dgelu case ran")
+print("ln case ran", y.shape, h.dtype)
 PY
 }
 
 lane1() {
     export CUDA_VISIBLE_DEVICES=1
     write_cases
-    step 90 profile_gpt2.log python3 bench.py --profile --models gpt2 --kernels tk --profile-rows 40 --json "$L/profile_gpt2.json"
-    note "gpt2 tk profile: $(grep -E '^GPU kernels' "$L/profile_gpt2.log" | head -1)"
-    local sections="--section SpeedOfLight --section WarpStateStats --section SourceCounters --section Occupancy"
-    step 70 ncu_attention.log ncu $sections -k "regex:persistent_kernel|forward_kernel" --launch-count 1 \
-        python3 "$L/attention_case.py" gpt2
-    grep -E "Duration|Stall|Warp Cycles|Issue Slots|Compute \(SM\)|ERR" "$L/ncu_attention.log" | head -40 > "$L/ncu_attention_summary.txt"
-    note "ncu attention forward: $(grep -E 'Duration' "$L/ncu_attention.log" | head -1 | tr -s ' ')"
-    step 70 ncu_dgelu.log ncu $sections -k "regex:dgelu" --launch-count 1 python3 "$L/dgelu_case.py"
-    grep -E "Duration|Stall|Warp Cycles|Issue Slots|Compute \(SM\)|ERR" "$L/ncu_dgelu.log" | head -40 > "$L/ncu_dgelu_summary.txt"
-    note "ncu dGELU: $(grep -E 'Duration' "$L/ncu_dgelu.log" | head -1 | tr -s ' ')"
-    for tool in memcheck racecheck; do
-        step 60 sanitizer_$tool.log compute-sanitizer --tool $tool python3 "$L/attention_case.py" small
-        note "attention $tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|case ran' "$L/sanitizer_$tool.log" | tr '\n' ' ')"
-    done
+    local sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy"
+    step 120 ncu_gemm.log ncu $sections -k "regex:nvjet|gemm|cutlass|sm90" python3 "$L/gemm_case.py"
+    grep -E "^  [a-zA-Z_].*\(|Duration|Throughput|L2 Hit|Hit Rate|Issue Slots|No Eligible|Active Warps|Stall|Warp Cycles|Registers|Shared Memory Config|Cluster|Grid Size|step .* rel err" "$L/ncu_gemm.log" > "$L/ncu_gemm_summary.txt"
+    step 60 ncu_ln.log ncu $sections -k "regex:forward" python3 "$L/ln_case.py"
+    grep -E "^  [a-zA-Z_].*\(|Duration|Throughput|Hit Rate|Issue Slots|No Eligible|Active Warps|Registers|Grid Size|Waves" "$L/ncu_ln.log" > "$L/ncu_ln_summary.txt"
+    note "ncu gemm: $(grep -cE 'Duration' "$L/ncu_gemm.log") kernels; ln: $(grep -cE 'Duration' "$L/ncu_ln.log")"
+    grep -E "^  [a-zA-Z_].*\(|Duration|Compute \(SM\) Throughput|L2 Cache Throughput|DRAM Throughput" "$L/ncu_gemm.log" | cut -c1-140 >> "$S"
+    grep -E "^  [a-zA-Z_].*\(|Duration|DRAM Throughput" "$L/ncu_ln.log" | cut -c1-140 >> "$S"
 }
 
 lane0 & P0=$!
