@@ -147,6 +147,26 @@ class Block(nn.Module):
         return h, self.mlp(y)
 
 
+class TokenEmbedding(torch.autograd.Function):
+    """F.embedding(idx, weight) with a cheaper backward. PyTorch's eager embedding backward sorts
+    the token ids to sum each row's gradients in a fixed order (about 0.5 ms of the GPT-2 step on
+    the H200: 32768 ids into a 50304 x 768 table). Here each position's gradient is added into
+    its row with atomic adds (index_add_), as the kernel torch.compile generates does: the
+    summation order varies from run to run, in the last bits of fp32."""
+
+    @staticmethod
+    def forward(ctx, idx, weight):
+        ctx.save_for_backward(idx)
+        ctx.rows = weight.shape[0]
+        return F.embedding(idx, weight)
+
+    @staticmethod
+    def backward(ctx, grad):
+        idx, = ctx.saved_tensors
+        grad = grad.reshape(-1, grad.shape[-1])
+        return None, grad.new_zeros(ctx.rows, grad.shape[1]).index_add_(0, idx.reshape(-1), grad)
+
+
 class GPT(nn.Module):
 
     def __init__(self, config):
@@ -185,7 +205,7 @@ class GPT(nn.Module):
             raise ValueError(f"sequence of {start + T} tokens is longer than block_size="
                              f"{self.config.block_size}")
         pos = torch.arange(start, start + T, dtype=torch.long, device=idx.device)
-        h, branch = self.drop(self.wte(idx) + self.wpe(pos)), None
+        h, branch = self.drop(TokenEmbedding.apply(idx, self.wte.weight) + self.wpe(pos)), None
         for block in self.h:
             h, branch = block(h, branch, cache)
         if cache is not None:

@@ -167,7 +167,7 @@ def _loss_and_grads(x, weight, targets, compute_bf16, need_grad):
         grad_scale = n_valid.to(torch.float32).reciprocal().reshape(1)   # inf when 0: all grads are 0 then
         loss_rows = torch.empty(N, device=x.device, dtype=torch.float32)
         dx = torch.empty(N, C, device=x.device, dtype=x.dtype) if need_grad else None
-        dw = torch.zeros(V, C, device=x.device, dtype=torch.float32) if need_grad else None
+        dw = torch.empty(V, C, device=x.device, dtype=torch.float32) if need_grad else None
         rows = chunk_rows(N, V, w.element_size())
         buffer = torch.empty(rows, V, device=x.device, dtype=dtype)
         for r0 in range(0, N, rows):
@@ -177,7 +177,10 @@ def _loss_and_grads(x, weight, targets, compute_bf16, need_grad):
             _cross_entropy_(logits, targets[r0:r1], loss_rows[r0:r1], grad_scale, need_grad)
             if need_grad:
                 _mm_into(dx[r0:r1], logits, w)               # dx_c = dlogits_c · W
-                _addmm_into(dw, logits.t(), xc[r0:r1])      # dW += dlogits_cᵀ · x_c
+                if r0 == 0:                                 # dW = dlogits_0ᵀ · x_0 (no zeroing pass)
+                    _mm_into(dw, logits.t(), xc[r0:r1])
+                else:                                       # dW += dlogits_cᵀ · x_c
+                    _addmm_into(dw, logits.t(), xc[r0:r1])
         loss = loss_rows.sum() / n_valid                    # NaN when every target is -1, as torch
         if need_grad:
             dw = dw.to(weight.dtype)

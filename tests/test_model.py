@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
-from model import GPT, GPTConfig, KVCache
+from model import GPT, GPTConfig, KVCache, TokenEmbedding
 
 SMALL = dict(block_size=16, vocab_size=67, n_layer=3, n_head=2, n_embd=24)
 
@@ -116,6 +116,22 @@ def test_ops_go_through_the_kernels_seam(monkeypatch):
     kernels.reset_used()
     model(idx, idx)
     assert kernels.used() == {"attention": "torch", "layernorm": "torch", "mlp": "torch", "lm_head": "torch"}
+
+
+def test_token_embedding_backward_matches_f_embedding():
+    """The scatter-add backward (model.TokenEmbedding) gives F.embedding's gradient, ids repeated."""
+    torch.manual_seed(0)
+    w = torch.randn(101, 24, dtype=torch.float64, requires_grad=True)
+    idx = torch.randint(101, (3, 17))
+    idx[0, :5] = 7                       # one row hit six or more times
+    g = torch.randn(3, 17, 24, dtype=torch.float64)
+    out = TokenEmbedding.apply(idx, w)
+    assert torch.equal(out, F.embedding(idx, w))
+    (out * g).sum().backward()
+    ours, w.grad = w.grad, None
+    (F.embedding(idx, w) * g).sum().backward()
+    assert ours[7].abs().sum() > 0
+    torch.testing.assert_close(ours, w.grad, rtol=1e-12, atol=1e-12)
 
 
 def test_optimizer_groups_decay_matrices_only():
