@@ -4,6 +4,18 @@
     python -m kernels.attention_bench out/attention.json [--png out/attention_tflops.png]
         the same rows again as TFLOP/s, each with its ratio to sdpa-cudnn and to the best SDPA
         backend of the same row (bench.py's own table has only the tk / eager / compile columns)
+    python -m kernels.attention_bench --interleave gpt2,t4096-d128 --impls tk,tk-hopper-v21,sdpa-cudnn
+        [--direction fwd] [--rounds 7] [--reps 20] [--json out/interleaved.json]
+        the named implementations timed in turns (round r times each of them once, starting with
+        a different one each round; CUDA-graph replay, events around each replay): bench.py times
+        one implementation after the other, so a clock or thermal drift during the run lands on
+        whichever comes later; here it is spread over all of them. Each round's median per
+        implementation, then the median and range over the rounds. What decides a default.
+    python -m kernels.attention_bench --host gpt2
+        host (CPU) microseconds per forward call, layer by layer down the tk path (the op, the
+        Hopper module's forward with its Python checks, the bindings alone) and cuDNN's SDPA:
+        calls are queued without synchronising, so this is what Python and the launch cost,
+        not the kernel (which is shorter than the call at the shapes where it matters).
 
 Registered in bench.py (`@register("attention")`). One Case per shape and direction (fwd, or
 fwd+bwd), holding every implementation below that can run it:
@@ -59,6 +71,7 @@ import json
 import math
 import os
 import sys
+import time
 import warnings
 
 import torch
@@ -451,12 +464,177 @@ def plot(rows, path, title=""):
     return path
 
 
+# ---- interleaved timing (--interleave) ---------------------------------------------------------
+
+def _graph_of(step, attend, inputs):
+    """A CUDA graph of step(attend, inputs), captured after a warm-up on a side stream (as torch asks)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step(attend, inputs)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(attend, inputs)
+    return graph
+
+
+def _replay_median_ms(graphs, reps):
+    """Median ms of reps replays, rotating through graphs (one per input set), events around each."""
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for i, (start, end) in enumerate(events):
+        start.record()
+        graphs[i % len(graphs)].replay()
+        end.record()
+    torch.cuda.synchronize()
+    times = sorted(start.elapsed_time(end) for start, end in events)
+    return times[len(times) // 2]
+
+
+def interleaved(shape_names, names, direction="fwd", rounds=7, reps=20, device="cuda"):
+    """{shape: {impl: [round medians, ms]}} for implementations `names` (IMPLS or tk-hopper-vN),
+    timed in turns (see the module docstring); an implementation that refuses a shape is left
+    out with its reason printed. Inputs rotate through sets bigger than twice the L2."""
+    import kernels
+    table = implementations()
+    bad = [n for n in names if n not in table]
+    if bad:
+        raise ValueError(f"--impls: unknown name(s) {', '.join(bad)}; choose from {', '.join(table)}")
+    bad = [n for n in shape_names if n not in SHAPES]
+    if bad:
+        raise ValueError(f"--interleave: unknown shape(s) {', '.join(bad)}; choose from {', '.join(SHAPES)}")
+    step = STEPS[direction]
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    saved = kernels.choice()
+    kernels.configure("auto", attention="tk", layernorm=saved["layernorm"], mlp=saved["mlp"])
+    results = {}
+    try:
+        for shape in shape_names:
+            B, H, T, D = SHAPES[shape]
+            first = make_inputs(B, H, T, D, device)
+            size = sum(t.numel() * t.element_size() for t in first)
+            sets = [first] + [make_inputs(B, H, T, D, device) for _ in range(max(2, math.ceil(2 * l2 / size)) - 1)]
+            graphs = {}
+            for name in names:
+                reason = why_not_run(step, table[name], first)
+                if reason is None:
+                    graphs[name] = [_graph_of(step, table[name], inputs) for inputs in sets]
+                else:
+                    print(f"  {shape} {direction}: {name} skipped: {reason}", flush=True)
+            order = list(graphs)
+            times = {name: [] for name in order}
+            for g in graphs.values():                    # warm-up: every graph once
+                for graph in g:
+                    graph.replay()
+            for r in range(rounds):
+                for name in order[r % len(order):] + order[:r % len(order)]:
+                    times[name].append(_replay_median_ms(graphs[name], reps))
+            results[shape] = times
+            del graphs, sets, first
+            torch.cuda.empty_cache()
+    finally:
+        kernels.configure("auto", **saved)
+    return results
+
+
+def format_interleaved(results, direction="fwd"):
+    """One line per shape and implementation: median over rounds (ms), range, TFLOP/s, x cuDNN."""
+    out = []
+    for shape, times in results.items():
+        B, H, T, D = SHAPES[shape]
+        work = flops(B, H, T, D, direction)
+        med = {name: sorted(t)[len(t) // 2] for name, t in times.items() if t}
+        out.append(f"{direction} {shape} {B}x{H}x{T}x{D}, interleaved, {len(next(iter(times.values()), []))} rounds "
+                   f"(median of round medians; min..max)")
+        for name, ms in med.items():
+            vs = f"{med[CUDNN] / ms:6.3f}x cudnn" if CUDNN in med else ""
+            out.append(f"    {name:<15} {ms:8.4f} ms  ({min(times[name]):.4f}..{max(times[name]):.4f})"
+                       f"  {work * 1e-12 / (ms * 1e-3):7.1f} TFLOP/s  {vs}")
+    return "\n".join(out)
+
+
+# ---- host cost per call (--host) -----------------------------------------------------------------
+
+def host_us(shape_name, calls=200, device="cuda"):
+    """{layer: host microseconds per forward call} at one shape (see the module docstring)."""
+    import kernels
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from kernels import attention_hopper
+    B, H, T, D = SHAPES[shape_name]
+    qkv, _ = make_inputs(B, H, T, D, device)
+    qkv = qkv.detach()
+    q, k, v = split_qkv(qkv)
+    scale = 1.0 / math.sqrt(D)
+    saved = kernels.choice()
+    kernels.configure("auto", attention="tk", layernorm=saved["layernorm"], mlp=saved["mlp"])
+
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    layers = {"op: kernels.attention_qkv": lambda: kernels.attention_qkv(qkv, causal=True),
+              "attention_hopper.forward": lambda: attention_hopper.forward(q, k, v, True, scale),
+              "bindings: _ext.module.forward": lambda: attention_hopper._ext.module.forward(q, k, v, True, scale, 0),
+              "sdpa-cudnn": cudnn}
+    out = {}
+    try:
+        with torch.no_grad():
+            for name, call in layers.items():
+                for _ in range(20):
+                    call()
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                for _ in range(calls):
+                    call()
+                out[name] = (time.perf_counter() - start) / calls * 1e6
+                torch.cuda.synchronize()
+    finally:
+        kernels.configure("auto", **saved)
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Attention rows of bench.py JSON files, with ratios to cuDNN "
-                                             "and to the best SDPA backend.")
-    ap.add_argument("json", nargs="+", help="bench.py --ops attention --json output(s); rows are concatenated")
+                                             "and to the best SDPA backend; or (--interleave) implementations "
+                                             "timed in turns.")
+    ap.add_argument("json", nargs="*", help="bench.py --ops attention --json output(s); rows are concatenated")
     ap.add_argument("--png", help="also draw TFLOP/s bars here")
+    ap.add_argument("--interleave", help="comma-separated shapes (" + ", ".join(SHAPES) + "): time --impls in turns")
+    ap.add_argument("--impls", default="tk,sdpa-cudnn", help="with --interleave: comma-separated implementations")
+    ap.add_argument("--direction", choices=DIRECTIONS, default="fwd")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--host", choices=tuple(SHAPES), help="host microseconds per forward call at this shape")
     args = ap.parse_args(argv)
+    if args.host:
+        if not torch.cuda.is_available():
+            print("error: --host needs a CUDA device", file=sys.stderr)
+            return 1
+        for name, us in host_us(args.host).items():
+            print(f"host {args.host} fwd  {name:<32} {us:7.1f} us per call")
+        return 0
+    if args.interleave:
+        if args.rounds < 1 or args.reps < 1:
+            ap.error("--rounds and --reps must be >= 1")
+        if len(args.json) > 1:
+            ap.error("with --interleave, give at most one JSON path (where the round medians are written)")
+        if not torch.cuda.is_available():
+            print("error: --interleave needs a CUDA device", file=sys.stderr)
+            return 1
+        try:
+            results = interleaved([s.strip() for s in args.interleave.split(",") if s.strip()],
+                                  [n.strip() for n in args.impls.split(",") if n.strip()],
+                                  args.direction, args.rounds, args.reps)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(format_interleaved(results, args.direction))
+        if args.json:
+            with open(args.json[0], "w") as f:
+                json.dump({"direction": args.direction, "round_medians_ms": results}, f, indent=1)
+        return 0
+    if not args.json:
+        ap.error("give bench.py JSON file(s), or --interleave SHAPES")
     rows, title = [], ""
     for path in args.json:
         try:

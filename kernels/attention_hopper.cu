@@ -93,6 +93,10 @@
 //     rescaling (softmax_tile's LAZY: O is multiplied only when a row's max grew by more than
 //     2^8; default D=128), 12 = without (default D=64), 13 = 11 with one consumer and two CTAs
 //     per SM (D=64; 128 runs 11).
+//   21, 22 (session 6, opt-in until measured): 12 / 11 with a leaner per-item epilogue
+//     (persistent_kernel's EPILOGUE: 22 = items decoded by the producer, approximate 1/l and
+//     log2 l, O's row addresses once; 21 = that, and O through shared memory and one TMA store
+//     per warpgroup instead of 16-32 scattered 4-byte stores per thread).
 // Taken out after session 5 (the code is in git at 65e8c26; figures in kernels/NOTES.md,
 //   "Session 4: H3 attention" and sessions 2-3's "H200 runs"): 1 = 2 with exp2f and sequential
 //   row max / sum (GPT-2 shape 221 against 2's 225 TFLOP/s), 3 = 2 without ping-pong (203: -10%),
@@ -112,17 +116,19 @@
 //   (-1.1%, +1.7%, +1.3%, -0.7%, +2.3% at the GPT-2 shape, call 3). A variant 20 (the O
 //   epilogue's row addresses computed once, items decoded by the producer) hung on the H200 with
 //   more work items than SMs and was taken out too (24c13ae).
-// What is not here (yet): a TMA store epilogue; the backward pass is attention_hopper_bwd.cu.
+// The backward pass is attention_hopper_bwd.cu.
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "tk/ops/group/sync.cuh"
 #include "tk/ops/group/wgmma.cuh"
 #include "tk/ops/group/tma_4d.cuh"
+#include "tk/ops/group/tma.cuh"         // the bulk async-group waits of the TMA store (EPILOGUE 2)
 #include "attention_params.h"
 #include "attention_l2_groups.cuh"      // item_at's order and the host's group size
 
@@ -174,6 +180,8 @@ struct kernel_params {
     int batch_heads, m_blocks;                          // work items: batch_heads x m_blocks query blocks
     int heads_per_group;                                // see item_at
     unsigned int* work_counter;                         // dynamic scheduling: zeroed, this launch's own
+    CUtensorMap o_map;                                  // EPILOGUE 2 only: O in boxes of 64 rows (last,
+                                                        // so the other kernels' fields keep their offsets)
 };
 
 // ---- Work items: which (batch, head, query block) the i-th CTA (or persistent step) takes ------
@@ -530,6 +538,22 @@ __device__ constexpr uint32_t k_step_bytes(int k) { return (k / 4) * rows * 128 
 template <int LEN>
 __device__ inline float (&first_half(float (&d)[LEN]))[LEN / 2] { return *reinterpret_cast<float(*)[LEN / 2]>(&d); }
 
+// EPILOGUE >= 1 (see persistent_kernel): 1/l by the MUFU's approximate reciprocal (rel. error
+// ~2^-23), instead of the IEEE division's refinement and slow-path branch.
+__device__ inline float rcp_approx(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+// EPILOGUE 2: one box of shared memory (written in the map's 128B-swizzled layout) to the 4-D
+// tensor at element coordinates (d, t, h, b), in this thread's current bulk async-group; rows past
+// the end of the sequence are clipped by the TMA unit. The store twin of tk::tma::load_box_4d
+// (tk/ops/group/tma_4d.cuh, where it belongs once another kernel needs it).
+__device__ inline void store_box_4d(const CUtensorMap* map, uint32_t src, int d, int t, int h, int b) {
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
+                 :: "l"(map), "r"(src), "r"(d), "r"(t), "r"(h), "r"(b) : "memory");
+}
+
 // CONSUMERS = 1 (variant 8, D = 64): the same with one consumer, two CTAs per SM (grid 2 x SMs)
 // and no ping-pong, as variant 4; its K/V ring has 2 slots, so that two CTAs fit in shared memory.
 template <int D, int CONSUMERS>
@@ -550,7 +574,28 @@ struct persistent_config : config<D, CONSUMERS> {
 // other's items. (Until session 5 it was one global counter per GPU that reset itself at the end
 // of each launch: two launches on two streams shared it and skipped work.)
 
-template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false>
+// EPILOGUE (session 6; 0 = the default's, as measured since session 4): what an item costs
+// besides its tiles. Session 5's ncu of the default (call 3, SASS stall samples) put ~2000 cycles
+// per item per consumer warp in the epilogue (~13% of the consumers' samples): its 16 4-byte
+// global stores of O per thread queue up behind each other (one wait alone, on a register an
+// in-flight store still had to read, took 4.5% of all samples), the 64-bit address of each store
+// is rebuilt, 1/l and log2(l) take IEEE-exact paths with branches, and item_at's divisions land
+// there too. And ~880 cycles at the item's start, half of them item_at's integer divisions.
+//   1: lean arithmetic: the producer decodes each item once (item_of holds {item, b, h,
+//      m_block}); 1/l and log2(l) by the approximate MUFU instructions (rcp.approx, lg2.approx:
+//      ~1 ulp, the LSE tolerance is 1e-3); the two rows' O addresses computed once and every
+//      store at an immediate offset (session 5's LEAN_ITEMS, variant 20, in git at 19b7cc5).
+//   2: 1, and O goes out through shared memory and ONE TMA store per warpgroup (per 64 columns)
+//      instead of 16 (D = 64) or 32 scattered 4-byte stores per thread: each consumer writes its
+//      64 x D block of O into its own 64 rows of the item's Q slot (its last S = Q·Kᵀ is done, and
+//      the other consumer never reads those rows), in Q's 128B-swizzled layout, so the store's
+//      tensor map is Q's with boxes of 64 rows; the TMA store clips rows past the sequence. The
+//      warps move on at once; the slot goes back to the producer (q_empty) only once the store
+//      has read it: the storing thread waits for that (cp.async.bulk.wait_group.read) after the
+//      next item's first S = Q·K₀ᵀ, when its warpgroup waits for that product anyway, and arrives
+//      there, with all its warpgroup's threads. The producer needs the slot back only for the
+//      item after next, so the later arrival costs it nothing.
+template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, int EPILOGUE = 0>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
@@ -558,9 +603,13 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     constexpr bool PINGPONG = CONSUMERS == 2;          // as forward_kernel
     constexpr int BM = C::block_m, BN = C::block_n, S = C::stages, QS = C::q_slots;
 
+    static_assert(EPILOGUE >= 0 && EPILOGUE <= 2, "EPILOGUE 0, 1 or 2");
+    constexpr bool DECODED = EPILOGUE >= 1, TMA_STORE = EPILOGUE == 2;
+
     extern __shared__ uint8_t smem_raw[];
     __shared__ mbarrier q_full[QS], q_empty[QS], k_full[S], k_empty[S], v_full[S], v_empty[S];
-    __shared__ int item_of[QS];                         // the item whose Q is in each slot; -1: no more
+    // The item whose Q is in each slot; -1: no more. DECODED: {item, b, h, m_block}.
+    __shared__ std::conditional_t<DECODED, int4, int> item_of[QS];
     const uint32_t smem = (smem_addr(smem_raw) + 1023) & ~1023u;
     auto q_tile = [&](int s) { return smem + s * C::q_bytes; };
     auto k_tile = [&](int s) { return smem + QS * C::q_bytes + s * C::kv_bytes; };
@@ -596,14 +645,16 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 const int qs = j % QS;
                 mbar::wait(q_empty[qs], ((j / QS) & 1) ^ 1);
                 if (item >= n_items) {                   // tell the consumers there is no more
-                    item_of[qs] = -1;
+                    if constexpr (DECODED) item_of[qs] = make_int4(-1, 0, 0, 0);
+                    else item_of[qs] = -1;
                     mbar::arrive(q_full[qs]);
                     break;
                 }
-                item_of[qs] = item;                      // published by q_full's phase (release)
+                if constexpr (!DECODED) item_of[qs] = item;   // published by q_full's phase (release)
                 // The next item, asked for now so the atomic's latency hides under this item's copies.
                 const int next = DYNAMIC ? int(gridDim.x + atomicAdd(p.work_counter, 1u)) : item + gridDim.x;
                 const work_item w = item_at(item, p);
+                if constexpr (DECODED) item_of[qs] = make_int4(item, w.b, w.h, w.m_block);
                 const int n_tiles = tiles_of(w.m_block);
                 auto load = [&](uint32_t dst, const CUtensorMap* map, int row, int bytes, mbarrier& bar) {
 #pragma unroll
@@ -665,9 +716,16 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     // The item whose Q is in slot j % QS (waits for it). The same in every thread; the shfl tells
     // ptxas so (see c above). Every lane reads item_of with a plain load, so every thread arrives
     // on q_empty (see release_all).
+    // DECODED: {item, b, h, m_block}; else {item, -, -, -}.
     auto item_in_slot = [&](int j) {
         mbar::wait(q_full[j % QS], (j / QS) & 1);
-        return __shfl_sync(0xffffffff, item_of[j % QS], 0);
+        if constexpr (DECODED) {
+            const int4 v = item_of[j % QS];
+            return make_int4(__shfl_sync(0xffffffff, v.x, 0), __shfl_sync(0xffffffff, v.y, 0),
+                             __shfl_sync(0xffffffff, v.z, 0), __shfl_sync(0xffffffff, v.w, 0));
+        } else {
+            return make_int4(__shfl_sync(0xffffffff, item_of[j % QS], 0), 0, 0, 0);
+        }
     };
     // Both return the ring slot they read, for the release once the product is done.
     auto issue_qk = [&](int q_slot) {                   // S = Q · Kₙᵀ, n = the next K in the ring
@@ -700,9 +758,12 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     if (PINGPONG && c == 1) named_arrive<256>(1);       // consumer 0 goes first
     for (int j = 0;; ++j) {
         const int qs = j % QS;
-        const int item = item_in_slot(j);
-        if (item < 0) break;
-        const work_item w = item_at(item, p);
+        const int4 item = item_in_slot(j);
+        if (item.x < 0) {
+            if constexpr (TMA_STORE) tma::store_wait<0>();   // the last O store is out before the CTA ends
+            break;
+        }
+        const work_item w = DECODED ? work_item{item.y, item.z, item.w} : item_at(item.x, p);
         const int n_tiles = tiles_of(w.m_block);
         const int first_row = w.m_block * BM + 64 * c;   // this warpgroup's first query row
         const int row0 = first_row + 16 * warp + lane / 4;
@@ -747,6 +808,14 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         wgmma::wait_group<0>();
         wgmma::fence_operand(s_acc);
         release(k_empty[k_slot]);
+        if constexpr (TMA_STORE) {
+            // The previous item's O store has read its Q slot: hand the slot back (see EPILOGUE).
+            // Only the storing thread has a bulk group to wait for; the others pass at once.
+            if (j > 0) {
+                tma::store_wait_read<0>();
+                release_all(q_empty[(j - 1) % QS]);
+            }
+        }
         scores_to_probabilities(0, is_half(0));
         to_a_operand(is_half(0));
 
@@ -775,7 +844,8 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         wgmma::wait_group<0>();
         wgmma::fence_operand(o_acc);
         release(v_empty[v_slot]);
-        release_all(q_empty[qs]);                       // every S of this item is done: Q's slot is free
+        // Every S of this item is done: Q's slot is free (TMA_STORE: once O, written there, is out).
+        if constexpr (!TMA_STORE) release_all(q_empty[qs]);
 
         // ---- epilogue: O /= l, store O (bf16) and LSE; the producer is already loading the next item ----
 #pragma unroll
@@ -785,14 +855,53 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         }
         float inv_l[2];
 #pragma unroll
-        for (int r = 0; r < 2; ++r) inv_l[r] = (l[r] > 0.f) ? 1.f / l[r] : 0.f;
-        __nv_bfloat16* o_head = p.o + w.b * p.o_stride_batch + w.h * p.o_stride_head;
+        for (int r = 0; r < 2; ++r) inv_l[r] = (l[r] > 0.f) ? (DECODED ? rcp_approx(l[r]) : 1.f / l[r]) : 0.f;
+        if constexpr (TMA_STORE) {
+            // O into this warpgroup's 64 rows of the Q slot (row-major 64-column blocks of 128-byte
+            // rows, 128B swizzle: the 16-byte chunk k of row r sits at chunk k ^ (r % 8), and
+            // r % 8 = lane / 4 here), then one TMA store per 64-column block.
+            const uint32_t o_rows = q_tile(qs) + 64 * c * 128;
 #pragma unroll
-        for (int i = 0; i < D / 2; i += 2) {
-            const int r = (i >> 1) & 1, row = row0 + 8 * r, col = 8 * (i >> 2) + 2 * t;
-            if (row < p.seq_len)
-                *reinterpret_cast<uint32_t*>(o_head + row * p.o_stride_seq + col) =
-                    pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]);
+            for (int i = 0; i < D / 2; i += 2) {
+                const int r = (i >> 1) & 1, row = 16 * warp + lane / 4 + 8 * r, chunk = (i >> 2) % 8;
+                const uint32_t at = o_rows + (i >> 5) * (BM * 128) + row * 128 + ((chunk ^ (lane / 4)) << 4) + 4 * t;
+                asm volatile("st.shared.b32 [%0], %1;" :: "r"(at), "r"(pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]))
+                             : "memory");
+            }
+            fence_proxy_async();                         // generic writes -> the TMA store's reads
+            named_sync<128>(3 + c);                      // this warpgroup's rows are all written
+            if (tid == 0 && first_row < p.seq_len) {
+#pragma unroll
+                for (int cb = 0; cb < C::col_blocks; ++cb)
+                    store_box_4d(&p.o_map, o_rows + cb * (BM * 128), cb * 64, first_row, w.h, w.b);
+                tma::store_commit_group();
+            }
+        } else if constexpr (DECODED) {
+            // The two rows' addresses once (64-bit arithmetic), then one predicated store per
+            // register pair at a compile-time offset.
+            __nv_bfloat16* o_row[2];
+            bool row_ok[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int row = row0 + 8 * r;
+                row_ok[r] = row < p.seq_len;
+                o_row[r] = p.o + w.b * p.o_stride_batch + w.h * p.o_stride_head + int64_t(row) * p.o_stride_seq + 2 * t;
+            }
+#pragma unroll
+            for (int i = 0; i < D / 2; i += 2) {
+                const int r = (i >> 1) & 1, col = 8 * (i >> 2);
+                if (row_ok[r])
+                    *reinterpret_cast<uint32_t*>(o_row[r] + col) = pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]);
+            }
+        } else {
+            __nv_bfloat16* o_head = p.o + w.b * p.o_stride_batch + w.h * p.o_stride_head;
+#pragma unroll
+            for (int i = 0; i < D / 2; i += 2) {
+                const int r = (i >> 1) & 1, row = row0 + 8 * r, col = 8 * (i >> 2) + 2 * t;
+                if (row < p.seq_len)
+                    *reinterpret_cast<uint32_t*>(o_head + row * p.o_stride_seq + col) =
+                        pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]);
+            }
         }
         if (t == 0) {
 #pragma unroll
@@ -800,7 +909,8 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 const int row = row0 + 8 * r;
                 if (row < p.seq_len)
                     p.lse[(int64_t(w.b) * p.heads + w.h) * p.seq_len + row] =
-                        l[r] > 0.f ? (m[r] * p.scale_log2 + log2f(l[r])) * 0.69314718055994531f : -INFINITY;
+                        l[r] > 0.f ? (m[r] * p.scale_log2 + (DECODED ? __log2f(l[r]) : log2f(l[r]))) * 0.69314718055994531f
+                                   : -INFINITY;
             }
         }
     }
@@ -863,14 +973,20 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 
 // One CTA (two with one consumer) per SM, each walking over query blocks (persistent_kernel), in
 // L2 groups of heads.
-template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY, bool DYNAMIC>
+template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY, bool DYNAMIC, int EPILOGUE = 0>
 cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, unsigned int* work_counter) {
     using C = persistent_config<D, CONSUMERS>;
     if (DYNAMIC && work_counter == nullptr) return cudaErrorInvalidValue;   // see work_counter
     kernel_params kp;
     if (cudaError_t e = make_params<D, C::block_m, C::block_n>(a, true, kp)) return e;
     kp.work_counter = work_counter;
-    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC>;
+    if constexpr (EPILOGUE == 2) {   // O's map: boxes of one consumer's 64 rows
+        const AttentionShape& sh = a.shape;
+        std::string why = tk::tma::make_bhtd_tensor_map(&kp.o_map, a.o.data, sh.batch, sh.heads, sh.seq_len, D,
+                                                        a.o.stride_batch, a.o.stride_head, a.o.stride_seq, 64);
+        if (!why.empty()) return cudaErrorInvalidValue;
+    }
+    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, EPILOGUE>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -920,6 +1036,9 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //  12: 11 without lazy rescaling
 //  13: one consumer, two CTAs per SM (as 8) with the half tile, lazy rescaling and dynamic
 //      scheduling (D = 64; 128 runs 11)
+//  21: 12 (D = 64) / 11 (D = 128) with EPILOGUE 2: O through shared memory and a TMA store,
+//      items decoded by the producer, 1/l and log2(l) approximate (session 6; opt-in until measured)
+//  22: 12 / 11 with EPILOGUE 1: the same without the TMA store (O's row addresses once instead)
 // 2 and 4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zeroed, used by this launch alone (the bindings
 // allocate it per call); the dynamically scheduled variants (11-13, the defaults) refuse nullptr.
@@ -942,6 +1061,10 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, false, true>(p, stream, work_counter);
     case 13: return d64 ? launch_persistent<64, 1, true, true, true>(p, stream, work_counter)
                         : launch_persistent<128, 2, true, true, true>(p, stream, work_counter);
+    case 21: return d64 ? launch_persistent<64, 2, true, false, true, 2>(p, stream, work_counter)
+                        : launch_persistent<128, 2, true, true, true, 2>(p, stream, work_counter);
+    case 22: return d64 ? launch_persistent<64, 2, true, false, true, 1>(p, stream, work_counter)
+                        : launch_persistent<128, 2, true, true, true, 1>(p, stream, work_counter);
     default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20) too
     }
 }

@@ -79,7 +79,10 @@ VARIANTS = {0: "default (12 for D=64, 11 for D=128)",
                 "lazy rescaling (the running max moves only when it grows by more than 2^8), dynamic "
                 "scheduling (a counter hands out the query blocks)",
             12: "11 without lazy rescaling",
-            13: "1 consumer, 2 CTAs/SM, half tile, lazy rescaling, dynamic scheduling (D=64; D=128 runs 11)"}
+            13: "1 consumer, 2 CTAs/SM, half tile, lazy rescaling, dynamic scheduling (D=64; D=128 runs 11)",
+            21: "12 (D=64) / 11 (D=128) with O stored through shared memory by TMA, items decoded by the "
+                "producer, approximate 1/l and log2(l) (session 6; opt-in until measured)",
+            22: "21 without the TMA store: O's row addresses once, direct 4-byte stores"}
 
 
 OP = "tk Hopper attention"
