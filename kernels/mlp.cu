@@ -49,6 +49,9 @@
 //   dgelu_fast, dgelu_pre_tma_fast  (fast=1, session 5: the default, dgelu_fast on step 4) the two
 //               above with a cheaper epilogue: GELU' in 8 operations, db1's sums by a spill-free
 //               reduce-scatter, unguarded pre loads inside the matrix.
+//   bias_gelu_fast, bias_gelu_h_only_fast  (fcfast=1, session 6, opt-in) c_fc's two policies with a
+//               cheaper epilogue: GELU in 5 operations and a tanh, the bias of a box without per-column
+//               checks; pre bit-identical, h within fp32 rounding of bias_gelu's.
 //   dgelu_pre_tma  (pre=1, opt-in) the same values as dgelu, but pre arrives by TMA.
 //               Each consumer warp's lane 0 loads its tile's pre boxes into the warp's staging
 //               buffers when the tile starts (gemm4's INPUT_BOXES), so they land during the
@@ -106,7 +109,8 @@ namespace tk_mlp {
 const char* linear_bias_gelu(const gemm_args& g) {
     if (!g.c2) return "tk_mlp: linear_bias_gelu needs the output h (c2)";
     if (!g.c) return linear_bias_gelu_h_only(g);     // evaluation: h only, no pre (kernels/mlp_inference.cu)
-    return launch<major::K, major::K, bias_gelu_epilogue>(g);
+    return g.fast_gelu ? launch<major::K, major::K, bias_gelu_fast_epilogue>(g)   // session 6, opt-in
+                       : launch<major::K, major::K, bias_gelu_epilogue>(g);
 }
 const char* linear_bias(const gemm_args& g) { return launch<major::K, major::K, bias_epilogue>(g); }
 const char* linear_dgelu(const gemm_args& g) {

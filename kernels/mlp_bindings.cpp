@@ -112,21 +112,24 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // loads, the default; kernels/mlp_epilogues.cuh), then session 5's two: the dGELU epilogue's
 // cheaper form (fast: dgelu_fast / dgelu_pre_tma_fast; the default) and the backward's tail in
 // one kernel (finish: kernels/mlp_finish.cu instead of two torch reductions and four casts;
-// opt-in). (Session 5's gprime flag lost on the H200 and was removed: NOTES.md, session 5 M.)
+// opt-in), and session 6's c_fc epilogue's cheaper form (fcfast: bias_gelu_fast and its
+// evaluation twin; opt-in). (Session 5's gprime flag lost on the H200 and was removed: NOTES.md,
+// session 5 M.)
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
-constexpr int FLAG_VALUES = 4;                 // side, pre, fast, finish
+constexpr int FLAG_VALUES = 5;                 // side, pre, fast, finish, fcfast
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
 bool side_jobs = true;
 bool pre_tma = false;
 bool fast_dgelu = true;                        // default since session 5 (calls 2 and 3: dGELU -8% under ncu)
 bool finish_kernel = false;
+bool fast_gelu = false;                        // session 6 (fcfast=1), opt-in until an H200 run says otherwise
 
 void set_schedule(const std::vector<int64_t>& s) {
     using tk_bindings::raise_if;
     using tk_bindings::value_problem;
     if (s.size() != PRODUCTS + FLAG_VALUES)
-        raise_if(value_problem("tk_mlp: set_schedule takes 9 values (fc, proj, dgelu, dx, dw, side jobs, pre by TMA, "
-                               "fast dGELU, finish kernel), got " + std::to_string(s.size())));
+        raise_if(value_problem("tk_mlp: set_schedule takes 10 values (fc, proj, dgelu, dx, dw, side jobs, pre by TMA, "
+                               "fast dGELU, finish kernel, fast c_fc epilogue), got " + std::to_string(s.size())));
     for (int i = 0; i < PRODUCTS; ++i)
         if (s[i] < 0 || s[i] > 10 || !tk_mlp::valid_schedule(int(s[i])))
             raise_if(value_problem("tk_mlp: a schedule is 0 (auto), 4 (step 4), 5 (ping-pong 128x128), 6 (ping-pong 64x256), "
@@ -141,11 +144,14 @@ void set_schedule(const std::vector<int64_t>& s) {
         raise_if(value_problem("tk_mlp: the fast-dGELU flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 2])));
     if (s[PRODUCTS + 3] != 0 && s[PRODUCTS + 3] != 1)
         raise_if(value_problem("tk_mlp: the finish-kernel flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 3])));
+    if (s[PRODUCTS + 4] != 0 && s[PRODUCTS + 4] != 1)
+        raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 4])));
     for (int i = 0; i < PRODUCTS; ++i) schedules[i] = int(s[i]);
     side_jobs = s[PRODUCTS] == 1;
     pre_tma = s[PRODUCTS + 1] == 1;
     fast_dgelu = s[PRODUCTS + 2] == 1;
     finish_kernel = s[PRODUCTS + 3] == 1;
+    fast_gelu = s[PRODUCTS + 4] == 1;
 }
 std::vector<int64_t> get_schedule() {
     std::vector<int64_t> out(schedules, schedules + PRODUCTS);
@@ -153,6 +159,7 @@ std::vector<int64_t> get_schedule() {
     out.push_back(pre_tma ? 1 : 0);
     out.push_back(fast_dgelu ? 1 : 0);
     out.push_back(finish_kernel ? 1 : 0);
+    out.push_back(fast_gelu ? 1 : 0);
     return out;
 }
 
@@ -185,6 +192,7 @@ std::vector<Tensor> run_forward(const Tensor& x, const Tensor& w_fc, const c10::
     tk_mlp::gemm_args g = base_args(x, FC);
     g.a = x.data_ptr(); g.b = w_fc.data_ptr(); g.c = keep_pre ? pre.data_ptr() : nullptr; g.c2 = h.data_ptr();
     g.M = int(M); g.N = int(H); g.K = int(C); g.bias = ptr_or_null(b_fc);
+    g.fast_gelu = fast_gelu ? 1 : 0;
     raise_if_launch_failed(tk_mlp::linear_bias_gelu(g), keep_pre ? "c_fc forward (x·w_fcᵀ + b_fc, GELU)"
                                                                  : "c_fc forward, evaluation (GELU(x·w_fcᵀ + b_fc), no pre)");
 
@@ -304,10 +312,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("check_backward", &check_backward, "'' or what backward(dy, x, pre, h, w_fc, w_proj) would raise",
           py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"));
     m.def("set_schedule", &set_schedule,
-          "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma, fast_dgelu, finish]): schedules 0 (auto) or "
-          "4..10 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1, fast dGELU epilogue 0/1, finish kernel 0/1",
+          "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma, fast_dgelu, finish, fast_gelu]): schedules 0 (auto) or "
+          "4..10 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1, fast dGELU epilogue 0/1, finish kernel 0/1, "
+          "fast c_fc epilogue 0/1",
           py::arg("schedules"));
-    m.def("get_schedule", &get_schedule, "the nine values set_schedule last set");
+    m.def("get_schedule", &get_schedule, "the ten values set_schedule last set");
     m.def("forward", &forward, "y, pre, h = forward(x, w_fc, b_fc|None, w_proj, b_proj|None)",
           py::arg("x"), py::arg("w_fc"), py::arg("b_fc"), py::arg("w_proj"), py::arg("b_proj"));
     m.def("forward_inference", &forward_inference,

@@ -1,14 +1,15 @@
-// kernels/mlp_epilogues.cuh — the MLP's GELU math and its eight epilogue policies (bias,
-// bias_gelu, bias_gelu_h_only, dgelu, dgelu_pre_tma, their two "fast" forms, reduce_add), shared by the translation units that
+// kernels/mlp_epilogues.cuh — the MLP's GELU math and its ten epilogue policies (bias,
+// bias_gelu, bias_gelu_h_only, dgelu, dgelu_pre_tma, their four "fast" forms, reduce_add), shared by the translation units that
 // instantiate them: kernels/mlp.cu (step 4's cooperative schedule, and the dispatch),
-// kernels/mlp_pingpong.cu (step 5's ping-pong schedule) and kernels/mlp_inference.cu (the
+// kernels/mlp_pingpong*.cu (step 5's ping-pong schedule) and kernels/mlp_inference.cu (the
 // evaluation forward's h-only c_fc epilogue on every schedule). Read kernels/mlp.cu's opening comment first: it says what each
 // policy computes and why; the policy interface is in kernels/gemm_4_warp_specialized.cuh.
 // A policy must work for any tile width (step 4: 256 columns; step 5: 128 or 256), so it takes
 // the width from tile_pos::cols or the accumulator's ::cols.
 //
 // Read in order: step 4's configurations (plain, with input boxes, in 2-CTA clusters), GELU
-// math, the policies (session 5's fast dGELU forms last), the cross-file launcher declarations.
+// math, the policies (session 5's fast dGELU forms, then session 6's fast c_fc forms), the
+// cross-file launcher declarations.
 #pragma once
 #include "mlp.h"
 #include "gemm_4_warp_specialized.cuh"
@@ -441,6 +442,70 @@ struct dgelu_pre_tma_fast_epilogue : dgelu_pre_tma_epilogue {
     }
 };
 
+// ---- session 6: c_fc's epilogue on the same diet ("fcfast=1", opt-in) ---------------------
+// Why: c_fc's GEMM takes ~152 µs at M = 16384 where the same product with a bias-only epilogue
+// takes ~128 on the same ping-pong tile (session 5's final call): its epilogue is not hidden
+// behind the other consumer's main loop, and the kernel's time follows its instruction count.
+// SASS of bias_gelu on ping-pong 64x256 (3088 instructions against the bias-only 1784): per value
+// 5 FMUL + 1 FFMA + 1 FADD + a tanh for GELU, and per 8-column block of bias a bounds check, an
+// address and three integer instructions to widen the bf16 pair. Two cuts, same values:
+//   - GELU in 5 fp32 operations and a tanh (gelu_fast below): h is within fp32 rounding of
+//     gelu()'s (the same formula, reassociated), so a few bf16 units apart at most;
+//   - the bias of a whole box at once when the box lies inside C's columns (always, when N is a
+//     multiple of 64 as the bindings require): no per-column checks, and each bf16 pair widened
+//     by a shift and a mask. pre is bit-identical to bias_gelu's (the same fp32 additions).
+// GELU(x) = x/2 + x/2·tanh(u), u = x·(K0 + K1·x²): FMUL x², FFMA, FMUL u, tanh, FMUL x/2, FFMA.
+__device__ __forceinline__ float gelu_fast(float x) {
+    constexpr float K0 = SQRT_2_OVER_PI, K1 = SQRT_2_OVER_PI * GELU_C;
+    const float T = tanh_approx(x * fmaf(K1, x * x, K0));
+    const float half_x = 0.5f * x;
+    return fmaf(half_x, T, half_x);
+}
+
+// add_bias for a box inside C's columns: thread (g, t) reads the bf16 pairs at columns
+// 8j + 2t, +1 of the box (j = 0..7) from one pointer at constant offsets; a box that reaches past
+// column N (only when N is not a multiple of 64) takes add_bias's checked path.
+template <typename Acc>
+__device__ __forceinline__ void add_bias_fast(Acc& acc, const bf16* bias, int ch, const tile_pos& pos, const shape& sh) {
+    if (!bias) return;
+    const int box_col = pos.tile_col + ch * CC;
+    if (box_col + CC > sh.N) { add_bias(acc, bias, ch, pos, sh); return; }
+    const uint32_t* pair = reinterpret_cast<const uint32_t*>(bias + box_col + 2 * pos.t);   // 4-byte aligned: col even
+#pragma unroll
+    for (int j = 0; j < CC / 8; ++j) {
+        const uint32_t w = __ldg(pair + 4 * j);                        // columns 8j + 2t (low half), +1 (high)
+        const float b0 = __uint_as_float(w << 16), b1 = __uint_as_float(w & 0xffff0000u);
+        const int blk = ch * CC / 8 + j;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) { acc.d[4 * blk + 2 * h] += b0; acc.d[4 * blk + 2 * h + 1] += b1; }
+    }
+}
+
+// bias_gelu (pre and h) with both cuts.
+struct bias_gelu_fast_epilogue : bias_gelu_epilogue {
+    static bias_gelu_fast_epilogue make(const gemm_args& g) { return {bias_gelu_epilogue::make(g)}; }
+    template <typename Acc>
+    __device__ void box(tile_state&, Acc& acc, int ch, const tile_pos& pos, const shape& sh) const {
+        add_bias_fast(acc, bias, ch, pos, sh);
+    }
+    __device__ float2 value(int o, float v0, float v1, int, const shape&) const {
+        if (o == 1) { v0 = gelu_fast(v0); v1 = gelu_fast(v1); }
+        return make_float2(v0, v1);
+    }
+};
+
+// bias_gelu_h_only (evaluation: h alone) with both cuts: the same float operations as
+// bias_gelu_fast's h, so with fcfast=1 the evaluation forward's y stays bit-identical to the
+// training forward's. Instantiated in kernels/mlp_inference.cu.
+struct bias_gelu_h_only_fast_epilogue : bias_gelu_h_only_epilogue {
+    static bias_gelu_h_only_fast_epilogue make(const gemm_args& g) { return {bias_gelu_h_only_epilogue::make(g)}; }
+    template <typename Acc>
+    __device__ void box(tile_state&, Acc& acc, int ch, const tile_pos& pos, const shape& sh) const {
+        add_bias_fast(acc, bias, ch, pos, sh);
+    }
+    __device__ float2 value(int, float v0, float v1, int, const shape&) const { return make_float2(gelu_fast(v0), gelu_fast(v1)); }
+};
+
 // Weight gradients: fp32 partial tiles of the split token range, TMA reduce-added into zeroed dW.
 struct reduce_add_epilogue : base_epilogue<float> {
     static constexpr int OUTPUTS = 1;
@@ -452,11 +517,13 @@ struct reduce_add_epilogue : base_epilogue<float> {
     }
 };
 
-// linear_bias_gelu with g.c == nullptr (no pre): every schedule, in kernels/mlp_inference.cu.
+// linear_bias_gelu with g.c == nullptr (no pre): every schedule, in kernels/mlp_inference.cu (the
+// fast policy when g.fast_gelu).
 const char* linear_bias_gelu_h_only(const gemm_args& g);
 
 // The ping-pong launcher, defined in kernels/mlp_pingpong.cuh and instantiated for every policy in
-// kernels/mlp_pingpong.cu and kernels/mlp_pingpong_gelu_grad.cu, so its kernels compile in parallel with step 4's.
+// kernels/mlp_pingpong.cu, kernels/mlp_pingpong_gelu_grad.cu and kernels/mlp_pingpong_gelu_fast.cu, so its
+// kernels compile in parallel with step 4's.
 // schedule: one of mlp.h's SCHEDULE_PINGPONG_* (5, 6, 7, 8, 10).
 template <major MA, major MB, typename Epi>
 const char* launch_pingpong(const gemm_args& g, int schedule);

@@ -9,6 +9,8 @@
 // The same schedule choice as every other MLP GEMM (kernels/mlp.h: SCHEDULE_AUTO picks ping-pong
 // 64x256 for c_fc's shape; a forced schedule runs as forced), in a file of its own so the
 // training kernels and their compile checks are untouched and nvcc builds these in parallel.
+// With gemm_args::fast_gelu (fcfast=1, session 6) the policy is bias_gelu_h_only_fast, whose h is
+// bias_gelu_fast's: each training policy has its evaluation twin, so y stays bit-identical.
 // Read after kernels/mlp.cu and kernels/mlp_pingpong.cu.
 #include <algorithm>
 #include "mlp.h"
@@ -17,8 +19,9 @@
 
 namespace tk_mlp::detail {
 
-const char* linear_bias_gelu_h_only(const gemm_args& g) {
-    using Epi = bias_gelu_h_only_epilogue;
+namespace {
+template <typename Epi>
+const char* launch_h_only(const gemm_args& g) {
     if (g.M <= 0 || g.N <= 0 || g.K <= 0) return "tk_mlp: empty GEMM";
     if (!valid_schedule(g.schedule)) return "tk_mlp: schedule must be 0 (auto) or 4..10";
     const int schedule = g.schedule ? g.schedule : auto_schedule(g.M, g.N, g.K, g.splits, /*b_mn_major=*/false);
@@ -48,6 +51,12 @@ const char* linear_bias_gelu_h_only(const gemm_args& g) {
             "tk_mlp", g.a, g.b, g.M, g.N, g.K, splits, g.num_sms, g.stream, make);
     }
     return "tk_mlp: unknown schedule";
+}
+}  // namespace
+
+const char* linear_bias_gelu_h_only(const gemm_args& g) {
+    return g.fast_gelu ? launch_h_only<bias_gelu_h_only_fast_epilogue>(g)     // session 6's fcfast=1
+                       : launch_h_only<bias_gelu_h_only_epilogue>(g);
 }
 
 }  // namespace tk_mlp::detail

@@ -39,8 +39,8 @@ from . import _preflight_checks, checks, register_tk
 from .build import LazyExtension
 from .checks import fail, realign16, require_tensor, shape_str
 
-_ext = LazyExtension("tk_mlp", ["mlp.cu", "mlp_pingpong.cu", "mlp_pingpong_gelu_grad.cu", "mlp_inference.cu", "mlp_finish.cu",
-                               "mlp_bindings.cpp"], hopper=True)
+_ext = LazyExtension("tk_mlp", ["mlp.cu", "mlp_pingpong.cu", "mlp_pingpong_gelu_grad.cu", "mlp_pingpong_gelu_fast.cu",
+                               "mlp_inference.cu", "mlp_finish.cu", "mlp_bindings.cpp"], hopper=True)
 
 MULTIPLE = 64          # the embedding and hidden sizes must be multiples of this
 OP = "tk_mlp"
@@ -110,9 +110,10 @@ SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 
 
 # dGELU GEMM: side jobs on (1) or off (0); pre by TMA (1) or per-thread loads (0); fast=1 its cheaper
-# epilogue (session 5); finish=1: the backward's bias sums and dW casts in one kernel (session 5)
-FLAGS = ("side", "pre", "fast", "finish")
-FLAG_DEFAULTS = (1, 0, 1, 0)           # fast=1 by default since session 5 (kernels/NOTES.md, session 5 M)
+# epilogue (session 5); finish=1: the backward's bias sums and dW casts in one kernel (session 5);
+# fcfast=1: c_fc's cheaper epilogue (session 6: GELU in 5 operations, the bias without per-column checks)
+FLAGS = ("side", "pre", "fast", "finish", "fcfast")
+FLAG_DEFAULTS = (1, 0, 1, 0, 0)        # fast=1 by default since session 5 (kernels/NOTES.md, session 5 M)
 
 
 def parse_schedule(spec):
@@ -121,8 +122,10 @@ def parse_schedule(spec):
     opt-in: the dGELU epilogue gets pre by TMA instead of per-thread loads, and its side job
     pipelines dy's column sums), 'fast=0' (session 5's fast=1 is the default: the dGELU epilogue's
     cheaper form; fast=0 restores sessions 3-4's) and
-    'finish=1' (session 5, opt-in: one kernel for the backward's bias sums and dW casts)
-    -> nine ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
+    'finish=1' (session 5, opt-in: one kernel for the backward's bias sums and dW casts) and
+    'fcfast=1' (session 6, opt-in: c_fc's epilogue with GELU in 5 operations and the bias of a
+    box without per-column checks; the evaluation forward follows it)
+    -> ten ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
     (defaults FLAG_DEFAULTS)."""
     out = [0] * len(PRODUCTS) + list(FLAG_DEFAULTS)
     names = PRODUCTS + FLAGS

@@ -118,7 +118,11 @@ OLD = ",fast=0"     # sessions 3-4's dGELU policies, since session 5's fast=1 be
                                       # schedules, and the one-kernel tail, with side jobs on and off
                                       "4,fast=1", "6,fast=1", "5,fast=1", "4,pre=1,fast=1", "6,pre=1,fast=1",
                                       "5,pre=1,fast=1", "finish=1", "dgelu=6,pre=1,fast=1,finish=1,dw=10",
-                                      "4,side=0,finish=1,fast=1"])
+                                      "4,side=0,finish=1,fast=1",
+                                      # session 6: c_fc's fast epilogue on every non-cluster c_fc schedule
+                                      "fcfast=1", "fc=4,fcfast=1", "fc=5,fcfast=1", "fc=10,fcfast=1",
+                                      "fcfast=1,finish=1,dw=10", pytest.param("fc=8,fcfast=1", marks=CLUSTER),
+                                      pytest.param("fc=9,fcfast=1", marks=CLUSTER)])
 @pytest.mark.parametrize("M,C", SCHEDULE_SHAPES)
 def test_schedules_vs_float64(mlp, schedule, M, C):
     bias = M % 2 == 1
@@ -150,7 +154,7 @@ def test_schedules_vs_float64(mlp, schedule, M, C):
 INFERENCE_SHAPES = [(M, C) for M in (1, 17, 1000, 16384 + 5) for C in (384, 768)]
 
 
-@pytest.mark.parametrize("schedule", ["0", "4"])
+@pytest.mark.parametrize("schedule", ["0", "4", "fcfast=1", "4,fcfast=1"])   # fcfast=1: session 6's twins
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("M,C", INFERENCE_SHAPES)
 def test_inference_forward_matches_training_forward(mlp, M, C, bias, schedule):
@@ -228,25 +232,31 @@ def test_set_schedule_refuses_bad_values(mlp):
         mlp.set_schedule("fast=3")
     with pytest.raises(ValueError, match="finish"):
         mlp.set_schedule("finish=-1")
+    with pytest.raises(ValueError, match="fcfast"):
+        mlp.set_schedule("fcfast=2")
     with pytest.raises(ValueError, match="gprime"):
         mlp.set_schedule("gprime=1")                                 # session 5's gprime: removed (lost)
-    with pytest.raises(ValueError, match="9 values"):
+    with pytest.raises(ValueError, match="10 values"):
         mlp._ext.module.set_schedule([4, 4])
-    with pytest.raises(ValueError, match="9 values"):
+    with pytest.raises(ValueError, match="10 values"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0])       # session 4's seven
-    with pytest.raises(ValueError, match="9 values"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 1, 0, 0])   # session 5's ten (with gprime)
+    with pytest.raises(ValueError, match="10 values"):
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 1, 0])   # session 5's nine (without fcfast)
+    with pytest.raises(ValueError, match="10 values"):
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 1, 0, 0, 0])
     with pytest.raises(ValueError, match="schedule is 0"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 11, 1, 1, 0, 0])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 11, 1, 1, 0, 0, 0])
     with pytest.raises(ValueError, match="side-jobs flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 2, 1, 0, 0])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 2, 1, 0, 0, 0])
     with pytest.raises(ValueError, match="pre-by-TMA flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 2, 0, 0])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 2, 0, 0, 0])
     with pytest.raises(ValueError, match="fast-dGELU flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 2, 0])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 2, 0, 0])
     with pytest.raises(ValueError, match="finish-kernel flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 2])
-    assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0, 1, 0]   # fast=1 by default (session 5)
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 2, 0])
+    with pytest.raises(ValueError, match="fast-c_fc-epilogue flag"):
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 2])
+    assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0, 1, 0, 0]   # fast=1 by default (session 5)
 
 
 def test_intermediates_pre_and_h(mlp):
@@ -260,6 +270,45 @@ def test_intermediates_pre_and_h(mlp):
     # each) and tanh.approx: |error| <= ~2.2·2^-8·(1 + |pre|)
     err = (h.double() - F.gelu(pre.double(), approximate="tanh")).abs() / (1 + pre.double().abs())
     assert err.max().item() < 2e-2
+
+
+# Session 6: c_fc's fast epilogue (fcfast=1) against the default and float64. pre must be
+# bit-identical (the same fp32 additions of the bias, only the bounds checks differ); h is the same
+# formula reassociated, so within a bf16 rounding or two of the default's h (fp32 rounding can flip
+# a bf16 rounding), and both at the default's float64 error; a wrong constant (e.g. K1 without
+# GELU_C, or x/2 without the tanh term) moves h by percents. Tails in M and in N's tiles
+# (C = 1280: N = 5120), with and without bias, on the auto schedule (ping-pong 64x256), step 4 and
+# ping-pong 128x128. H = 2880 (not 4C, a multiple of 64 but not of 256) leaves the last tile
+# column with 64 columns inside and three boxes outside N: the fast bias path's fallback.
+@pytest.mark.parametrize("fc", ["0", "4", "5"])
+@pytest.mark.parametrize("M,C,bias,H", [(1, 768, True, 3072), (1000, 768, True, 3072), (333, 1600, False, 6400),
+                                        (4099, 1280, True, 5120), (16384, 768, True, 3072), (1000, 768, True, 2880)])
+def test_fast_gelu_epilogue_matches_default(mlp, fc, M, C, bias, H):
+    x, w_fc, b_fc, w_proj, b_proj, _ = make(M, C, seed=17 * M + C, bias=bias)
+    w_fc, w_proj = w_fc[:H].contiguous(), w_proj[:, :H].contiguous()
+    b_fc = None if b_fc is None else b_fc[:H].contiguous()
+    mlp.set_schedule(f"fc={fc}")
+    try:
+        y0, pre0, h0 = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+        mlp.set_schedule(f"fc={fc},fcfast=1")
+        poison_allocator(2 * M * H, 2 * M * H, 2 * M * C)
+        y1, pre1, h1 = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+        torch.cuda.synchronize()
+    finally:
+        mlp.set_schedule("0")
+    assert torch.equal(pre1, pre0), "fcfast=1 changed pre"
+    pre64 = F.linear(x.double(), w_fc.double(), None if b_fc is None else b_fc.double())
+    h64 = F.gelu(pre64, approximate="tanh")
+    e_fast, e_base = rel_err(h1, h64), rel_err(h0, h64)
+    # elementwise: |h1 - h0| <= 2 bf16 units of max(|h0|, |h1|) plus tanh.approx's absolute error on x/2
+    diff = (h1.double() - h0.double()).abs()
+    bound = 2 * 2.0 ** -8 * torch.maximum(h0.double().abs(), h1.double().abs()) + 2e-3 * (1 + pre0.double().abs())
+    worst = (diff - bound).max().item()
+    print(f"fc={fc} M={M} C={C} H={H} bias={bias}: h vs float64 {e_fast:.2e} (default {e_base:.2e}); "
+          f"h != default at {(diff > 0).double().mean().item():.1%} of elements")
+    assert worst <= 0, f"h differs from the default's by more than two bf16 roundings (excess {worst:.2e})"
+    assert e_fast < 1.2 * e_base + 1e-4, f"h: {e_fast:.2e} vs float64, default {e_base:.2e}"
+    assert rel_err(y1, y0) < 5e-3 and not torch.isnan(y1).any()
 
 
 # session 5: the fast dGELU epilogue and the one-kernel tail (finish=1) keep a fixed order too

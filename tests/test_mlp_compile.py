@@ -23,14 +23,16 @@ NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nv
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
-@pytest.mark.parametrize("source,kernels_expected", [("mlp.cu", 16), ("mlp_pingpong.cu", 28),
-                                                        ("mlp_pingpong_gelu_grad.cu", 8), ("mlp_finish.cu", 1)])
+@pytest.mark.parametrize("source,kernels_expected", [("mlp.cu", 18), ("mlp_pingpong.cu", 28),
+                                                        ("mlp_pingpong_gelu_grad.cu", 8), ("mlp_pingpong_gelu_fast.cu", 5),
+                                                        ("mlp_finish.cu", 1)])
 def test_mlp_cu_compiles_for_sm90a(tmp_path, source, kernels_expected):
     # mlp.cu: the five epilogues plus dGELU with pre by TMA, and session 5's fast dGELU on both pre
     # paths, on step 4 and on step 4 in 2-CTA clusters; mlp_pingpong.cu: the five on step 5's five
     # configurations plus dGELU with pre by TMA on the three 4-buffer ones;
     # mlp_pingpong_gelu_grad.cu: the fast dGELU on the five, its pre-by-TMA form on the three;
-    # mlp_finish.cu: the tail kernel.
+    # mlp_pingpong_gelu_fast.cu: session 6's fast c_fc epilogue on the five (mlp.cu has it on step 4
+    # and step 4 in clusters: 16 + 2); mlp_finish.cu: the tail kernel.
     cmd = [NVCC, "-std=c++20", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-I", str(ROOT),
            "-I", str(ROOT / "kernels"), "-Xptxas", "-v", "-c", str(ROOT / "kernels" / source),
            "-o", str(tmp_path / "mlp.o")]
