@@ -97,6 +97,7 @@
 //     (persistent_kernel's EPILOGUE: 22 = items decoded by the producer, approximate 1/l and
 //     log2 l, O's row addresses once; 21 = that, and O through shared memory and one TMA store
 //     per warpgroup instead of 16-32 scattered 4-byte stores per thread).
+//   23 (session 6, opt-in): 21 with a loop turn around S = Q·Kᵀ's issue only (SPLIT_TURN).
 // Taken out after session 5 (the code is in git at 65e8c26; figures in kernels/NOTES.md,
 //   "Session 4: H3 attention" and sessions 2-3's "H200 runs"): 1 = 2 with exp2f and sequential
 //   row max / sum (GPT-2 shape 221 against 2's 225 TFLOP/s), 3 = 2 without ping-pong (203: -10%),
@@ -595,7 +596,14 @@ struct persistent_config : config<D, CONSUMERS> {
 //      next item's first S = Q·K₀ᵀ, when its warpgroup waits for that product anyway, and arrives
 //      there, with all its warpgroup's threads. The producer needs the slot back only for the
 //      item after next, so the later arrival costs it nothing.
-template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, int EPILOGUE = 0>
+// SPLIT_TURN (session 6, variant 23): a loop turn holds only S = Q·Kₙᵀ's issue; P·Vₙ₋₁ is issued
+// after turn_end. In session 5's ncu a turn's 12 HGMMA issues (4 for S, 8 register-sourced ones
+// for P·V) took ~750 cycles per tile, stalled on "wait"/"dispatch", while the other warpgroup
+// waited at the turn barrier: ~31% of the loop's samples. With the split, the other warpgroup
+// issues its S while this one issues its P·V; the tensor pipe still gets this warpgroup's S
+// first, so its softmax can start as before.
+template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, int EPILOGUE = 0,
+          bool SPLIT_TURN = false>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
@@ -822,8 +830,9 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         for (int n = 1; n < n_tiles; ++n) {
             turn_begin();
             k_slot = issue_qk(qs);
+            if constexpr (SPLIT_TURN) turn_end();
             const int v_slot = issue_pv(n > 1, false);   // V of tile n - 1 (only the last tile is ever half)
-            turn_end();
+            if constexpr (!SPLIT_TURN) turn_end();
             wgmma::wait_group<1>();                      // S = Q·Kₙᵀ is done (P·V may still run)
             wgmma::fence_operand(s_acc);
             release(k_empty[k_slot]);
@@ -973,7 +982,7 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 
 // One CTA (two with one consumer) per SM, each walking over query blocks (persistent_kernel), in
 // L2 groups of heads.
-template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY, bool DYNAMIC, int EPILOGUE = 0>
+template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY, bool DYNAMIC, int EPILOGUE = 0, bool SPLIT_TURN = false>
 cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, unsigned int* work_counter) {
     using C = persistent_config<D, CONSUMERS>;
     if (DYNAMIC && work_counter == nullptr) return cudaErrorInvalidValue;   // see work_counter
@@ -986,7 +995,7 @@ cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stre
                                                         a.o.stride_batch, a.o.stride_head, a.o.stride_seq, 64);
         if (!why.empty()) return cudaErrorInvalidValue;
     }
-    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, EPILOGUE>;
+    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, EPILOGUE, SPLIT_TURN>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -1039,6 +1048,7 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //  21: 12 (D = 64) / 11 (D = 128) with EPILOGUE 2: O through shared memory and a TMA store,
 //      items decoded by the producer, 1/l and log2(l) approximate (session 6; opt-in until measured)
 //  22: 12 / 11 with EPILOGUE 1: the same without the TMA store (O's row addresses once instead)
+//  23: 21 with SPLIT_TURN: a loop turn issues S = Q·Kᵀ only, P·V after the turn
 // 2 and 4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zeroed, used by this launch alone (the bindings
 // allocate it per call); the dynamically scheduled variants (11-13, the defaults) refuse nullptr.
@@ -1065,6 +1075,8 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, true, true, 2>(p, stream, work_counter);
     case 22: return d64 ? launch_persistent<64, 2, true, false, true, 1>(p, stream, work_counter)
                         : launch_persistent<128, 2, true, true, true, 1>(p, stream, work_counter);
+    case 23: return d64 ? launch_persistent<64, 2, true, false, true, 2, true>(p, stream, work_counter)
+                        : launch_persistent<128, 2, true, true, true, 2, true>(p, stream, work_counter);
     default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20) too
     }
 }
