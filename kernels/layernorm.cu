@@ -58,7 +58,9 @@
 // TK_LAYERNORM_VARIANT), so one process can time them against each other
 // (kernels/layernorm_bench.py). The same arithmetic in every plan; kernels/NOTES.md ("Session 3:
 // LayerNorm speed") has the measurements and the default. (8-byte "narrow" chunks and a
-// next-row "prefetch" were tried there too, lost on the H200 and were removed.)
+// next-row "prefetch" were tried there too, lost on the H200 and were removed.) Session 6 adds two
+// opt-in flags that ask L2 for rows ahead of their loads (prefetch_row_l2): template instances of
+// their own (AHEAD), so the default plan's kernels are unchanged.
 //
 // DROPOUT of the branch (session 4): training drops elements of each residual branch (attention
 // and MLP outputs) before adding them to the stream. Done by kernels of its own, dropout costs a
@@ -190,6 +192,25 @@ __device__ __forceinline__ void allow_next_grid() {
 #endif
 }
 
+// Rows AHEAD in L2 (opt-in flags fwd_l2_ahead, bwd_l2_ahead; session 6): thread t of the row
+// group asks L2 for the row's 128-byte line t, a row it will load (or another block will) a while
+// later. The loads then find it in L2 instead of waiting on DRAM. Unlike a second row held in
+// registers (session 3's "prefetch": fewer warps) or copied into shared memory (session 5's
+// cp.async: it lost L1), a prefetch holds nothing in the SM: no register waits for it, so it
+// deepens the queue of bytes in flight at no cost in occupancy. A hint: it changes no result.
+template <typename T> __device__ __forceinline__ void prefetch_row_l2(const T* p, int64_t row, int cols, const RowGroup& g) {
+    constexpr int per_line = 128 / int(sizeof(T));   // elements a line (cols is a multiple of 64: whole lines)
+    if (g.t * per_line < cols) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + row * cols + g.t * per_line));
+}
+
+// The SMs' count as the hardware numbers them (%nsmid: at least the SM count), for a distance of
+// one wave of resident blocks.
+__device__ __forceinline__ int sm_ids() {
+    int n;
+    asm("mov.u32 %0, %%nsmid;" : "=r"(n));
+    return n;
+}
+
 // ---- dropout: the mask as a function of (seed, index) ------------------------------------------
 // Element i of the [rows, cols] branch (i = row * cols + col) is kept when its 16 bits of
 // mix64(seed + (i / 4) * GAMMA) are >= threshold = round(p * 65536): one 64-bit hash gives the 16
@@ -234,6 +255,7 @@ __device__ __forceinline__ DropoutMask read_mask(const int64_t* seed, uint32_t t
 // ---- forward: one read of x and r, one write of h and y ----------------------------------------
 // Occupancy asked of ptxas: up to 3 chunks (48 bytes of h) a thread, four blocks (32 warps) an
 // SM; more, no minimum.
+__host__ __device__ constexpr int forward_blocks_per_sm(int chunks) { return chunks <= 3 ? 4 : 1; }
 template <typename TH, typename TR, int E, int CHUNKS> struct ForwardRow {
     Chunk<TH, E> x[CHUNKS];
     Chunk<TR, E> r[CHUNKS];
@@ -251,8 +273,10 @@ template <typename TH, typename TR, int E, int CHUNKS> struct ForwardRow {
     }
 };
 
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
-__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 4 : 1)
+// AHEAD (flag fwd_l2_ahead): each group also asks L2 for the row one wave of resident blocks
+// ahead (prefetch_row_l2).
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, bool AHEAD = false>
+__global__ void __launch_bounds__(BLOCK_THREADS, forward_blocks_per_sm(CHUNKS))
 forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* __restrict__ w,
                const void* __restrict__ b, bool params_bf16, TY* __restrict__ y, TH* __restrict__ h,
                float* __restrict__ mean_out, float* __restrict__ rstd_out,
@@ -277,6 +301,16 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
         // 1. The one read: every load is issued before any is used, so they are all in flight.
         ForwardRow<TH, TR, E, CHUNKS> in;
         in.issue(x, r, base, live, g);
+        if constexpr (AHEAD) {
+            // The row one wave of resident blocks later: this group's next row on the persistent
+            // grid (stride), or the row of the block that takes this slot next on a full grid.
+            const int64_t wave = int64_t(sm_ids()) * forward_blocks_per_sm(CHUNKS) * g.rows_per_step;
+            const int64_t next = row + (stride < wave ? stride : wave);
+            if (next < rows) {
+                prefetch_row_l2(x, next, cols, g);
+                if (r != nullptr) prefetch_row_l2(r, next, cols, g);
+            }
+        }
         float v[CHUNKS][E];   // h = x + r in fp32, rounded to TH: exactly the h we store and the
         float s = 0.0f;       // backward reads, so forward and backward see the same input. A bf16
                               // r widens exactly, so for fp32 h this is torch's promoted x + r.
@@ -361,7 +395,10 @@ template <typename TH, typename TY, int E, int CHUNKS> struct BackwardRow {
     }
 };
 
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
+// AHEAD (flag bwd_l2_ahead): each group asks L2 for its next row step's dy, dh and h while it
+// works on this one (prefetch_row_l2), and for its first row step's dy and dh before it waits for
+// the kernel before it (pdl): the forward writes h, not dy or dh, and a prefetch changes no result.
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, bool AHEAD = false>
 __global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 2 : 1)
 backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* __restrict__ h,
                 const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -382,10 +419,17 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
         for (int e = 0; e < E; ++e) dw[i][e] = db[i][e] = 0.0f;
 
     const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
+    auto row_of = [&](int64_t step_row) { return reverse ? rows - 1 - step_row : step_row; };
+    if constexpr (AHEAD) {
+        const int64_t step_row = int64_t(blockIdx.x) * g.rows_per_step + g.slot;
+        if (step_row < rows) {
+            prefetch_row_l2(dy, row_of(step_row), cols, g);
+            if (dh != nullptr) prefetch_row_l2(dh, row_of(step_row), cols, g);
+        }
+    }
     wait_for_previous_grid();   // pdl: dy, dh and h are written by kernels before this one
     DropoutMask mask{};
     if constexpr (DROP) mask = read_mask(seed, threshold, scale);   // the forward's seed: its mask
-    auto row_of = [&](int64_t step_row) { return reverse ? rows - 1 - step_row : step_row; };
     int64_t first = int64_t(blockIdx.x) * g.rows_per_step;
     for (; first < rows; first += stride) {
         const int64_t step_row = first + g.slot;
@@ -396,6 +440,14 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
         // 1. The one read (all loads in flight together), kept as loaded.
         BackwardRow<TH, TY, E, CHUNKS> in;
         in.issue(dy, dh, h, mean, rstd, row, cols, live, g);
+        if constexpr (AHEAD) {
+            if (step_row + stride < rows) {
+                const int64_t next = row_of(step_row + stride);
+                prefetch_row_l2(dy, next, cols, g);
+                if (dh != nullptr) prefetch_row_l2(dh, next, cols, g);
+                prefetch_row_l2(h, next, cols, g);
+            }
+        }
         const float mu = in.mu, rs = in.rs;
 
         // 2. dw, db, and this thread's part of sum(g) and sum(g * xhat), g = dy * w.
@@ -550,6 +602,9 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //   pdl          every kernel launched as a programmatic dependent of the one before it (sm_90):
 //                its launch overlaps the previous kernel's tail (the column sum the backward's,
 //                the backward the forward's in a back-to-back fwd+bwd)
+//   fwd_l2_ahead forward: each row group asks L2 for the row one wave of blocks ahead
+//   bwd_l2_ahead backward: each row group asks L2 for its next row step (prefetch_row_l2)
+//                (both session 6: opt-in until the H200 shows them faster; ignored with dropout)
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -557,7 +612,9 @@ struct Flag {
 constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"bwd_reverse", &Variant::bwd_reverse},
                           {"bwd_tree", &Variant::bwd_tree},
-                          {"pdl", &Variant::pdl}};
+                          {"pdl", &Variant::pdl},
+                          {"fwd_l2_ahead", &Variant::fwd_l2_ahead},
+                          {"bwd_l2_ahead", &Variant::bwd_l2_ahead}};
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
 // Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan.
@@ -663,25 +720,44 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_
 uint32_t drop_threshold(const Dropout& d) { return uint32_t(std::floor(d.p * 65536.0 + 0.5)); }
 float keep_scale_of(const Dropout& d) { return float(1.0 / (1.0 - d.p)); }
 
+// The forward instance the plan asks for: f.template operator()<kernel>(). The session-6 flag
+// fwd_l2_ahead has instances without dropout only; with dropout it is ignored.
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, typename F> auto with_forward_kernel(F&& f) {
+    if constexpr (!DROP) {
+        if (current_variant().fwd_l2_ahead) return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP, true>>();
+    }
+    return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP>>();
+}
+
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
-    constexpr auto kernel = forward_kernel<TH, TR, TY, CHUNKS, DROP>;
-    return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, stream, a.x, a.residual, a.weight,
-                  a.bias, a.params_bf16, a.y, a.h, a.mean, a.rstd, a.rows, a.cols, G, a.eps, a.dropout.seed,
-                  drop_threshold(a.dropout), keep_scale_of(a.dropout));
+    return with_forward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() {
+        return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, stream, a.x,
+                      a.residual, a.weight, a.bias, a.params_bf16, a.y, a.h, a.mean, a.rstd, a.rows, a.cols, G, a.eps,
+                      a.dropout.seed, drop_threshold(a.dropout), keep_scale_of(a.dropout));
+    });
+}
+
+// The backward instance the plan asks for (bwd_l2_ahead: instances without dropout only).
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, typename F> auto with_backward_kernel(F&& f) {
+    if constexpr (!DROP) {
+        if (current_variant().bwd_l2_ahead) return f.template operator()<backward_kernel<TH, TR, TY, CHUNKS, DROP, true>>();
+    }
+    return f.template operator()<backward_kernel<TH, TR, TY, CHUNKS, DROP>>();
 }
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> int backward_grid(const BackwardArgs& a, int G) {
-    return grid_for<backward_kernel<TH, TR, TY, CHUNKS, DROP>>(a.rows, G);
+    return with_backward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() { return grid_for<kernel>(a.rows, G); });
 }
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
     const int blocks = backward_grid<TH, TR, TY, CHUNKS, DROP>(a, G);
-    cudaError_t err = launch(backward_kernel<TH, TR, TY, CHUNKS, DROP>, blocks, BLOCK_THREADS, stream, a.dy, a.dh, a.h, a.mean,
-                             a.rstd, a.weight, a.params_bf16, a.dh_out, a.dresidual_out, a.partial, a.rows, a.cols, G,
-                             current_variant().bwd_reverse, current_variant().bwd_tree, a.dropout.seed,
-                             drop_threshold(a.dropout), keep_scale_of(a.dropout));
+    cudaError_t err = with_backward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() {
+        return launch(kernel, blocks, BLOCK_THREADS, stream, a.dy, a.dh, a.h, a.mean, a.rstd, a.weight, a.params_bf16,
+                      a.dh_out, a.dresidual_out, a.partial, a.rows, a.cols, G, current_variant().bwd_reverse,
+                      current_variant().bwd_tree, a.dropout.seed, drop_threshold(a.dropout), keep_scale_of(a.dropout));
+    });
     if (err != cudaSuccess) return err;
     return launch(column_sum_kernel, (2 * a.cols + 31) / 32, COLSUM_WARPS * 32, stream, a.partial, blocks, a.cols, a.dweight, a.dbias,
                   a.params_bf16);

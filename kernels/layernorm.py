@@ -454,7 +454,7 @@ def _contiguous(t):
 
 # ---- 5. measuring variants of the kernels' plan (kernels/layernorm.cu, "variants") ------------
 
-VARIANT_FLAGS = ("fwd_full", "bwd_reverse", "bwd_tree", "pdl")
+VARIANT_FLAGS = ("fwd_full", "bwd_reverse", "bwd_tree", "pdl", "fwd_l2_ahead", "bwd_l2_ahead")
 
 
 def set_variant(spec="default"):

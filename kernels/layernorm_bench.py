@@ -360,6 +360,136 @@ def print_s5_rows(rows, header=True):
                 print(f"   ! {i}: {r[i]}")
 
 
+# --interleaved (session 6, issue 4): the same public-op rows as --s5 (fwd, fwd+bwd, bwd = the
+# difference; bf16 rows x 768; eager and torch.compile beside), for several plans at once, timed
+# INTERLEAVED: every (impl, kind) is captured into CUDA graphs first, then each round replays every
+# one of them in turn (reps replays each, one event pair per replay), so a drift of the GPU's clock
+# or of its neighbour's load over the run falls on all of them alike. The figure is the median of
+# all rounds' replays; the spread is the range of the per-round medians.
+INTERLEAVED_ROWS = [16384, 32768, 65536]
+# the default, each prefetch flag on it and both; both on the persistent forward grid (the default
+# without fwd_full: each group's own next row ahead); bwd_reverse (the backward first reads the rows
+# of h the forward wrote last) without and with both
+INTERLEAVED_PLANS = ["default", "default,fwd_l2_ahead", "default,bwd_l2_ahead", "default,fwd_l2_ahead,bwd_l2_ahead",
+                     "bwd_tree,pdl,fwd_l2_ahead,bwd_l2_ahead", "default,bwd_reverse",
+                     "default,fwd_l2_ahead,bwd_l2_ahead,bwd_reverse"]
+
+
+def interleaved_rows(args, ln, l2_bytes, plans, rows_list, cols=768):
+    """{case: {impl: {"us": median, "spread": (lo, hi) of the round medians}}}, printed shape by shape."""
+    import torch.nn.functional as F
+    from torch import _dynamo
+
+    def eager(x, r, w, b):
+        h = x + r
+        return F.layer_norm(h, (h.shape[-1],), w, b, 1e-5), h
+
+    def tk(x, r, w, b):
+        return ln.add_layernorm(x, r, w, b, 1e-5)
+
+    out = {}
+    for n, rows in enumerate(rows_list):
+        def make(seed):
+            g = torch.Generator(device="cuda").manual_seed(seed)
+            t = lambda *shape, grad=False: torch.randn(*shape, generator=g, device="cuda").to(BF16).requires_grad_(grad)
+            return [t(rows, cols, grad=True), t(rows, cols, grad=True), t(cols, grad=True), t(cols, grad=True),
+                    t(rows, cols), t(rows, cols)]
+        size = 6 * rows * cols * 2
+        sets = [make(i) for i in range(max(2, min(6, -(-2 * l2_bytes // size))))]
+        _dynamo.reset()
+        impls = {"eager": (eager, None)}
+        if not args.no_compile:
+            impls["compile"] = (torch.compile(eager, dynamic=False), None)
+        for plan in plans:
+            impls[f"tk {plan}"] = (tk, plan)
+
+        def fwd(inp, f):
+            with torch.no_grad():
+                f(*inp[:4])
+
+        def fwd_bwd(inp, f):
+            y, h = f(*inp[:4])
+            torch.autograd.grad((y, h), inp[:4], (inp[4], inp[5]))
+
+        graphs, errors = {}, {}
+        for impl, (f, plan) in impls.items():
+            for kind, step in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
+                if plan is not None:
+                    ln.set_variant(plan)   # read at launch: the graph keeps it
+                try:
+                    side = torch.cuda.Stream()
+                    side.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(side):   # warm-up (and torch.compile's compile) before capture
+                        for inp in sets:
+                            step(inp, f)
+                    torch.cuda.current_stream().wait_stream(side)
+                    gs = []
+                    for inp in sets:
+                        g = torch.cuda.CUDAGraph()
+                        with torch.cuda.graph(g):
+                            step(inp, f)
+                        gs.append(g)
+                    graphs[(impl, kind)] = gs
+                except Exception as e:   # one failing row must not hide the others
+                    errors[(impl, kind)] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        ln.set_variant("default")
+
+        samples = {key: [] for key in graphs}
+        round_medians = {key: [] for key in graphs}
+        for rnd in range(args.rounds + 1):   # round 0 warms up and is not counted
+            for key, gs in graphs.items():
+                starts = [torch.cuda.Event(enable_timing=True) for _ in range(args.reps)]
+                ends = [torch.cuda.Event(enable_timing=True) for _ in range(args.reps)]
+                for i in range(args.reps):
+                    starts[i].record()
+                    gs[i % len(gs)].replay()
+                    ends[i].record()
+                torch.cuda.synchronize()
+                if rnd:
+                    us = [1e3 * a.elapsed_time(b) for a, b in zip(starts, ends)]
+                    samples[key] += us
+                    round_medians[key].append(statistics.median(us))
+
+        rows_out = {f"{kind} {rows}x{cols}": {} for kind in ("fwd", "bwd", "fwd+bwd")}
+        for impl in impls:
+            for kind in ("fwd", "fwd+bwd"):
+                key = (impl, kind)
+                cell = rows_out[f"{kind} {rows}x{cols}"]
+                if key in errors:
+                    cell[impl] = errors[key]
+                elif samples.get(key):
+                    cell[impl] = {"us": statistics.median(samples[key]),
+                                  "spread": (min(round_medians[key]), max(round_medians[key]))}
+            both, one = rows_out[f"fwd+bwd {rows}x{cols}"].get(impl), rows_out[f"fwd {rows}x{cols}"].get(impl)
+            if isinstance(both, dict) and isinstance(one, dict):
+                rows_out[f"bwd {rows}x{cols}"][impl] = {"us": both["us"] - one["us"], "spread": None}
+        print_interleaved_rows(rows_out, header=n == 0, rounds=args.rounds, reps=args.reps)
+        out.update(rows_out)
+        del graphs, sets
+        torch.cuda.empty_cache()
+    return out
+
+
+def print_interleaved_rows(rows, header, rounds, reps):
+    if header:
+        print(f"\n--interleaved: bf16, us (CUDA-graph replays, median of {rounds} interleaved rounds x {reps}; "
+              "[lo-hi] = range of the round medians; bwd = fwd+bwd - fwd); TB/s at bench.py's bytes "
+              "(fwd 4, bwd 4, fwd+bwd 8 passes); x = eager's time / this")
+    for name, r in rows.items():
+        kind, shape = name.split()
+        n, c = map(int, shape.split("x"))
+        nbytes = {"fwd": 4, "bwd": 4, "fwd+bwd": 8}[kind] * n * c * 2
+        print(f"{name}")
+        e = r.get("eager", {}).get("us") if isinstance(r.get("eager"), dict) else None
+        for impl, v in r.items():
+            if isinstance(v, str):
+                print(f"   {impl:<52} FAILED {v}")
+                continue
+            spread = f"[{v['spread'][0]:6.1f}-{v['spread'][1]:6.1f}]" if v["spread"] else " " * 15
+            ratio = f"{e / v['us']:5.2f}x" if e else ""
+            print(f"   {impl:<52}{v['us']:8.1f} {spread} {nbytes / v['us'] / 1e6:5.2f} TB/s  {ratio}")
+
+
 def write_json(path, data):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
@@ -376,6 +506,15 @@ def main(argv=None):
     ap.add_argument("--final", action="store_true",
                     help="only the backward alone and the fwd+bwd row, for the default plan and none")
     ap.add_argument("--dropout", action="store_true", help="only the residual dropout rows (session 4)")
+    ap.add_argument("--interleaved", action="store_true",
+                    help="issue 4 (session 6): fwd, bwd, fwd+bwd of the public op, bf16 rows x 768 (--rows), eager, "
+                         "torch.compile and every --plans plan, timed in interleaved rounds; then the kernels alone")
+    ap.add_argument("--plans", default=";".join(INTERLEAVED_PLANS),
+                    help="--interleaved: plans separated by ';' (each a comma-separated list of flags)")
+    ap.add_argument("--rows", default=",".join(map(str, INTERLEAVED_ROWS)), help="--interleaved: row counts")
+    ap.add_argument("--rounds", type=int, default=5, help="--interleaved: timed rounds")
+    ap.add_argument("--no-compile", action="store_true", help="--interleaved: leave torch.compile out")
+    ap.add_argument("--no-kernels", action="store_true", help="--interleaved: leave the kernels-alone rows out")
     ap.add_argument("--s5", action="store_true",
                     help="issue 4 (session 5): fwd, bwd, fwd+bwd at 16384x768 and 32768x768 bf16, the default plan "
                          "(and with bwd_reverse), eager and torch.compile, then the kernels alone")
@@ -398,6 +537,27 @@ def main(argv=None):
         print_dropout_rows(rows)
         if args.json:
             write_json(args.json, {"gpu": props.name, "torch": torch.__version__, "dropout_p": DROPOUT_P, "dropout": rows})
+        print(f"({time.time() - t0:.0f} s)")
+        return 0
+
+    if args.interleaved:
+        plans = [p.strip() for p in args.plans.split(";") if p.strip()]
+        for p in plans:
+            ln.set_variant(p)   # an unknown flag fails here, before any timing
+        ln.set_variant("default")
+        rows = interleaved_rows(args, ln, l2, plans, [int(n) for n in args.rows.split(",")])
+        kernels = {} if args.no_kernels else kernel_rows(args, ln, l2, plans, plans)
+        if kernels:
+            print("\nkernels alone (extension calls; bwd = its kernel + the column sum), us (TB/s at the bytes each must move)")
+        for name, r in kernels.items():
+            print(f"  {name:<25} floor fwd {r['fwd_bytes'] / FLOOR_TBS / 1e6:.1f}, bwd {r['bwd_bytes'] / FLOOR_TBS / 1e6:.1f}")
+            for kind, nbytes in (("fwd_us", r["fwd_bytes"]), ("bwd_us", r["bwd_bytes"])):
+                print(f"     {kind[:3]}: " + " | ".join(f"{v} {us:.1f} ({nbytes / us / 1e6:.2f})" for v, us in r[kind].items()))
+            for k, e in r.get("errors", {}).items():
+                print(f"   ! {k}: {e}")
+        if args.json:
+            write_json(args.json, {"gpu": props.name, "torch": torch.__version__, "plans": plans, "interleaved": rows,
+                                   "kernels": kernels})
         print(f"({time.time() - t0:.0f} s)")
         return 0
 

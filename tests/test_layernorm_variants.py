@@ -22,7 +22,11 @@ REPO = base.REPO
 needs_cuda = base.needs_cuda
 BF16, F32 = base.BF16, base.F32
 
-VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", "fwd_full,bwd_reverse,bwd_tree,pdl"]
+# each flag alone; session 6's L2 prefetches on top of the default plan (the candidates) and with the
+# persistent forward grid and the reversed backward (their other distances and row orders); all flags.
+VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", "fwd_l2_ahead", "bwd_l2_ahead",
+            "default,fwd_l2_ahead,bwd_l2_ahead", "fwd_l2_ahead,bwd_l2_ahead,bwd_reverse",
+            "fwd_full,bwd_reverse,bwd_tree,pdl,fwd_l2_ahead,bwd_l2_ahead"]
 # (rows, cols): 1 and 7 rows (fewer rows than a block takes), a tail of a few rows past a
 # block step, widths with 1 to 4 chunks a thread and 1 to 8 warps a row (1600: idle lanes),
 # and more rows than one wave of blocks.
@@ -95,7 +99,8 @@ def launched(fn):
 @needs_cuda
 def test_the_variant_is_what_launches(ln):
     """Every plan launches the same three kernels (the flags change the grid, the block sum, the row
-    order and the launch, not the instance): bf16 C=768 is one warp a row, 3 chunks a thread, no
+    order and the launch, not the instance), except that fwd_l2_ahead / bwd_l2_ahead launch the
+    AHEAD instance (last template argument true): bf16 C=768 is one warp a row, 3 chunks a thread, no
     dropout; the flags in force are reported, in the FLAGS table's order. The instances are read
     from the kernels' names, template argument by template argument (session 4's DROP bool broke a
     regex that wanted the CHUNKS digit last)."""
@@ -110,17 +115,50 @@ def test_the_variant_is_what_launches(ln):
                 for n in names for args in re.findall(r"\b" + kernel + r"<([^<>]*)>", n)}
 
     bf16 = "__nv_bfloat16"
-    expected = {(bf16, bf16, bf16, "3", "false")}   # <TH, TR, TY, CHUNKS, DROP>
+    plain = {(bf16, bf16, bf16, "3", "false", "false")}   # <TH, TR, TY, CHUNKS, DROP, AHEAD>
+    ahead = {(bf16, bf16, bf16, "3", "false", "true")}
 
     try:
         assert ln.set_variant("none") == "none" and ln.variant() == "none" and ln.set_variant("") == "none"
-        for spec, active in (("none", "none"), ("pdl, bwd_tree", "bwd_tree,pdl"),
-                             ("pdl,bwd_reverse,fwd_full", "fwd_full,bwd_reverse,pdl")):
+        for spec, active, fwd, bwd in (("none", "none", plain, plain), ("pdl, bwd_tree", "bwd_tree,pdl", plain, plain),
+                                       ("pdl,bwd_reverse,fwd_full", "fwd_full,bwd_reverse,pdl", plain, plain),
+                                       ("fwd_l2_ahead,fwd_full", "fwd_full,fwd_l2_ahead", ahead, plain),
+                                       ("bwd_l2_ahead,pdl", "pdl,bwd_l2_ahead", plain, ahead),
+                                       ("default,bwd_l2_ahead,fwd_l2_ahead", "fwd_full,bwd_tree,pdl,fwd_l2_ahead,bwd_l2_ahead",
+                                        ahead, ahead)):
             assert ln.set_variant(spec) == active == ln.variant()
             names = launched(call)
-            assert instances(names, "forward_kernel") == expected, names
-            assert instances(names, "backward_kernel") == expected, names
+            assert instances(names, "forward_kernel") == fwd, (spec, names)
+            assert instances(names, "backward_kernel") == bwd, (spec, names)
             assert sum("column_sum_kernel" in n for n in names) == 1, names
+    finally:
+        ln.set_variant("default")
+
+
+@needs_cuda
+def test_l2_ahead_flags_leave_the_dropout_kernels_alone(ln):
+    """fwd_l2_ahead / bwd_l2_ahead have no dropout instances (layernorm.cu, with_forward_kernel): with
+    dropout on, the plain DROP instances run and give the default plan's outputs, bitwise."""
+    ext = ln._ext.module
+    x, r, w, b, dy, dh = base.make(1031, 768, base.KERNEL_COMBOS["bf16"], 5, param_dtype=BF16)
+    seed = torch.tensor([1234], dtype=torch.int64, device="cuda")
+
+    def step():
+        y, h, mean, rstd = ext.forward(x, r, w, b, 1e-5, dropout_seed=seed, dropout_p=0.1)
+        return (y, h, mean, rstd) + tuple(ext.backward(dy, dh, h, mean, rstd, w, dropout_seed=seed, dropout_p=0.1))
+
+    try:
+        ln.set_variant("default")
+        expected = step()
+        ln.set_variant("default,fwd_l2_ahead,bwd_l2_ahead")
+        got = step()
+        assert len(got) == len(expected) == 8   # y, h, mean, rstd, dh_out, dw, db, dr
+        for i, (a, c) in enumerate(zip(got, expected)):
+            assert torch.equal(a, c), i
+        names = launched(step)
+        args = [re.findall(r"\b(?:forward|backward)_kernel<([^<>]*)>", n) for n in names]
+        args = [tuple(a.strip() for a in found[0].split(",")) for found in args if found]
+        assert len(args) == 2 and all(a[-2:] == ("true", "false") for a in args), names   # DROP, not AHEAD
     finally:
         ln.set_variant("default")
 
@@ -217,9 +255,10 @@ def test_cpu_flag_lists_agree():
     assert set(VARIANTS[-1].split(",")) == set(cu_flags)
     for spec in (layernorm_bench.FWD_VARIANTS + layernorm_bench.BWD_VARIANTS + layernorm_bench.FINAL_BWD
                  + layernorm_bench.FINAL_PLANS + layernorm_bench.S5_PLANS + layernorm_bench.S5_KERNEL_FWD
-                 + layernorm_bench.S5_KERNEL_BWD):
+                 + layernorm_bench.S5_KERNEL_BWD + layernorm_bench.INTERLEAVED_PLANS):
         assert spec == "none" or set(spec.split(",")) <= set(cu_flags) | {"default"}, spec
     assert default_plan_flags() <= set(cu_flags)
+    assert layernorm_bench.INTERLEAVED_PLANS[0] == "default"   # the plan every candidate is read against
     assert all(v.startswith("fwd") for v in layernorm_bench.FWD_VARIANTS[1:])
     assert all(not v.startswith("fwd") for v in layernorm_bench.BWD_VARIANTS)
 
