@@ -18,6 +18,7 @@
 // policy and its launcher. Read in order: the header, then this file's variants, epilogue, dispatch.
 #include "gemm.cuh"
 #include "gemm_4_warp_specialized.cuh"
+#include "gemm_plain_epilogue.cuh"
 
 namespace {
 using namespace tk;
@@ -31,38 +32,49 @@ using config2 = config<8, 32, false>;
 using config3 = config<8, 32, true>;
 using config4 = config<3, 64, false, 4>;
 using config5 = config<4, 64, false, 2, 2>;   // 2-CTA clusters sharing B by multicast (cuBLAS's "2x1"; session 4)
+// Variant 6 (session 6) = config0's pipeline with gemm4::plain_epilogue (kernels/gemm_plain_epilogue.cuh):
+// the plain product only (no bias, no GELU), boxes staged by stmatrix with no per-value branches.
 
-template <typename Cfg, major MA, major MB, typename OutT>
+template <typename Cfg, major MA, major MB, typename OutT, bool PLAIN>
 const char* launch(const gemm::args& g) {
     // Step 4's epilogue policy: gemm4::linear_epilogue (in the header, shared with step 5): bias
-    // and GELU per value, TMA store or split-K reduce-add per box.
-    using Epi = gemm4::linear_epilogue<OutT>;
-    return gemm4::launch<Cfg, MA, MB, Epi>(
-        "gemm step 4", g.a, g.b, g.M, g.N, g.K, g.splits, g.num_sms, g.stream, [&] {
-            return Epi{gemm4::out_gl<OutT>(static_cast<OutT*>(g.c), 1, g.M, g.N),
-                       {static_cast<const bf16*>(g.bias), g.gelu}};
-        });
+    // and GELU per value, TMA store or split-K reduce-add per box. PLAIN: gemm4::plain_epilogue.
+    if constexpr (PLAIN) {
+        using Epi = gemm4::plain_epilogue<OutT>;
+        return gemm4::launch<Cfg, MA, MB, Epi>(
+            "gemm step 4", g.a, g.b, g.M, g.N, g.K, g.splits, g.num_sms, g.stream,
+            [&] { return Epi{gemm4::out_gl<OutT>(static_cast<OutT*>(g.c), 1, g.M, g.N)}; });
+    } else {
+        using Epi = gemm4::linear_epilogue<OutT>;
+        return gemm4::launch<Cfg, MA, MB, Epi>(
+            "gemm step 4", g.a, g.b, g.M, g.N, g.K, g.splits, g.num_sms, g.stream, [&] {
+                return Epi{gemm4::out_gl<OutT>(static_cast<OutT*>(g.c), 1, g.M, g.N),
+                           {static_cast<const bf16*>(g.bias), g.gelu}};
+            });
+    }
 }
 
-template <typename Cfg>
+template <typename Cfg, bool PLAIN = false>
 const char* dispatch(const gemm::args& g) {
     if (g.c_fp32) {
-        if (!g.a_mn_major && !g.b_mn_major) return launch<Cfg, major::K, major::K, float>(g);
-        if (!g.a_mn_major) return launch<Cfg, major::K, major::MN, float>(g);
-        return launch<Cfg, major::MN, major::MN, float>(g);
+        if (!g.a_mn_major && !g.b_mn_major) return launch<Cfg, major::K, major::K, float, PLAIN>(g);
+        if (!g.a_mn_major) return launch<Cfg, major::K, major::MN, float, PLAIN>(g);
+        return launch<Cfg, major::MN, major::MN, float, PLAIN>(g);
     }
-    if (!g.a_mn_major && !g.b_mn_major) return launch<Cfg, major::K, major::K, bf16>(g);
-    if (!g.a_mn_major) return launch<Cfg, major::K, major::MN, bf16>(g);
-    return launch<Cfg, major::MN, major::MN, bf16>(g);
+    if (!g.a_mn_major && !g.b_mn_major) return launch<Cfg, major::K, major::K, bf16, PLAIN>(g);
+    if (!g.a_mn_major) return launch<Cfg, major::K, major::MN, bf16, PLAIN>(g);
+    return launch<Cfg, major::MN, major::MN, bf16, PLAIN>(g);
 }
 }  // namespace
 
 const char* gemm::step4_warp_specialized(const gemm::args& g) {
     if (g.a_mn_major && !g.b_mn_major) return "gemm step 4: A M-major with B K-major is not instantiated; pass B N-major";
     if (g.splits > 1 && !g.c_fp32) return "gemm step 4: split-K reduce-adds fp32 partials; ask for an fp32 output";
-#ifdef GEMM_DEFAULT_VARIANT_ONLY   // the CPU compile test: one configuration keeps it quick
-    if (g.variant != 0) return "gemm step 4: built with GEMM_DEFAULT_VARIANT_ONLY";
-    return dispatch<config0>(g);
+    if (g.variant == 6 && (g.bias || g.gelu))
+        return "gemm step 4: variant 6 is the plain product (no bias, no GELU); use variant 0 for a fused epilogue";
+#ifdef GEMM_DEFAULT_VARIANT_ONLY   // the CPU compile test: the default and the plain epilogue keep it quick
+    if (g.variant != 0 && g.variant != 6) return "gemm step 4: built with GEMM_DEFAULT_VARIANT_ONLY";
+    return g.variant == 6 ? dispatch<config0, true>(g) : dispatch<config0>(g);
 #endif
     switch (g.variant) {
         case 0: return dispatch<config0>(g);
@@ -71,6 +83,7 @@ const char* gemm::step4_warp_specialized(const gemm::args& g) {
         case 3: return dispatch<config3>(g);
         case 4: return dispatch<config4>(g);
         case 5: return dispatch<config5>(g);
-        default: return "gemm step 4: variant must be 0..5";
+        case 6: return dispatch<config0, true>(g);
+        default: return "gemm step 4: variant must be 0..6";
     }
 }

@@ -30,6 +30,9 @@
 // instead of as scattered per-thread loads in the epilogue; the epilogue reads box ch's input
 // from the buffer its output is then written into (each thread reads and rewrites only its own
 // positions, so in place is safe). The configuration needs NBUF >= the tile's boxes per warp.
+// Optional, for a policy that moves the whole slab itself (the plain product, whose values pass
+// unchanged: kernels/gemm_plain_epilogue.cuh): `static constexpr bool STORES_SLAB = true;` and
+//   store_slab(bufs, acc, pos, shape, lane)   replaces store_slab_by_values below (no box/value calls)
 // The same policies run in step 5's ping-pong kernel (kernels/gemm_5_pingpong.cuh), where a
 // consumer's tile is 128x128 or 64x256: a policy must take the tile width from tile_pos::cols
 // (or the accumulator's ::cols), never assume step 4's 256.
@@ -284,9 +287,9 @@ __device__ __forceinline__ void load_input_boxes(CTile (&bufs)[NBUF], mbarrier& 
 // With INPUT_BOXES, box ch's input (loaded by load_input_boxes) and output share buffer
 // first_buf + ch; `input_bar` (nullptr: already waited for) is waited on before the first box.
 template <int NBUF, typename Epi, typename CTile, typename Acc>
-__device__ __forceinline__ void store_slab(CTile (&bufs)[NBUF], const Epi& epi, typename Epi::tile_state& ts,
-                                           Acc& acc, const tile_pos& pos, const shape& sh, int lane,
-                                           int first_buf = 0, mbarrier* input_bar = nullptr, uint32_t input_parity = 0) {
+__device__ __forceinline__ void store_slab_by_values(CTile (&bufs)[NBUF], const Epi& epi, typename Epi::tile_state& ts,
+                                                     Acc& acc, const tile_pos& pos, const shape& sh, int lane,
+                                                     int first_buf, mbarrier* input_bar, uint32_t input_parity) {
     constexpr int CC = CTile::cols;                  // columns per box: 64 bf16 / 32 fp32
     constexpr int OUTPUTS = Epi::OUTPUTS;
     constexpr bool INPUT = has_input_boxes<Epi>();
@@ -327,6 +330,20 @@ __device__ __forceinline__ void store_slab(CTile (&bufs)[NBUF], const Epi& epi, 
             }
         }
     }
+}
+
+// What the kernels call per slab: the policy's own store_slab if it has one (STORES_SLAB), else
+// the per-value path above.
+template <typename Epi> __host__ __device__ constexpr bool stores_slab() {
+    if constexpr (requires { Epi::STORES_SLAB; }) return Epi::STORES_SLAB;
+    else return false;
+}
+template <int NBUF, typename Epi, typename CTile, typename Acc>
+__device__ __forceinline__ void store_slab(CTile (&bufs)[NBUF], const Epi& epi, typename Epi::tile_state& ts,
+                                           Acc& acc, const tile_pos& pos, const shape& sh, int lane,
+                                           int first_buf = 0, mbarrier* input_bar = nullptr, uint32_t input_parity = 0) {
+    if constexpr (stores_slab<Epi>()) epi.store_slab(bufs, acc, pos, sh, lane);
+    else store_slab_by_values(bufs, epi, ts, acc, pos, sh, lane, first_buf, input_bar, input_parity);
 }
 
 template <typename Cfg, major MA, major MB, typename Epi>

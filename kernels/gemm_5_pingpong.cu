@@ -40,6 +40,7 @@
 // linear-layer epilogue policy (bias, GELU, split-K).
 #include "gemm.cuh"
 #include "gemm_5_pingpong.cuh"
+#include "gemm_plain_epilogue.cuh"
 
 namespace {
 using namespace tk;
@@ -54,36 +55,47 @@ using config3 = gemm5::pingpong_128x128_cluster2;   // 128x128, 6 stages, B mult
 using config4 = gemm5::pingpong_64x256_cluster2;    // 64x256, 4 stages, B multicast across 2-CTA clusters
 using config5 = gemm5::config<1, 5, 1>;   // 64x256, 5 stages, ONE staging box per warp: more bytes in flight
                                            // (200 vs 160 KB) for the same 216 KB of shared memory (session 4)
+// Variant 6 (session 6) = config1's 64x256 tile with gemm4::plain_epilogue (kernels/gemm_plain_epilogue.cuh):
+// the plain product only (no bias, no GELU), boxes staged by stmatrix with no per-value branches.
 
-template <typename Cfg, major MA, major MB, typename OutT>
+template <typename Cfg, major MA, major MB, typename OutT, bool PLAIN>
 const char* launch(const gemm::args& g) {
-    using Epi = gemm4::linear_epilogue<OutT>;
-    return gemm5::launch<Cfg, MA, MB, Epi>(
-        "gemm step 5", g.a, g.b, g.M, g.N, g.K, g.splits, g.num_sms, g.stream, [&] {
-            return Epi{gemm4::out_gl<OutT>(static_cast<OutT*>(g.c), 1, g.M, g.N),
-                       {static_cast<const bf16*>(g.bias), g.gelu}};
-        });
+    if constexpr (PLAIN) {
+        using Epi = gemm4::plain_epilogue<OutT>;
+        return gemm5::launch<Cfg, MA, MB, Epi>(
+            "gemm step 5", g.a, g.b, g.M, g.N, g.K, g.splits, g.num_sms, g.stream,
+            [&] { return Epi{gemm4::out_gl<OutT>(static_cast<OutT*>(g.c), 1, g.M, g.N)}; });
+    } else {
+        using Epi = gemm4::linear_epilogue<OutT>;
+        return gemm5::launch<Cfg, MA, MB, Epi>(
+            "gemm step 5", g.a, g.b, g.M, g.N, g.K, g.splits, g.num_sms, g.stream, [&] {
+                return Epi{gemm4::out_gl<OutT>(static_cast<OutT*>(g.c), 1, g.M, g.N),
+                           {static_cast<const bf16*>(g.bias), g.gelu}};
+            });
+    }
 }
 
-template <typename Cfg>
+template <typename Cfg, bool PLAIN = false>
 const char* dispatch(const gemm::args& g) {
     if (g.c_fp32) {
-        if (!g.a_mn_major && !g.b_mn_major) return launch<Cfg, major::K, major::K, float>(g);
-        if (!g.a_mn_major) return launch<Cfg, major::K, major::MN, float>(g);
-        return launch<Cfg, major::MN, major::MN, float>(g);
+        if (!g.a_mn_major && !g.b_mn_major) return launch<Cfg, major::K, major::K, float, PLAIN>(g);
+        if (!g.a_mn_major) return launch<Cfg, major::K, major::MN, float, PLAIN>(g);
+        return launch<Cfg, major::MN, major::MN, float, PLAIN>(g);
     }
-    if (!g.a_mn_major && !g.b_mn_major) return launch<Cfg, major::K, major::K, bf16>(g);
-    if (!g.a_mn_major) return launch<Cfg, major::K, major::MN, bf16>(g);
-    return launch<Cfg, major::MN, major::MN, bf16>(g);
+    if (!g.a_mn_major && !g.b_mn_major) return launch<Cfg, major::K, major::K, bf16, PLAIN>(g);
+    if (!g.a_mn_major) return launch<Cfg, major::K, major::MN, bf16, PLAIN>(g);
+    return launch<Cfg, major::MN, major::MN, bf16, PLAIN>(g);
 }
 }  // namespace
 
 const char* gemm::step5_pingpong(const gemm::args& g) {
     if (g.a_mn_major && !g.b_mn_major) return "gemm step 5: A M-major with B K-major is not instantiated; pass B N-major";
     if (g.splits > 1 && !g.c_fp32) return "gemm step 5: split-K reduce-adds fp32 partials; ask for an fp32 output";
-#ifdef GEMM_DEFAULT_VARIANT_ONLY   // the CPU compile test: one configuration keeps it quick
-    if (g.variant != 0) return "gemm step 5: built with GEMM_DEFAULT_VARIANT_ONLY";
-    return dispatch<config0>(g);
+    if (g.variant == 6 && (g.bias || g.gelu))
+        return "gemm step 5: variant 6 is the plain product (no bias, no GELU); use variant 1 for a fused epilogue";
+#ifdef GEMM_DEFAULT_VARIANT_ONLY   // the CPU compile test: one configuration and the plain epilogue keep it quick
+    if (g.variant != 0 && g.variant != 6) return "gemm step 5: built with GEMM_DEFAULT_VARIANT_ONLY";
+    return g.variant == 6 ? dispatch<config1, true>(g) : dispatch<config0>(g);
 #endif
     switch (g.variant) {
         case 0: return dispatch<config0>(g);
@@ -92,6 +104,7 @@ const char* gemm::step5_pingpong(const gemm::args& g) {
         case 3: return dispatch<config3>(g);
         case 4: return dispatch<config4>(g);
         case 5: return dispatch<config5>(g);
-        default: return "gemm step 5: variant must be 0..5";
+        case 6: return dispatch<config1, true>(g);
+        default: return "gemm step 5: variant must be 0..6";
     }
 }

@@ -6,6 +6,7 @@
     python -m kernels.gemm_bench --steps 0,4,5 --variants5 1,2,3   # auto, 4, 5 and step 5's variants (gemm.VARIANTS5)
     python -m kernels.gemm_bench --steps 0,4 --variants4 5          # ... and step 4's (gemm.VARIANTS)
     python -m kernels.gemm_bench --steps 0,4 --modes eager,graph,kernel --host   # launch cost vs kernel (session 5)
+    python -m kernels.gemm_bench --steps 0,4 --variants4 6 --variants5 6 --modes eager,graph,kernel   # plain epilogue (session 6)
 
 Timing modes (--modes; each trial runs every mode of every implementation, interleaved):
   eager   CUDA events around `iters` back-to-back calls launched from Python. The GPU waits for
@@ -16,7 +17,7 @@ Timing modes (--modes; each trial runs every mode of every implementation, inter
           zeroing and fp32 -> bf16 conversion) stays. torch.matmul is captured the same way.
   kernel  tk only: the GEMM kernel alone (gemm.kernel_only: operands and output prepared once,
           no memset, no conversion), captured and replayed like `graph`; its ratio is to torch's
-          `graph` time of the same trial.
+          `graph` time of the same trial. Timed for auto, step4, step5 and the --variants4/5 keys.
 --host adds a table of host microseconds per call (perf_counter, launches queued, not waited
 for): torch.matmul, tk's matmul and each part of its path (one TMA descriptor encode, measured
 separately in session 5, costs ~0.1 us: kernels/NOTES.md).
@@ -96,6 +97,18 @@ def host_us(fn, calls=30, reps=3):
         out.append((time.perf_counter() - t0) / calls * 1e6)
     torch.cuda.synchronize()
     return statistics.median(out)
+
+
+def kernel_step_variant(key):
+    """(step, variant) of a timing key that `kernel` mode can time alone ('auto', 'step4', 'step5',
+    '4v6', '5v1', ...), None for the others (torch, steps 1-3, step 4's --variants keys)."""
+    if key == "auto":
+        return 0, 0
+    if key in ("step4", "step5"):
+        return int(key[-1]), 0
+    if len(key) >= 3 and key[0] in "45" and key[1] == "v" and key[2:].isdigit():
+        return int(key[0]), int(key[2:])
+    return None
 
 
 def cases(quick):
@@ -208,8 +221,9 @@ def main():
                     timers[(mode, k)] = (lambda g=g: time_graph_ms(g, args.iters, args.replays))
             else:
                 for k in fns:
-                    if k == "auto" or k in ("step4", "step5"):
-                        launch, _ = gemm.kernel_only(a, b, step=0 if k == "auto" else int(k[-1]))
+                    sv = kernel_step_variant(k)
+                    if sv is not None:
+                        launch, _ = gemm.kernel_only(a, b, step=sv[0], variant=sv[1])
                         g = capture(launch, args.iters)
                         # keep=launch: the graph writes into kernel_only's output, which only the
                         # closure holds; freed, the next capture's empty_cache unmaps it and the
