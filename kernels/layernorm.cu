@@ -58,9 +58,9 @@
 // TK_LAYERNORM_VARIANT), so one process can time them against each other
 // (kernels/layernorm_bench.py). The same arithmetic in every plan; kernels/NOTES.md ("Session 3:
 // LayerNorm speed") has the measurements and the default. (8-byte "narrow" chunks and a
-// next-row "prefetch" were tried there too, lost on the H200 and were removed.) Session 6 adds two
-// opt-in flags that ask L2 for rows ahead of their loads (prefetch_row_l2): template instances of
-// their own (AHEAD), so the default plan's kernels are unchanged.
+// next-row "prefetch" were tried there too, lost on the H200 and were removed.) Session 6 adds
+// opt-in memory hints (HINTS below: rows asked of L2 ahead of their loads, inputs loaded with the
+// evict-first policy) as template instances of their own, so the default plan's kernels are unchanged.
 //
 // DROPOUT of the branch (session 4): training drops elements of each residual branch (attention
 // and MLP outputs) before adding them to the stream. Done by kernels of its own, dropout costs a
@@ -192,15 +192,35 @@ __device__ __forceinline__ void allow_next_grid() {
 #endif
 }
 
-// Rows AHEAD in L2 (opt-in flags fwd_l2_ahead, bwd_l2_ahead; session 6): thread t of the row
-// group asks L2 for the row's 128-byte line t, a row it will load (or another block will) a while
-// later. The loads then find it in L2 instead of waiting on DRAM. Unlike a second row held in
+// ---- memory hints (session 6, opt-in): the kernels' HINTS template argument, a set of bits ----
+// (0, the default plan's instances: no hints.)
+constexpr int L2_AHEAD = 1;      // flags fwd_l2_ahead, bwd_l2_ahead: prefetch_row_l2 below
+constexpr int EVICT_FIRST = 2;   // flags fwd_evict_first, bwd_evict_first: load_input below
+
+// Rows AHEAD in L2 (L2_AHEAD): thread t of the row group asks L2 for the row's 128-byte line t, a
+// row it will load (or another block will) a while later. The loads then find it in L2 instead of waiting on DRAM. Unlike a second row held in
 // registers (session 3's "prefetch": fewer warps) or copied into shared memory (session 5's
 // cp.async: it lost L1), a prefetch holds nothing in the SM: no register waits for it, so it
 // deepens the queue of bytes in flight at no cost in occupancy. A hint: it changes no result.
 template <typename T> __device__ __forceinline__ void prefetch_row_l2(const T* p, int64_t row, int cols, const RowGroup& g) {
     constexpr int per_line = 128 / int(sizeof(T));   // elements a line (cols is a multiple of 64: whole lines)
     if (g.t * per_line < cols) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + row * cols + g.t * per_line));
+}
+
+// One chunk of an input: as tk::load does (the read-only path), or with EVICT_FIRST as a streaming
+// load (ld.global.cs: its lines are the first L1 and L2 evict). Every input here is read once, so
+// with the hint L2 keeps the outputs instead, which the next kernel reads (the forward's y feeds a
+// matmul; in bench.py's back-to-back fwd+bwd the backward reads the forward's h).
+template <bool EVICT, typename T, int E> __device__ __forceinline__ void load_input(tk::chunk<T, E>& c, const T* src) {
+    if constexpr (!EVICT) {
+        tk::load(c, src);
+    } else if constexpr (tk::chunk<T, E>::words == 4) {
+        const uint4 raw = __ldcs(reinterpret_cast<const uint4*>(src));
+        c.word[0] = raw.x; c.word[1] = raw.y; c.word[2] = raw.z; c.word[3] = raw.w;
+    } else {
+        const uint2 raw = __ldcs(reinterpret_cast<const uint2*>(src));
+        c.word[0] = raw.x; c.word[1] = raw.y;
+    }
 }
 
 // The SMs' count as the hardware numbers them (%nsmid: at least the SM count), for a distance of
@@ -256,7 +276,7 @@ __device__ __forceinline__ DropoutMask read_mask(const int64_t* seed, uint32_t t
 // Occupancy asked of ptxas: up to 3 chunks (48 bytes of h) a thread, four blocks (32 warps) an
 // SM; more, no minimum.
 __host__ __device__ constexpr int forward_blocks_per_sm(int chunks) { return chunks <= 3 ? 4 : 1; }
-template <typename TH, typename TR, int E, int CHUNKS> struct ForwardRow {
+template <typename TH, typename TR, int E, int CHUNKS, bool EVICT = false> struct ForwardRow {
     Chunk<TH, E> x[CHUNKS];
     Chunk<TR, E> r[CHUNKS];
     // Issue every load of the row at `base` (zeros when !live): in flight until first used.
@@ -266,16 +286,16 @@ template <typename TH, typename TR, int E, int CHUNKS> struct ForwardRow {
             x[i].zero();
             r[i].zero();
             if (live && g.has(i)) {
-                tk::load(x[i], xp + base + g.col(i, E));
-                if (rp != nullptr) tk::load(r[i], rp + base + g.col(i, E));
+                load_input<EVICT>(x[i], xp + base + g.col(i, E));
+                if (rp != nullptr) load_input<EVICT>(r[i], rp + base + g.col(i, E));
             }
         }
     }
 };
 
-// AHEAD (flag fwd_l2_ahead): each group also asks L2 for the row one wave of resident blocks
-// ahead (prefetch_row_l2).
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, bool AHEAD = false>
+// HINTS (memory hints, opt-in): L2_AHEAD (flag fwd_l2_ahead) asks L2 for the row one wave of
+// resident blocks ahead; EVICT_FIRST (fwd_evict_first) loads x and r as streaming loads.
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, int HINTS = 0>
 __global__ void __launch_bounds__(BLOCK_THREADS, forward_blocks_per_sm(CHUNKS))
 forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* __restrict__ w,
                const void* __restrict__ b, bool params_bf16, TY* __restrict__ y, TH* __restrict__ h,
@@ -299,9 +319,9 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
         const int64_t base = row * cols;
 
         // 1. The one read: every load is issued before any is used, so they are all in flight.
-        ForwardRow<TH, TR, E, CHUNKS> in;
+        ForwardRow<TH, TR, E, CHUNKS, (HINTS & EVICT_FIRST) != 0> in;
         in.issue(x, r, base, live, g);
-        if constexpr (AHEAD) {
+        if constexpr ((HINTS & L2_AHEAD) != 0) {
             // The row one wave of resident blocks later: this group's next row on the persistent
             // grid (stride), or the row of the block that takes this slot next on a full grid.
             const int64_t wave = int64_t(sm_ids()) * forward_blocks_per_sm(CHUNKS) * g.rows_per_step;
@@ -370,7 +390,7 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
 // read dh_out back.
 // reverse: walk the rows from the last to the first. The forward's persistent grid writes h from
 // the first row to the last, so right after it the LAST rows of h are the ones still in L2.
-template <typename TH, typename TY, int E, int CHUNKS> struct BackwardRow {
+template <typename TH, typename TY, int E, int CHUNKS, bool EVICT = false> struct BackwardRow {
     Chunk<TH, E> h[CHUNKS], dh[CHUNKS];
     Chunk<TY, E> dy[CHUNKS];
     float mu, rs;   // the row's mean and rstd (zeros when not live)
@@ -385,9 +405,9 @@ template <typename TH, typename TY, int E, int CHUNKS> struct BackwardRow {
             dy[i].zero();
             dh[i].zero();
             if (live && g.has(i)) {
-                tk::load(h[i], hp + base + g.col(i, E));
-                tk::load(dy[i], dyp + base + g.col(i, E));
-                if (dhp != nullptr) tk::load(dh[i], dhp + base + g.col(i, E));
+                load_input<EVICT>(h[i], hp + base + g.col(i, E));
+                load_input<EVICT>(dy[i], dyp + base + g.col(i, E));
+                if (dhp != nullptr) load_input<EVICT>(dh[i], dhp + base + g.col(i, E));
             }
         }
         mu = live ? mean[row] : 0.0f;
@@ -395,10 +415,11 @@ template <typename TH, typename TY, int E, int CHUNKS> struct BackwardRow {
     }
 };
 
-// AHEAD (flag bwd_l2_ahead): each group asks L2 for its next row step's dy, dh and h while it
-// works on this one (prefetch_row_l2), and for its first row step's dy and dh before it waits for
-// the kernel before it (pdl): the forward writes h, not dy or dh, and a prefetch changes no result.
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, bool AHEAD = false>
+// HINTS (memory hints, opt-in): L2_AHEAD (flag bwd_l2_ahead) asks L2 for each group's next row
+// step's dy, dh and h while it works on this one, and for its first step's dy and dh before it
+// waits for the kernel before it (pdl: the forward writes h, not dy or dh; a prefetch changes no
+// result); EVICT_FIRST (bwd_evict_first) loads dy, dh and h as streaming loads.
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, int HINTS = 0>
 __global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 2 : 1)
 backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* __restrict__ h,
                 const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -420,7 +441,7 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
 
     const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
     auto row_of = [&](int64_t step_row) { return reverse ? rows - 1 - step_row : step_row; };
-    if constexpr (AHEAD) {
+    if constexpr ((HINTS & L2_AHEAD) != 0) {
         const int64_t step_row = int64_t(blockIdx.x) * g.rows_per_step + g.slot;
         if (step_row < rows) {
             prefetch_row_l2(dy, row_of(step_row), cols, g);
@@ -438,9 +459,9 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
         const int64_t base = row * cols;
 
         // 1. The one read (all loads in flight together), kept as loaded.
-        BackwardRow<TH, TY, E, CHUNKS> in;
+        BackwardRow<TH, TY, E, CHUNKS, (HINTS & EVICT_FIRST) != 0> in;
         in.issue(dy, dh, h, mean, rstd, row, cols, live, g);
-        if constexpr (AHEAD) {
+        if constexpr ((HINTS & L2_AHEAD) != 0) {
             if (step_row + stride < rows) {
                 const int64_t next = row_of(step_row + stride);
                 prefetch_row_l2(dy, next, cols, g);
@@ -602,9 +623,12 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //   pdl          every kernel launched as a programmatic dependent of the one before it (sm_90):
 //                its launch overlaps the previous kernel's tail (the column sum the backward's,
 //                the backward the forward's in a back-to-back fwd+bwd)
-//   fwd_l2_ahead forward: each row group asks L2 for the row one wave of blocks ahead
-//   bwd_l2_ahead backward: each row group asks L2 for its next row step (prefetch_row_l2)
-//                (both session 6: opt-in until the H200 shows them faster; ignored with dropout)
+//   fwd_l2_ahead     forward: each row group asks L2 for the row one wave of blocks ahead
+//   bwd_l2_ahead     backward: each row group asks L2 for its next row step (prefetch_row_l2)
+//   fwd_evict_first  forward: x and r loaded with the evict-first policy (load_input)
+//   bwd_evict_first  backward: dy, dh and h loaded with the evict-first policy
+//                    (the four: session 6's memory hints, opt-in until the H200 shows them faster;
+//                    no dropout instances: ignored with dropout)
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -614,7 +638,9 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"bwd_tree", &Variant::bwd_tree},
                           {"pdl", &Variant::pdl},
                           {"fwd_l2_ahead", &Variant::fwd_l2_ahead},
-                          {"bwd_l2_ahead", &Variant::bwd_l2_ahead}};
+                          {"bwd_l2_ahead", &Variant::bwd_l2_ahead},
+                          {"fwd_evict_first", &Variant::fwd_evict_first},
+                          {"bwd_evict_first", &Variant::bwd_evict_first}};
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
 // Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan.
@@ -720,13 +746,32 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_
 uint32_t drop_threshold(const Dropout& d) { return uint32_t(std::floor(d.p * 65536.0 + 0.5)); }
 float keep_scale_of(const Dropout& d) { return float(1.0 / (1.0 - d.p)); }
 
-// The forward instance the plan asks for: f.template operator()<kernel>(). The session-6 flag
-// fwd_l2_ahead has instances without dropout only; with dropout it is ignored.
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, typename F> auto with_forward_kernel(F&& f) {
+// The instance the plan's memory hints ask for: f.template operator()<kernel<HINTS>>(). The hints
+// have instances without dropout only; with dropout they are ignored (HINTS = 0).
+template <template <int> class Kernel, bool DROP, typename F> auto with_hints(bool l2_ahead, bool evict_first, F&& f) {
     if constexpr (!DROP) {
-        if (current_variant().fwd_l2_ahead) return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP, true>>();
+        switch ((l2_ahead ? L2_AHEAD : 0) | (evict_first ? EVICT_FIRST : 0)) {
+            case L2_AHEAD: return f.template operator()<Kernel<L2_AHEAD>::value>();
+            case EVICT_FIRST: return f.template operator()<Kernel<EVICT_FIRST>::value>();
+            case L2_AHEAD | EVICT_FIRST: return f.template operator()<Kernel<L2_AHEAD | EVICT_FIRST>::value>();
+            default: break;
+        }
     }
-    return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP>>();
+    return f.template operator()<Kernel<0>::value>();
+}
+
+// Forward<...>::with<HINTS>::value: the forward kernel instance with those hints (what with_hints
+// takes as Kernel); the same for the backward.
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> struct Forward {
+    template <int HINTS> struct with { static constexpr auto value = forward_kernel<TH, TR, TY, CHUNKS, DROP, HINTS>; };
+};
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> struct Backward {
+    template <int HINTS> struct with { static constexpr auto value = backward_kernel<TH, TR, TY, CHUNKS, DROP, HINTS>; };
+};
+
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, typename F> auto with_forward_kernel(F&& f) {
+    const Variant& v = current_variant();
+    return with_hints<Forward<TH, TR, TY, CHUNKS, DROP>::template with, DROP>(v.fwd_l2_ahead, v.fwd_evict_first, f);
 }
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
@@ -738,12 +783,9 @@ cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
     });
 }
 
-// The backward instance the plan asks for (bwd_l2_ahead: instances without dropout only).
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, typename F> auto with_backward_kernel(F&& f) {
-    if constexpr (!DROP) {
-        if (current_variant().bwd_l2_ahead) return f.template operator()<backward_kernel<TH, TR, TY, CHUNKS, DROP, true>>();
-    }
-    return f.template operator()<backward_kernel<TH, TR, TY, CHUNKS, DROP>>();
+    const Variant& v = current_variant();
+    return with_hints<Backward<TH, TR, TY, CHUNKS, DROP>::template with, DROP>(v.bwd_l2_ahead, v.bwd_evict_first, f);
 }
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> int backward_grid(const BackwardArgs& a, int G) {

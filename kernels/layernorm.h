@@ -79,8 +79,10 @@ struct Variant {
     bool bwd_reverse = false;     // "bwd_reverse"
     bool bwd_tree = false;        // "bwd_tree"
     bool pdl = false;             // "pdl"
-    bool fwd_l2_ahead = false;    // "fwd_l2_ahead" (session 6: opt-in, kernels without dropout)
-    bool bwd_l2_ahead = false;    // "bwd_l2_ahead"
+    bool fwd_l2_ahead = false;    // "fwd_l2_ahead" (session 6's memory hints: opt-in, kernels
+    bool bwd_l2_ahead = false;    // "bwd_l2_ahead"  without dropout only)
+    bool fwd_evict_first = false; // "fwd_evict_first"
+    bool bwd_evict_first = false; // "bwd_evict_first"
 };
 
 // Set the plan from a comma-separated list of flag names ("none" or "": no flag; "default": the

@@ -367,12 +367,16 @@ def print_s5_rows(rows, header=True):
 # or of its neighbour's load over the run falls on all of them alike. The figure is the median of
 # all rounds' replays; the spread is the range of the per-round medians.
 INTERLEAVED_ROWS = [16384, 32768, 65536]
-# the default, each prefetch flag on it and both; both on the persistent forward grid (the default
-# without fwd_full: each group's own next row ahead); bwd_reverse (the backward first reads the rows
-# of h the forward wrote last) without and with both
-INTERLEAVED_PLANS = ["default", "default,fwd_l2_ahead", "default,bwd_l2_ahead", "default,fwd_l2_ahead,bwd_l2_ahead",
+# the default; each memory hint on it, the two prefetches, the two evict-first loads and all four;
+# the prefetches on the persistent forward grid (the default without fwd_full: each group's own next
+# row ahead); bwd_reverse (the backward first reads the rows of h the forward wrote last: a
+# back-to-back effect) alone and with all four hints
+INTERLEAVED_PLANS = ["default", "default,fwd_l2_ahead", "default,bwd_l2_ahead", "default,fwd_evict_first",
+                     "default,bwd_evict_first", "default,fwd_l2_ahead,bwd_l2_ahead",
+                     "default,fwd_evict_first,bwd_evict_first",
+                     "default,fwd_l2_ahead,bwd_l2_ahead,fwd_evict_first,bwd_evict_first",
                      "bwd_tree,pdl,fwd_l2_ahead,bwd_l2_ahead", "default,bwd_reverse",
-                     "default,fwd_l2_ahead,bwd_l2_ahead,bwd_reverse"]
+                     "default,fwd_l2_ahead,bwd_l2_ahead,fwd_evict_first,bwd_evict_first,bwd_reverse"]
 
 
 def interleaved_rows(args, ln, l2_bytes, plans, rows_list, cols=768):
@@ -546,7 +550,8 @@ def main(argv=None):
             ln.set_variant(p)   # an unknown flag fails here, before any timing
         ln.set_variant("default")
         rows = interleaved_rows(args, ln, l2, plans, [int(n) for n in args.rows.split(",")])
-        kernels = {} if args.no_kernels else kernel_rows(args, ln, l2, plans, plans)
+        alone = [p for p in plans if "bwd_reverse" not in p]   # (reverse order: a back-to-back effect only)
+        kernels = {} if args.no_kernels else kernel_rows(args, ln, l2, alone, alone)
         if kernels:
             print("\nkernels alone (extension calls; bwd = its kernel + the column sum), us (TB/s at the bytes each must move)")
         for name, r in kernels.items():

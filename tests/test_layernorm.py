@@ -678,9 +678,9 @@ def test_cpu_checks_take_the_new_combinations():
 # ---- CPU: nvcc compiles every instance --------------------------------------------------------
 
 NVCC = shutil.which("nvcc") or next((p for p in ("/usr/local/bin/nvcc", "/usr/local/cuda/bin/nvcc") if os.path.exists(p)), None)
-# 5 dtype combinations x 4 chunk counts x (with dropout, without it, without it and rows ahead in
-# L2: fwd_l2_ahead / bwd_l2_ahead), forward and backward, and the column sum
-EXPECTED_KERNELS = 5 * 4 * 3 * 2 + 1
+# 5 dtype combinations x 4 chunk counts x (with dropout, without it: 4 sets of memory hints, HINTS
+# 0-3), forward and backward, and the column sum
+EXPECTED_KERNELS = 5 * 4 * (1 + 4) * 2 + 1
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")

@@ -22,11 +22,13 @@ REPO = base.REPO
 needs_cuda = base.needs_cuda
 BF16, F32 = base.BF16, base.F32
 
-# each flag alone; session 6's L2 prefetches on top of the default plan (the candidates) and with the
-# persistent forward grid and the reversed backward (their other distances and row orders); all flags.
-VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", "fwd_l2_ahead", "bwd_l2_ahead",
-            "default,fwd_l2_ahead,bwd_l2_ahead", "fwd_l2_ahead,bwd_l2_ahead,bwd_reverse",
-            "fwd_full,bwd_reverse,bwd_tree,pdl,fwd_l2_ahead,bwd_l2_ahead"]
+# each flag alone; session 6's memory hints on top of the default plan (the candidates: each
+# HINTS instance) and with the persistent forward grid and the reversed backward (the prefetches'
+# other distances and row orders); all flags.
+HINTS = ["fwd_l2_ahead", "bwd_l2_ahead", "fwd_evict_first", "bwd_evict_first"]
+VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", *HINTS,
+            "default,fwd_l2_ahead,bwd_l2_ahead", "default,fwd_evict_first,bwd_evict_first",
+            "fwd_l2_ahead,bwd_l2_ahead,bwd_reverse", "fwd_full,bwd_reverse,bwd_tree,pdl," + ",".join(HINTS)]
 # (rows, cols): 1 and 7 rows (fewer rows than a block takes), a tail of a few rows past a
 # block step, widths with 1 to 4 chunks a thread and 1 to 8 warps a row (1600: idle lanes),
 # and more rows than one wave of blocks.
@@ -99,8 +101,8 @@ def launched(fn):
 @needs_cuda
 def test_the_variant_is_what_launches(ln):
     """Every plan launches the same three kernels (the flags change the grid, the block sum, the row
-    order and the launch, not the instance), except that fwd_l2_ahead / bwd_l2_ahead launch the
-    AHEAD instance (last template argument true): bf16 C=768 is one warp a row, 3 chunks a thread, no
+    order and the launch, not the instance), except the memory hints, which pick the HINTS instance
+    (the last template argument: 1 fwd/bwd_l2_ahead, 2 fwd/bwd_evict_first, 3 both): bf16 C=768 is one warp a row, 3 chunks a thread, no
     dropout; the flags in force are reported, in the FLAGS table's order. The instances are read
     from the kernels' names, template argument by template argument (session 4's DROP bool broke a
     regex that wanted the CHUNKS digit last)."""
@@ -115,8 +117,8 @@ def test_the_variant_is_what_launches(ln):
                 for n in names for args in re.findall(r"\b" + kernel + r"<([^<>]*)>", n)}
 
     bf16 = "__nv_bfloat16"
-    plain = {(bf16, bf16, bf16, "3", "false", "false")}   # <TH, TR, TY, CHUNKS, DROP, AHEAD>
-    ahead = {(bf16, bf16, bf16, "3", "false", "true")}
+    plain, ahead, evict, both = ({(bf16, bf16, bf16, "3", "false", hints)} for hints in "0123")   # <TH, TR, TY,
+                                                                                                 # CHUNKS, DROP, HINTS>
 
     try:
         assert ln.set_variant("none") == "none" and ln.variant() == "none" and ln.set_variant("") == "none"
@@ -125,7 +127,10 @@ def test_the_variant_is_what_launches(ln):
                                        ("fwd_l2_ahead,fwd_full", "fwd_full,fwd_l2_ahead", ahead, plain),
                                        ("bwd_l2_ahead,pdl", "pdl,bwd_l2_ahead", plain, ahead),
                                        ("default,bwd_l2_ahead,fwd_l2_ahead", "fwd_full,bwd_tree,pdl,fwd_l2_ahead,bwd_l2_ahead",
-                                        ahead, ahead)):
+                                        ahead, ahead),
+                                       ("bwd_evict_first,fwd_evict_first", "fwd_evict_first,bwd_evict_first", evict, evict),
+                                       ("fwd_l2_ahead,fwd_evict_first,bwd_evict_first", "fwd_l2_ahead,fwd_evict_first,bwd_evict_first",
+                                        both, evict)):
             assert ln.set_variant(spec) == active == ln.variant()
             names = launched(call)
             assert instances(names, "forward_kernel") == fwd, (spec, names)
@@ -136,9 +141,9 @@ def test_the_variant_is_what_launches(ln):
 
 
 @needs_cuda
-def test_l2_ahead_flags_leave_the_dropout_kernels_alone(ln):
-    """fwd_l2_ahead / bwd_l2_ahead have no dropout instances (layernorm.cu, with_forward_kernel): with
-    dropout on, the plain DROP instances run and give the default plan's outputs, bitwise."""
+def test_memory_hints_leave_the_dropout_kernels_alone(ln):
+    """The memory hints (l2_ahead, evict_first) have no dropout instances (layernorm.cu, with_hints):
+    with dropout on, the plain DROP instances run and give the default plan's outputs, bitwise."""
     ext = ln._ext.module
     x, r, w, b, dy, dh = base.make(1031, 768, base.KERNEL_COMBOS["bf16"], 5, param_dtype=BF16)
     seed = torch.tensor([1234], dtype=torch.int64, device="cuda")
@@ -150,7 +155,7 @@ def test_l2_ahead_flags_leave_the_dropout_kernels_alone(ln):
     try:
         ln.set_variant("default")
         expected = step()
-        ln.set_variant("default,fwd_l2_ahead,bwd_l2_ahead")
+        ln.set_variant("default," + ",".join(HINTS))
         got = step()
         assert len(got) == len(expected) == 8   # y, h, mean, rstd, dh_out, dw, db, dr
         for i, (a, c) in enumerate(zip(got, expected)):
@@ -158,7 +163,7 @@ def test_l2_ahead_flags_leave_the_dropout_kernels_alone(ln):
         names = launched(step)
         args = [re.findall(r"\b(?:forward|backward)_kernel<([^<>]*)>", n) for n in names]
         args = [tuple(a.strip() for a in found[0].split(",")) for found in args if found]
-        assert len(args) == 2 and all(a[-2:] == ("true", "false") for a in args), names   # DROP, not AHEAD
+        assert len(args) == 2 and all(a[-2:] == ("true", "0") for a in args), names   # DROP, no HINTS
     finally:
         ln.set_variant("default")
 
