@@ -32,8 +32,9 @@ using config2 = config<8, 32, false>;
 using config3 = config<8, 32, true>;
 using config4 = config<3, 64, false, 4>;
 using config5 = config<4, 64, false, 2, 2>;   // 2-CTA clusters sharing B by multicast (cuBLAS's "2x1"; session 4)
-// Variant 6 (session 6) = config0's pipeline with gemm4::plain_epilogue (kernels/gemm_plain_epilogue.cuh):
-// the plain product only (no bias, no GELU), boxes staged by stmatrix with no per-value branches.
+// Variants 6 and 7 (session 6) = config0's and config5's pipelines with gemm4::plain_epilogue
+// (kernels/gemm_plain_epilogue.cuh): the plain product only (no bias, no GELU), boxes staged by
+// stmatrix with no per-value branches.
 
 template <typename Cfg, major MA, major MB, typename OutT, bool PLAIN>
 const char* launch(const gemm::args& g) {
@@ -70,8 +71,8 @@ const char* dispatch(const gemm::args& g) {
 const char* gemm::step4_warp_specialized(const gemm::args& g) {
     if (g.a_mn_major && !g.b_mn_major) return "gemm step 4: A M-major with B K-major is not instantiated; pass B N-major";
     if (g.splits > 1 && !g.c_fp32) return "gemm step 4: split-K reduce-adds fp32 partials; ask for an fp32 output";
-    if (g.variant == 6 && (g.bias || g.gelu))
-        return "gemm step 4: variant 6 is the plain product (no bias, no GELU); use variant 0 for a fused epilogue";
+    if ((g.variant == 6 || g.variant == 7) && (g.bias || g.gelu))
+        return "gemm step 4: variants 6 and 7 are the plain product (no bias, no GELU); use variant 0 for a fused epilogue";
 #ifdef GEMM_DEFAULT_VARIANT_ONLY   // the CPU compile test: the default and the plain epilogue keep it quick
     if (g.variant != 0 && g.variant != 6) return "gemm step 4: built with GEMM_DEFAULT_VARIANT_ONLY";
     return g.variant == 6 ? dispatch<config0, true>(g) : dispatch<config0>(g);
@@ -84,6 +85,7 @@ const char* gemm::step4_warp_specialized(const gemm::args& g) {
         case 4: return dispatch<config4>(g);
         case 5: return dispatch<config5>(g);
         case 6: return dispatch<config0, true>(g);
-        default: return "gemm step 4: variant must be 0..6";
+        case 7: return dispatch<config5, true>(g);
+        default: return "gemm step 4: variant must be 0..7";
     }
 }

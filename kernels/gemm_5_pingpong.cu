@@ -55,8 +55,9 @@ using config3 = gemm5::pingpong_128x128_cluster2;   // 128x128, 6 stages, B mult
 using config4 = gemm5::pingpong_64x256_cluster2;    // 64x256, 4 stages, B multicast across 2-CTA clusters
 using config5 = gemm5::config<1, 5, 1>;   // 64x256, 5 stages, ONE staging box per warp: more bytes in flight
                                            // (200 vs 160 KB) for the same 216 KB of shared memory (session 4)
-// Variant 6 (session 6) = config1's 64x256 tile with gemm4::plain_epilogue (kernels/gemm_plain_epilogue.cuh):
-// the plain product only (no bias, no GELU), boxes staged by stmatrix with no per-value branches.
+// Variants 6 and 7 (session 6) = config1's 64x256 and config0's 128x128 tiles with
+// gemm4::plain_epilogue (kernels/gemm_plain_epilogue.cuh): the plain product only (no bias, no
+// GELU), boxes staged by stmatrix with no per-value branches.
 
 template <typename Cfg, major MA, major MB, typename OutT, bool PLAIN>
 const char* launch(const gemm::args& g) {
@@ -91,8 +92,8 @@ const char* dispatch(const gemm::args& g) {
 const char* gemm::step5_pingpong(const gemm::args& g) {
     if (g.a_mn_major && !g.b_mn_major) return "gemm step 5: A M-major with B K-major is not instantiated; pass B N-major";
     if (g.splits > 1 && !g.c_fp32) return "gemm step 5: split-K reduce-adds fp32 partials; ask for an fp32 output";
-    if (g.variant == 6 && (g.bias || g.gelu))
-        return "gemm step 5: variant 6 is the plain product (no bias, no GELU); use variant 1 for a fused epilogue";
+    if ((g.variant == 6 || g.variant == 7) && (g.bias || g.gelu))
+        return "gemm step 5: variants 6 and 7 are the plain product (no bias, no GELU); use variant 1 for a fused epilogue";
 #ifdef GEMM_DEFAULT_VARIANT_ONLY   // the CPU compile test: one configuration and the plain epilogue keep it quick
     if (g.variant != 0 && g.variant != 6) return "gemm step 5: built with GEMM_DEFAULT_VARIANT_ONLY";
     return g.variant == 6 ? dispatch<config1, true>(g) : dispatch<config0>(g);
@@ -105,6 +106,7 @@ const char* gemm::step5_pingpong(const gemm::args& g) {
         case 4: return dispatch<config4>(g);
         case 5: return dispatch<config5>(g);
         case 6: return dispatch<config1, true>(g);
-        default: return "gemm step 5: variant must be 0..6";
+        case 7: return dispatch<config0, true>(g);
+        default: return "gemm step 5: variant must be 0..7";
     }
 }

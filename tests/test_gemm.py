@@ -276,15 +276,16 @@ def test_matmul_in_a_cuda_graph_reads_new_values():
             assert rel_err(c, sa.float() @ sb.float()) < 1e-2, name
 
 
-# ---- session 6: the plain epilogue (variant 6 of steps 4 and 5, kernels/gemm_plain_epilogue.cuh):
-# the same pipelines as step 4 v0 / step 5 v1, boxes staged by stmatrix (bf16) or 8-byte stores
-# (fp32) with no per-value work ----
+# ---- session 6: the plain epilogue (variants 6 and 7 of steps 4 and 5, kernels/gemm_plain_epilogue.cuh):
+# the same pipelines as step 4 v0 / v5 and step 5 v1 / v0, boxes staged by stmatrix (bf16) or
+# 8-byte stores (fp32) with no per-value work ----
 
-PLAIN = [(4, 0), (5, 1)]     # (step, the variant whose main loop variant 6 shares)
+# (step, variant, the variant whose pipeline it shares)
+PLAIN = [(4, 6, 0), pytest.param(4, 7, 5, marks=CLUSTER), (5, 6, 1), (5, 7, 0)]
 
 
-@pytest.mark.parametrize("step,twin", PLAIN)
-def test_plain_epilogue_forward(step, twin):
+@pytest.mark.parametrize("step,variant,twin", PLAIN)
+def test_plain_epilogue_forward(step, variant, twin):
     """x·Wᵀ at tails in M (1, 77, 1000, 4097 rows: the last tile's rows past M are clipped), N not
     a multiple of the tile (272, 528, 96: boxes past N skipped), K = 16 and 1024, GPT-2's shape;
     bf16 and fp32 outputs into poisoned tensors; and bit-identical to its twin variant, which
@@ -294,49 +295,50 @@ def test_plain_epilogue_forward(step, twin):
         ref = x.float() @ W.float().t()
         for dtype in (torch.bfloat16, torch.float32):
             out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
-            c = gemm.matmul(x, W.t(), step=step, variant=6, out_dtype=dtype, out=out)
+            c = gemm.matmul(x, W.t(), step=step, variant=variant, out_dtype=dtype, out=out)
             assert c.data_ptr() == out.data_ptr()
             assert rel_err(c, ref) < TOL[dtype], (step, M, K, N, dtype)
             twin_c = gemm.matmul(x, W.t(), step=step, variant=twin, out_dtype=dtype)
             assert torch.equal(c, twin_c), (step, M, K, N, dtype, (c.float() - twin_c.float()).abs().max().item())
 
 
-@pytest.mark.parametrize("step,twin", PLAIN)
-def test_plain_epilogue_backward_products(step, twin):
+@pytest.mark.parametrize("step,variant,twin", PLAIN)
+def test_plain_epilogue_backward_products(step, variant, twin):
     """dx = dy·W (B N-major) and dW = dyᵀ·x (A M-major, split-K reduce-adds fp32 boxes: splits
     chosen, 1 and 3), bf16 and fp32 outputs, at GPT-2's dW shape and a tail of tokens."""
     for tokens, n_in, n_out in [(4096, 768, 2304), (16384, 768, 3072), (336, 768, 272)]:
         x, W, dy = randn(tokens, n_in), randn(n_out, n_in), randn(tokens, n_out)
         out = torch.full((tokens, n_in), float("nan"), device="cuda", dtype=torch.bfloat16)
-        dx = gemm.matmul(dy, W, step=step, variant=6, out=out)
+        dx = gemm.matmul(dy, W, step=step, variant=variant, out=out)
         assert rel_err(dx, dy.float() @ W.float()) < 1e-2, (step, tokens)
         assert torch.equal(dx, gemm.matmul(dy, W, step=step, variant=twin))
         ref = dy.float().t() @ x.float()
         for splits in (None, 1, 3):
             for dtype in (torch.bfloat16, torch.float32):
                 out = torch.full((n_out, n_in), float("nan"), device="cuda", dtype=dtype)
-                dW = gemm.matmul(dy.t(), x, step=step, variant=6, splits=splits, out_dtype=dtype, out=out)
+                dW = gemm.matmul(dy.t(), x, step=step, variant=variant, splits=splits, out_dtype=dtype, out=out)
                 assert rel_err(dW, ref) < TOL[dtype], (step, tokens, splits, dtype)
 
 
 @pytest.mark.parametrize("step", [4, 5])
-def test_plain_epilogue_refuses_bias_and_gelu(step):
+@pytest.mark.parametrize("variant", [6, 7])
+def test_plain_epilogue_refuses_bias_and_gelu(step, variant):
     x, W = randn(64, 64), randn(64, 64)
     for kw in ({"bias": randn(64)}, {"gelu": True}):
-        with pytest.raises(ValueError, match="variant 6 is the plain product"):
-            gemm.matmul(x, W.t(), step=step, variant=6, **kw)
+        with pytest.raises(ValueError, match="variants 6 and 7 are the plain product"):
+            gemm.matmul(x, W.t(), step=step, variant=variant, **kw)
     # the C++ launcher refuses it too (a caller that skips the Python checks)
     c = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match="variant 6 is the plain product"):
-        gemm._ext.module.run(step, x, W, c, False, False, None, True, 1, 6)
+    with pytest.raises(RuntimeError, match="variants 6 and 7 are the plain product"):
+        gemm._ext.module.run(step, x, W, c, False, False, None, True, 1, variant)
 
 
-@pytest.mark.parametrize("step", [4, 5])
-def test_kernel_only_plain_variant(step):
-    """gemm_bench's kernel mode times variant 6 through gemm.kernel_only(step, variant=6)."""
+@pytest.mark.parametrize("step,variant,twin", PLAIN)
+def test_kernel_only_plain_variant(step, variant, twin):
+    """gemm_bench's kernel mode times the plain variants through gemm.kernel_only(step, variant)."""
     for name, a, b in _products(16384, 768, 768):
-        launch, c = gemm.kernel_only(a, b, step=step, variant=6)
-        split = gemm.plan(a, b, step=step, variant=6).splits > 1
+        launch, c = gemm.kernel_only(a, b, step=step, variant=variant)
+        split = gemm.plan(a, b, step=step, variant=variant).splits > 1
         c.zero_() if split else c.fill_(float("nan"))
         launch()
         assert rel_err(c, a.float() @ b.float()) < 1e-2, (step, name)

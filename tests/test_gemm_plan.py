@@ -105,10 +105,11 @@ def test_non_tensor_arguments_take_the_checked_path():
 
 
 def test_plain_variant_refuses_bias_and_gelu_on_cpu():
-    """Variant 6 (the plain epilogue, steps 4 and 5) has no bias/GELU: the Python checks say so."""
+    """Variants 6 and 7 (the plain epilogue, steps 4 and 5) have no bias/GELU: the Python checks say so."""
     x, W = bf16(64, 32), bf16(48, 32)
     for step in (4, 5):
-        assert plan(x, W.t(), step=step, variant=6).variant == 6
-        for kw in ({"bias": bf16(48)}, {"gelu": True}):
-            with pytest.raises(ValueError, match="variant 6 is the plain product"):
-                plan(x, W.t(), step=step, variant=6, **kw)
+        for variant in (6, 7):
+            assert plan(x, W.t(), step=step, variant=variant).variant == variant
+            for kw in ({"bias": bf16(48)}, {"gelu": True}):
+                with pytest.raises(ValueError, match="variants 6 and 7 are the plain product"):
+                    plan(x, W.t(), step=step, variant=variant, **kw)
