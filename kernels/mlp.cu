@@ -52,6 +52,8 @@
 //   bias_gelu_fast, bias_gelu_h_only_fast  (fcfast=1, session 6, opt-in) c_fc's two policies with a
 //               cheaper epilogue: GELU in 5 operations and a tanh, the bias of a box without per-column
 //               checks; pre bit-identical, h within fp32 rounding of bias_gelu's.
+//   bias_gelu_stmatrix  (fcfast=2, session 6, opt-in) bias_gelu_fast's values, staged by the policy
+//               itself (gemm4's STORES_SLAB hook): stmatrix, and one fence per box for pre and h.
 //   dgelu_pre_tma  (pre=1, opt-in) the same values as dgelu, but pre arrives by TMA.
 //               Each consumer warp's lane 0 loads its tile's pre boxes into the warp's staging
 //               buffers when the tile starts (gemm4's INPUT_BOXES), so they land during the
@@ -109,7 +111,8 @@ namespace tk_mlp {
 const char* linear_bias_gelu(const gemm_args& g) {
     if (!g.c2) return "tk_mlp: linear_bias_gelu needs the output h (c2)";
     if (!g.c) return linear_bias_gelu_h_only(g);     // evaluation: h only, no pre (kernels/mlp_inference.cu)
-    return g.fast_gelu ? launch<major::K, major::K, bias_gelu_fast_epilogue>(g)   // session 6, opt-in
+    if (g.fast_gelu == 2) return launch<major::K, major::K, bias_gelu_stmatrix_epilogue>(g);   // session 6, opt-in
+    return g.fast_gelu ? launch<major::K, major::K, bias_gelu_fast_epilogue>(g)                // session 6, opt-in
                        : launch<major::K, major::K, bias_gelu_epilogue>(g);
 }
 const char* linear_bias(const gemm_args& g) { return launch<major::K, major::K, bias_epilogue>(g); }

@@ -34,7 +34,9 @@ struct gemm_args {
     int fast_dgelu;             // linear_dgelu only: 1 = the same policy with session 5's cheaper
                                 //   epilogue (dgelu_fast / dgelu_pre_tma_fast, kernels/mlp_epilogues.cuh)
     int fast_gelu;              // linear_bias_gelu only: 1 = c_fc's epilogue with session 6's cheaper GELU
-                                //   and bias (bias_gelu_fast / bias_gelu_h_only_fast, kernels/mlp_epilogues.cuh)
+                                //   and bias (bias_gelu_fast / bias_gelu_h_only_fast, kernels/mlp_epilogues.cuh);
+                                //   2 = the same values staged by stmatrix, one fence per box (bias_gelu_stmatrix;
+                                //   evaluation as 1)
     cudaStream_t stream;
 };
 

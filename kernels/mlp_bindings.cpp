@@ -112,8 +112,8 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // loads, the default; kernels/mlp_epilogues.cuh), then session 5's two: the dGELU epilogue's
 // cheaper form (fast: dgelu_fast / dgelu_pre_tma_fast; the default) and the backward's tail in
 // one kernel (finish: kernels/mlp_finish.cu instead of two torch reductions and four casts;
-// opt-in), and session 6's c_fc epilogue's cheaper form (fcfast: bias_gelu_fast and its
-// evaluation twin; opt-in). (Session 5's gprime flag lost on the H200 and was removed: NOTES.md,
+// opt-in), and session 6's c_fc epilogue's cheaper forms (fcfast=1: bias_gelu_fast and its
+// evaluation twin; fcfast=2: the same values staged by stmatrix; opt-in). (Session 5's gprime flag lost on the H200 and was removed: NOTES.md,
 // session 5 M.)
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
 constexpr int FLAG_VALUES = 5;                 // side, pre, fast, finish, fcfast
@@ -122,7 +122,7 @@ bool side_jobs = true;
 bool pre_tma = false;
 bool fast_dgelu = true;                        // default since session 5 (calls 2 and 3: dGELU -8% under ncu)
 bool finish_kernel = false;
-bool fast_gelu = false;                        // session 6 (fcfast=1), opt-in until an H200 run says otherwise
+int fast_gelu = 0;                             // session 6 (fcfast=1 or 2), opt-in until an H200 run says otherwise
 
 void set_schedule(const std::vector<int64_t>& s) {
     using tk_bindings::raise_if;
@@ -144,14 +144,14 @@ void set_schedule(const std::vector<int64_t>& s) {
         raise_if(value_problem("tk_mlp: the fast-dGELU flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 2])));
     if (s[PRODUCTS + 3] != 0 && s[PRODUCTS + 3] != 1)
         raise_if(value_problem("tk_mlp: the finish-kernel flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 3])));
-    if (s[PRODUCTS + 4] != 0 && s[PRODUCTS + 4] != 1)
-        raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 4])));
+    if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 2)
+        raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0, 1 or 2, got " + std::to_string(s[PRODUCTS + 4])));
     for (int i = 0; i < PRODUCTS; ++i) schedules[i] = int(s[i]);
     side_jobs = s[PRODUCTS] == 1;
     pre_tma = s[PRODUCTS + 1] == 1;
     fast_dgelu = s[PRODUCTS + 2] == 1;
     finish_kernel = s[PRODUCTS + 3] == 1;
-    fast_gelu = s[PRODUCTS + 4] == 1;
+    fast_gelu = int(s[PRODUCTS + 4]);
 }
 std::vector<int64_t> get_schedule() {
     std::vector<int64_t> out(schedules, schedules + PRODUCTS);
@@ -159,7 +159,7 @@ std::vector<int64_t> get_schedule() {
     out.push_back(pre_tma ? 1 : 0);
     out.push_back(fast_dgelu ? 1 : 0);
     out.push_back(finish_kernel ? 1 : 0);
-    out.push_back(fast_gelu ? 1 : 0);
+    out.push_back(fast_gelu);
     return out;
 }
 
@@ -192,7 +192,7 @@ std::vector<Tensor> run_forward(const Tensor& x, const Tensor& w_fc, const c10::
     tk_mlp::gemm_args g = base_args(x, FC);
     g.a = x.data_ptr(); g.b = w_fc.data_ptr(); g.c = keep_pre ? pre.data_ptr() : nullptr; g.c2 = h.data_ptr();
     g.M = int(M); g.N = int(H); g.K = int(C); g.bias = ptr_or_null(b_fc);
-    g.fast_gelu = fast_gelu ? 1 : 0;
+    g.fast_gelu = fast_gelu;
     raise_if_launch_failed(tk_mlp::linear_bias_gelu(g), keep_pre ? "c_fc forward (x·w_fcᵀ + b_fc, GELU)"
                                                                  : "c_fc forward, evaluation (GELU(x·w_fcᵀ + b_fc), no pre)");
 
@@ -314,7 +314,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("set_schedule", &set_schedule,
           "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma, fast_dgelu, finish, fast_gelu]): schedules 0 (auto) or "
           "4..10 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1, fast dGELU epilogue 0/1, finish kernel 0/1, "
-          "fast c_fc epilogue 0/1",
+          "fast c_fc epilogue 0/1/2 (2: staged by stmatrix)",
           py::arg("schedules"));
     m.def("get_schedule", &get_schedule, "the ten values set_schedule last set");
     m.def("forward", &forward, "y, pre, h = forward(x, w_fc, b_fc|None, w_proj, b_proj|None)",

@@ -1,5 +1,6 @@
-// kernels/mlp_epilogues.cuh — the MLP's GELU math and its ten epilogue policies (bias,
-// bias_gelu, bias_gelu_h_only, dgelu, dgelu_pre_tma, their four "fast" forms, reduce_add), shared by the translation units that
+// kernels/mlp_epilogues.cuh — the MLP's GELU math and its eleven epilogue policies (bias,
+// bias_gelu, bias_gelu_h_only, dgelu, dgelu_pre_tma, their four "fast" forms, bias_gelu_stmatrix,
+// reduce_add), shared by the translation units that
 // instantiate them: kernels/mlp.cu (step 4's cooperative schedule, and the dispatch),
 // kernels/mlp_pingpong*.cu (step 5's ping-pong schedule) and kernels/mlp_inference.cu (the
 // evaluation forward's h-only c_fc epilogue on every schedule). Read kernels/mlp.cu's opening comment first: it says what each
@@ -13,6 +14,7 @@
 #pragma once
 #include "mlp.h"
 #include "gemm_4_warp_specialized.cuh"
+#include "tk/ops/warp/memory_shared.cuh"   // tk::detail::stmatrix_x4 (bias_gelu_stmatrix)
 
 namespace tk_mlp::detail {
 using namespace tk;
@@ -504,6 +506,91 @@ struct bias_gelu_h_only_fast_epilogue : bias_gelu_h_only_epilogue {
         add_bias_fast(acc, bias, ch, pos, sh);
     }
     __device__ float2 value(int, float v0, float v1, int, const shape&) const { return make_float2(gelu_fast(v0), gelu_fast(v1)); }
+};
+
+// bias_gelu_fast that stages its boxes itself ("fcfast=2", opt-in; session 6): through gemm4's
+// STORES_SLAB hook (kernels/gemm_4_warp_specialized.cuh, engineer G, session 6) the policy moves
+// the whole slab, so a box's two outputs need fewer instructions on the way out:
+//   - each output box is staged with 4 stmatrix.x4 (one 8x8 bf16 block per lane group, the same
+//     layout as the accumulator: kernels/gemm_plain_epilogue.cuh explains the mapping) instead of
+//     16 shared stores and their 16 swizzled addresses;
+//   - pre and h of a box are computed first and then staged together, behind ONE wait for the
+//     staging buffers, ONE proxy fence and one commit group, where the per-value path fences,
+//     syncs and commits once per output (each fence waits for the warp's shared stores to land).
+// Values are bias_gelu_fast's exactly (same operations, same bf16 rounding). With one staging
+// buffer per warp (schedule 10) the two outputs go one after the other through it.
+struct bias_gelu_stmatrix_epilogue : bias_gelu_fast_epilogue {
+    static constexpr bool STORES_SLAB = true;
+    static bias_gelu_stmatrix_epilogue make(const gemm_args& g) { return {bias_gelu_fast_epilogue::make(g)}; }
+
+    __device__ static __forceinline__ uint32_t pack_bf16(float lo, float hi) {   // lo at the lower column
+        bf16_2 v = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t*>(&v);
+    }
+    // One 16 x 64 bf16 box from regs[j][h] (8-column block j, rows g / g + 8, as the accumulator
+    // holds them) into buf: lane l gives the address of row l % 8 (+8 when (l / 8) is odd) of
+    // block 2q + l / 16 for stmatrix q.
+    template <typename CTile>
+    __device__ static __forceinline__ void stage_box(CTile& buf, const uint32_t (&regs)[CC / 8][2], int lane) {
+        const int row = 8 * ((lane / 8) & 1) + lane % 8;
+#pragma unroll
+        for (int q = 0; q < CC / 16; ++q) {
+            const uint32_t r[4] = {regs[2 * q][0], regs[2 * q][1], regs[2 * q + 1][0], regs[2 * q + 1][1]};
+#ifdef TK_SM90                                            // (device code for sm_90 only; the MLP is Hopper-only)
+            tk::detail::stmatrix_x4(smem_addr(&buf) + CTile::offset(row, 8 * (2 * q + lane / 16)), r);
+#endif
+        }
+    }
+    template <int NBUF, typename CTile, typename Acc>
+    __device__ __forceinline__ void store_slab(CTile (&bufs)[NBUF], Acc& acc, const tile_pos& pos, const shape& sh,
+                                               int lane) const {
+        static_assert(CTile::cols == CC, "bf16 boxes of 64 columns");
+        constexpr int BOXES = Acc::cols / CC;
+        static_assert(NBUF == 1 || (2 * BOXES) % NBUF == 0, "buffer ring must restart in step with the slab");
+        const int box_row = pos.slab_row / 16;
+#pragma unroll
+        for (int ch = 0; ch < BOXES; ++ch) {
+            add_bias_fast(acc, bias, ch, pos, sh);
+            uint32_t pre_regs[CC / 8][2], h_regs[CC / 8][2];
+#pragma unroll
+            for (int j = 0; j < CC / 8; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int i = 4 * (ch * CC / 8 + j) + 2 * h;
+                    pre_regs[j][h] = pack_bf16(acc.d[i], acc.d[i + 1]);
+                    h_regs[j][h] = pack_bf16(gelu_fast(acc.d[i]), gelu_fast(acc.d[i + 1]));
+                }
+            const bool store = inside(box_row, pos.tile_col / CC + ch, sh);
+            if constexpr (NBUF >= 2) {                 // both outputs at once: box ch owns buffers 2ch, 2ch + 1 (mod NBUF)
+                CTile& buf_pre = bufs[(2 * ch) % NBUF];
+                CTile& buf_h = bufs[(2 * ch + 1) % NBUF];
+                if (lane == 0) tma::store_wait_read<NBUF / 2 - 1>();   // the box NBUF/2 boxes ago has been read
+                __syncwarp();
+                stage_box(buf_pre, pre_regs, lane);
+                stage_box(buf_h, h_regs, lane);
+                fence_proxy_async();                   // generic writes -> TMA reads
+                __syncwarp();
+                if (lane == 0) {
+                    if (store) { tma::store_async(C, buf_pre, box_row, pos.tile_col / CC + ch);
+                                 tma::store_async(C2, buf_h, box_row, pos.tile_col / CC + ch); }
+                    tma::store_commit_group();         // (an empty group keeps the count in step)
+                }
+            } else {                                   // one buffer: pre, then h
+#pragma unroll
+                for (int o = 0; o < 2; ++o) {
+                    if (lane == 0) tma::store_wait_read<0>();
+                    __syncwarp();
+                    stage_box(bufs[0], o == 0 ? pre_regs : h_regs, lane);
+                    fence_proxy_async();
+                    __syncwarp();
+                    if (lane == 0) {
+                        if (store) tma::store_async(o == 0 ? C : C2, bufs[0], box_row, pos.tile_col / CC + ch);
+                        tma::store_commit_group();
+                    }
+                }
+            }
+        }
+    }
 };
 
 // Weight gradients: fp32 partial tiles of the split token range, TMA reduce-added into zeroed dW.

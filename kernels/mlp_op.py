@@ -111,7 +111,8 @@ SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 
 # dGELU GEMM: side jobs on (1) or off (0); pre by TMA (1) or per-thread loads (0); fast=1 its cheaper
 # epilogue (session 5); finish=1: the backward's bias sums and dW casts in one kernel (session 5);
-# fcfast=1: c_fc's cheaper epilogue (session 6: GELU in 5 operations, the bias without per-column checks)
+# fcfast=1: c_fc's cheaper epilogue (session 6: GELU in 5 operations, the bias without per-column checks);
+# fcfast=2: the same values staged by stmatrix with one fence per box (gemm4's STORES_SLAB hook)
 FLAGS = ("side", "pre", "fast", "finish", "fcfast")
 FLAG_DEFAULTS = (1, 0, 1, 0, 0)        # fast=1 by default since session 5 (kernels/NOTES.md, session 5 M)
 
@@ -124,7 +125,8 @@ def parse_schedule(spec):
     cheaper form; fast=0 restores sessions 3-4's) and
     'finish=1' (session 5, opt-in: one kernel for the backward's bias sums and dW casts) and
     'fcfast=1' (session 6, opt-in: c_fc's epilogue with GELU in 5 operations and the bias of a
-    box without per-column checks; the evaluation forward follows it)
+    box without per-column checks; the evaluation forward follows it) or 'fcfast=2' (the same
+    values, staged by stmatrix with one fence per box)
     -> ten ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
     (defaults FLAG_DEFAULTS)."""
     out = [0] * len(PRODUCTS) + list(FLAG_DEFAULTS)
@@ -144,8 +146,9 @@ def parse_schedule(spec):
         raise ValueError(f"{OP}: schedule {spec!r}: each value must be one of {sorted(SCHEDULES)} "
                          f"({'; '.join(f'{k} {v}' for k, v in SCHEDULES.items())}), got {bad[0]}")
     for name, value in zip(FLAGS, out[len(PRODUCTS):]):
-        if value not in (0, 1):
-            raise ValueError(f"{OP}: schedule {spec!r}: {name} must be 0 or 1, got {value}")
+        allowed = (0, 1, 2) if name == "fcfast" else (0, 1)
+        if value not in allowed:
+            raise ValueError(f"{OP}: schedule {spec!r}: {name} must be {' or '.join(map(str, allowed))}, got {value}")
     return out
 
 

@@ -122,7 +122,11 @@ OLD = ",fast=0"     # sessions 3-4's dGELU policies, since session 5's fast=1 be
                                       # session 6: c_fc's fast epilogue on every non-cluster c_fc schedule
                                       "fcfast=1", "fc=4,fcfast=1", "fc=5,fcfast=1", "fc=10,fcfast=1",
                                       "fcfast=1,finish=1,dw=10", pytest.param("fc=8,fcfast=1", marks=CLUSTER),
-                                      pytest.param("fc=9,fcfast=1", marks=CLUSTER)])
+                                      pytest.param("fc=9,fcfast=1", marks=CLUSTER),
+                                      # ... and staged by stmatrix (fcfast=2; fc=10 has one staging buffer)
+                                      "fcfast=2", "fc=4,fcfast=2", "fc=5,fcfast=2", "fc=10,fcfast=2",
+                                      "fcfast=2,finish=1,dw=10", pytest.param("fc=7,fcfast=2", marks=CLUSTER),
+                                      pytest.param("fc=9,fcfast=2", marks=CLUSTER)])
 @pytest.mark.parametrize("M,C", SCHEDULE_SHAPES)
 def test_schedules_vs_float64(mlp, schedule, M, C):
     bias = M % 2 == 1
@@ -154,7 +158,7 @@ def test_schedules_vs_float64(mlp, schedule, M, C):
 INFERENCE_SHAPES = [(M, C) for M in (1, 17, 1000, 16384 + 5) for C in (384, 768)]
 
 
-@pytest.mark.parametrize("schedule", ["0", "4", "fcfast=1", "4,fcfast=1"])   # fcfast=1: session 6's twins
+@pytest.mark.parametrize("schedule", ["0", "4", "fcfast=1", "4,fcfast=1", "fcfast=2"])   # fcfast: session 6's twins
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("M,C", INFERENCE_SHAPES)
 def test_inference_forward_matches_training_forward(mlp, M, C, bias, schedule):
@@ -233,7 +237,7 @@ def test_set_schedule_refuses_bad_values(mlp):
     with pytest.raises(ValueError, match="finish"):
         mlp.set_schedule("finish=-1")
     with pytest.raises(ValueError, match="fcfast"):
-        mlp.set_schedule("fcfast=2")
+        mlp.set_schedule("fcfast=3")
     with pytest.raises(ValueError, match="gprime"):
         mlp.set_schedule("gprime=1")                                 # session 5's gprime: removed (lost)
     with pytest.raises(ValueError, match="10 values"):
@@ -255,7 +259,7 @@ def test_set_schedule_refuses_bad_values(mlp):
     with pytest.raises(ValueError, match="finish-kernel flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 2, 0])
     with pytest.raises(ValueError, match="fast-c_fc-epilogue flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 2])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 3])
     assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0, 1, 0, 0]   # fast=1 by default (session 5)
 
 
@@ -309,6 +313,31 @@ def test_fast_gelu_epilogue_matches_default(mlp, fc, M, C, bias, H):
     assert worst <= 0, f"h differs from the default's by more than two bf16 roundings (excess {worst:.2e})"
     assert e_fast < 1.2 * e_base + 1e-4, f"h: {e_fast:.2e} vs float64, default {e_base:.2e}"
     assert rel_err(y1, y0) < 5e-3 and not torch.isnan(y1).any()
+
+
+# Session 6: fcfast=2 stages fcfast=1's values itself (stmatrix, one fence per box; gemm4's
+# STORES_SLAB hook), so pre, h and y must be bit-identical to fcfast=1's, on every c_fc schedule
+# without clusters (10: one staging buffer, the two outputs in turn), with tails in M and a last
+# tile column with boxes past N (H = 2880).
+@pytest.mark.parametrize("fc", ["0", "4", "5", "10"])
+@pytest.mark.parametrize("M,C,bias,H", [(1, 768, True, 3072), (1000, 768, False, 3072), (4099, 1280, True, 5120),
+                                        (1000, 768, True, 2880)])
+def test_stmatrix_staging_matches_fast_gelu(mlp, fc, M, C, bias, H):
+    x, w_fc, b_fc, w_proj, b_proj, _ = make(M, C, seed=19 * M + C, bias=bias)
+    w_fc, w_proj = w_fc[:H].contiguous(), w_proj[:, :H].contiguous()
+    b_fc = None if b_fc is None else b_fc[:H].contiguous()
+    mlp.set_schedule(f"fc={fc},fcfast=1")
+    try:
+        y1, pre1, h1 = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+        mlp.set_schedule(f"fc={fc},fcfast=2")
+        poison_allocator(2 * M * H, 2 * M * H, 2 * M * C)
+        y2, pre2, h2 = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+        torch.cuda.synchronize()
+    finally:
+        mlp.set_schedule("0")
+    assert torch.equal(pre2, pre1), f"fc={fc}: fcfast=2 changed pre"
+    assert torch.equal(h2, h1), f"fc={fc}: fcfast=2 changed h"
+    assert torch.equal(y2, y1), f"fc={fc}: fcfast=2 changed y"
 
 
 # session 5: the fast dGELU epilogue and the one-kernel tail (finish=1) keep a fixed order too

@@ -23,16 +23,16 @@ NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nv
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
-@pytest.mark.parametrize("source,kernels_expected", [("mlp.cu", 18), ("mlp_pingpong.cu", 28),
-                                                        ("mlp_pingpong_gelu_grad.cu", 8), ("mlp_pingpong_gelu_fast.cu", 5),
+@pytest.mark.parametrize("source,kernels_expected", [("mlp.cu", 20), ("mlp_pingpong.cu", 28),
+                                                        ("mlp_pingpong_gelu_grad.cu", 8), ("mlp_pingpong_gelu_fast.cu", 10),
                                                         ("mlp_finish.cu", 1)])
 def test_mlp_cu_compiles_for_sm90a(tmp_path, source, kernels_expected):
     # mlp.cu: the five epilogues plus dGELU with pre by TMA, and session 5's fast dGELU on both pre
     # paths, on step 4 and on step 4 in 2-CTA clusters; mlp_pingpong.cu: the five on step 5's five
     # configurations plus dGELU with pre by TMA on the three 4-buffer ones;
     # mlp_pingpong_gelu_grad.cu: the fast dGELU on the five, its pre-by-TMA form on the three;
-    # mlp_pingpong_gelu_fast.cu: session 6's fast c_fc epilogue on the five (mlp.cu has it on step 4
-    # and step 4 in clusters: 16 + 2); mlp_finish.cu: the tail kernel.
+    # mlp_pingpong_gelu_fast.cu: session 6's two fast c_fc epilogues (fcfast=1, 2) on the five (mlp.cu
+    # has them on step 4 and step 4 in clusters: 16 + 4); mlp_finish.cu: the tail kernel.
     cmd = [NVCC, "-std=c++20", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-I", str(ROOT),
            "-I", str(ROOT / "kernels"), "-Xptxas", "-v", "-c", str(ROOT / "kernels" / source),
            "-o", str(tmp_path / "mlp.o")]
@@ -55,6 +55,25 @@ def test_mlp_cu_compiles_for_sm90a(tmp_path, source, kernels_expected):
     fast_frames = [(k, int(n)) for k, n in frames
                    if "_fast_epilogue" in k and int(n)]
     assert not fast_frames, f"session 5 kernels with a stack frame: {fast_frames}"
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+def test_stmatrix_policy_stages_its_own_boxes(tmp_path):
+    # fcfast=2's policy (bias_gelu_stmatrix) stages through gemm4's STORES_SLAB hook; were the hook
+    # gone, the kernel would fall back to the per-value path silently (the policy still has box()
+    # and value()) and time fcfast=1 under fcfast=2's name. So: its PTX has stmatrix, fcfast=1's none.
+    out = tmp_path / "gelu_fast.ptx"
+    cmd = [NVCC, "-std=c++20", "-O3", "-gencode=arch=compute_90a,code=compute_90a", "-I", str(ROOT),
+           "-I", str(ROOT / "kernels"), "-ptx", str(ROOT / "kernels" / "mlp_pingpong_gelu_fast.cu"), "-o", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # each kernel's PTX: from its .entry line to the next one
+    entries = [(m.group(1), m.group(2)) for m in re.finditer(r"\.entry (\w+)(.*?)(?=\.entry |\Z)", out.read_text(), re.S)]
+    stm = [body for name, body in entries if "stmatrix_epilogue" in name]
+    fast = [body for name, body in entries if "bias_gelu_fast_epilogue" in name]
+    assert len(stm) == 5 and len(fast) == 5, [name for name, _ in entries]
+    assert all("stmatrix.sync.aligned" in body for body in stm), "fcfast=2 kernels without stmatrix: is the STORES_SLAB hook there?"
+    assert not any("stmatrix.sync" in body for body in fast)
 
 
 def cpu_inputs(M=10, C=64, bias=True, dtype=torch.float32):
