@@ -79,6 +79,8 @@
 #include <cstdlib>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "layernorm.h"
 #include "tk/common/common.cuh"
@@ -629,6 +631,9 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //   bwd_evict_first  backward: dy, dh and h loaded with the evict-first policy
 //                    (the four: session 6's memory hints, opt-in until the H200 shows them faster;
 //                    no dropout instances: ignored with dropout)
+//   fwd_2blocks, fwd_3blocks  forward: only 2 (3) blocks an SM instead of 4, through dynamic shared
+//                    memory it does not use (blocks_per_sm_smem): fewer bytes in flight, so each
+//                    row waits less (session 6, opt-in; meant with fwd_full; fwd_2blocks wins if both)
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -640,7 +645,9 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"fwd_l2_ahead", &Variant::fwd_l2_ahead},
                           {"bwd_l2_ahead", &Variant::bwd_l2_ahead},
                           {"fwd_evict_first", &Variant::fwd_evict_first},
-                          {"bwd_evict_first", &Variant::bwd_evict_first}};
+                          {"bwd_evict_first", &Variant::bwd_evict_first},
+                          {"fwd_2blocks", &Variant::fwd_2blocks},
+                          {"fwd_3blocks", &Variant::fwd_3blocks}};
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
 // Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan.
@@ -725,8 +732,25 @@ template <auto kernel> int grid_for(int64_t rows, int G, bool full = false) {
 // Every launch goes through here: kernel<<<grid, block, 0, stream>>>(args...), and with the pdl
 // variant (sm_90+) as a programmatic dependent of the kernel before it in the stream: it may be
 // launched while that one finishes, and waits in wait_for_previous_grid() until it has.
+// Lets `kernel` ask for `smem` bytes of dynamic shared memory (more than 48 KB needs the opt-in),
+// once per kernel and size: not again inside a CUDA graph's capture.
+cudaError_t allow_smem(const void* kernel, size_t smem) {
+    static std::vector<std::pair<const void*, size_t>> done;
+    for (const auto& [k, s] : done)
+        if (k == kernel && s >= smem) return cudaSuccess;
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (err == cudaSuccess) done.emplace_back(kernel, smem);
+    return err;
+}
+
+// smem: dynamic shared memory a block asks for (0; the fwd_2blocks / fwd_3blocks flags ask for
+// enough that only 2 or 3 blocks fit an SM, see blocks_per_sm_smem).
 template <typename... Params, typename... Args>
-cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+    if (smem > 0) {
+        cudaError_t err = allow_smem(reinterpret_cast<const void*>(kernel), smem);
+        if (err != cudaSuccess) return err;
+    }
     int major = 0;
     sm_count_and_cc(&major);
     cudaLaunchAttribute attribute[1];
@@ -735,11 +759,31 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;
-    config.dynamicSmemBytes = 0;
+    config.dynamicSmemBytes = smem;
     config.stream = stream;
     config.attrs = attribute;
     config.numAttrs = current_variant().pdl && major >= 9 ? 1 : 0;
     return cudaLaunchKernelEx(&config, kernel, Params(args)...);   // void* -> the kernel's T*
+}
+
+// Dynamic shared memory that leaves room for only n blocks of BLOCK_THREADS an SM (n + 1 would not
+// fit: n (s + r) <= S < (n + 1) (s + r), S the SM's shared memory, r what each block takes besides,
+// ~1 KB): the flags fwd_2blocks / fwd_3blocks (session 6) run the forward with fewer rows in flight
+// an SM than its registers allow (4 blocks), without another kernel instance. The forward uses none of
+// it. (Shared memory taken from the SM's 256 KB is L1 given up as well.)
+size_t blocks_per_sm_smem(int n) {
+    static int per_sm = 0;
+    if (per_sm == 0) {
+        int device = 0;
+        cudaGetDevice(&device);
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+    }
+    const size_t reserved = 1024 + 64;   // the driver's per-block share and the kernels' static arrays
+    return (size_t(2 * per_sm / (2 * n + 1)) - reserved) / 16 * 16;
+}
+size_t forward_smem_limit() {
+    const Variant& v = current_variant();
+    return v.fwd_2blocks ? blocks_per_sm_smem(2) : v.fwd_3blocks ? blocks_per_sm_smem(3) : 0;
 }
 
 // The mask's threshold and scale from p (layernorm.h, Dropout): p is kept to 16 bits.
@@ -777,7 +821,8 @@ template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, typename
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
     return with_forward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() {
-        return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, stream, a.x,
+        return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS,
+                      forward_smem_limit(), stream, a.x,
                       a.residual, a.weight, a.bias, a.params_bf16, a.y, a.h, a.mean, a.rstd, a.rows, a.cols, G, a.eps,
                       a.dropout.seed, drop_threshold(a.dropout), keep_scale_of(a.dropout));
     });
@@ -796,12 +841,12 @@ template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
     const int blocks = backward_grid<TH, TR, TY, CHUNKS, DROP>(a, G);
     cudaError_t err = with_backward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() {
-        return launch(kernel, blocks, BLOCK_THREADS, stream, a.dy, a.dh, a.h, a.mean, a.rstd, a.weight, a.params_bf16,
+        return launch(kernel, blocks, BLOCK_THREADS, 0, stream, a.dy, a.dh, a.h, a.mean, a.rstd, a.weight, a.params_bf16,
                       a.dh_out, a.dresidual_out, a.partial, a.rows, a.cols, G, current_variant().bwd_reverse,
                       current_variant().bwd_tree, a.dropout.seed, drop_threshold(a.dropout), keep_scale_of(a.dropout));
     });
     if (err != cudaSuccess) return err;
-    return launch(column_sum_kernel, (2 * a.cols + 31) / 32, COLSUM_WARPS * 32, stream, a.partial, blocks, a.cols, a.dweight, a.dbias,
+    return launch(column_sum_kernel, (2 * a.cols + 31) / 32, COLSUM_WARPS * 32, 0, stream, a.partial, blocks, a.cols, a.dweight, a.dbias,
                   a.params_bf16);
 }
 

@@ -83,6 +83,8 @@ struct Variant {
     bool bwd_l2_ahead = false;    // "bwd_l2_ahead"  without dropout only)
     bool fwd_evict_first = false; // "fwd_evict_first"
     bool bwd_evict_first = false; // "bwd_evict_first"
+    bool fwd_2blocks = false;     // "fwd_2blocks" (session 6: opt-in occupancy limits of the forward)
+    bool fwd_3blocks = false;     // "fwd_3blocks"
 };
 
 // Set the plan from a comma-separated list of flag names ("none" or "": no flag; "default": the

@@ -369,13 +369,14 @@ def print_s5_rows(rows, header=True):
 INTERLEAVED_ROWS = [16384, 32768, 65536]
 # the default; each memory hint on it, the two prefetches, the two evict-first loads and all four;
 # the prefetches on the persistent forward grid (the default without fwd_full: each group's own next
-# row ahead); bwd_reverse (the backward first reads the rows of h the forward wrote last: a
-# back-to-back effect) alone and with all four hints
+# row ahead); the forward at 2 and 3 blocks an SM (fewer rows in flight); bwd_reverse (the backward
+# first reads the rows of h the forward wrote last: a back-to-back effect) alone and with all four hints
 INTERLEAVED_PLANS = ["default", "default,fwd_l2_ahead", "default,bwd_l2_ahead", "default,fwd_evict_first",
                      "default,bwd_evict_first", "default,fwd_l2_ahead,bwd_l2_ahead",
                      "default,fwd_evict_first,bwd_evict_first",
                      "default,fwd_l2_ahead,bwd_l2_ahead,fwd_evict_first,bwd_evict_first",
-                     "bwd_tree,pdl,fwd_l2_ahead,bwd_l2_ahead", "default,bwd_reverse",
+                     "bwd_tree,pdl,fwd_l2_ahead,bwd_l2_ahead", "default,fwd_2blocks", "default,fwd_3blocks",
+                     "default,bwd_reverse",
                      "default,fwd_l2_ahead,bwd_l2_ahead,fwd_evict_first,bwd_evict_first,bwd_reverse"]
 
 

@@ -4,7 +4,8 @@
 # so that `pack` always runs). Measures session 6's opt-in memory hints (layernorm.cu, HINTS):
 # fwd_l2_ahead / bwd_l2_ahead (prefetch_row_l2: each row group asks L2 for a row it will need later,
 # holding nothing in the SM) and fwd_evict_first / bwd_evict_first (load_input: the read-once inputs
-# as streaming loads, so L2 keeps the outputs):
+# as streaming loads, so L2 keeps the outputs); and the forward at 2 or 3 blocks an SM instead of 4
+# (fwd_2blocks / fwd_3blocks: fewer rows in flight, shorter waits):
 #   1. build tk_layernorm (python -m kernels --build; ~15-30 s)                        -> build.log
 #   2. at the same time, on the same GPU (correctness only, no timing):
 #      a. test_layernorm_variants.py: every flag (the new ones alone, on the default plan, with the

@@ -26,9 +26,10 @@ BF16, F32 = base.BF16, base.F32
 # HINTS instance) and with the persistent forward grid and the reversed backward (the prefetches'
 # other distances and row orders); all flags.
 HINTS = ["fwd_l2_ahead", "bwd_l2_ahead", "fwd_evict_first", "bwd_evict_first"]
-VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", *HINTS,
+VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", *HINTS, "default,fwd_2blocks", "default,fwd_3blocks",
             "default,fwd_l2_ahead,bwd_l2_ahead", "default,fwd_evict_first,bwd_evict_first",
-            "fwd_l2_ahead,bwd_l2_ahead,bwd_reverse", "fwd_full,bwd_reverse,bwd_tree,pdl," + ",".join(HINTS)]
+            "fwd_l2_ahead,bwd_l2_ahead,bwd_reverse",
+            "fwd_full,bwd_reverse,bwd_tree,pdl,fwd_2blocks,fwd_3blocks," + ",".join(HINTS)]
 # (rows, cols): 1 and 7 rows (fewer rows than a block takes), a tail of a few rows past a
 # block step, widths with 1 to 4 chunks a thread and 1 to 8 warps a row (1600: idle lanes),
 # and more rows than one wave of blocks.
@@ -130,7 +131,8 @@ def test_the_variant_is_what_launches(ln):
                                         ahead, ahead),
                                        ("bwd_evict_first,fwd_evict_first", "fwd_evict_first,bwd_evict_first", evict, evict),
                                        ("fwd_l2_ahead,fwd_evict_first,bwd_evict_first", "fwd_l2_ahead,fwd_evict_first,bwd_evict_first",
-                                        both, evict)):
+                                        both, evict),
+                                       ("fwd_full,fwd_3blocks", "fwd_full,fwd_3blocks", plain, plain)):
             assert ln.set_variant(spec) == active == ln.variant()
             names = launched(call)
             assert instances(names, "forward_kernel") == fwd, (spec, names)
