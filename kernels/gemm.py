@@ -21,10 +21,11 @@ their main loops so one's epilogue overlaps the other's math: it wins where K is
 K = 768 products) and loses where K is long, so `auto_step` picks per shape, and matmul(step=0)
 uses it.
 
-Variants 6 and 7 of steps 4 and 5 (session 6, opt-in until the H200 says otherwise) run the
-plain product C = A·B only (no bias, no GELU) with an epilogue compiled for exactly that
-(kernels/gemm_plain_epilogue.cuh): the same pipelines as step 4 v0 / v5 and step 5 v1 / v0,
-bit-identical results, far fewer epilogue instructions per tile.
+Variants 6 and 7 of steps 4 and 5 and variant 8 of step 4 (session 6, opt-in until the H200
+says otherwise) run the plain product C = A·B only (no bias, no GELU) with an epilogue compiled
+for exactly that (kernels/gemm_plain_epilogue.cuh): the same pipelines as step 4 v0 / v5 / v0
+and step 5 v1 / v0, bit-identical results, far fewer epilogue instructions per tile (step 4 v8
+also overlaps a tile's stores with the next tile's first k-steps).
 
 Two environment variables, for experiments with the 2-CTA cluster variants (step 4 v5, step 5
 v3/v4; read at each launch by launch_pairs in kernels/gemm_4_warp_specialized.cuh):
@@ -51,7 +52,8 @@ VARIANTS = {0: "4 stages x K64, free stage s-1 after issuing s", 1: "4 stages x 
             4: "3 stages x K64, 4 output staging boxes per warp",
             5: "4 stages x K64, 2-CTA clusters sharing B by TMA multicast",
             6: "4 stages x K64, plain epilogue (no bias/GELU; stmatrix staging, no per-value branches)",
-            7: "4 stages x K64, 2-CTA clusters sharing B by TMA multicast, plain epilogue (no bias/GELU)"}
+            7: "4 stages x K64, 2-CTA clusters sharing B by TMA multicast, plain epilogue (no bias/GELU)",
+            8: "4 stages x K64, plain epilogue deferred: a tile's bf16 stores overlap the next tile's first k-steps"}
 # Step 5's variants (kernels/gemm_5_pingpong.cu): one consumer's tile and the ring depth.
 VARIANTS5 = {0: "128x128 per consumer, 6 stages", 1: "64x256 per consumer, 4 stages", 2: "128x128 per consumer, 4 stages",
              3: "128x128 per consumer, 6 stages, 2-CTA clusters sharing B by TMA multicast",
@@ -60,7 +62,7 @@ VARIANTS5 = {0: "128x128 per consumer, 6 stages", 1: "64x256 per consumer, 4 sta
              6: "64x256 per consumer, 4 stages, plain epilogue (no bias/GELU; stmatrix staging)",
              7: "128x128 per consumer, 6 stages, plain epilogue (no bias/GELU; stmatrix staging)"}
 TILES5 = {0: (128, 128), 1: (64, 256), 2: (128, 128), 3: (128, 128), 4: (64, 256), 5: (64, 256), 6: (64, 256), 7: (128, 128)}
-PLAIN_VARIANTS = (6, 7)   # steps 4 and 5: kernels/gemm_plain_epilogue.cuh (session 6), the plain product only
+PLAIN_VARIANTS = {4: (6, 7, 8), 5: (6, 7)}   # kernels/gemm_plain_epilogue.cuh (session 6): the plain product only
 
 
 def auto_step(M, N, K):
@@ -149,9 +151,9 @@ def check_inputs(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
         fail(OP, f"splits must be None (choose) or an integer >= 1 (got {splits!r})")
     epilogue = bias is not None or gelu
-    if epilogue and step in (4, 5) and variant in PLAIN_VARIANTS:
-        fail(OP, f"variants 6 and 7 are the plain product (no bias, no GELU); use variant 0 (step 4) or 1 (step 5) "
-                 "to fuse them")
+    if epilogue and variant in PLAIN_VARIANTS.get(step, ()):
+        fail(OP, f"variant {variant} of step {step} is the plain product (no bias, no GELU); use variant 0 (step 4) "
+                 "or 1 (step 5) to fuse them")
     if epilogue and 0 < step < 4:
         fail(OP, "bias and gelu are fused only in steps 4 and 5 (and 0, which picks one of them)")
     if epilogue and splits is not None and splits > 1:

@@ -34,14 +34,15 @@ using config4 = config<3, 64, false, 4>;
 using config5 = config<4, 64, false, 2, 2>;   // 2-CTA clusters sharing B by multicast (cuBLAS's "2x1"; session 4)
 // Variants 6 and 7 (session 6) = config0's and config5's pipelines with gemm4::plain_epilogue
 // (kernels/gemm_plain_epilogue.cuh): the plain product only (no bias, no GELU), boxes staged by
-// stmatrix with no per-value branches.
+// stmatrix with no per-value branches. Variant 8 = config0 with deferred_plain_epilogue: the
+// same, with a tile's stores overlapping the next tile's first k-steps.
 
-template <typename Cfg, major MA, major MB, typename OutT, bool PLAIN>
+template <typename Cfg, major MA, major MB, typename OutT, template <typename> class Policy>
 const char* launch(const gemm::args& g) {
     // Step 4's epilogue policy: gemm4::linear_epilogue (in the header, shared with step 5): bias
-    // and GELU per value, TMA store or split-K reduce-add per box. PLAIN: gemm4::plain_epilogue.
-    if constexpr (PLAIN) {
-        using Epi = gemm4::plain_epilogue<OutT>;
+    // and GELU per value, TMA store or split-K reduce-add per box. Variants 6-8: the plain ones.
+    if constexpr (!std::is_same_v<Policy<OutT>, gemm4::linear_epilogue<OutT>>) {
+        using Epi = Policy<OutT>;
         return gemm4::launch<Cfg, MA, MB, Epi>(
             "gemm step 4", g.a, g.b, g.M, g.N, g.K, g.splits, g.num_sms, g.stream,
             [&] { return Epi{gemm4::out_gl<OutT>(static_cast<OutT*>(g.c), 1, g.M, g.N)}; });
@@ -55,27 +56,27 @@ const char* launch(const gemm::args& g) {
     }
 }
 
-template <typename Cfg, bool PLAIN = false>
+template <typename Cfg, template <typename> class Policy = gemm4::linear_epilogue>
 const char* dispatch(const gemm::args& g) {
     if (g.c_fp32) {
-        if (!g.a_mn_major && !g.b_mn_major) return launch<Cfg, major::K, major::K, float, PLAIN>(g);
-        if (!g.a_mn_major) return launch<Cfg, major::K, major::MN, float, PLAIN>(g);
-        return launch<Cfg, major::MN, major::MN, float, PLAIN>(g);
+        if (!g.a_mn_major && !g.b_mn_major) return launch<Cfg, major::K, major::K, float, Policy>(g);
+        if (!g.a_mn_major) return launch<Cfg, major::K, major::MN, float, Policy>(g);
+        return launch<Cfg, major::MN, major::MN, float, Policy>(g);
     }
-    if (!g.a_mn_major && !g.b_mn_major) return launch<Cfg, major::K, major::K, bf16, PLAIN>(g);
-    if (!g.a_mn_major) return launch<Cfg, major::K, major::MN, bf16, PLAIN>(g);
-    return launch<Cfg, major::MN, major::MN, bf16, PLAIN>(g);
+    if (!g.a_mn_major && !g.b_mn_major) return launch<Cfg, major::K, major::K, bf16, Policy>(g);
+    if (!g.a_mn_major) return launch<Cfg, major::K, major::MN, bf16, Policy>(g);
+    return launch<Cfg, major::MN, major::MN, bf16, Policy>(g);
 }
 }  // namespace
 
 const char* gemm::step4_warp_specialized(const gemm::args& g) {
     if (g.a_mn_major && !g.b_mn_major) return "gemm step 4: A M-major with B K-major is not instantiated; pass B N-major";
     if (g.splits > 1 && !g.c_fp32) return "gemm step 4: split-K reduce-adds fp32 partials; ask for an fp32 output";
-    if ((g.variant == 6 || g.variant == 7) && (g.bias || g.gelu))
-        return "gemm step 4: variants 6 and 7 are the plain product (no bias, no GELU); use variant 0 for a fused epilogue";
+    if (g.variant >= 6 && (g.bias || g.gelu))
+        return "gemm step 4: variants 6-8 are the plain product (no bias, no GELU); use variant 0 for a fused epilogue";
 #ifdef GEMM_DEFAULT_VARIANT_ONLY   // the CPU compile test: the default and the plain epilogue keep it quick
     if (g.variant != 0 && g.variant != 6) return "gemm step 4: built with GEMM_DEFAULT_VARIANT_ONLY";
-    return g.variant == 6 ? dispatch<config0, true>(g) : dispatch<config0>(g);
+    return g.variant == 6 ? dispatch<config0, gemm4::plain_epilogue>(g) : dispatch<config0>(g);
 #endif
     switch (g.variant) {
         case 0: return dispatch<config0>(g);
@@ -84,8 +85,9 @@ const char* gemm::step4_warp_specialized(const gemm::args& g) {
         case 3: return dispatch<config3>(g);
         case 4: return dispatch<config4>(g);
         case 5: return dispatch<config5>(g);
-        case 6: return dispatch<config0, true>(g);
-        case 7: return dispatch<config5, true>(g);
-        default: return "gemm step 4: variant must be 0..7";
+        case 6: return dispatch<config0, gemm4::plain_epilogue>(g);
+        case 7: return dispatch<config5, gemm4::plain_epilogue>(g);
+        case 8: return dispatch<config0, gemm4::deferred_plain_epilogue>(g);
+        default: return "gemm step 4: variant must be 0..8";
     }
 }

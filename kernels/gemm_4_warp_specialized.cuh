@@ -51,6 +51,7 @@
 #include <cstdlib>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include "tk/types/types.cuh"
 #include "tk/ops/group/group.cuh"
 #include "gemm.cuh"                        // gemm::epilogue (bias, GELU) for linear_epilogue
@@ -346,6 +347,31 @@ __device__ __forceinline__ void store_slab(CTile (&bufs)[NBUF], const Epi& epi, 
     else store_slab_by_values(bufs, epi, ts, acc, pos, sh, lane, first_buf, input_bar, input_parity);
 }
 
+// Optional, step 4 only (the cooperative kernel, whose tensor cores idle during an epilogue): a
+// policy may DEFER its stores (`static constexpr bool DEFERS_STORE = true;`, kernels/
+// gemm_plain_epilogue.cuh's deferred_plain_epilogue). At a tile's end it packs the accumulators
+// into registers (`template <int COLS> struct held;` and hold(held, acc, pos)), the next tile's
+// wgmmas start at once, and box ch of the held tile is stored (store_held_box<ch>(bufs, held,
+// sh, lane)) right after k-step ch's wgmmas are issued, so its stores overlap the math.
+template <typename Epi> __host__ __device__ constexpr bool defers_store() {
+    if constexpr (requires { Epi::DEFERS_STORE; }) return Epi::DEFERS_STORE;
+    else return false;
+}
+struct nothing_held {};
+template <typename Epi, int COLS, bool = defers_store<Epi>()> struct held_of { using type = nothing_held; };
+template <typename Epi, int COLS> struct held_of<Epi, COLS, true> { using type = typename Epi::template held<COLS>; };
+template <typename Epi, int COLS> __host__ __device__ constexpr int held_boxes() { return COLS / box_cols<typename Epi::out_t>; }
+// Box ch (a run-time number) of the held tile: one guarded copy per box keeps every register
+// index a constant (an indexed register array would live in local memory).
+template <int NBUF, typename Epi, typename CTile, typename Held>
+__device__ __forceinline__ void store_held_box_at(CTile (&bufs)[NBUF], const Epi& epi, const Held& held, int ch,
+                                                  const shape& sh, int lane) {
+    constexpr int BOXES = Held::boxes;
+    [&]<int... B>(std::integer_sequence<int, B...>) {
+        ((ch == B ? epi.template store_held_box<B>(bufs, held, sh, lane) : void()), ...);
+    }(std::make_integer_sequence<int, BOXES>{});
+}
+
 template <typename Cfg, major MA, major MB, typename Epi>
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params p) {
@@ -391,6 +417,10 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
             if constexpr (CLUSTER == 2) arrive_on_cta(empty, rank ^ 1);
         };
         wgmma::accumulator<BN> acc;
+        // DEFERS_STORE policies: the previous tile's values (packed) and where they go, stored box
+        // by box during this tile's first k-steps (see defers_store above)
+        [[maybe_unused]] typename held_of<Epi, BN>::type held{};
+        [[maybe_unused]] bool holding = false;
         int it = 0, tiles_done = 0;
         for (int unit = first_unit; unit < p.sh.units; unit += unit_step, ++tiles_done) {
             work w = CLUSTER == 2 ? pair_work(p.sh, unit, rank) : unit_work(p.sh, unit);
@@ -411,6 +441,9 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
                 // last tile's stores to leave the buffers does not delay the math
                 if constexpr (has_input_boxes<Epi>())
                     if (kt == w.k_begin) load_input_boxes(s.c[c][warp], s.input_full[c][warp], p.epi, {pos}, p.sh, lane);
+                // deferred stores: box (kt - k_begin) of the held tile leaves while these wgmmas run
+                if constexpr (defers_store<Epi>())
+                    if (holding) store_held_box_at(s.c[c][warp], p.epi, held, kt - w.k_begin, p.sh, lane);
                 if constexpr (Cfg::DRAIN) {
                     wgmma::wait_group<0>();
                     if (lane == 0) free_stage(s.empty[stage]);
@@ -425,9 +458,21 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
             }
             wgmma::fence_operand(acc);
 
-            // ---- epilogue: each warp moves its 16 x 256 slice out (store_slab above)
-            store_slab(s.c[c][warp], p.epi, ts, acc, pos, p.sh, lane, 0, &s.input_full[c][warp], uint32_t(tiles_done & 1));
+            // ---- epilogue: each warp moves its 16 x 256 slice out (store_slab above), or holds it
+            if constexpr (defers_store<Epi>()) {
+                // boxes of the held tile that this tile's k-steps were too few to carry, then hold this one
+                if (holding)
+                    for (int ch = w.k_end - w.k_begin; ch < held_boxes<Epi, BN>(); ++ch)
+                        store_held_box_at(s.c[c][warp], p.epi, held, ch, p.sh, lane);
+                p.epi.hold(held, acc, pos);
+                holding = true;
+            } else {
+                store_slab(s.c[c][warp], p.epi, ts, acc, pos, p.sh, lane, 0, &s.input_full[c][warp], uint32_t(tiles_done & 1));
+            }
         }
+        if constexpr (defers_store<Epi>())
+            if (holding)
+                for (int ch = 0; ch < held_boxes<Epi, BN>(); ++ch) store_held_box_at(s.c[c][warp], p.epi, held, ch, p.sh, lane);
         if (lane == 0) tma::store_wait<0>();
     }
     // A pair's CTAs may still arrive on each other's barriers: neither exits before both are done.

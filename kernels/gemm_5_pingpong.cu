@@ -92,7 +92,7 @@ const char* dispatch(const gemm::args& g) {
 const char* gemm::step5_pingpong(const gemm::args& g) {
     if (g.a_mn_major && !g.b_mn_major) return "gemm step 5: A M-major with B K-major is not instantiated; pass B N-major";
     if (g.splits > 1 && !g.c_fp32) return "gemm step 5: split-K reduce-adds fp32 partials; ask for an fp32 output";
-    if ((g.variant == 6 || g.variant == 7) && (g.bias || g.gelu))
+    if (g.variant >= 6 && (g.bias || g.gelu))
         return "gemm step 5: variants 6 and 7 are the plain product (no bias, no GELU); use variant 1 for a fused epilogue";
 #ifdef GEMM_DEFAULT_VARIANT_ONLY   // the CPU compile test: one configuration and the plain epilogue keep it quick
     if (g.variant != 0 && g.variant != 6) return "gemm step 5: built with GEMM_DEFAULT_VARIANT_ONLY";

@@ -276,12 +276,14 @@ def test_matmul_in_a_cuda_graph_reads_new_values():
             assert rel_err(c, sa.float() @ sb.float()) < 1e-2, name
 
 
-# ---- session 6: the plain epilogue (variants 6 and 7 of steps 4 and 5, kernels/gemm_plain_epilogue.cuh):
-# the same pipelines as step 4 v0 / v5 and step 5 v1 / v0, boxes staged by stmatrix (bf16) or
-# 8-byte stores (fp32) with no per-value work ----
+# ---- session 6: the plain epilogue (variants 6 and 7 of steps 4 and 5, 8 of step 4,
+# kernels/gemm_plain_epilogue.cuh): the same pipelines as step 4 v0 / v5 / v0 and step 5 v1 / v0,
+# boxes staged by stmatrix (bf16) or 8-byte stores (fp32) with no per-value work; 4v8 stores a
+# tile's boxes during the next tile's first k-steps (the shapes below include tiles with fewer
+# k-steps than boxes: K = 16, 48, 64) ----
 
 # (step, variant, the variant whose pipeline it shares)
-PLAIN = [(4, 6, 0), pytest.param(4, 7, 5, marks=CLUSTER), (5, 6, 1), (5, 7, 0)]
+PLAIN = [(4, 6, 0), pytest.param(4, 7, 5, marks=CLUSTER), (4, 8, 0), (5, 6, 1), (5, 7, 0)]
 
 
 @pytest.mark.parametrize("step,variant,twin", PLAIN)
@@ -290,7 +292,7 @@ def test_plain_epilogue_forward(step, variant, twin):
     a multiple of the tile (272, 528, 96: boxes past N skipped), K = 16 and 1024, GPT-2's shape;
     bf16 and fp32 outputs into poisoned tensors; and bit-identical to its twin variant, which
     runs the same wgmmas and rounds the same way (only the staging differs)."""
-    for M, K, N in [(1, 16, 16), (77, 48, 272), (1000, 320, 528), (4097, 1024, 96), (16384, 768, 3072)]:
+    for M, K, N in [(1, 16, 16), (77, 48, 272), (1000, 320, 528), (4097, 1024, 96), (2000, 64, 1040), (16384, 768, 3072)]:
         x, W = randn(M, K), randn(N, K)
         ref = x.float() @ W.float().t()
         for dtype in (torch.bfloat16, torch.float32):
@@ -320,16 +322,15 @@ def test_plain_epilogue_backward_products(step, variant, twin):
                 assert rel_err(dW, ref) < TOL[dtype], (step, tokens, splits, dtype)
 
 
-@pytest.mark.parametrize("step", [4, 5])
-@pytest.mark.parametrize("variant", [6, 7])
-def test_plain_epilogue_refuses_bias_and_gelu(step, variant):
+@pytest.mark.parametrize("step,variant,twin", PLAIN)
+def test_plain_epilogue_refuses_bias_and_gelu(step, variant, twin):
     x, W = randn(64, 64), randn(64, 64)
     for kw in ({"bias": randn(64)}, {"gelu": True}):
-        with pytest.raises(ValueError, match="variants 6 and 7 are the plain product"):
+        with pytest.raises(ValueError, match=f"variant {variant} of step {step} is the plain product"):
             gemm.matmul(x, W.t(), step=step, variant=variant, **kw)
     # the C++ launcher refuses it too (a caller that skips the Python checks)
     c = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match="variants 6 and 7 are the plain product"):
+    with pytest.raises(RuntimeError, match="are the plain product"):
         gemm._ext.module.run(step, x, W, c, False, False, None, True, 1, variant)
 
 

@@ -105,11 +105,14 @@ def test_non_tensor_arguments_take_the_checked_path():
 
 
 def test_plain_variant_refuses_bias_and_gelu_on_cpu():
-    """Variants 6 and 7 (the plain epilogue, steps 4 and 5) have no bias/GELU: the Python checks say so."""
+    """Variants 6-8 of step 4 and 6-7 of step 5 (the plain epilogue) have no bias/GELU: the Python
+    checks say so; variant 8 exists only for step 4."""
     x, W = bf16(64, 32), bf16(48, 32)
-    for step in (4, 5):
-        for variant in (6, 7):
+    for step, variants in ((4, (6, 7, 8)), (5, (6, 7))):
+        for variant in variants:
             assert plan(x, W.t(), step=step, variant=variant).variant == variant
             for kw in ({"bias": bf16(48)}, {"gelu": True}):
-                with pytest.raises(ValueError, match="variants 6 and 7 are the plain product"):
+                with pytest.raises(ValueError, match=f"variant {variant} of step {step} is the plain product"):
                     plan(x, W.t(), step=step, variant=variant, **kw)
+    with pytest.raises(ValueError, match="variant must be one of"):
+        plan(x, W.t(), step=5, variant=8)
