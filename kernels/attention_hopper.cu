@@ -98,6 +98,7 @@
 //     log2 l, O's row addresses once; 21 = that, and O through shared memory and one TMA store
 //     per warpgroup instead of 16-32 scattered 4-byte stores per thread).
 //   23 (session 6, opt-in): 21 with a loop turn around S = Q·Kᵀ's issue only (SPLIT_TURN).
+//   24 (session 6, opt-in): 13 with 21's epilogue (D=64; 128 runs 21).
 // Taken out after session 5 (the code is in git at 65e8c26; figures in kernels/NOTES.md,
 //   "Session 4: H3 attention" and sessions 2-3's "H200 runs"): 1 = 2 with exp2f and sequential
 //   row max / sum (GPT-2 shape 221 against 2's 225 TFLOP/s), 3 = 2 without ping-pong (203: -10%),
@@ -1049,6 +1050,9 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //      items decoded by the producer, 1/l and log2(l) approximate (session 6; opt-in until measured)
 //  22: 12 / 11 with EPILOGUE 1: the same without the TMA store (O's row addresses once instead)
 //  23: 21 with SPLIT_TURN: a loop turn issues S = Q·Kᵀ only, P·V after the turn
+//  24: 13 (one consumer, two CTAs per SM) with EPILOGUE 2 (D = 64; 128 runs 21): 64-row items,
+//      twice as many as 21's, so the per-item costs weigh twice; two independent CTAs instead of
+//      ping-pong turns, so one CTA's item boundary falls inside the other's work
 // 2 and 4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zeroed, used by this launch alone (the bindings
 // allocate it per call); the dynamically scheduled variants (11-13, the defaults) refuse nullptr.
@@ -1077,6 +1081,8 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, true, true, 1>(p, stream, work_counter);
     case 23: return d64 ? launch_persistent<64, 2, true, false, true, 2, true>(p, stream, work_counter)
                         : launch_persistent<128, 2, true, true, true, 2, true>(p, stream, work_counter);
+    case 24: return d64 ? launch_persistent<64, 1, true, true, true, 2>(p, stream, work_counter)
+                        : launch_persistent<128, 2, true, true, true, 2>(p, stream, work_counter);
     default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20) too
     }
 }

@@ -83,7 +83,8 @@ VARIANTS = {0: "default (12 for D=64, 11 for D=128)",
             21: "12 (D=64) / 11 (D=128) with O stored through shared memory by TMA, items decoded by the "
                 "producer, approximate 1/l and log2(l) (session 6; opt-in until measured)",
             22: "21 without the TMA store: O's row addresses once, direct 4-byte stores",
-            23: "21 with the loop's ping-pong turn around S = Q.K^T's issue only (P.V issued after it)"}
+            23: "21 with the loop's ping-pong turn around S = Q.K^T's issue only (P.V issued after it)",
+            24: "13 (1 consumer, 2 CTAs/SM) with 21's epilogue (D=64; D=128 runs 21)"}
 
 
 OP = "tk Hopper attention"

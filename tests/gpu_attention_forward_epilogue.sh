@@ -2,12 +2,13 @@
 # tests/gpu_attention_forward_epilogue.sh OUT_DIR — the Hopper forward's per-item costs (session 6,
 # engineer A; kernels/NOTES.md "Session 6: A"): forward variants 21 (O through shared memory and a
 # TMA store, items decoded by the producer, approximate 1/l and log2 l) and 22 (the same without
-# the TMA store) and 23 (21 with the loop's ping-pong turn around S's issue only) beside the
-# default (12 / 11) and cuDNN, on ONE H200 in <= 150 s
+# the TMA store), 23 (21 with the loop's ping-pong turn around S's issue only) and 24 (13, one
+# consumer and two CTAs per SM, with 21's epilogue) beside the default (12 / 11) and cuDNN, on ONE
+# H200 in <= 150 s
 # (TORCH_EXTENSIONS_DIR=/tmp/ext; LANE_LIMIT bounds every step, tests/gpu_lib.sh; logs in OUT/logs,
 # packed into OUT/logs.tgz; figures in OUT/summary.txt). Order, riskiest information first:
 #   1 build (cached when the caller prebuilt)
-#   2 smoke: the default and CANDIDATES (default "21 23 22") with more work items than SMs, one
+#   2 smoke: the default and CANDIDATES (default "21 23 24 22") with more work items than SMs, one
 #     process under a hard limit; only the candidates that print "ok" go on
 #   3 the decision: forward at the issue's three shapes, default against the candidates and cuDNN
 #     timed in turns (kernels.attention_bench --interleave, CUDA-graph replay, 9 rounds)
@@ -39,7 +40,7 @@ step 60 build.log python3 -m kernels --build tk_attention_hopper tk_attention_ho
 note "$(grep -E '^build |^built' "$L/build.log" | tr '\n' ' ')"
 
 # 2. smoke (session 5's variant 20 missed a 10 s limit here; the default alone took 9 s in the probe)
-CANDIDATES=${CANDIDATES:-21 23 22}
+CANDIDATES=${CANDIDATES:-21 23 24 22}
 step 30 smoke.log python3 tests/attention_sanitize_case.py items 0 $CANDIDATES
 NEW=$(grep -oE "^variant [0-9]+ ok" "$L/smoke.log" | awk '$2 != 0 {printf "%s ", $2}' | sed 's/ $//')
 note "smoke of the default and ${CANDIDATES}: passed: ${NEW:-none}; $(tail -1 "$L/smoke.log")"
