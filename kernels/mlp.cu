@@ -54,6 +54,10 @@
 //               checks; pre bit-identical, h within fp32 rounding of bias_gelu's.
 //   bias_gelu_stmatrix  (fcfast=2, session 6, opt-in) bias_gelu_fast's values, staged by the policy
 //               itself (gemm4's STORES_SLAB hook): stmatrix, and one fence per box for pre and h.
+//   dgelu_deferred  (fast=2, session 6, opt-in, step 4 only) dgelu_fast's product with its epilogue
+//               moved under the next tile's first k-steps (gemm4's DEFERS_STORE hook): the tile's
+//               dh is held as bf16 pairs (eager's rounding) and each box's GELU', db1 sums and
+//               store run while the tensor cores work.
 //   dgelu_pre_tma  (pre=1, opt-in) the same values as dgelu, but pre arrives by TMA.
 //               Each consumer warp's lane 0 loads its tile's pre boxes into the warp's staging
 //               buffers when the tile starts (gemm4's INPUT_BOXES), so they land during the
@@ -104,6 +108,17 @@ const char* launch(const tk_mlp::gemm_args& g) {
     }
     return launch_pingpong<MA, MB, Epi>(g, schedule);
 }
+
+// fast=2's dGELU (dgelu_deferred: its epilogue under the next tile's math) uses step 4's
+// DEFERS_STORE hook, so it runs on step 4's kernel only (alone or in 2-CTA clusters).
+const char* launch_dgelu_deferred(const tk_mlp::gemm_args& g, int schedule) {
+    using Epi = dgelu_deferred_epilogue;
+    auto make = [&] { return Epi::make(g); };
+    if (schedule == tk_mlp::SCHEDULE_STEP4_CLUSTER2)
+        return gemm4::launch<step4_cluster2_config, major::K, major::MN, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, 1,
+                                                                             g.num_sms, g.stream, make);
+    return gemm4::launch<cfg, major::K, major::MN, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, 1, g.num_sms, g.stream, make);
+}
 }  // namespace
 
 namespace tk_mlp {
@@ -122,6 +137,8 @@ const char* linear_dgelu(const gemm_args& g) {
         return "tk_mlp: linear_dgelu needs bias_grad_partial (only the fast policies run without)";
     const int schedule = resolved_schedule(g, true);
     const bool pre_tma = g.pre_tma && schedule != SCHEDULE_PINGPONG_128x128_CLUSTER2 && schedule != SCHEDULE_PINGPONG_64x256_DEEP;
+    if (g.fast_dgelu == 2 && !pre_tma && (schedule == SCHEDULE_STEP4 || schedule == SCHEDULE_STEP4_CLUSTER2))
+        return launch_dgelu_deferred(g, schedule);   // session 6, opt-in; elsewhere fast=2 runs fast=1's policies
     if (pre_tma)
         return g.fast_dgelu ? launch<major::K, major::MN, dgelu_pre_tma_fast_epilogue>(g)
                             : launch<major::K, major::MN, dgelu_pre_tma_epilogue>(g);

@@ -120,7 +120,7 @@ constexpr int FLAG_VALUES = 5;                 // side, pre, fast, finish, fcfas
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
 bool side_jobs = true;
 bool pre_tma = false;
-bool fast_dgelu = true;                        // default since session 5 (calls 2 and 3: dGELU -8% under ncu)
+int fast_dgelu = 1;                            // default since session 5 (calls 2 and 3: dGELU -8% under ncu); 2: session 6's deferred form
 bool finish_kernel = false;
 int fast_gelu = 0;                             // session 6 (fcfast=1 or 2), opt-in until an H200 run says otherwise
 
@@ -140,8 +140,8 @@ void set_schedule(const std::vector<int64_t>& s) {
         raise_if(value_problem("tk_mlp: the side-jobs flag is 0 or 1, got " + std::to_string(s[PRODUCTS])));
     if (s[PRODUCTS + 1] != 0 && s[PRODUCTS + 1] != 1)
         raise_if(value_problem("tk_mlp: the pre-by-TMA flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 1])));
-    if (s[PRODUCTS + 2] != 0 && s[PRODUCTS + 2] != 1)
-        raise_if(value_problem("tk_mlp: the fast-dGELU flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 2])));
+    if (s[PRODUCTS + 2] < 0 || s[PRODUCTS + 2] > 2)
+        raise_if(value_problem("tk_mlp: the fast-dGELU flag is 0, 1 or 2, got " + std::to_string(s[PRODUCTS + 2])));
     if (s[PRODUCTS + 3] != 0 && s[PRODUCTS + 3] != 1)
         raise_if(value_problem("tk_mlp: the finish-kernel flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 3])));
     if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 2)
@@ -149,7 +149,7 @@ void set_schedule(const std::vector<int64_t>& s) {
     for (int i = 0; i < PRODUCTS; ++i) schedules[i] = int(s[i]);
     side_jobs = s[PRODUCTS] == 1;
     pre_tma = s[PRODUCTS + 1] == 1;
-    fast_dgelu = s[PRODUCTS + 2] == 1;
+    fast_dgelu = int(s[PRODUCTS + 2]);
     finish_kernel = s[PRODUCTS + 3] == 1;
     fast_gelu = int(s[PRODUCTS + 4]);
 }
@@ -157,7 +157,7 @@ std::vector<int64_t> get_schedule() {
     std::vector<int64_t> out(schedules, schedules + PRODUCTS);
     out.push_back(side_jobs ? 1 : 0);
     out.push_back(pre_tma ? 1 : 0);
-    out.push_back(fast_dgelu ? 1 : 0);
+    out.push_back(fast_dgelu);
     out.push_back(finish_kernel ? 1 : 0);
     out.push_back(fast_gelu);
     return out;
@@ -253,7 +253,7 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     g.M = int(M); g.N = int(H); g.K = int(C); g.pre = pre.data_ptr();
     g.bias_grad_partial = partials ? partial.data_ptr<float>() : nullptr;
     g.pre_tma = pre_tma ? 1 : 0;
-    g.fast_dgelu = fast_dgelu ? 1 : 0;
+    g.fast_dgelu = fast_dgelu;
     if (side_jobs) {
         g.zero = dw_buf.data_ptr<float>(); g.zero_floats = 2 * HC;
         if (dy_sums) g.a_colsum = colsum.data_ptr<float>();
@@ -313,7 +313,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"));
     m.def("set_schedule", &set_schedule,
           "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma, fast_dgelu, finish, fast_gelu]): schedules 0 (auto) or "
-          "4..10 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1, fast dGELU epilogue 0/1, finish kernel 0/1, "
+          "4..10 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1, fast dGELU epilogue 0/1/2 (2: deferred on step 4), finish kernel 0/1, "
           "fast c_fc epilogue 0/1/2 (2: staged by stmatrix)",
           py::arg("schedules"));
     m.def("get_schedule", &get_schedule, "the ten values set_schedule last set");

@@ -118,17 +118,29 @@ OLD = ",fast=0"     # sessions 3-4's dGELU policies, since session 5's fast=1 be
                                       # schedules, and the one-kernel tail, with side jobs on and off
                                       "4,fast=1", "6,fast=1", "5,fast=1", "4,pre=1,fast=1", "6,pre=1,fast=1",
                                       "5,pre=1,fast=1", "finish=1", "dgelu=6,pre=1,fast=1,finish=1,dw=10",
-                                      "4,side=0,finish=1,fast=1",
-                                      # session 6: c_fc's fast epilogue on every non-cluster c_fc schedule
-                                      "fcfast=1", "fc=4,fcfast=1", "fc=5,fcfast=1", "fc=10,fcfast=1",
-                                      "fcfast=1,finish=1,dw=10", pytest.param("fc=8,fcfast=1", marks=CLUSTER),
-                                      pytest.param("fc=9,fcfast=1", marks=CLUSTER),
-                                      # ... and staged by stmatrix (fcfast=2; fc=10 has one staging buffer)
-                                      "fcfast=2", "fc=4,fcfast=2", "fc=5,fcfast=2", "fc=10,fcfast=2",
-                                      "fcfast=2,finish=1,dw=10", pytest.param("fc=7,fcfast=2", marks=CLUSTER),
-                                      pytest.param("fc=9,fcfast=2", marks=CLUSTER)])
+                                      "4,side=0,finish=1,fast=1"])
 @pytest.mark.parametrize("M,C", SCHEDULE_SHAPES)
 def test_schedules_vs_float64(mlp, schedule, M, C):
+    check_schedule_vs_float64(mlp, schedule, M, C)
+
+
+# Session 6's options the same way (a test of their own, so a GPU script can pick them by name)
+@pytest.mark.parametrize("schedule", [
+    # c_fc's fast epilogue on every c_fc schedule
+    "fcfast=1", "fc=4,fcfast=1", "fc=5,fcfast=1", "fc=10,fcfast=1", "fcfast=1,finish=1,dw=10",
+    pytest.param("fc=8,fcfast=1", marks=CLUSTER), pytest.param("fc=9,fcfast=1", marks=CLUSTER),
+    # ... and staged by stmatrix (fcfast=2; fc=10 has one staging buffer)
+    "fcfast=2", "fc=4,fcfast=2", "fc=5,fcfast=2", "fc=10,fcfast=2", "fcfast=2,finish=1,dw=10",
+    pytest.param("fc=7,fcfast=2", marks=CLUSTER), pytest.param("fc=9,fcfast=2", marks=CLUSTER),
+    # the dGELU epilogue deferred under the next tile (fast=2: step 4; ping-pong runs fast=1's policy)
+    "fast=2", "dgelu=4,fast=2,side=0", "dgelu=6,fast=2", "fast=2,fcfast=2,finish=1",
+    pytest.param("dgelu=9,fast=2", marks=CLUSTER)])
+@pytest.mark.parametrize("M,C", SCHEDULE_SHAPES)
+def test_session6_schedules_vs_float64(mlp, schedule, M, C):
+    check_schedule_vs_float64(mlp, schedule, M, C)
+
+
+def check_schedule_vs_float64(mlp, schedule, M, C):
     bias = M % 2 == 1
     x, w_fc, b_fc, w_proj, b_proj, dy = make(M, C, seed=M + 7 * C, bias=bias)
     ref = reference64(x, w_fc, b_fc, w_proj, b_proj, dy)
@@ -255,7 +267,7 @@ def test_set_schedule_refuses_bad_values(mlp):
     with pytest.raises(ValueError, match="pre-by-TMA flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 2, 0, 0, 0])
     with pytest.raises(ValueError, match="fast-dGELU flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 2, 0, 0])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 3, 0, 0])
     with pytest.raises(ValueError, match="finish-kernel flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 2, 0])
     with pytest.raises(ValueError, match="fast-c_fc-epilogue flag"):
@@ -341,7 +353,7 @@ def test_stmatrix_staging_matches_fast_gelu(mlp, fc, M, C, bias, H):
 
 
 # session 5: the fast dGELU epilogue and the one-kernel tail (finish=1) keep a fixed order too
-@pytest.mark.parametrize("schedule", ["0", "fast=1,finish=1", "dgelu=6,pre=1,fast=1,finish=1"])
+@pytest.mark.parametrize("schedule", ["0", "fast=1,finish=1", "dgelu=6,pre=1,fast=1,finish=1", "fast=2", "fast=2,finish=1"])
 def test_backward_is_deterministic(mlp, schedule):
     x, w_fc, b_fc, w_proj, b_proj, dy = make(3000, 768, seed=3)
     mlp.set_schedule(schedule)
@@ -365,7 +377,9 @@ BASE = "fast=0"   # sessions 3-4's default
 # sums in another order, so every gradient must stay at the default's bf16-level error (~2.4e-3
 # measured) and within a few bf16 roundings of the default's own output; a wrong constant in
 # GELU' (e.g. u' without its factor 3) moves dx and dw_fc by far more.
-@pytest.mark.parametrize("spec", ["0", "pre=1", "dgelu=6,pre=1", "finish=1,fast=0", "side=0,finish=1,fast=0"])
+# Session 6's fast=2 (dh held in bf16, as eager rounds it, then GELU') must meet the same bounds.
+@pytest.mark.parametrize("spec", ["0", "pre=1", "dgelu=6,pre=1", "finish=1,fast=0", "side=0,finish=1,fast=0",
+                                  "fast=2", "fast=2,finish=1", "dgelu=9,fast=2"])
 def test_session5_opt_ins_match_default(mlp, spec):
     M, C = 4099, 768
     x, w_fc, b_fc, w_proj, b_proj, dy = make(M, C, seed=11)
@@ -394,7 +408,7 @@ def test_session5_opt_ins_match_default(mlp, spec):
 # Session 5: bias_grads=False (a model without biases, GPT-2's bias=False): db_fc and db_proj come
 # back empty and their work is skipped; dx is bit-identical to the full backward's (its dpre is the
 # same), the weight gradients equal within split-K's order. (Autograd passes it for a model without biases.)
-@pytest.mark.parametrize("spec", ["0", "finish=1", "dgelu=6,finish=1", "side=0", "pre=1", "fast=0"])
+@pytest.mark.parametrize("spec", ["0", "finish=1", "dgelu=6,finish=1", "side=0", "pre=1", "fast=0", "fast=2", "fast=2,finish=1"])
 def test_no_bias_grads(mlp, spec):
     M, C = 1000, 768
     x, w_fc, _, w_proj, _, dy = make(M, C, seed=13, bias=False)
