@@ -352,6 +352,28 @@ def test_stmatrix_staging_matches_fast_gelu(mlp, fc, M, C, bias, H):
     assert torch.equal(y2, y1), f"fc={fc}: fcfast=2 changed y"
 
 
+# Session 6's fast=2 holds a tile and stores box B after the next tile's k-step B: with K = C = 128
+# (2 k-steps) boxes 2 and 3 go in the kernel's catch-up loop, and the last tile's in its final
+# flush; tails in M (333, 1) and a single tile (1). Against float64 and fast=1.
+@pytest.mark.parametrize("M,C", [(1000, 128), (333, 192), (1, 128), (4099, 64)])
+def test_deferred_dgelu_short_k(mlp, M, C):
+    x, w_fc, b_fc, w_proj, b_proj, dy = make(M, C, seed=23 * M + C)
+    ref = reference64(x, w_fc, b_fc, w_proj, b_proj, dy)
+    y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+    base = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+    mlp.set_schedule("fast=2")
+    try:
+        poison_allocator(2 * M * 4 * C, 4 * 4 * C * C)
+        new = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+        torch.cuda.synchronize()
+    finally:
+        mlp.set_schedule("0")
+    for i, name in enumerate(("dx", "dw_fc", "db_fc", "dw_proj", "db_proj")):
+        e64, e_base = rel_err(new[i], ref[i + 1]), rel_err(new[i], base[i])
+        print(f"fast=2 M={M} C={C} {name}: vs float64 {e64:.2e}, vs fast=1 {e_base:.2e}")
+        assert e64 < TOL and e_base < 6e-3, f"fast=2 M={M} C={C} {name}: {e64:.2e} vs float64, {e_base:.2e} vs fast=1"
+
+
 # session 5: the fast dGELU epilogue and the one-kernel tail (finish=1) keep a fixed order too
 @pytest.mark.parametrize("schedule", ["0", "fast=1,finish=1", "dgelu=6,pre=1,fast=1,finish=1", "fast=2", "fast=2,finish=1"])
 def test_backward_is_deterministic(mlp, schedule):
