@@ -54,6 +54,9 @@
 //               checks; pre bit-identical, h within fp32 rounding of bias_gelu's.
 //   bias_gelu_stmatrix  (fcfast=2, session 6, opt-in) bias_gelu_fast's values, staged by the policy
 //               itself (gemm4's STORES_SLAB hook): stmatrix, and one fence per box for pre and h.
+//   bias_deferred  (defer=1, session 6, opt-in, step 4 only) c_proj's and dx's bias policy with the
+//               same deferral: bias added and values packed at the tile's end, stores under the
+//               next tile's first k-steps; the same bf16 values as bias.
 //   dgelu_deferred  (fast=2, session 6, opt-in, step 4 only) dgelu_fast's product with its epilogue
 //               moved under the next tile's first k-steps (gemm4's DEFERS_STORE hook): the tile's
 //               dh is held as bf16 pairs (eager's rounding) and each box's GELU', db1 sums and
@@ -109,16 +112,18 @@ const char* launch(const tk_mlp::gemm_args& g) {
     return launch_pingpong<MA, MB, Epi>(g, schedule);
 }
 
-// fast=2's dGELU (dgelu_deferred: its epilogue under the next tile's math) uses step 4's
-// DEFERS_STORE hook, so it runs on step 4's kernel only (alone or in 2-CTA clusters).
-const char* launch_dgelu_deferred(const tk_mlp::gemm_args& g, int schedule) {
-    using Epi = dgelu_deferred_epilogue;
+// Session 6's deferred policies (dgelu_deferred for fast=2, bias_deferred for defer=1: their
+// epilogue under the next tile's math) use step 4's DEFERS_STORE hook, so they run on step 4's
+// kernel only (alone or in 2-CTA clusters).
+template <major MB, typename Epi>
+const char* launch_deferred(const tk_mlp::gemm_args& g, int schedule) {
     auto make = [&] { return Epi::make(g); };
     if (schedule == tk_mlp::SCHEDULE_STEP4_CLUSTER2)
-        return gemm4::launch<step4_cluster2_config, major::K, major::MN, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, 1,
-                                                                             g.num_sms, g.stream, make);
-    return gemm4::launch<cfg, major::K, major::MN, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, 1, g.num_sms, g.stream, make);
+        return gemm4::launch<step4_cluster2_config, major::K, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, 1,
+                                                                      g.num_sms, g.stream, make);
+    return gemm4::launch<cfg, major::K, MB, Epi>("tk_mlp", g.a, g.b, g.M, g.N, g.K, 1, g.num_sms, g.stream, make);
 }
+bool on_step4(int schedule) { return schedule == tk_mlp::SCHEDULE_STEP4 || schedule == tk_mlp::SCHEDULE_STEP4_CLUSTER2; }
 }  // namespace
 
 namespace tk_mlp {
@@ -130,21 +135,29 @@ const char* linear_bias_gelu(const gemm_args& g) {
     return g.fast_gelu ? launch<major::K, major::K, bias_gelu_fast_epilogue>(g)                // session 6, opt-in
                        : launch<major::K, major::K, bias_gelu_epilogue>(g);
 }
-const char* linear_bias(const gemm_args& g) { return launch<major::K, major::K, bias_epilogue>(g); }
+const char* linear_bias(const gemm_args& g) {
+    if (g.defer_store && valid_schedule(g.schedule) && on_step4(resolved_schedule(g, false)))   // session 6's defer=1, opt-in
+        return launch_deferred<major::K, bias_deferred_epilogue>(g, resolved_schedule(g, false));
+    return launch<major::K, major::K, bias_epilogue>(g);
+}
 const char* linear_dgelu(const gemm_args& g) {
     if (!g.pre) return "tk_mlp: linear_dgelu needs pre";
     if (!g.bias_grad_partial && !g.fast_dgelu)       // session 5's fast policies may skip db1
         return "tk_mlp: linear_dgelu needs bias_grad_partial (only the fast policies run without)";
     const int schedule = resolved_schedule(g, true);
     const bool pre_tma = g.pre_tma && schedule != SCHEDULE_PINGPONG_128x128_CLUSTER2 && schedule != SCHEDULE_PINGPONG_64x256_DEEP;
-    if (g.fast_dgelu == 2 && !pre_tma && (schedule == SCHEDULE_STEP4 || schedule == SCHEDULE_STEP4_CLUSTER2))
-        return launch_dgelu_deferred(g, schedule);   // session 6, opt-in; elsewhere fast=2 runs fast=1's policies
+    if (g.fast_dgelu == 2 && !pre_tma && on_step4(schedule))   // session 6, opt-in; elsewhere fast=2 runs fast=1's policies
+        return launch_deferred<major::MN, dgelu_deferred_epilogue>(g, schedule);
     if (pre_tma)
         return g.fast_dgelu ? launch<major::K, major::MN, dgelu_pre_tma_fast_epilogue>(g)
                             : launch<major::K, major::MN, dgelu_pre_tma_epilogue>(g);
     return g.fast_dgelu ? launch<major::K, major::MN, dgelu_fast_epilogue>(g) : launch<major::K, major::MN, dgelu_epilogue>(g);
 }
-const char* linear_grad_input(const gemm_args& g) { return launch<major::K, major::MN, bias_epilogue>(g); }
+const char* linear_grad_input(const gemm_args& g) {
+    if (g.defer_store && valid_schedule(g.schedule) && on_step4(resolved_schedule(g, true)))    // session 6's defer=1, opt-in
+        return launch_deferred<major::MN, bias_deferred_epilogue>(g, resolved_schedule(g, true));
+    return launch<major::K, major::MN, bias_epilogue>(g);
+}
 const char* weight_grad(const gemm_args& g) { return launch<major::MN, major::MN, reduce_add_epilogue>(g); }
 
 // Split-K for few output tiles (engineer D's cost model from kernels/gemm.py): time ~ waves x

@@ -39,6 +39,8 @@ struct gemm_args {
                                 //   and bias (bias_gelu_fast / bias_gelu_h_only_fast, kernels/mlp_epilogues.cuh);
                                 //   2 = the same values staged by stmatrix, one fence per box (bias_gelu_stmatrix;
                                 //   evaluation as 1)
+    int defer_store;            // linear_bias / linear_grad_input only: 1 = on step 4, the tile's stores
+                                //   under the next tile's math (bias_deferred, session 6); elsewhere as 0
     cudaStream_t stream;
 };
 

@@ -113,23 +113,25 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // cheaper form (fast: dgelu_fast / dgelu_pre_tma_fast; the default) and the backward's tail in
 // one kernel (finish: kernels/mlp_finish.cu instead of two torch reductions and four casts;
 // opt-in), and session 6's c_fc epilogue's cheaper forms (fcfast=1: bias_gelu_fast and its
-// evaluation twin; fcfast=2: the same values staged by stmatrix; opt-in). (Session 5's gprime flag lost on the H200 and was removed: NOTES.md,
+// evaluation twin; fcfast=2: the same values staged by stmatrix; opt-in) and c_proj's and dx's stores
+// under the next tile's math on step 4 (defer: bias_deferred; opt-in). (Session 5's gprime flag lost on the H200 and was removed: NOTES.md,
 // session 5 M.)
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
-constexpr int FLAG_VALUES = 5;                 // side, pre, fast, finish, fcfast
+constexpr int FLAG_VALUES = 6;                 // side, pre, fast, finish, fcfast, defer
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
 bool side_jobs = true;
 bool pre_tma = false;
 int fast_dgelu = 1;                            // default since session 5 (calls 2 and 3: dGELU -8% under ncu); 2: session 6's deferred form
 bool finish_kernel = false;
 int fast_gelu = 0;                             // session 6 (fcfast=1 or 2), opt-in until an H200 run says otherwise
+bool defer_store = false;                      // session 6 (defer=1), opt-in
 
 void set_schedule(const std::vector<int64_t>& s) {
     using tk_bindings::raise_if;
     using tk_bindings::value_problem;
     if (s.size() != PRODUCTS + FLAG_VALUES)
-        raise_if(value_problem("tk_mlp: set_schedule takes 10 values (fc, proj, dgelu, dx, dw, side jobs, pre by TMA, "
-                               "fast dGELU, finish kernel, fast c_fc epilogue), got " + std::to_string(s.size())));
+        raise_if(value_problem("tk_mlp: set_schedule takes 11 values (fc, proj, dgelu, dx, dw, side jobs, pre by TMA, "
+                               "fast dGELU, finish kernel, fast c_fc epilogue, deferred stores), got " + std::to_string(s.size())));
     for (int i = 0; i < PRODUCTS; ++i)
         if (s[i] < 0 || s[i] > 10 || !tk_mlp::valid_schedule(int(s[i])))
             raise_if(value_problem("tk_mlp: a schedule is 0 (auto), 4 (step 4), 5 (ping-pong 128x128), 6 (ping-pong 64x256), "
@@ -146,12 +148,15 @@ void set_schedule(const std::vector<int64_t>& s) {
         raise_if(value_problem("tk_mlp: the finish-kernel flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 3])));
     if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 2)
         raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0, 1 or 2, got " + std::to_string(s[PRODUCTS + 4])));
+    if (s[PRODUCTS + 5] != 0 && s[PRODUCTS + 5] != 1)
+        raise_if(value_problem("tk_mlp: the deferred-stores flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 5])));
     for (int i = 0; i < PRODUCTS; ++i) schedules[i] = int(s[i]);
     side_jobs = s[PRODUCTS] == 1;
     pre_tma = s[PRODUCTS + 1] == 1;
     fast_dgelu = int(s[PRODUCTS + 2]);
     finish_kernel = s[PRODUCTS + 3] == 1;
     fast_gelu = int(s[PRODUCTS + 4]);
+    defer_store = s[PRODUCTS + 5] == 1;
 }
 std::vector<int64_t> get_schedule() {
     std::vector<int64_t> out(schedules, schedules + PRODUCTS);
@@ -160,6 +165,7 @@ std::vector<int64_t> get_schedule() {
     out.push_back(fast_dgelu);
     out.push_back(finish_kernel ? 1 : 0);
     out.push_back(fast_gelu);
+    out.push_back(defer_store ? 1 : 0);
     return out;
 }
 
@@ -199,6 +205,7 @@ std::vector<Tensor> run_forward(const Tensor& x, const Tensor& w_fc, const c10::
     g = base_args(x, PROJ);
     g.a = h.data_ptr(); g.b = w_proj.data_ptr(); g.c = y.data_ptr();
     g.M = int(M); g.N = int(C); g.K = int(H); g.bias = ptr_or_null(b_proj);
+    g.defer_store = defer_store ? 1 : 0;
     raise_if_launch_failed(tk_mlp::linear_bias(g), "c_proj forward (h·w_projᵀ + b_proj)");
     return {y, pre, h};
 }
@@ -265,6 +272,7 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     g = base_args(x, DX);
     g.a = dpre.data_ptr(); g.b = w_fc.data_ptr(); g.c = dx.data_ptr();
     g.M = int(M); g.N = int(C); g.K = int(H);
+    g.defer_store = defer_store ? 1 : 0;
     raise_if_launch_failed(tk_mlp::linear_grad_input(g), "dx (dpre·w_fc)");
 
     weight_grad(dy, h, x, dw_buf.narrow(0, HC, HC).view({C, H}), "dw_proj (dyᵀ·h)");
@@ -312,11 +320,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("check_backward", &check_backward, "'' or what backward(dy, x, pre, h, w_fc, w_proj) would raise",
           py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"));
     m.def("set_schedule", &set_schedule,
-          "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma, fast_dgelu, finish, fast_gelu]): schedules 0 (auto) or "
+          "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma, fast_dgelu, finish, fast_gelu, defer]): schedules 0 (auto) or "
           "4..10 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1, fast dGELU epilogue 0/1/2 (2: deferred on step 4), finish kernel 0/1, "
-          "fast c_fc epilogue 0/1/2 (2: staged by stmatrix)",
+          "fast c_fc epilogue 0/1/2 (2: staged by stmatrix), deferred c_proj/dx stores on step 4 0/1",
           py::arg("schedules"));
-    m.def("get_schedule", &get_schedule, "the ten values set_schedule last set");
+    m.def("get_schedule", &get_schedule, "the eleven values set_schedule last set");
     m.def("forward", &forward, "y, pre, h = forward(x, w_fc, b_fc|None, w_proj, b_proj|None)",
           py::arg("x"), py::arg("w_fc"), py::arg("b_fc"), py::arg("w_proj"), py::arg("b_proj"));
     m.def("forward_inference", &forward_inference,

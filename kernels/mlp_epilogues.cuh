@@ -1,6 +1,6 @@
-// kernels/mlp_epilogues.cuh — the MLP's GELU math and its twelve epilogue policies (bias,
+// kernels/mlp_epilogues.cuh — the MLP's GELU math and its thirteen epilogue policies (bias,
 // bias_gelu, bias_gelu_h_only, dgelu, dgelu_pre_tma, their four "fast" forms, bias_gelu_stmatrix,
-// dgelu_deferred, reduce_add), shared by the translation units that
+// dgelu_deferred, bias_deferred, reduce_add), shared by the translation units that
 // instantiate them: kernels/mlp.cu (step 4's cooperative schedule, and the dispatch),
 // kernels/mlp_pingpong*.cu (step 5's ping-pong schedule) and kernels/mlp_inference.cu (the
 // evaluation forward's h-only c_fc epilogue on every schedule). Read kernels/mlp.cu's opening comment first: it says what each
@@ -696,6 +696,61 @@ struct dgelu_deferred_epilogue : dgelu_fast_epilogue {
         for (int k = 0; k < HALF; ++k) {
             const float keep = upper ? v[k + HALF] : v[k], send = upper ? v[k] : v[k + HALF];
             v[k] = keep + __shfl_xor_sync(0xffffffffu, send, LANE_BIT);
+        }
+    }
+};
+
+// ---- session 6: c_proj's and dx's stores under the next tile's math ("defer=1", opt-in) -----
+// The same mechanism as dgelu_deferred for the two long-K products on step 4 (c_proj's y = acc + b2
+// and dx): at a tile's end the bias is added and the values rounded to bf16 pairs (what the
+// default stores, bit for bit), the next tile's wgmmas start, and each box is staged by stmatrix
+// and TMA-stored after one of its first k-steps. What stays exposed is the bias add and the
+// packing (~3 instructions per pair); the default's whole epilogue (~130 per box) was.
+// Without G's DEFERS_STORE hook it is bias_epilogue.
+struct bias_deferred_epilogue : bias_epilogue {
+    static constexpr bool DEFERS_STORE = true;
+    int n;                                             // C's columns (hold() gets no shape)
+    static bias_deferred_epilogue make(const gemm_args& g) { return {bias_epilogue::make(g), g.N}; }
+    template <int COLS> struct held {
+        static constexpr int boxes = COLS / CC;
+        uint32_t v[COLS / 4];      // bf16 pairs: v[2·blk + h] = 8-column block blk, row g + 8h
+        tile_pos pos;
+    };
+    template <typename Acc, int COLS>
+    __device__ __forceinline__ void hold(held<COLS>& hd, const Acc& acc, const tile_pos& pos) const {
+#pragma unroll
+        for (int ch = 0; ch < COLS / CC; ++ch) {
+            const int box_col = pos.tile_col + ch * CC;
+            const bool with_bias = bias && box_col + CC <= n;   // (boxes past N are not stored; N % 64 == 0 in the bindings)
+            const uint32_t* pair = reinterpret_cast<const uint32_t*>(bias + (with_bias ? box_col + 2 * pos.t : 0));
+#pragma unroll
+            for (int j = 0; j < CC / 8; ++j) {
+                const int blk = ch * CC / 8 + j;
+                float b0 = 0.f, b1 = 0.f;
+                if (with_bias) { const uint32_t w = __ldg(pair + 4 * j); b0 = __uint_as_float(w << 16); b1 = __uint_as_float(w & 0xffff0000u); }
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    hd.v[2 * blk + h] = bias_gelu_stmatrix_epilogue::pack_bf16(acc.d[4 * blk + 2 * h] + b0, acc.d[4 * blk + 2 * h + 1] + b1);
+            }
+        }
+        hd.pos = pos;
+    }
+    template <int B, int NBUF, typename CTile, int COLS>
+    __device__ __forceinline__ void store_held_box(CTile (&bufs)[NBUF], const held<COLS>& hd, const shape& sh, int lane) const {
+        CTile& buf = bufs[B % NBUF];
+        if (lane == 0) tma::store_wait_read<NBUF - 1>();   // the store NBUF boxes ago has read buf
+        __syncwarp();
+#pragma unroll
+        for (int q = 0; q < CC / 16; ++q) {
+            const int i = 2 * (B * CC / 8 + 2 * q);    // blocks 2q, 2q + 1 of box B, rows g and g + 8
+            bias_gelu_stmatrix_epilogue::stage_blocks(buf, q, {hd.v[i], hd.v[i + 1], hd.v[i + 2], hd.v[i + 3]}, lane);
+        }
+        fence_proxy_async();                           // generic writes -> TMA reads
+        __syncwarp();
+        if (lane == 0) {
+            const int box_row = hd.pos.slab_row / 16, box_col = hd.pos.tile_col / CC + B;
+            if (inside(box_row, box_col, sh)) tma::store_async(C, buf, box_row, box_col);
+            tma::store_commit_group();                 // (an empty group keeps the count in step)
         }
     }
 };

@@ -113,9 +113,10 @@ SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 # epilogue (session 5); finish=1: the backward's bias sums and dW casts in one kernel (session 5);
 # fcfast=1: c_fc's cheaper epilogue (session 6: GELU in 5 operations, the bias without per-column checks);
 # fcfast=2: the same values staged by stmatrix with one fence per box (gemm4's STORES_SLAB hook);
-# fast=2: the dGELU epilogue deferred under the next tile's math on step 4 (gemm4's DEFERS_STORE hook)
-FLAGS = ("side", "pre", "fast", "finish", "fcfast")
-FLAG_DEFAULTS = (1, 0, 1, 0, 0)        # fast=1 by default since session 5 (kernels/NOTES.md, session 5 M)
+# fast=2: the dGELU epilogue deferred under the next tile's math on step 4 (gemm4's DEFERS_STORE hook);
+# defer=1: c_proj's and dx's stores deferred the same way on step 4 (session 6)
+FLAGS = ("side", "pre", "fast", "finish", "fcfast", "defer")
+FLAG_DEFAULTS = (1, 0, 1, 0, 0, 0)     # fast=1 by default since session 5 (kernels/NOTES.md, session 5 M)
 
 
 def parse_schedule(spec):
@@ -128,8 +129,9 @@ def parse_schedule(spec):
     'finish=1' (session 5, opt-in: one kernel for the backward's bias sums and dW casts) and
     'fcfast=1' (session 6, opt-in: c_fc's epilogue with GELU in 5 operations and the bias of a
     box without per-column checks; the evaluation forward follows it) or 'fcfast=2' (the same
-    values, staged by stmatrix with one fence per box)
-    -> ten ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
+    values, staged by stmatrix with one fence per box) and 'defer=1' (session 6, opt-in: c_proj's
+    and dx's stores under the next tile's math on step 4)
+    -> eleven ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
     (defaults FLAG_DEFAULTS)."""
     out = [0] * len(PRODUCTS) + list(FLAG_DEFAULTS)
     names = PRODUCTS + FLAGS

@@ -134,7 +134,9 @@ def test_schedules_vs_float64(mlp, schedule, M, C):
     pytest.param("fc=7,fcfast=2", marks=CLUSTER), pytest.param("fc=9,fcfast=2", marks=CLUSTER),
     # the dGELU epilogue deferred under the next tile (fast=2: step 4; ping-pong runs fast=1's policy)
     "fast=2", "dgelu=4,fast=2,side=0", "dgelu=6,fast=2", "fast=2,fcfast=2,finish=1",
-    pytest.param("dgelu=9,fast=2", marks=CLUSTER)])
+    pytest.param("dgelu=9,fast=2", marks=CLUSTER),
+    # c_proj's and dx's stores deferred (defer=1: step 4; their auto schedule), and on ping-pong (unchanged)
+    "defer=1", "proj=6,dx=5,defer=1", "fast=2,fcfast=2,finish=1,defer=1", pytest.param("proj=9,dx=9,defer=1", marks=CLUSTER)])
 @pytest.mark.parametrize("M,C", SCHEDULE_SHAPES)
 def test_session6_schedules_vs_float64(mlp, schedule, M, C):
     check_schedule_vs_float64(mlp, schedule, M, C)
@@ -252,27 +254,31 @@ def test_set_schedule_refuses_bad_values(mlp):
         mlp.set_schedule("fcfast=3")
     with pytest.raises(ValueError, match="gprime"):
         mlp.set_schedule("gprime=1")                                 # session 5's gprime: removed (lost)
-    with pytest.raises(ValueError, match="10 values"):
+    with pytest.raises(ValueError, match="defer"):
+        mlp.set_schedule("defer=2")
+    with pytest.raises(ValueError, match="11 values"):
         mlp._ext.module.set_schedule([4, 4])
-    with pytest.raises(ValueError, match="10 values"):
+    with pytest.raises(ValueError, match="11 values"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0])       # session 4's seven
-    with pytest.raises(ValueError, match="10 values"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 1, 0])   # session 5's nine (without fcfast)
-    with pytest.raises(ValueError, match="10 values"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 1, 0, 0, 0])
+    with pytest.raises(ValueError, match="11 values"):
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 1, 0])   # session 5's nine (without fcfast, defer)
+    with pytest.raises(ValueError, match="11 values"):
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 1, 0, 0, 0, 0])
     with pytest.raises(ValueError, match="schedule is 0"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 11, 1, 1, 0, 0, 0])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 11, 1, 1, 0, 0, 0, 0])
     with pytest.raises(ValueError, match="side-jobs flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 2, 1, 0, 0, 0])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 2, 1, 0, 0, 0, 0])
     with pytest.raises(ValueError, match="pre-by-TMA flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 2, 0, 0, 0])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 2, 0, 0, 0, 0])
     with pytest.raises(ValueError, match="fast-dGELU flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 3, 0, 0])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 3, 0, 0, 0])
     with pytest.raises(ValueError, match="finish-kernel flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 2, 0])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 2, 0, 0])
     with pytest.raises(ValueError, match="fast-c_fc-epilogue flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 3])
-    assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0, 1, 0, 0]   # fast=1 by default (session 5)
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 3, 0])
+    with pytest.raises(ValueError, match="deferred-stores flag"):
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 0, 2])
+    assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0]   # fast=1 by default (session 5)
 
 
 def test_intermediates_pre_and_h(mlp):
@@ -372,6 +378,30 @@ def test_deferred_dgelu_short_k(mlp, M, C):
         e64, e_base = rel_err(new[i], ref[i + 1]), rel_err(new[i], base[i])
         print(f"fast=2 M={M} C={C} {name}: vs float64 {e64:.2e}, vs fast=1 {e_base:.2e}")
         assert e64 < TOL and e_base < 6e-3, f"fast=2 M={M} C={C} {name}: {e64:.2e} vs float64, {e_base:.2e} vs fast=1"
+
+
+# Session 6's defer=1 stores the same bf16 values as the default (bias added in fp32, one rounding),
+# only later: y and dx bit-identical to the default's, on step 4 alone and in clusters, with tails
+# in M and N (C = 1280: c_proj's N ends mid-tile) and a short K for dx's catch-up loop (C = 64).
+@pytest.mark.parametrize("spec", ["", "proj=9,dx=9,"])
+@pytest.mark.parametrize("M,C,bias", [(1, 768, True), (1000, 768, False), (4099, 1280, True), (333, 64, True)])
+def test_deferred_stores_match_default(mlp, spec, M, C, bias):
+    if spec and os.environ.get("TK_TEST_CLUSTER") == "0":
+        pytest.skip("TK_TEST_CLUSTER=0")
+    x, w_fc, b_fc, w_proj, b_proj, dy = make(M, C, seed=29 * M + C, bias=bias)
+    mlp.set_schedule(spec + "defer=0")
+    try:
+        y0, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+        g0 = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+        mlp.set_schedule(spec + "defer=1")
+        poison_allocator(2 * M * C, 2 * M * C)
+        y1, _, _ = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+        g1 = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+        torch.cuda.synchronize()
+    finally:
+        mlp.set_schedule("0")
+    assert torch.equal(y1, y0), f"defer=1 changed y (spec {spec!r})"
+    assert torch.equal(g1[0], g0[0]), f"defer=1 changed dx (spec {spec!r})"
 
 
 # session 5: the fast dGELU epilogue and the one-kernel tail (finish=1) keep a fixed order too
