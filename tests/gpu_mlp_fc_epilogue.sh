@@ -26,21 +26,21 @@ note "gpu_mlp_fc_epilogue.sh on $(nvidia-smi --query-gpu=name,clocks.sm,clocks.m
 step 60 build.log python3 -m kernels --build tk_mlp
 note "$(grep -E '^build|^built' "$L/build.log" | tr '\n' ' ')"
 
-# 2. the new paths' GPU tests, 4 processes on the one GPU (the inference tests' ids carry "fcfast")
+# 2. the new paths' GPU tests, 6 processes on the one GPU (the inference tests' ids carry "fcfast")
 note "hooks in gemm_4_warp_specialized.cuh: STORES_SLAB $(grep -c 'STORES_SLAB' kernels/gemm_4_warp_specialized.cuh) lines, DEFERS_STORE $(grep -c 'DEFERS_STORE' kernels/gemm_4_warp_specialized.cuh) (0: fcfast=2 / fast=2 run fcfast=1 / fast=1's path)"
-step 50 tests.log python3 -m pytest -q -n 4 -p no:cacheprovider --maxfail=5 tests/test_mlp.py \
+step 45 tests.log python3 -m pytest -q -n 6 -p no:cacheprovider --maxfail=5 tests/test_mlp.py \
     -k "session6 or fast_gelu or stmatrix or refuses or deterministic or opt_ins or no_bias or short_k or deferred_stores or (inference and fcfast)"
 note "tests (fcfast=1, 2, fast=2): $(grep -E 'passed|failed|error' "$L/tests.log" | tail -2 | tr '\n' ' ')"
 
 # 3. issue 6's table: the default, the session 6 opt-in and the session 5 opt-ins, one run
 SPECS="0;fcfast=1;fcfast=2;fast=2;defer=1;finish=1;fcfast=2,finish=1;fast=2,fcfast=2,finish=1;fast=2,fcfast=2,finish=1,defer=1;fast=2,fcfast=2,finish=1,defer=1,dw=10;dgelu=6"
-step 45 mlp_bench_graphs.log python3 -m kernels.mlp_bench --graphs --compile --M 16384,65536 --trials 9 --iters 20 \
+step 60 mlp_bench_graphs.log python3 -m kernels.mlp_bench --graphs --compile --M 16384,65536 --trials 9 --iters 20 \
     --schedules "$SPECS"
 { echo "--- mlp_bench --graphs --compile"; grep -vE "^===|^rc=|UserWarning|_warn_once|^MLP fwd" "$L/mlp_bench_graphs.log"; } | tee -a "$S"
 
 # 4. per kernel (eager launches, one trial): where the time went, both sizes
 for M in 65536 16384; do
-    step 15 mlp_kernels_$M.log python3 -m kernels.mlp_bench --kernels --M $M --trials 1 --iters 5 \
+    step 13 mlp_kernels_$M.log python3 -m kernels.mlp_bench --kernels --M $M --trials 1 --iters 5 \
         --schedules "0;fcfast=2;fast=2,fcfast=2,finish=1,defer=1;dgelu=6"
     { echo "--- mlp_bench --kernels M=$M"; grep -E "^M=|^  tk|kernels of|gemm|reduce|elementwise|finish|Memset|Fill" \
         "$L/mlp_kernels_$M.log" | cut -c1-150; } >> "$S"
