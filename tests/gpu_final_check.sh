@@ -7,13 +7,15 @@
 #   GPU 0:  the engineers' closing scripts of the second argument (each run as
 #           `bash SCRIPT OUT/logs/<name>` with its own limit); the GEMM bench (issue 3: eager,
 #           CUDA-graph and kernel-alone timing against torch.matmul); then the GPU tests of the model,
-#           training, layernorm, lm_head, the switch, attention, the MLP and the input checks;
+#           training, layernorm, lm_head, the switch, attention, the MLP, the GEMM and the input
+#           checks (PYTEST_SECONDS, default 150);
 #           SHK=1 first runs config/shakespeare.py with its standard evals, --kernels=torch then tk,
 #           back to back (issue 7's shakespeare comparison; ~200 s more)
 #   GPU 1:  tests/gpu_loss_curves.sh (500 iterations of GPT-2 124M, torch then tk); then the
 #           closing scripts of the third argument
 #   then:   bench.py --e2e on GPT-2 124M (issue 7's comparison) on GPU 0 of an otherwise idle
-#           machine: torch.compile (default mode), tk, tk with CUDA graphs. Session 4's final ran it
+#           machine: torch.compile (default mode), tk, tk with CUDA graphs (E2E_VARIANTS to choose).
+#           Session 4's final ran it
 #           beside the other lane's tests: the eager tk path launches ~660 kernels per step from
 #           Python, and with the host's CPUs shared its steps ranged 59-78 ms (median 61.7) where
 #           the profile's GPU span was ~58 ms. DDP=1 adds the DDP run and its one-GPU baseline.
@@ -57,10 +59,11 @@ lane0() {
     step 45 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --modes eager,graph,kernel --host --trials 5 \
         --json "$L/gemm_bench.json"
     grep -E "x$|graph - kernel" "$L/gemm_bench.log" | tail -12 | tee -a "$S"
-    step 120 pytest.log python3 -m pytest -v -n 8 -p no:cacheprovider tests/test_model.py tests/test_train.py \
+    step ${PYTEST_SECONDS:-150} pytest.log python3 -m pytest -v -n 8 -p no:cacheprovider tests/test_model.py tests/test_train.py \
         tests/test_layernorm.py tests/test_layernorm_model.py tests/test_layernorm_dropout.py tests/test_lm_head.py \
         tests/test_dispatch.py tests/test_sample.py tests/test_attention.py tests/test_attention_hopper.py \
-        tests/test_attention_hopper_bwd.py tests/test_input_checks.py tests/test_mlp.py
+        tests/test_attention_hopper_bwd.py tests/test_input_checks.py tests/test_mlp.py tests/test_gemm.py \
+        tests/test_gemm_plan.py
     note "pytest: $(grep -cE ' PASSED' "$L/pytest.log") passed, $(grep -cE ' FAILED' "$L/pytest.log") failed; $(grep -E '^=+ .*(passed|failed)' "$L/pytest.log" | tail -1)"
     grep -E " FAILED|^ERROR" "$L/pytest.log" | sort -u | head -20 | tee -a "$S"
 }
@@ -76,7 +79,7 @@ lane0 & P0=$!
 lane1 & P1=$!
 wait $P0 $P1
 LIMIT=$((LIMIT + 150))   # the part after the lanes
-CUDA_VISIBLE_DEVICES=0 step 140 e2e_gpt2.log python3 bench.py --e2e --models gpt2 --variants torch+compile,tk,tk+graphs \
+CUDA_VISIBLE_DEVICES=0 step 140 e2e_gpt2.log python3 bench.py --e2e --models gpt2 --variants ${E2E_VARIANTS:-torch+compile,tk,tk+graphs} \
     --compile-modes default --json "$L/e2e_gpt2.json"
 note "e2e gpt2: $(grep -E '^  gpt2 .*ms/step' "$L/e2e_gpt2.log" | tr '\n' ' ')"
 if [ "${DDP:-0}" = 1 ]; then
