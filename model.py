@@ -152,7 +152,8 @@ class TokenEmbedding(torch.autograd.Function):
     the token ids to sum each row's gradients in a fixed order (about 0.5 ms of the GPT-2 step on
     the H200: 32768 ids into a 50304 x 768 table). Here each position's gradient is added into
     its row with atomic adds (index_add_), as the kernel torch.compile generates does: the
-    summation order varies from run to run, in the last bits of fp32."""
+    summation order varies from run to run, in the last bits of fp32. Under
+    torch.use_deterministic_algorithms(True) it keeps PyTorch's sorted backward."""
 
     @staticmethod
     def forward(ctx, idx, weight):
@@ -163,6 +164,8 @@ class TokenEmbedding(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         idx, = ctx.saved_tensors
+        if torch.are_deterministic_algorithms_enabled():
+            return None, torch.ops.aten.embedding_dense_backward(grad, idx, ctx.rows, -1, False)
         grad = grad.reshape(-1, grad.shape[-1])
         return None, grad.new_zeros(ctx.rows, grad.shape[1]).index_add_(0, idx.reshape(-1), grad)
 

@@ -132,6 +132,13 @@ def test_token_embedding_backward_matches_f_embedding():
     (F.embedding(idx, w) * g).sum().backward()
     assert ours[7].abs().sum() > 0
     torch.testing.assert_close(ours, w.grad, rtol=1e-12, atol=1e-12)
+    w.grad = None
+    torch.use_deterministic_algorithms(True)
+    try:                                 # the sorted path PyTorch keeps for deterministic runs
+        (TokenEmbedding.apply(idx, w) * g).sum().backward()
+    finally:
+        torch.use_deterministic_algorithms(False)
+    torch.testing.assert_close(ours, w.grad, rtol=1e-12, atol=1e-12)
 
 
 def test_optimizer_groups_decay_matrices_only():
