@@ -58,9 +58,11 @@
 // TK_LAYERNORM_VARIANT), so one process can time them against each other
 // (kernels/layernorm_bench.py). The same arithmetic in every plan; kernels/NOTES.md ("Session 3:
 // LayerNorm speed") has the measurements and the default. (8-byte "narrow" chunks and a
-// next-row "prefetch" were tried there too, lost on the H200 and were removed.) Session 6 adds
-// opt-in memory hints (HINTS below: rows asked of L2 ahead of their loads, inputs loaded with the
-// evict-first policy) as template instances of their own, so the default plan's kernels are unchanged.
+// next-row "prefetch" were tried there too, lost on the H200 and were removed.) Session 6's flags
+// work on the seam between the forward and the backward under pdl (fwd_early_pdl, bwd_l2_first:
+// kernel instances of their own, so the default plan's kernels are unchanged); its memory hints
+// that lost (rows ahead in L2 inside the loops, evict-first loads, fewer forward blocks an SM) are
+// in kernels/NOTES.md ("Session 6: L").
 //
 // DROPOUT of the branch (session 4): training drops elements of each residual branch (attention
 // and MLP outputs) before adding them to the stream. Done by kernels of its own, dropout costs a
@@ -79,8 +81,6 @@
 #include <cstdlib>
 #include <string>
 #include <type_traits>
-#include <utility>
-#include <vector>
 
 #include "layernorm.h"
 #include "tk/common/common.cuh"
@@ -194,43 +194,13 @@ __device__ __forceinline__ void allow_next_grid() {
 #endif
 }
 
-// ---- memory hints (session 6, opt-in): the kernels' HINTS template argument, a set of bits ----
-// (0, the default plan's instances: no hints.)
-constexpr int L2_AHEAD = 1;      // flags fwd_l2_ahead, bwd_l2_ahead: prefetch_row_l2 below
-constexpr int EVICT_FIRST = 2;   // flags fwd_evict_first, bwd_evict_first: load_input below
-
-// Rows AHEAD in L2 (L2_AHEAD): thread t of the row group asks L2 for the row's 128-byte line t, a
-// row it will load (or another block will) a while later. The loads then find it in L2 instead of waiting on DRAM. Unlike a second row held in
-// registers (session 3's "prefetch": fewer warps) or copied into shared memory (session 5's
-// cp.async: it lost L1), a prefetch holds nothing in the SM: no register waits for it, so it
-// deepens the queue of bytes in flight at no cost in occupancy. A hint: it changes no result.
+// Asks L2 for one row of a tensor, which this thread's group will load later: thread t of the group
+// prefetches the row's 128-byte line t. Nothing in the SM waits for a prefetch (no register, no
+// shared memory), and it is only a hint: L2 is where every SM's stores land, so a prefetch can
+// bring in no stale data, even before griddepcontrol.wait (the backward's bwd_l2_first uses that).
 template <typename T> __device__ __forceinline__ void prefetch_row_l2(const T* p, int64_t row, int cols, const RowGroup& g) {
     constexpr int per_line = 128 / int(sizeof(T));   // elements a line (cols is a multiple of 64: whole lines)
     if (g.t * per_line < cols) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + row * cols + g.t * per_line));
-}
-
-// One chunk of an input: as tk::load does (the read-only path), or with EVICT_FIRST as a streaming
-// load (ld.global.cs: its lines are the first L1 and L2 evict). Every input here is read once, so
-// with the hint L2 keeps the outputs instead, which the next kernel reads (the forward's y feeds a
-// matmul; in bench.py's back-to-back fwd+bwd the backward reads the forward's h).
-template <bool EVICT, typename T, int E> __device__ __forceinline__ void load_input(tk::chunk<T, E>& c, const T* src) {
-    if constexpr (!EVICT) {
-        tk::load(c, src);
-    } else if constexpr (tk::chunk<T, E>::words == 4) {
-        const uint4 raw = __ldcs(reinterpret_cast<const uint4*>(src));
-        c.word[0] = raw.x; c.word[1] = raw.y; c.word[2] = raw.z; c.word[3] = raw.w;
-    } else {
-        const uint2 raw = __ldcs(reinterpret_cast<const uint2*>(src));
-        c.word[0] = raw.x; c.word[1] = raw.y;
-    }
-}
-
-// The SMs' count as the hardware numbers them (%nsmid: at least the SM count), for a distance of
-// one wave of resident blocks.
-__device__ __forceinline__ int sm_ids() {
-    int n;
-    asm("mov.u32 %0, %%nsmid;" : "=r"(n));
-    return n;
 }
 
 // ---- dropout: the mask as a function of (seed, index) ------------------------------------------
@@ -277,8 +247,7 @@ __device__ __forceinline__ DropoutMask read_mask(const int64_t* seed, uint32_t t
 // ---- forward: one read of x and r, one write of h and y ----------------------------------------
 // Occupancy asked of ptxas: up to 3 chunks (48 bytes of h) a thread, four blocks (32 warps) an
 // SM; more, no minimum.
-__host__ __device__ constexpr int forward_blocks_per_sm(int chunks) { return chunks <= 3 ? 4 : 1; }
-template <typename TH, typename TR, int E, int CHUNKS, bool EVICT = false> struct ForwardRow {
+template <typename TH, typename TR, int E, int CHUNKS> struct ForwardRow {
     Chunk<TH, E> x[CHUNKS];
     Chunk<TR, E> r[CHUNKS];
     // Issue every load of the row at `base` (zeros when !live): in flight until first used.
@@ -288,17 +257,19 @@ template <typename TH, typename TR, int E, int CHUNKS, bool EVICT = false> struc
             x[i].zero();
             r[i].zero();
             if (live && g.has(i)) {
-                load_input<EVICT>(x[i], xp + base + g.col(i, E));
-                if (rp != nullptr) load_input<EVICT>(r[i], rp + base + g.col(i, E));
+                tk::load(x[i], xp + base + g.col(i, E));
+                if (rp != nullptr) tk::load(r[i], rp + base + g.col(i, E));
             }
         }
     }
 };
 
-// HINTS (memory hints, opt-in): L2_AHEAD (flag fwd_l2_ahead) asks L2 for the row one wave of
-// resident blocks ahead; EVICT_FIRST (fwd_evict_first) loads x and r as streaming loads.
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, int HINTS = 0>
-__global__ void __launch_bounds__(BLOCK_THREADS, forward_blocks_per_sm(CHUNKS))
+// EARLY_PDL (flag fwd_early_pdl; it matters with pdl): each block lets the next kernel launch as
+// soon as it starts (griddepcontrol.launch_dependents), not when it ends, so the backward's blocks
+// take the SMs the forward's last blocks leave and can start asking L2 for their rows
+// (bwd_l2_first) while the forward finishes. They still wait for all of it (wait_for_previous_grid).
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, bool EARLY_PDL = false>
+__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 4 : 1)
 forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* __restrict__ w,
                const void* __restrict__ b, bool params_bf16, TY* __restrict__ y, TH* __restrict__ h,
                float* __restrict__ mean_out, float* __restrict__ rstd_out,
@@ -309,6 +280,7 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
     const RowGroup g(G, cols / E);
     const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
     wait_for_previous_grid();   // pdl: x and r (and the seed) are written by kernels before this one
+    if constexpr (EARLY_PDL) allow_next_grid();
     DropoutMask mask{};
     if constexpr (DROP) mask = read_mask(seed, threshold, scale);
     // Persistent loop (or one trip, when the grid has a block per row step). Its trip count
@@ -321,18 +293,8 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
         const int64_t base = row * cols;
 
         // 1. The one read: every load is issued before any is used, so they are all in flight.
-        ForwardRow<TH, TR, E, CHUNKS, (HINTS & EVICT_FIRST) != 0> in;
+        ForwardRow<TH, TR, E, CHUNKS> in;
         in.issue(x, r, base, live, g);
-        if constexpr ((HINTS & L2_AHEAD) != 0) {
-            // The row one wave of resident blocks later: this group's next row on the persistent
-            // grid (stride), or the row of the block that takes this slot next on a full grid.
-            const int64_t wave = int64_t(sm_ids()) * forward_blocks_per_sm(CHUNKS) * g.rows_per_step;
-            const int64_t next = row + (stride < wave ? stride : wave);
-            if (next < rows) {
-                prefetch_row_l2(x, next, cols, g);
-                if (r != nullptr) prefetch_row_l2(r, next, cols, g);
-            }
-        }
         float v[CHUNKS][E];   // h = x + r in fp32, rounded to TH: exactly the h we store and the
         float s = 0.0f;       // backward reads, so forward and backward see the same input. A bf16
                               // r widens exactly, so for fp32 h this is torch's promoted x + r.
@@ -379,7 +341,7 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
             }
         }
     }
-    allow_next_grid();
+    if constexpr (!EARLY_PDL) allow_next_grid();
 }
 
 // ---- backward: one read of h, dy and dh, one write of dh_out (and dr); dw, db summed on the way -
@@ -392,7 +354,7 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
 // read dh_out back.
 // reverse: walk the rows from the last to the first. The forward's persistent grid writes h from
 // the first row to the last, so right after it the LAST rows of h are the ones still in L2.
-template <typename TH, typename TY, int E, int CHUNKS, bool EVICT = false> struct BackwardRow {
+template <typename TH, typename TY, int E, int CHUNKS> struct BackwardRow {
     Chunk<TH, E> h[CHUNKS], dh[CHUNKS];
     Chunk<TY, E> dy[CHUNKS];
     float mu, rs;   // the row's mean and rstd (zeros when not live)
@@ -407,9 +369,9 @@ template <typename TH, typename TY, int E, int CHUNKS, bool EVICT = false> struc
             dy[i].zero();
             dh[i].zero();
             if (live && g.has(i)) {
-                load_input<EVICT>(h[i], hp + base + g.col(i, E));
-                load_input<EVICT>(dy[i], dyp + base + g.col(i, E));
-                if (dhp != nullptr) load_input<EVICT>(dh[i], dhp + base + g.col(i, E));
+                tk::load(h[i], hp + base + g.col(i, E));
+                tk::load(dy[i], dyp + base + g.col(i, E));
+                if (dhp != nullptr) tk::load(dh[i], dhp + base + g.col(i, E));
             }
         }
         mu = live ? mean[row] : 0.0f;
@@ -417,11 +379,11 @@ template <typename TH, typename TY, int E, int CHUNKS, bool EVICT = false> struc
     }
 };
 
-// HINTS (memory hints, opt-in): L2_AHEAD (flag bwd_l2_ahead) asks L2 for each group's next row
-// step's dy, dh and h while it works on this one, and for its first step's dy and dh before it
-// waits for the kernel before it (pdl: the forward writes h, not dy or dh; a prefetch changes no
-// result); EVICT_FIRST (bwd_evict_first) loads dy, dh and h as streaming loads.
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, int HINTS = 0>
+// FIRST_STEPS (flags bwd_l2_first: 1, bwd_l2_first2: 2): before it waits for the kernel before it
+// (pdl), each group asks L2 for the dy, dh and h rows of its first FIRST_STEPS row steps
+// (prefetch_row_l2), so under pdl those reads overlap the forward's last blocks instead of
+// starting after them. (Prefetching every next step inside the loop was measured too: slower.)
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, int FIRST_STEPS = 0>
 __global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 2 : 1)
 backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* __restrict__ h,
                 const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -443,11 +405,13 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
 
     const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
     auto row_of = [&](int64_t step_row) { return reverse ? rows - 1 - step_row : step_row; };
-    if constexpr ((HINTS & L2_AHEAD) != 0) {
-        const int64_t step_row = int64_t(blockIdx.x) * g.rows_per_step + g.slot;
+#pragma unroll
+    for (int k = 0; k < FIRST_STEPS; ++k) {
+        const int64_t step_row = int64_t(blockIdx.x) * g.rows_per_step + g.slot + k * stride;
         if (step_row < rows) {
             prefetch_row_l2(dy, row_of(step_row), cols, g);
             if (dh != nullptr) prefetch_row_l2(dh, row_of(step_row), cols, g);
+            prefetch_row_l2(h, row_of(step_row), cols, g);
         }
     }
     wait_for_previous_grid();   // pdl: dy, dh and h are written by kernels before this one
@@ -461,16 +425,8 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
         const int64_t base = row * cols;
 
         // 1. The one read (all loads in flight together), kept as loaded.
-        BackwardRow<TH, TY, E, CHUNKS, (HINTS & EVICT_FIRST) != 0> in;
+        BackwardRow<TH, TY, E, CHUNKS> in;
         in.issue(dy, dh, h, mean, rstd, row, cols, live, g);
-        if constexpr ((HINTS & L2_AHEAD) != 0) {
-            if (step_row + stride < rows) {
-                const int64_t next = row_of(step_row + stride);
-                prefetch_row_l2(dy, next, cols, g);
-                if (dh != nullptr) prefetch_row_l2(dh, next, cols, g);
-                prefetch_row_l2(h, next, cols, g);
-            }
-        }
         const float mu = in.mu, rs = in.rs;
 
         // 2. dw, db, and this thread's part of sum(g) and sum(g * xhat), g = dy * w.
@@ -625,15 +581,11 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //   pdl          every kernel launched as a programmatic dependent of the one before it (sm_90):
 //                its launch overlaps the previous kernel's tail (the column sum the backward's,
 //                the backward the forward's in a back-to-back fwd+bwd)
-//   fwd_l2_ahead     forward: each row group asks L2 for the row one wave of blocks ahead
-//   bwd_l2_ahead     backward: each row group asks L2 for its next row step (prefetch_row_l2)
-//   fwd_evict_first  forward: x and r loaded with the evict-first policy (load_input)
-//   bwd_evict_first  backward: dy, dh and h loaded with the evict-first policy
-//                    (the four: session 6's memory hints, opt-in until the H200 shows them faster;
-//                    no dropout instances: ignored with dropout)
-//   fwd_2blocks, fwd_3blocks  forward: only 2 (3) blocks an SM instead of 4, through dynamic shared
-//                    memory it does not use (blocks_per_sm_smem): fewer bytes in flight, so each
-//                    row waits less (session 6, opt-in; meant with fwd_full; fwd_2blocks wins if both)
+//   fwd_early_pdl    the forward lets the next kernel launch when each block starts (EARLY_PDL)
+//   bwd_l2_first     the backward asks L2 for its first row step before its pdl wait (FIRST_STEPS 1)
+//   bwd_l2_first2    the same for its first two row steps (FIRST_STEPS 2; wins over bwd_l2_first)
+//                    (the three: session 6, opt-in until the H200 shows them faster; instances
+//                    without dropout only, so with dropout they are ignored)
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -642,12 +594,9 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"bwd_reverse", &Variant::bwd_reverse},
                           {"bwd_tree", &Variant::bwd_tree},
                           {"pdl", &Variant::pdl},
-                          {"fwd_l2_ahead", &Variant::fwd_l2_ahead},
-                          {"bwd_l2_ahead", &Variant::bwd_l2_ahead},
-                          {"fwd_evict_first", &Variant::fwd_evict_first},
-                          {"bwd_evict_first", &Variant::bwd_evict_first},
-                          {"fwd_2blocks", &Variant::fwd_2blocks},
-                          {"fwd_3blocks", &Variant::fwd_3blocks}};
+                          {"fwd_early_pdl", &Variant::fwd_early_pdl},
+                          {"bwd_l2_first", &Variant::bwd_l2_first},
+                          {"bwd_l2_first2", &Variant::bwd_l2_first2}};
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
 // Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan.
@@ -732,25 +681,8 @@ template <auto kernel> int grid_for(int64_t rows, int G, bool full = false) {
 // Every launch goes through here: kernel<<<grid, block, 0, stream>>>(args...), and with the pdl
 // variant (sm_90+) as a programmatic dependent of the kernel before it in the stream: it may be
 // launched while that one finishes, and waits in wait_for_previous_grid() until it has.
-// Lets `kernel` ask for `smem` bytes of dynamic shared memory (more than 48 KB needs the opt-in),
-// once per kernel and size: not again inside a CUDA graph's capture.
-cudaError_t allow_smem(const void* kernel, size_t smem) {
-    static std::vector<std::pair<const void*, size_t>> done;
-    for (const auto& [k, s] : done)
-        if (k == kernel && s >= smem) return cudaSuccess;
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (err == cudaSuccess) done.emplace_back(kernel, smem);
-    return err;
-}
-
-// smem: dynamic shared memory a block asks for (0; the fwd_2blocks / fwd_3blocks flags ask for
-// enough that only 2 or 3 blocks fit an SM, see blocks_per_sm_smem).
 template <typename... Params, typename... Args>
-cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
-    if (smem > 0) {
-        cudaError_t err = allow_smem(reinterpret_cast<const void*>(kernel), smem);
-        if (err != cudaSuccess) return err;
-    }
+cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
     int major = 0;
     sm_count_and_cc(&major);
     cudaLaunchAttribute attribute[1];
@@ -759,78 +691,42 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;
-    config.dynamicSmemBytes = smem;
+    config.dynamicSmemBytes = 0;
     config.stream = stream;
     config.attrs = attribute;
     config.numAttrs = current_variant().pdl && major >= 9 ? 1 : 0;
     return cudaLaunchKernelEx(&config, kernel, Params(args)...);   // void* -> the kernel's T*
 }
 
-// Dynamic shared memory that leaves room for only n blocks of BLOCK_THREADS an SM (n + 1 would not
-// fit: n (s + r) <= S < (n + 1) (s + r), S the SM's shared memory, r what each block takes besides,
-// ~1 KB): the flags fwd_2blocks / fwd_3blocks (session 6) run the forward with fewer rows in flight
-// an SM than its registers allow (4 blocks), without another kernel instance. The forward uses none of
-// it. (Shared memory taken from the SM's 256 KB is L1 given up as well.)
-size_t blocks_per_sm_smem(int n) {
-    static int per_sm = 0;
-    if (per_sm == 0) {
-        int device = 0;
-        cudaGetDevice(&device);
-        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-    }
-    const size_t reserved = 1024 + 64;   // the driver's per-block share and the kernels' static arrays
-    return (size_t(2 * per_sm / (2 * n + 1)) - reserved) / 16 * 16;
-}
-size_t forward_smem_limit() {
-    const Variant& v = current_variant();
-    return v.fwd_2blocks ? blocks_per_sm_smem(2) : v.fwd_3blocks ? blocks_per_sm_smem(3) : 0;
-}
-
 // The mask's threshold and scale from p (layernorm.h, Dropout): p is kept to 16 bits.
 uint32_t drop_threshold(const Dropout& d) { return uint32_t(std::floor(d.p * 65536.0 + 0.5)); }
 float keep_scale_of(const Dropout& d) { return float(1.0 / (1.0 - d.p)); }
 
-// The instance the plan's memory hints ask for: f.template operator()<kernel<HINTS>>(). The hints
-// have instances without dropout only; with dropout they are ignored (HINTS = 0).
-template <template <int> class Kernel, bool DROP, typename F> auto with_hints(bool l2_ahead, bool evict_first, F&& f) {
+// The forward and backward instances the plan asks for: f.template operator()<kernel>(). Session
+// 6's flags have instances without dropout only; with dropout the plain instances run.
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, typename F> auto with_forward_kernel(F&& f) {
     if constexpr (!DROP) {
-        switch ((l2_ahead ? L2_AHEAD : 0) | (evict_first ? EVICT_FIRST : 0)) {
-            case L2_AHEAD: return f.template operator()<Kernel<L2_AHEAD>::value>();
-            case EVICT_FIRST: return f.template operator()<Kernel<EVICT_FIRST>::value>();
-            case L2_AHEAD | EVICT_FIRST: return f.template operator()<Kernel<L2_AHEAD | EVICT_FIRST>::value>();
-            default: break;
-        }
+        if (current_variant().fwd_early_pdl) return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP, true>>();
     }
-    return f.template operator()<Kernel<0>::value>();
+    return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP>>();
 }
 
-// Forward<...>::with<HINTS>::value: the forward kernel instance with those hints (what with_hints
-// takes as Kernel); the same for the backward.
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> struct Forward {
-    template <int HINTS> struct with { static constexpr auto value = forward_kernel<TH, TR, TY, CHUNKS, DROP, HINTS>; };
-};
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> struct Backward {
-    template <int HINTS> struct with { static constexpr auto value = backward_kernel<TH, TR, TY, CHUNKS, DROP, HINTS>; };
-};
-
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, typename F> auto with_forward_kernel(F&& f) {
-    const Variant& v = current_variant();
-    return with_hints<Forward<TH, TR, TY, CHUNKS, DROP>::template with, DROP>(v.fwd_l2_ahead, v.fwd_evict_first, f);
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, typename F> auto with_backward_kernel(F&& f) {
+    if constexpr (!DROP) {
+        const Variant& v = current_variant();
+        if (v.bwd_l2_first2) return f.template operator()<backward_kernel<TH, TR, TY, CHUNKS, DROP, 2>>();
+        if (v.bwd_l2_first) return f.template operator()<backward_kernel<TH, TR, TY, CHUNKS, DROP, 1>>();
+    }
+    return f.template operator()<backward_kernel<TH, TR, TY, CHUNKS, DROP>>();
 }
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
     return with_forward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() {
-        return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS,
-                      forward_smem_limit(), stream, a.x,
+        return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, stream, a.x,
                       a.residual, a.weight, a.bias, a.params_bf16, a.y, a.h, a.mean, a.rstd, a.rows, a.cols, G, a.eps,
                       a.dropout.seed, drop_threshold(a.dropout), keep_scale_of(a.dropout));
     });
-}
-
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, typename F> auto with_backward_kernel(F&& f) {
-    const Variant& v = current_variant();
-    return with_hints<Backward<TH, TR, TY, CHUNKS, DROP>::template with, DROP>(v.bwd_l2_ahead, v.bwd_evict_first, f);
 }
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> int backward_grid(const BackwardArgs& a, int G) {
@@ -841,12 +737,12 @@ template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
     const int blocks = backward_grid<TH, TR, TY, CHUNKS, DROP>(a, G);
     cudaError_t err = with_backward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() {
-        return launch(kernel, blocks, BLOCK_THREADS, 0, stream, a.dy, a.dh, a.h, a.mean, a.rstd, a.weight, a.params_bf16,
+        return launch(kernel, blocks, BLOCK_THREADS, stream, a.dy, a.dh, a.h, a.mean, a.rstd, a.weight, a.params_bf16,
                       a.dh_out, a.dresidual_out, a.partial, a.rows, a.cols, G, current_variant().bwd_reverse,
                       current_variant().bwd_tree, a.dropout.seed, drop_threshold(a.dropout), keep_scale_of(a.dropout));
     });
     if (err != cudaSuccess) return err;
-    return launch(column_sum_kernel, (2 * a.cols + 31) / 32, COLSUM_WARPS * 32, 0, stream, a.partial, blocks, a.cols, a.dweight, a.dbias,
+    return launch(column_sum_kernel, (2 * a.cols + 31) / 32, COLSUM_WARPS * 32, stream, a.partial, blocks, a.cols, a.dweight, a.dbias,
                   a.params_bf16);
 }
 

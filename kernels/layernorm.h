@@ -79,12 +79,9 @@ struct Variant {
     bool bwd_reverse = false;     // "bwd_reverse"
     bool bwd_tree = false;        // "bwd_tree"
     bool pdl = false;             // "pdl"
-    bool fwd_l2_ahead = false;    // "fwd_l2_ahead" (session 6's memory hints: opt-in, kernels
-    bool bwd_l2_ahead = false;    // "bwd_l2_ahead"  without dropout only)
-    bool fwd_evict_first = false; // "fwd_evict_first"
-    bool bwd_evict_first = false; // "bwd_evict_first"
-    bool fwd_2blocks = false;     // "fwd_2blocks" (session 6: opt-in occupancy limits of the forward)
-    bool fwd_3blocks = false;     // "fwd_3blocks"
+    bool fwd_early_pdl = false;   // "fwd_early_pdl" (session 6: opt-in, kernels without dropout)
+    bool bwd_l2_first = false;    // "bwd_l2_first"
+    bool bwd_l2_first2 = false;   // "bwd_l2_first2"
 };
 
 // Set the plan from a comma-separated list of flag names ("none" or "": no flag; "default": the

@@ -22,14 +22,12 @@ REPO = base.REPO
 needs_cuda = base.needs_cuda
 BF16, F32 = base.BF16, base.F32
 
-# each flag alone; session 6's memory hints on top of the default plan (the candidates: each
-# HINTS instance) and with the persistent forward grid and the reversed backward (the prefetches'
-# other distances and row orders); all flags.
-HINTS = ["fwd_l2_ahead", "bwd_l2_ahead", "fwd_evict_first", "bwd_evict_first"]
-VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", *HINTS, "default,fwd_2blocks", "default,fwd_3blocks",
-            "default,fwd_l2_ahead,bwd_l2_ahead", "default,fwd_evict_first,bwd_evict_first",
-            "fwd_l2_ahead,bwd_l2_ahead,bwd_reverse",
-            "fwd_full,bwd_reverse,bwd_tree,pdl,fwd_2blocks,fwd_3blocks," + ",".join(HINTS)]
+# each flag alone; session 6's flags on the default plan (the candidates: each instance), with the
+# reversed backward (the first row steps are the last rows) and on the persistent forward grid; all.
+SEAM = ["fwd_early_pdl", "bwd_l2_first", "bwd_l2_first2"]
+VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", *SEAM, "default,fwd_early_pdl,bwd_l2_first",
+            "default,fwd_early_pdl,bwd_l2_first2,bwd_reverse", "bwd_tree,pdl,fwd_early_pdl,bwd_l2_first",
+            "fwd_full,bwd_reverse,bwd_tree,pdl," + ",".join(SEAM)]
 # (rows, cols): 1 and 7 rows (fewer rows than a block takes), a tail of a few rows past a
 # block step, widths with 1 to 4 chunks a thread and 1 to 8 warps a row (1600: idle lanes),
 # and more rows than one wave of blocks.
@@ -48,7 +46,10 @@ def ln():
 @pytest.fixture
 def variant(ln, request):
     active = ln.set_variant(request.param)
-    assert set(active.split(",")) == set(request.param.split(",")), (active, request.param)
+    asked = set(request.param.split(","))
+    if "default" in asked:
+        asked = (asked - {"default"}) | default_plan_flags()
+    assert set(active.split(",")) == asked, (active, request.param)
     yield request.param
     ln.set_variant("default")
 
@@ -102,8 +103,8 @@ def launched(fn):
 @needs_cuda
 def test_the_variant_is_what_launches(ln):
     """Every plan launches the same three kernels (the flags change the grid, the block sum, the row
-    order and the launch, not the instance), except the memory hints, which pick the HINTS instance
-    (the last template argument: 1 fwd/bwd_l2_ahead, 2 fwd/bwd_evict_first, 3 both): bf16 C=768 is one warp a row, 3 chunks a thread, no
+    order and the launch, not the instance), except session 6's flags, which pick the instance of
+    the last template argument (the forward's EARLY_PDL, the backward's FIRST_STEPS): bf16 C=768 is one warp a row, 3 chunks a thread, no
     dropout; the flags in force are reported, in the FLAGS table's order. The instances are read
     from the kernels' names, template argument by template argument (session 4's DROP bool broke a
     regex that wanted the CHUNKS digit last)."""
@@ -118,21 +119,20 @@ def test_the_variant_is_what_launches(ln):
                 for n in names for args in re.findall(r"\b" + kernel + r"<([^<>]*)>", n)}
 
     bf16 = "__nv_bfloat16"
-    plain, ahead, evict, both = ({(bf16, bf16, bf16, "3", "false", hints)} for hints in "0123")   # <TH, TR, TY,
-                                                                                                 # CHUNKS, DROP, HINTS>
+    fwd_plain, fwd_early = ({(bf16, bf16, bf16, "3", "false", e)} for e in ("false", "true"))   # <TH, TR, TY,
+    bwd_plain, bwd_first, bwd_first2 = ({(bf16, bf16, bf16, "3", "false", n)} for n in "012")  # CHUNKS, DROP, *>
 
     try:
         assert ln.set_variant("none") == "none" and ln.variant() == "none" and ln.set_variant("") == "none"
-        for spec, active, fwd, bwd in (("none", "none", plain, plain), ("pdl, bwd_tree", "bwd_tree,pdl", plain, plain),
-                                       ("pdl,bwd_reverse,fwd_full", "fwd_full,bwd_reverse,pdl", plain, plain),
-                                       ("fwd_l2_ahead,fwd_full", "fwd_full,fwd_l2_ahead", ahead, plain),
-                                       ("bwd_l2_ahead,pdl", "pdl,bwd_l2_ahead", plain, ahead),
-                                       ("default,bwd_l2_ahead,fwd_l2_ahead", "fwd_full,bwd_tree,pdl,fwd_l2_ahead,bwd_l2_ahead",
-                                        ahead, ahead),
-                                       ("bwd_evict_first,fwd_evict_first", "fwd_evict_first,bwd_evict_first", evict, evict),
-                                       ("fwd_l2_ahead,fwd_evict_first,bwd_evict_first", "fwd_l2_ahead,fwd_evict_first,bwd_evict_first",
-                                        both, evict),
-                                       ("fwd_full,fwd_3blocks", "fwd_full,fwd_3blocks", plain, plain)):
+        for spec, active, fwd, bwd in (("none", "none", fwd_plain, bwd_plain),
+                                       ("pdl, bwd_tree", "bwd_tree,pdl", fwd_plain, bwd_plain),
+                                       ("pdl,bwd_reverse,fwd_full", "fwd_full,bwd_reverse,pdl", fwd_plain, bwd_plain),
+                                       ("fwd_early_pdl,pdl", "pdl,fwd_early_pdl", fwd_early, bwd_plain),
+                                       ("bwd_l2_first,pdl", "pdl,bwd_l2_first", fwd_plain, bwd_first),
+                                       ("default,bwd_l2_first,bwd_l2_first2", "fwd_full,bwd_tree,pdl,bwd_l2_first,bwd_l2_first2",
+                                        fwd_plain, bwd_first2),
+                                       ("default,bwd_l2_first,fwd_early_pdl", "fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first",
+                                        fwd_early, bwd_first)):
             assert ln.set_variant(spec) == active == ln.variant()
             names = launched(call)
             assert instances(names, "forward_kernel") == fwd, (spec, names)
@@ -143,8 +143,8 @@ def test_the_variant_is_what_launches(ln):
 
 
 @needs_cuda
-def test_memory_hints_leave_the_dropout_kernels_alone(ln):
-    """The memory hints (l2_ahead, evict_first) have no dropout instances (layernorm.cu, with_hints):
+def test_session6_flags_leave_the_dropout_kernels_alone(ln):
+    """fwd_early_pdl and bwd_l2_first(2) have no dropout instances (layernorm.cu, with_forward_kernel):
     with dropout on, the plain DROP instances run and give the default plan's outputs, bitwise."""
     ext = ln._ext.module
     x, r, w, b, dy, dh = base.make(1031, 768, base.KERNEL_COMBOS["bf16"], 5, param_dtype=BF16)
@@ -157,24 +157,28 @@ def test_memory_hints_leave_the_dropout_kernels_alone(ln):
     try:
         ln.set_variant("default")
         expected = step()
-        ln.set_variant("default," + ",".join(HINTS))
+        ln.set_variant("default," + ",".join(SEAM))
         got = step()
         assert len(got) == len(expected) == 8   # y, h, mean, rstd, dh_out, dw, db, dr
         for i, (a, c) in enumerate(zip(got, expected)):
             assert torch.equal(a, c), i
         names = launched(step)
-        args = [re.findall(r"\b(?:forward|backward)_kernel<([^<>]*)>", n) for n in names]
-        args = [tuple(a.strip() for a in found[0].split(",")) for found in args if found]
-        assert len(args) == 2 and all(a[-2:] == ("true", "0") for a in args), names   # DROP, no HINTS
+        for kernel, last_two in (("forward_kernel", ("true", "false")), ("backward_kernel", ("true", "0"))):   # DROP,
+            args = [tuple(a.strip() for a in found.split(",")) for n in names                              # no flag
+                    for found in re.findall(r"\b" + kernel + r"<([^<>]*)>", n)]
+            assert len(args) == 1 and args[0][-2:] == last_two, (kernel, names)
     finally:
         ln.set_variant("default")
 
 
 @needs_cuda
-def test_pdl_launches_inside_a_cuda_graph(ln):
+@pytest.mark.parametrize("plan", ["pdl", "pdl,fwd_early_pdl", "pdl,fwd_early_pdl,bwd_l2_first2"])
+def test_pdl_launches_inside_a_cuda_graph(ln, plan):
     """bench.py and train.py's cuda_graphs replay forward and backward from a graph: with pdl each
     kernel is captured as a programmatic dependent of the one before (forward -> backward ->
-    column sum) and must still see its inputs complete (outputs bitwise equal to plain launches)."""
+    column sum) and must still see its inputs complete (outputs bitwise equal to plain launches),
+    also when the forward lets the backward launch as each of its blocks starts (fwd_early_pdl) and
+    the backward prefetches rows before its wait (bwd_l2_first2)."""
     x, r, w, b, dy, dh = base.make(8191, 768, base.KERNEL_COMBOS["fp32_bf16r_autocast"], 7)
 
     def step():
@@ -187,7 +191,7 @@ def test_pdl_launches_inside_a_cuda_graph(ln):
         # (the H200's final call of session 3 compared against it and failed on dx's rounding)
         ln.set_variant("none")
         expected = step()
-        ln.set_variant("pdl")
+        ln.set_variant(plan)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -202,7 +206,7 @@ def test_pdl_launches_inside_a_cuda_graph(ln):
             graph.replay()
             torch.cuda.synchronize()
             for name, a, c in zip(["y", "h", "mean", "rstd", "dx", "dr", "dw", "db"], got, expected):
-                assert torch.equal(a, c), name
+                assert torch.equal(a, c), (plan, name)
     finally:
         ln.set_variant("default")
 
