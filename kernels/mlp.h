@@ -38,7 +38,8 @@ struct gemm_args {
     int fast_gelu;              // linear_bias_gelu only: 1 = c_fc's epilogue with session 6's cheaper GELU
                                 //   and bias (bias_gelu_fast / bias_gelu_h_only_fast, kernels/mlp_epilogues.cuh);
                                 //   2 = the same values staged by stmatrix, one fence per box (bias_gelu_stmatrix;
-                                //   evaluation as 1)
+                                //   evaluation as 1); 3 = on step 4, deferred under the next tile's math with h
+                                //   from the bf16 pre (bias_gelu_deferred / bias_gelu_h_only_rounded), elsewhere as 2
     int defer_store;            // linear_bias / linear_grad_input only: 1 = on step 4, the tile's stores
                                 //   under the next tile's math (bias_deferred, session 6); elsewhere as 0
     cudaStream_t stream;

@@ -113,7 +113,8 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // cheaper form (fast: dgelu_fast / dgelu_pre_tma_fast; the default) and the backward's tail in
 // one kernel (finish: kernels/mlp_finish.cu instead of two torch reductions and four casts;
 // opt-in), and session 6's c_fc epilogue's cheaper forms (fcfast=1: bias_gelu_fast and its
-// evaluation twin; fcfast=2: the same values staged by stmatrix; opt-in) and c_proj's and dx's stores
+// evaluation twin; fcfast=2: the same values staged by stmatrix; fcfast=3: deferred on step 4, h
+// from the bf16 pre; opt-in) and c_proj's and dx's stores
 // under the next tile's math on step 4 (defer: bias_deferred; opt-in). (Session 5's gprime flag lost on the H200 and was removed: NOTES.md,
 // session 5 M.)
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
@@ -123,7 +124,7 @@ bool side_jobs = true;
 bool pre_tma = false;
 int fast_dgelu = 1;                            // default since session 5 (calls 2 and 3: dGELU -8% under ncu); 2: session 6's deferred form
 bool finish_kernel = false;
-int fast_gelu = 0;                             // session 6 (fcfast=1 or 2), opt-in until an H200 run says otherwise
+int fast_gelu = 0;                             // session 6 (fcfast=1, 2 or 3), opt-in until an H200 run says otherwise
 bool defer_store = false;                      // session 6 (defer=1), opt-in
 
 void set_schedule(const std::vector<int64_t>& s) {
@@ -146,8 +147,8 @@ void set_schedule(const std::vector<int64_t>& s) {
         raise_if(value_problem("tk_mlp: the fast-dGELU flag is 0, 1 or 2, got " + std::to_string(s[PRODUCTS + 2])));
     if (s[PRODUCTS + 3] != 0 && s[PRODUCTS + 3] != 1)
         raise_if(value_problem("tk_mlp: the finish-kernel flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 3])));
-    if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 2)
-        raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0, 1 or 2, got " + std::to_string(s[PRODUCTS + 4])));
+    if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 3)
+        raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0, 1, 2 or 3, got " + std::to_string(s[PRODUCTS + 4])));
     if (s[PRODUCTS + 5] != 0 && s[PRODUCTS + 5] != 1)
         raise_if(value_problem("tk_mlp: the deferred-stores flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 5])));
     for (int i = 0; i < PRODUCTS; ++i) schedules[i] = int(s[i]);
@@ -322,7 +323,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("set_schedule", &set_schedule,
           "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma, fast_dgelu, finish, fast_gelu, defer]): schedules 0 (auto) or "
           "4..10 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1, fast dGELU epilogue 0/1/2 (2: deferred on step 4), finish kernel 0/1, "
-          "fast c_fc epilogue 0/1/2 (2: staged by stmatrix), deferred c_proj/dx stores on step 4 0/1",
+          "fast c_fc epilogue 0/1/2/3 (2: staged by stmatrix; 3: deferred on step 4), deferred c_proj/dx stores on step 4 0/1",
           py::arg("schedules"));
     m.def("get_schedule", &get_schedule, "the eleven values set_schedule last set");
     m.def("forward", &forward, "y, pre, h = forward(x, w_fc, b_fc|None, w_proj, b_proj|None)",

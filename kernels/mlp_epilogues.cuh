@@ -596,6 +596,81 @@ struct bias_gelu_stmatrix_epilogue : bias_gelu_fast_epilogue {
     }
 };
 
+// ---- session 6: c_fc on step 4 with its epilogue under the next tile's math ("fcfast=3") ---
+// c_fc's product deferred like c_proj's (bias_deferred below): pre = bf16(acc + b1) packed at the
+// tile's end (the default's pre, bit for bit), and after one of the next tile's first k-steps each
+// box's pre is staged and h = GELU(pre) computed FROM THE bf16 pre (as eager PyTorch computes it,
+// and as the backward's GELU' sees it), staged too, both behind one fence. h is therefore not
+// fcfast=1/2's h (which starts from the fp32 sum); its evaluation twin bias_gelu_h_only_rounded
+// rounds the same way so y stays bit-identical between the two forwards. Step 4 only (the hook is
+// step 4's): c_fc's auto schedule is ping-pong, so the spec is fc=4,fcfast=3.
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+struct bias_gelu_deferred_epilogue : bias_gelu_stmatrix_epilogue {
+    static constexpr bool DEFERS_STORE = true;
+    int n;                                             // C's columns (hold() gets no shape)
+    static bias_gelu_deferred_epilogue make(const gemm_args& g) { return {bias_gelu_stmatrix_epilogue::make(g), g.N}; }
+    template <int COLS> struct held {
+        static constexpr int boxes = COLS / CC;
+        uint32_t pre[COLS / 4];    // bf16 pairs: pre[2·blk + h] = 8-column block blk, row g + 8h
+        tile_pos pos;
+    };
+    template <typename Acc, int COLS>
+    __device__ __forceinline__ void hold(held<COLS>& hd, const Acc& acc, const tile_pos& pos) const {
+#pragma unroll
+        for (int ch = 0; ch < COLS / CC; ++ch) {
+            const int box_col = pos.tile_col + ch * CC;
+            const bool with_bias = bias && box_col + CC <= n;   // (boxes past N are not stored; N % 64 == 0 in the bindings)
+            const uint32_t* pair = reinterpret_cast<const uint32_t*>(bias + (with_bias ? box_col + 2 * pos.t : 0));
+#pragma unroll
+            for (int j = 0; j < CC / 8; ++j) {
+                const int blk = ch * CC / 8 + j;
+                float b0 = 0.f, b1 = 0.f;
+                if (with_bias) { const uint32_t w = __ldg(pair + 4 * j); b0 = __uint_as_float(w << 16); b1 = __uint_as_float(w & 0xffff0000u); }
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    hd.pre[2 * blk + h] = pack_bf16(acc.d[4 * blk + 2 * h] + b0, acc.d[4 * blk + 2 * h + 1] + b1);
+            }
+        }
+        hd.pos = pos;
+    }
+    template <int B, int NBUF, typename CTile, int COLS>
+    __device__ __forceinline__ void store_held_box(CTile (&bufs)[NBUF], const held<COLS>& hd, const shape& sh, int lane) const {
+        static_assert(NBUF >= 2 && NBUF % 2 == 0, "a buffer for pre and one for h");
+        CTile& buf_pre = bufs[(2 * B) % NBUF];
+        CTile& buf_h = bufs[(2 * B + 1) % NBUF];
+        if (lane == 0) tma::store_wait_read<NBUF / 2 - 1>();   // the box NBUF/2 boxes ago has been read
+        __syncwarp();
+#pragma unroll
+        for (int q = 0; q < CC / 16; ++q) {
+            const int i = 2 * (B * CC / 8 + 2 * q);    // blocks 2q, 2q + 1 of box B, rows g and g + 8
+            stage_blocks(buf_pre, q, {hd.pre[i], hd.pre[i + 1], hd.pre[i + 2], hd.pre[i + 3]}, lane);
+            uint32_t hr[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float2 x = unpack_bf16x2(hd.pre[i + k]);
+                hr[k] = pack_bf16(gelu_fast(x.x), gelu_fast(x.y));
+            }
+            stage_blocks(buf_h, q, hr, lane);
+        }
+        fence_proxy_async();                           // generic writes -> TMA reads
+        __syncwarp();
+        if (lane == 0) {
+            const int box_row = hd.pos.slab_row / 16, box_col = hd.pos.tile_col / CC + B;
+            if (inside(box_row, box_col, sh)) { tma::store_async(C, buf_pre, box_row, box_col); tma::store_async(C2, buf_h, box_row, box_col); }
+            tma::store_commit_group();                 // (an empty group keeps the count in step)
+        }
+    }
+};
+
+// Its evaluation twin: h = GELU(bf16(acc + b1)) on every schedule (the per-value path).
+struct bias_gelu_h_only_rounded_epilogue : bias_gelu_h_only_fast_epilogue {
+    static bias_gelu_h_only_rounded_epilogue make(const gemm_args& g) { return {bias_gelu_h_only_fast_epilogue::make(g)}; }
+    __device__ float2 value(int, float v0, float v1, int, const shape&) const {
+        return make_float2(gelu_fast(round_bf16(v0)), gelu_fast(round_bf16(v1)));
+    }
+};
+
 // ---- session 6: the dGELU epilogue under the next tile's math ("fast=2", opt-in) ------------
 // Why: on step 4 (the dGELU GEMM's schedule) both consumers finish a tile together and the tensor
 // cores idle through the whole epilogue: the dGELU kernel takes 171.7 µs at M = 16384 where the

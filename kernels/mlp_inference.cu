@@ -55,7 +55,11 @@ const char* launch_h_only(const gemm_args& g) {
 }  // namespace
 
 const char* linear_bias_gelu_h_only(const gemm_args& g) {
-    return g.fast_gelu ? launch_h_only<bias_gelu_h_only_fast_epilogue>(g)     // session 6's fcfast=1
+    if (g.fast_gelu == 3) {                         // session 6's fcfast=3: h from the bf16 pre, as its training form
+        const int schedule = g.schedule ? g.schedule : auto_schedule(g.M, g.N, g.K, g.splits, /*b_mn_major=*/false);
+        if (schedule == SCHEDULE_STEP4 || schedule == SCHEDULE_STEP4_CLUSTER2) return launch_h_only<bias_gelu_h_only_rounded_epilogue>(g);
+    }
+    return g.fast_gelu ? launch_h_only<bias_gelu_h_only_fast_epilogue>(g)     // session 6's fcfast=1, 2
                        : launch_h_only<bias_gelu_h_only_epilogue>(g);
 }
 

@@ -113,6 +113,7 @@ SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 # epilogue (session 5); finish=1: the backward's bias sums and dW casts in one kernel (session 5);
 # fcfast=1: c_fc's cheaper epilogue (session 6: GELU in 5 operations, the bias without per-column checks);
 # fcfast=2: the same values staged by stmatrix with one fence per box (gemm4's STORES_SLAB hook);
+# fcfast=3 (with fc=4): c_fc deferred on step 4, h from the bf16 pre (gemm4's DEFERS_STORE hook);
 # fast=2: the dGELU epilogue deferred under the next tile's math on step 4 (gemm4's DEFERS_STORE hook);
 # defer=1: c_proj's and dx's stores deferred the same way on step 4 (session 6)
 FLAGS = ("side", "pre", "fast", "finish", "fcfast", "defer")
@@ -129,7 +130,8 @@ def parse_schedule(spec):
     'finish=1' (session 5, opt-in: one kernel for the backward's bias sums and dW casts) and
     'fcfast=1' (session 6, opt-in: c_fc's epilogue with GELU in 5 operations and the bias of a
     box without per-column checks; the evaluation forward follows it) or 'fcfast=2' (the same
-    values, staged by stmatrix with one fence per box) and 'defer=1' (session 6, opt-in: c_proj's
+    values, staged by stmatrix with one fence per box) or 'fcfast=3' (with fc=4: c_fc's epilogue
+    under the next tile's math on step 4, h from the bf16 pre as eager computes it) and 'defer=1' (session 6, opt-in: c_proj's
     and dx's stores under the next tile's math on step 4)
     -> eleven ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
     (defaults FLAG_DEFAULTS)."""
@@ -150,7 +152,7 @@ def parse_schedule(spec):
         raise ValueError(f"{OP}: schedule {spec!r}: each value must be one of {sorted(SCHEDULES)} "
                          f"({'; '.join(f'{k} {v}' for k, v in SCHEDULES.items())}), got {bad[0]}")
     for name, value in zip(FLAGS, out[len(PRODUCTS):]):
-        allowed = (0, 1, 2) if name in ("fcfast", "fast") else (0, 1)
+        allowed = (0, 1, 2, 3) if name == "fcfast" else (0, 1, 2) if name == "fast" else (0, 1)
         if value not in allowed:
             raise ValueError(f"{OP}: schedule {spec!r}: {name} must be {' or '.join(map(str, allowed))}, got {value}")
     return out

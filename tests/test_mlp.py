@@ -136,7 +136,9 @@ def test_schedules_vs_float64(mlp, schedule, M, C):
     "fast=2", "dgelu=4,fast=2,side=0", "dgelu=6,fast=2", "fast=2,fcfast=2,finish=1",
     pytest.param("dgelu=9,fast=2", marks=CLUSTER),
     # c_proj's and dx's stores deferred (defer=1: step 4; their auto schedule), and on ping-pong (unchanged)
-    "defer=1", "proj=6,dx=5,defer=1", "fast=2,fcfast=2,finish=1,defer=1", pytest.param("proj=9,dx=9,defer=1", marks=CLUSTER)])
+    "defer=1", "proj=6,dx=5,defer=1", "fast=2,fcfast=2,finish=1,defer=1", pytest.param("proj=9,dx=9,defer=1", marks=CLUSTER),
+    # c_fc deferred on step 4 (fcfast=3; elsewhere it is fcfast=2), alone and with everything
+    "fc=4,fcfast=3", "fc=6,fcfast=3", "fc=4,fcfast=3,fast=2,defer=1,finish=1", pytest.param("fc=9,fcfast=3", marks=CLUSTER)])
 @pytest.mark.parametrize("M,C", SCHEDULE_SHAPES)
 def test_session6_schedules_vs_float64(mlp, schedule, M, C):
     check_schedule_vs_float64(mlp, schedule, M, C)
@@ -172,7 +174,7 @@ def check_schedule_vs_float64(mlp, schedule, M, C):
 INFERENCE_SHAPES = [(M, C) for M in (1, 17, 1000, 16384 + 5) for C in (384, 768)]
 
 
-@pytest.mark.parametrize("schedule", ["0", "4", "fcfast=1", "4,fcfast=1", "fcfast=2"])   # fcfast: session 6's twins
+@pytest.mark.parametrize("schedule", ["0", "4", "fcfast=1", "4,fcfast=1", "fcfast=2", "4,fcfast=3"])   # fcfast: session 6's twins
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("M,C", INFERENCE_SHAPES)
 def test_inference_forward_matches_training_forward(mlp, M, C, bias, schedule):
@@ -251,7 +253,7 @@ def test_set_schedule_refuses_bad_values(mlp):
     with pytest.raises(ValueError, match="finish"):
         mlp.set_schedule("finish=-1")
     with pytest.raises(ValueError, match="fcfast"):
-        mlp.set_schedule("fcfast=3")
+        mlp.set_schedule("fcfast=4")
     with pytest.raises(ValueError, match="gprime"):
         mlp.set_schedule("gprime=1")                                 # session 5's gprime: removed (lost)
     with pytest.raises(ValueError, match="defer"):
@@ -275,7 +277,7 @@ def test_set_schedule_refuses_bad_values(mlp):
     with pytest.raises(ValueError, match="finish-kernel flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 2, 0, 0])
     with pytest.raises(ValueError, match="fast-c_fc-epilogue flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 3, 0])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 4, 0])
     with pytest.raises(ValueError, match="deferred-stores flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 0, 2])
     assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0]   # fast=1 by default (session 5)
@@ -402,6 +404,37 @@ def test_deferred_stores_match_default(mlp, spec, M, C, bias):
         mlp.set_schedule("0")
     assert torch.equal(y1, y0), f"defer=1 changed y (spec {spec!r})"
     assert torch.equal(g1[0], g0[0]), f"defer=1 changed dx (spec {spec!r})"
+
+
+# Session 6's fcfast=3 (c_fc deferred on step 4): pre is the default's bit for bit; h = GELU of the
+# bf16 pre (eager's order) in gelu_fast's arithmetic, so against float64 GELU of the stored pre it
+# is within one bf16 rounding plus tanh.approx's error, and it tracks fcfast=1's h (GELU of the fp32
+# sum) within the pre rounding's effect. Tails in M and N, H = 2880 (boxes past N), step 4 alone
+# and in clusters.
+@pytest.mark.parametrize("fc", ["4", "9"])
+@pytest.mark.parametrize("M,C,bias,H", [(1, 768, True, 3072), (1000, 768, False, 3072), (4099, 1280, True, 5120),
+                                        (1000, 768, True, 2880)])
+def test_deferred_fc_epilogue(mlp, fc, M, C, bias, H):
+    if fc == "9" and os.environ.get("TK_TEST_CLUSTER") == "0":
+        pytest.skip("TK_TEST_CLUSTER=0")
+    x, w_fc, b_fc, w_proj, b_proj, _ = make(M, C, seed=31 * M + C, bias=bias)
+    w_fc, w_proj = w_fc[:H].contiguous(), w_proj[:, :H].contiguous()
+    b_fc = None if b_fc is None else b_fc[:H].contiguous()
+    mlp.set_schedule(f"fc={fc}")
+    try:
+        y0, pre0, h0 = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+        mlp.set_schedule(f"fc={fc},fcfast=3")
+        poison_allocator(2 * M * H, 2 * M * H, 2 * M * C)
+        y3, pre3, h3 = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+        torch.cuda.synchronize()
+    finally:
+        mlp.set_schedule("0")
+    assert torch.equal(pre3, pre0), f"fcfast=3 changed pre (fc={fc})"
+    p = pre3.double()
+    ref = F.gelu(p, approximate="tanh")                # GELU of the stored pre, as eager computes h
+    err = ((h3.double() - ref).abs() - (2.0 ** -8 * ref.abs() + 2e-3 * (1 + p.abs()))).max().item()
+    assert err <= 0, f"fcfast=3's h is not GELU(pre) to a bf16 rounding (excess {err:.2e})"
+    assert rel_err(h3, h0) < 1e-2 and rel_err(y3, y0) < 1e-2 and not torch.isnan(y3).any()
 
 
 # session 5: the fast dGELU epilogue and the one-kernel tail (finish=1) keep a fixed order too

@@ -27,8 +27,8 @@ NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nv
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 def test_mlp_inference_cu_compiles_for_sm90a(tmp_path):
-    # step 4, ping-pong 128x128, 64x256 and 128x128 in clusters, each with the h-only epilogue and
-    # its session 6 fast twin (fcfast=1): 7 + 7
+    # step 4, ping-pong 128x128, 64x256 and 128x128 in clusters, each with the h-only epilogue, its
+    # session 6 fast twin (fcfast=1, 2) and fcfast=3's rounded twin: 7 + 7 + 7
     cmd = [NVCC, "-std=c++20", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-I", str(ROOT),
            "-I", str(ROOT / "kernels"), "-Xptxas", "-v", "-c", str(ROOT / "kernels" / "mlp_inference.cu"),
            "-o", str(tmp_path / "mlp_inference.o")]
@@ -36,8 +36,8 @@ def test_mlp_inference_cu_compiles_for_sm90a(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "C7508" not in r.stderr and "C7515" not in r.stderr, r.stderr[-3000:]
     built = re.findall(r"Compiling entry function '(\w+)'", r.stderr)
-    assert len(built) == 14 and all("bias_gelu_h_only" in k for k in built), built
-    assert sum("bias_gelu_h_only_fast" in k for k in built) == 7, built
+    assert len(built) == 21 and all("bias_gelu_h_only" in k for k in built), built
+    assert sum("bias_gelu_h_only_fast" in k for k in built) == 7 and sum("rounded" in k for k in built) == 7, built
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", r.stderr)]
     assert spills and max(spills) == 0, r.stderr[-3000:]
 
