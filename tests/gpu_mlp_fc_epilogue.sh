@@ -29,7 +29,7 @@ note "$(grep -E '^build|^built' "$L/build.log" | tr '\n' ' ')"
 
 # 2. the new paths' GPU tests, 6 processes on the one GPU (the inference tests' ids carry "fcfast")
 note "hooks in gemm_4_warp_specialized.cuh: STORES_SLAB $(grep -c 'STORES_SLAB' kernels/gemm_4_warp_specialized.cuh) lines, DEFERS_STORE $(grep -c 'DEFERS_STORE' kernels/gemm_4_warp_specialized.cuh) (0: fcfast=2 / fast=2 run fcfast=1 / fast=1's path)"
-step 45 tests.log python3 -m pytest -q -n 6 -p no:cacheprovider --maxfail=5 tests/test_mlp.py \
+step 50 tests.log python3 -m pytest -q -n 6 -p no:cacheprovider --maxfail=5 tests/test_mlp.py \
     -k "session6 or fast_gelu or stmatrix or refuses or deterministic or opt_ins or no_bias or short_k or deferred or (inference and fcfast)"
 note "tests (fcfast=1, 2, fast=2): $(grep -E 'passed|failed|error' "$L/tests.log" | tail -2 | tr '\n' ' ')"
 
