@@ -21,11 +21,12 @@ their main loops so one's epilogue overlaps the other's math: it wins where K is
 K = 768 products) and loses where K is long, so `auto_step` picks per shape, and matmul(step=0)
 uses it.
 
-Variants 6 and 7 of steps 4 and 5 and variant 8 of step 4 (session 6, opt-in until the H200
-says otherwise) run the plain product C = A·B only (no bias, no GELU) with an epilogue compiled
-for exactly that (kernels/gemm_plain_epilogue.cuh): the same pipelines as step 4 v0 / v5 / v0
-and step 5 v1 / v0, bit-identical results, far fewer epilogue instructions per tile (step 4 v8
-also overlaps a tile's stores with the next tile's first k-steps).
+Variants 6 and 7 of steps 4 and 5 and variant 8 of step 4 (session 6) run the plain product
+C = A·B only (no bias, no GELU) with an epilogue compiled for exactly that
+(kernels/gemm_plain_epilogue.cuh): the same pipelines as step 4 v0 / v5 / v0 and step 5 v1 / v0,
+bit-identical results, far fewer epilogue instructions per tile (step 4 v8 also overlaps a
+tile's stores with the next tile's first k-steps). matmul(step=0) without bias/GELU runs 4v8,
+or 5v7 for products with few output tiles (auto_step(plain=True)); with bias/GELU, the rule above.
 
 Two environment variables, for experiments with the 2-CTA cluster variants (step 4 v5, step 5
 v3/v4; read at each launch by launch_pairs in kernels/gemm_4_warp_specialized.cuh):
@@ -65,11 +66,18 @@ TILES5 = {0: (128, 128), 1: (64, 256), 2: (128, 128), 3: (128, 128), 4: (64, 256
 PLAIN_VARIANTS = {4: (6, 7, 8), 5: (6, 7)}   # kernels/gemm_plain_epilogue.cuh (session 6): the plain product only
 
 
-def auto_step(M, N, K):
-    """(step, variant) that wins at this shape on the H200 (kernels/NOTES.md, session 3, call 2):
-    step 5's ping-pong on 64x256 consumer tiles when a tile's K loop is short (K <= 1024: its
-    epilogue overlap pays, 0.78-0.80x cuBLAS against step 4's 0.70-0.75x), step 4 otherwise
-    (long K, e.g. 8192³ 0.96x against 0.83x; the weight gradients, within 3% either way)."""
+def auto_step(M, N, K, plain=False, num_sms=132):
+    """(step, variant) that wins at this shape on the H200.
+    plain=True (no bias, no GELU: the plain epilogue, kernels/gemm_plain_epilogue.cuh; session 6,
+    call 2): step 4 v8 (cooperative 128x256, stores deferred into the next tile's k-steps:
+    1.02-1.11x cuBLAS at 8192³ and every GPT-2 forward shape) unless the product has too few
+    128x256 tiles to fill the SMs twice (the weight gradients: split-K), where step 5 v7 (ping-pong
+    128x128, plain epilogue) wins (0.93-1.05x, CUDA-graph timing).
+    plain=False (a fused bias/GELU; kernels/NOTES.md, session 3, call 2): step 5's ping-pong on
+    64x256 consumer tiles when a tile's K loop is short (K <= 1024: its epilogue overlap pays,
+    0.78-0.80x cuBLAS against step 4's 0.70-0.75x), step 4 otherwise."""
+    if plain:
+        return (4, 8) if -(-M // TILE_M) * -(-N // TILE_N) >= 2 * num_sms else (5, 7)
     return (5, 1) if K <= 1024 else (4, 0)
 
 
@@ -225,7 +233,7 @@ def plan(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, split
     epilogue = bias is not None or gelu
     M, K, N = a.shape[0], a.shape[1], b.shape[1]
     if step == 0:
-        step, variant = auto_step(M, N, K)
+        step, variant = auto_step(M, N, K, plain=not epilogue, num_sms=_num_sms(a.device) if cuda else 132)
     # How each operand sits in memory. A: [M][K] (K-major) or [K][M] (M-major, a = t.t());
     # B: [N][K] (K-major, b = W.t()) or [K][N] (N-major). Anything else becomes a copy.
     a_t = step >= 4 and M % 16 == 0 and _col_major(a) and not _row_major(a)

@@ -57,7 +57,7 @@ def test_forward_xWt(step, M, K, N):
         assert rel_err(c, ref) < TOL[dtype], (step, M, K, N, dtype)
 
 
-@pytest.mark.parametrize("step", steps(1, 2, 3, 4) + STEP5)
+@pytest.mark.parametrize("step", steps(0, 1, 2, 3, 4) + STEP5)
 @pytest.mark.parametrize("tokens,n_in,n_out", [(16384, 768, 3072), (16384, 3072, 768), (4096, 768, 2304), (333, 768, 768)])
 def test_backward_products(step, tokens, n_in, n_out):
     x, W, dy = randn(tokens, n_in), randn(n_out, n_in), randn(tokens, n_out)
@@ -70,7 +70,7 @@ def test_backward_products(step, tokens, n_in, n_out):
             assert rel_err(dW, dy.float().t() @ x.float()) < TOL[dtype], (step, dtype)
 
 
-@pytest.mark.parametrize("step", [4] + STEP5)
+@pytest.mark.parametrize("step", steps(0, 4) + STEP5)
 @pytest.mark.parametrize("splits", [1, 2, 5])
 def test_split_k(step, splits):
     M, K, N = 384, 2048, 512
@@ -139,8 +139,14 @@ def test_step5_variants(variant):
 
 
 def test_auto_step_rule():
+    # with a fused bias/GELU (plain=False): ping-pong 64x256 for K <= 1024, else step 4
     assert gemm.auto_step(16384, 3072, 768) == (5, 1) and gemm.auto_step(16384, 768, 3072) == (4, 0)
     assert gemm.auto_step(768, 3072, 16384) == (4, 0)
+    # the plain product (session 6): 4v8 where 128x256 tiles fill the SMs twice, else 5v7
+    for M, N, K in [(8192, 8192, 8192), (16384, 3072, 768), (16384, 768, 3072), (16384, 768, 768)]:
+        assert gemm.auto_step(M, N, K, plain=True) == (4, 8), (M, N, K)
+    for M, N, K in [(3072, 768, 16384), (768, 3072, 16384), (2304, 768, 16384), (768, 768, 16384), (77, 272, 48)]:
+        assert gemm.auto_step(M, N, K, plain=True) == (5, 7), (M, N, K)
 
 
 def test_default_splits_are_used_for_weight_gradient():
@@ -148,7 +154,7 @@ def test_default_splits_are_used_for_weight_gradient():
     assert gemm.choose_splits(8192, 8192, 8192, 132) == 1
 
 
-@pytest.mark.parametrize("step", [4] + STEP5)
+@pytest.mark.parametrize("step", steps(0, 4) + STEP5)
 @pytest.mark.parametrize("M", [1, 200, 4096])
 def test_fused_bias_gelu(step, M):
     K, N = 768, 3072
@@ -313,7 +319,10 @@ def test_plain_epilogue_backward_products(step, variant, twin):
         out = torch.full((tokens, n_in), float("nan"), device="cuda", dtype=torch.bfloat16)
         dx = gemm.matmul(dy, W, step=step, variant=variant, out=out)
         assert rel_err(dx, dy.float() @ W.float()) < 1e-2, (step, tokens)
-        assert torch.equal(dx, gemm.matmul(dy, W, step=step, variant=twin))
+        # bit-identical to the twin without split-K (with 3+ splits the order of the fp32
+        # reduce-adds varies from run to run, so neither kernel repeats itself bit for bit)
+        assert torch.equal(gemm.matmul(dy, W, step=step, variant=variant, splits=1),
+                           gemm.matmul(dy, W, step=step, variant=twin, splits=1)), (step, variant, tokens)
         ref = dy.float().t() @ x.float()
         for splits in (None, 1, 3):
             for dtype in (torch.bfloat16, torch.float32):
@@ -343,3 +352,20 @@ def test_kernel_only_plain_variant(step, variant, twin):
         c.zero_() if split else c.fill_(float("nan"))
         launch()
         assert rel_err(c, a.float() @ b.float()) < 1e-2, (step, name)
+
+
+@pytest.mark.parametrize("M,K,N", [(1, 16, 16), (77, 48, 272), (2000, 64, 1040), (16384, 768, 3072), (8192, 8192, 8192)])
+def test_auto_runs_the_plain_variants(M, K, N):
+    """matmul(step=0) without bias/GELU (the default since session 6) plans 4v8 or 5v7 as
+    auto_step(plain=True) says, and its result equals that variant's bit for bit and the fp32
+    reference; with a bias it keeps the fused rule (5v1 / 4v0)."""
+    x, W = randn(M, K), randn(N, K)
+    p = gemm.plan(x, W.t(), step=0)
+    assert (p.step, p.variant) == gemm.auto_step(M, N, K, plain=True, num_sms=torch.cuda.get_device_properties(0).multi_processor_count)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    c = gemm.matmul(x, W.t(), step=0, out=out)
+    assert rel_err(c, x.float() @ W.float().t()) < 1e-2
+    if p.splits == 1:
+        assert torch.equal(c, gemm.matmul(x, W.t(), step=p.step, variant=p.variant))
+    pb = gemm.plan(x, W.t(), step=0, bias=randn(N))
+    assert (pb.step, pb.variant) == gemm.auto_step(M, N, K)

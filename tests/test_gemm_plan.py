@@ -116,3 +116,17 @@ def test_plain_variant_refuses_bias_and_gelu_on_cpu():
                     plan(x, W.t(), step=step, variant=variant, **kw)
     with pytest.raises(ValueError, match="variant must be one of"):
         plan(x, W.t(), step=5, variant=8)
+
+
+def test_auto_plans_the_plain_variants_without_bias():
+    """step=0 (the default): without bias/GELU the plain epilogue (4v8, or 5v7 for products with
+    few 128x256 tiles: the weight gradients); with bias or GELU the fused rule (5v1 / 4v0)."""
+    cases = [((16384, 768), (3072, 768), (4, 8)), ((8192, 8192), (8192, 8192), (4, 8)),
+             ((768, 16384), (16384, 3072), (5, 7)), ((77, 48), (272, 48), (5, 7))]
+    for (m, k), (n_or_k, k_or_n), want in cases:
+        a = bf16(m, k)
+        b = bf16(n_or_k, k_or_n).t() if n_or_k != k else bf16(n_or_k, k_or_n)   # W.t() or [K][N]
+        p = plan(a, b, step=0)
+        assert (p.step, p.variant) == want, (m, k, want, p)
+        pb = plan(a, b, step=0, bias=bf16(b.shape[1]))
+        assert (pb.step, pb.variant) == gemm.auto_step(m, b.shape[1], k), pb
