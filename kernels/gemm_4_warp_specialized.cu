@@ -10,8 +10,15 @@
 // registers -> swizzled shared tile -> TMA store, per warp (16 rows each, no warpgroup barrier),
 // or TMA reduce-add for split-K, which gives the weight gradient's few output tiles enough
 // work units to fill 132 SMs. What it bought: 660 TFLOP/s at 8192³, 1.1× step 3 (0.96-0.98×
-// cuBLAS); 1.2× step 3 at GPT-2's forward shapes (still only 0.70-0.92× cuBLAS: the tile
-// boundary is not overlapped) and 4-5× on the weight gradient (split-K, no transposed copies).
+// cuBLAS); 1.2× step 3 at GPT-2's forward shapes (still only 0.70-0.92× cuBLAS) and 4-5× on the
+// weight gradient (split-K, no transposed copies).
+// Session 6 found what the forward shapes lost: linear_epilogue decides bias and GELU at run time
+// per value, so every tile's epilogue ran ~1000 instructions per warp through ~84 KB of SASS, and
+// the warps stalled on instruction fetch (ncu). Variant 6 (kernels/gemm_plain_epilogue.cuh: the
+// plain product, stmatrix staging, ~50 instructions per box) and variant 8 (the same with a
+// tile's stores issued during the next tile's first k-steps, so the tensor cores never wait for
+// an epilogue) run at 0.99-1.05× and 1.02-1.11× cuBLAS at 8192³ and every GPT-2 forward shape
+// (H200, CUDA-graph timing; kernels/NOTES.md, session 6).
 //
 // The kernel template (producer, consumer main loop, epilogue loop, launcher) is in
 // kernels/gemm_4_warp_specialized.cuh, shared with the MLP; this file holds step 4's epilogue

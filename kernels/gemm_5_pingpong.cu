@@ -35,6 +35,12 @@
 // final call 0.66x vs 0.65x). kernels/gemm.py `auto_step` picks step 5 v1 for K <= 1024, step 4
 // otherwise.
 //
+// Session 6: with the plain epilogue (kernels/gemm_plain_epilogue.cuh; variants 6 = 64x256 and
+// 7 = 128x128) the ping-pong runs at 1.02-1.03x cuBLAS at the K = 768 forward shapes, and 128x128
+// (fewer L2 bytes per flop) is the better tile for the weight gradients (0.93-1.05x); the old
+// epilogue was not hidden behind the other consumer's math: its warps stalled on instruction
+// fetch (kernels/NOTES.md, session 6).
+//
 // The kernel template lives in kernels/gemm_5_pingpong.cuh (shared with the MLP, whose fused
 // epilogues it also runs); this file holds step 5's variants and dispatch, with step 4's
 // linear-layer epilogue policy (bias, GELU, split-K).
