@@ -3,8 +3,8 @@
 // two consumer warpgroups (setmaxnreg moves registers from the first to the others), wgmma for
 // S = Q·Kᵀ (both operands in shared memory) and O += P·V (P in registers).
 // Two kernels share that pipeline: forward_kernel (one CTA per query block; variants 2, 4, 5) and
-// persistent_kernel (one CTA per SM walks over many query blocks; variants 8, 11-13), which runs
-// by default: variant 12 for head_dim 64, 11 for head_dim 128 (DEFAULT_VARIANT_D64 / _D128).
+// persistent_kernel (one CTA per SM walks over many query blocks; variants 8, 11-13, 21), which
+// runs by default: variant 21 for head_dim 64 and 128 (DEFAULT_VARIANT_D64 / _D128).
 // Read kernels/attention_portable.cu first: same algorithm, plainer machinery.
 // Read in order: the algorithm and the pipeline picture (this comment), config, item_at,
 // softmax_tile, forward_kernel (producer branch, consumer branch, epilogue: the pipeline for one
@@ -47,8 +47,10 @@
 //   item = blockIdx.x                         for j = 0, 1, ... (slot j % 2):
 //   for j = 0, 1, ... (slot j % 2):             wait q_full; item = item_of[slot]; -1: stop
 //     wait q_empty(slot)                        [turn] wait k_full; issue S = Q·K0ᵀ [/turn]
-//     no item left: item_of = -1,               wait S; release k_empty; softmax(S) -> P, m, l
-//       arrive q_full(slot); stop               for tiles n = 1 .. N-1:
+//     no item left: item_of = -1,               wait S; release k_empty; (the previous item's O
+//       arrive q_full(slot); stop                 store has read its slot: release q_empty(j-1))
+//                                               softmax(S) -> P, m, l
+//                                               for tiles n = 1 .. N-1:
 //     item_of[slot] = item                        [turn] wait k_full; issue S = Q·Knᵀ  (async)
 //     next = gridDim.x + atomicAdd(counter)         wait v_full; issue O += P·V(n-1)  (async)
 //     load Q of the item   -> q_full(slot)        [/turn]
@@ -57,9 +59,12 @@
 //       wait k_empty; load Kn     -> k_full       wgmma wait<0>: P·V done -> release v_empty
 //       wait v_empty; load V(n-1) -> v_full       O *= exp2(m_old - m_new); P = bf16(S)
 //     load V(N-1)                               [turn] wait v_full; issue O += P·V(N-1) [/turn]
-//     item = next                               wait; release v_empty and q_empty(slot)
-//                                               O /= l; store O (bf16) and LSE (fp32), while the
+//     item = next                               wait; release v_empty
+//                                               O /= l into this warpgroup's rows of the Q slot,
+//                                               one TMA store of them, LSE (fp32), while the
 //                                               producer already loads the next item's Q and K
+// (The default, variant 21, LEAN_EPILOGUE; variants 8, 11-13 store O from registers and release
+// q_empty(slot) right after the last P·V.)
 //
 // N is the item's number of key tiles (causal: up to its diagonal). The producer runs ahead as
 // far as free slots let it, into the next item; the first gridDim.x items go by blockIdx.x, every
@@ -93,12 +98,10 @@
 //     rescaling (softmax_tile's LAZY: O is multiplied only when a row's max grew by more than
 //     2^8; default D=128), 12 = without (default D=64), 13 = 11 with one consumer and two CTAs
 //     per SM (D=64; 128 runs 11).
-//   21, 22 (session 6, opt-in until measured): 12 / 11 with a leaner per-item epilogue
-//     (persistent_kernel's EPILOGUE: 22 = items decoded by the producer, approximate 1/l and
-//     log2 l, O's row addresses once; 21 = that, and O through shared memory and one TMA store
-//     per warpgroup instead of 16-32 scattered 4-byte stores per thread).
-//   23 (session 6, opt-in): 21 with a loop turn around S = Q·Kᵀ's issue only (SPLIT_TURN).
-//   24 (session 6, opt-in): 13 with 21's epilogue (D=64; 128 runs 21).
+//   21 12 (D=64) / 11 (D=128) with a lean per-item epilogue (persistent_kernel's LEAN_EPILOGUE:
+//     items decoded by the producer, approximate 1/l and log2 l, O through shared memory and one
+//     TMA store per warpgroup instead of 16-32 scattered 4-byte stores per thread); the default
+//     for both head dims since session 6 (GPT-2 shape 0.0795 ms against 12's 0.0914).
 // Taken out after session 5 (the code is in git at 65e8c26; figures in kernels/NOTES.md,
 //   "Session 4: H3 attention" and sessions 2-3's "H200 runs"): 1 = 2 with exp2f and sequential
 //   row max / sum (GPT-2 shape 221 against 2's 225 TFLOP/s), 3 = 2 without ping-pong (203: -10%),
@@ -130,7 +133,7 @@
 #include "tk/ops/group/sync.cuh"
 #include "tk/ops/group/wgmma.cuh"
 #include "tk/ops/group/tma_4d.cuh"
-#include "tk/ops/group/tma.cuh"         // the bulk async-group waits of the TMA store (EPILOGUE 2)
+#include "tk/ops/group/tma.cuh"         // the bulk async-group waits of the TMA store (LEAN_EPILOGUE)
 #include "attention_params.h"
 #include "attention_l2_groups.cuh"      // item_at's order and the host's group size
 
@@ -164,12 +167,12 @@ struct config {
 };
 
 // Which variant runs by default (see attention_hopper_forward_variant at the bottom): the fastest
-// that passed its tests on the H200 (kernels/NOTES.md, session 4 H3, third call, same process as
-// cuDNN): D = 64, variant 12 (persistent, dynamic scheduling, half diagonal tile: 0.0903 ms at the
-// GPT-2 shape, 0.0303 at shakespeare-char, against 0.118 / 0.040 for session 3's variant 4 and
-// cuDNN's 0.0859 / 0.0266); D = 128, variant 11 (12 with lazy rescaling: 0.460 ms at
-// (4, 16, 4096) against 0.525 for variant 2 and cuDNN's 0.514).
-constexpr int DEFAULT_VARIANT_D64 = 12, DEFAULT_VARIANT_D128 = 11;
+// that passed its tests on the H200, timed beside the others in one run (kernels/NOTES.md,
+// "Session 6: A", call 2, in turns with cuDNN): variant 21 for both head dims (persistent, dynamic
+// scheduling, half diagonal tile, the lean epilogue; lazy rescaling at D = 128): GPT-2 shape
+// 0.0795 ms, shakespeare-char 0.0268, (4, 16, 4096, 128) 0.4876, against 0.0914 / 0.0315 / 0.5245
+// for session 4's defaults 12 / 11 and cuDNN's 0.0865 / 0.0271 / 0.5611.
+constexpr int DEFAULT_VARIANT_D64 = 21, DEFAULT_VARIANT_D128 = 21;
 
 struct kernel_params {
     CUtensorMap q_map, k_map, v_map;                    // 4-D maps {dim, seq, heads, batch}
@@ -182,7 +185,7 @@ struct kernel_params {
     int batch_heads, m_blocks;                          // work items: batch_heads x m_blocks query blocks
     int heads_per_group;                                // see item_at
     unsigned int* work_counter;                         // dynamic scheduling: zeroed, this launch's own
-    CUtensorMap o_map;                                  // EPILOGUE 2 only: O in boxes of 64 rows (last,
+    CUtensorMap o_map;                                  // LEAN_EPILOGUE only: O in boxes of 64 rows (last,
                                                         // so the other kernels' fields keep their offsets)
 };
 
@@ -540,14 +543,14 @@ __device__ constexpr uint32_t k_step_bytes(int k) { return (k / 4) * rows * 128 
 template <int LEN>
 __device__ inline float (&first_half(float (&d)[LEN]))[LEN / 2] { return *reinterpret_cast<float(*)[LEN / 2]>(&d); }
 
-// EPILOGUE >= 1 (see persistent_kernel): 1/l by the MUFU's approximate reciprocal (rel. error
+// LEAN_EPILOGUE (see persistent_kernel): 1/l by the MUFU's approximate reciprocal (rel. error
 // ~2^-23), instead of the IEEE division's refinement and slow-path branch.
 __device__ inline float rcp_approx(float x) {
     float y;
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
-// EPILOGUE 2: one box of shared memory (written in the map's 128B-swizzled layout) to the 4-D
+// LEAN_EPILOGUE: one box of shared memory (written in the map's 128B-swizzled layout) to the 4-D
 // tensor at element coordinates (d, t, h, b), in this thread's current bulk async-group; rows past
 // the end of the sequence are clipped by the TMA unit. The store twin of tk::tma::load_box_4d
 // (tk/ops/group/tma_4d.cuh, where it belongs once another kernel needs it).
@@ -576,35 +579,31 @@ struct persistent_config : config<D, CONSUMERS> {
 // other's items. (Until session 5 it was one global counter per GPU that reset itself at the end
 // of each launch: two launches on two streams shared it and skipped work.)
 
-// EPILOGUE (session 6; 0 = the default's, as measured since session 4): what an item costs
-// besides its tiles. Session 5's ncu of the default (call 3, SASS stall samples) put ~2000 cycles
-// per item per consumer warp in the epilogue (~13% of the consumers' samples): its 16 4-byte
-// global stores of O per thread queue up behind each other (one wait alone, on a register an
-// in-flight store still had to read, took 4.5% of all samples), the 64-bit address of each store
-// is rebuilt, 1/l and log2(l) take IEEE-exact paths with branches, and item_at's divisions land
-// there too. And ~880 cycles at the item's start, half of them item_at's integer divisions.
-//   1: lean arithmetic: the producer decodes each item once (item_of holds {item, b, h,
-//      m_block}); 1/l and log2(l) by the approximate MUFU instructions (rcp.approx, lg2.approx:
-//      ~1 ulp, the LSE tolerance is 1e-3); the two rows' O addresses computed once and every
-//      store at an immediate offset (session 5's LEAN_ITEMS, variant 20, in git at 19b7cc5).
-//   2: 1, and O goes out through shared memory and ONE TMA store per warpgroup (per 64 columns)
-//      instead of 16 (D = 64) or 32 scattered 4-byte stores per thread: each consumer writes its
-//      64 x D block of O into its own 64 rows of the item's Q slot (its last S = Q·Kᵀ is done, and
-//      the other consumer never reads those rows), in Q's 128B-swizzled layout, so the store's
-//      tensor map is Q's with boxes of 64 rows; the TMA store clips rows past the sequence. The
-//      warps move on at once; the slot goes back to the producer (q_empty) only once the store
-//      has read it: the storing thread waits for that (cp.async.bulk.wait_group.read) after the
-//      next item's first S = Q·K₀ᵀ, when its warpgroup waits for that product anyway, and arrives
-//      there, with all its warpgroup's threads. The producer needs the slot back only for the
-//      item after next, so the later arrival costs it nothing.
-// SPLIT_TURN (session 6, variant 23): a loop turn holds only S = Q·Kₙᵀ's issue; P·Vₙ₋₁ is issued
-// after turn_end. In session 5's ncu a turn's 12 HGMMA issues (4 for S, 8 register-sourced ones
-// for P·V) took ~750 cycles per tile, stalled on "wait"/"dispatch", while the other warpgroup
-// waited at the turn barrier: ~31% of the loop's samples. With the split, the other warpgroup
-// issues its S while this one issues its P·V; the tensor pipe still gets this warpgroup's S
-// first, so its softmax can start as before.
-template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, int EPILOGUE = 0,
-          bool SPLIT_TURN = false>
+// LEAN_EPILOGUE (session 6; variant 21, the default since then; false: sessions 4-5's epilogue,
+// variants 8, 11-13): what an item costs besides its tiles. Session 5's ncu of the old default
+// (call 3, SASS stall samples) put ~2000 cycles per item per consumer warp in the epilogue (~13%
+// of the consumers' samples): its 16 (D = 64) or 32 scattered 4-byte global stores of O per thread
+// queue up behind each other (one wait alone, on a register an in-flight store still had to read,
+// took 4.5% of all samples), the 64-bit address of each store is rebuilt, 1/l and log2(l) take
+// IEEE-exact paths with branches, and item_at's divisions land there too; and ~880 cycles at the
+// item's start, half of them item_at's integer divisions. The lean epilogue:
+//   - the producer decodes each item once (item_of holds {item, b, h, m_block});
+//   - 1/l and log2(l) by the approximate MUFU instructions (rcp.approx, lg2.approx: ~1 ulp; the
+//     LSE tolerance is 1e-3);
+//   - O goes out through shared memory and ONE TMA store per warpgroup and 64 columns: each
+//     consumer writes its 64 x D block of O into its own 64 rows of the item's Q slot (its last
+//     S = Q·Kᵀ is done, and the other consumer never reads those rows), in Q's 128B-swizzled
+//     layout, so the store's tensor map is Q's with boxes of 64 rows; the TMA store clips rows
+//     past the sequence. The warps move on at once. The slot goes back to the producer (q_empty)
+//     only once the store has read it: the storing thread waits for that
+//     (cp.async.bulk.wait_group.read) after the next item's first S = Q·K₀ᵀ, when its warpgroup
+//     waits for that product anyway, and all its warpgroup's threads arrive there. The producer
+//     needs the slot back only for the item after next, so the later arrival costs it nothing.
+// H200, session 6's call 2, GPT-2 shape, timed in turns: 0.0795 ms against the old default's
+// 0.0914 and cuDNN's 0.0865 (kernels/NOTES.md, "Session 6: A"). Tried beside it and taken out
+// (code in git at d87342f): 22 = the same without the TMA store (O's row addresses once) 0.0828;
+// 23 = 21 with the loop's turn around S's issue only 0.0796; 24 = 13 with this epilogue 0.0812.
+template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool LEAN_EPILOGUE = false>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
@@ -612,13 +611,10 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     constexpr bool PINGPONG = CONSUMERS == 2;          // as forward_kernel
     constexpr int BM = C::block_m, BN = C::block_n, S = C::stages, QS = C::q_slots;
 
-    static_assert(EPILOGUE >= 0 && EPILOGUE <= 2, "EPILOGUE 0, 1 or 2");
-    constexpr bool DECODED = EPILOGUE >= 1, TMA_STORE = EPILOGUE == 2;
-
     extern __shared__ uint8_t smem_raw[];
     __shared__ mbarrier q_full[QS], q_empty[QS], k_full[S], k_empty[S], v_full[S], v_empty[S];
-    // The item whose Q is in each slot; -1: no more. DECODED: {item, b, h, m_block}.
-    __shared__ std::conditional_t<DECODED, int4, int> item_of[QS];
+    // The item whose Q is in each slot; -1: no more. LEAN_EPILOGUE: {item, b, h, m_block}.
+    __shared__ std::conditional_t<LEAN_EPILOGUE, int4, int> item_of[QS];
     const uint32_t smem = (smem_addr(smem_raw) + 1023) & ~1023u;
     auto q_tile = [&](int s) { return smem + s * C::q_bytes; };
     auto k_tile = [&](int s) { return smem + QS * C::q_bytes + s * C::kv_bytes; };
@@ -654,16 +650,16 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 const int qs = j % QS;
                 mbar::wait(q_empty[qs], ((j / QS) & 1) ^ 1);
                 if (item >= n_items) {                   // tell the consumers there is no more
-                    if constexpr (DECODED) item_of[qs] = make_int4(-1, 0, 0, 0);
+                    if constexpr (LEAN_EPILOGUE) item_of[qs] = make_int4(-1, 0, 0, 0);
                     else item_of[qs] = -1;
                     mbar::arrive(q_full[qs]);
                     break;
                 }
-                if constexpr (!DECODED) item_of[qs] = item;   // published by q_full's phase (release)
+                if constexpr (!LEAN_EPILOGUE) item_of[qs] = item;   // published by q_full's phase (release)
                 // The next item, asked for now so the atomic's latency hides under this item's copies.
                 const int next = DYNAMIC ? int(gridDim.x + atomicAdd(p.work_counter, 1u)) : item + gridDim.x;
                 const work_item w = item_at(item, p);
-                if constexpr (DECODED) item_of[qs] = make_int4(item, w.b, w.h, w.m_block);
+                if constexpr (LEAN_EPILOGUE) item_of[qs] = make_int4(item, w.b, w.h, w.m_block);
                 const int n_tiles = tiles_of(w.m_block);
                 auto load = [&](uint32_t dst, const CUtensorMap* map, int row, int bytes, mbarrier& bar) {
 #pragma unroll
@@ -725,10 +721,10 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     // The item whose Q is in slot j % QS (waits for it). The same in every thread; the shfl tells
     // ptxas so (see c above). Every lane reads item_of with a plain load, so every thread arrives
     // on q_empty (see release_all).
-    // DECODED: {item, b, h, m_block}; else {item, -, -, -}.
+    // LEAN_EPILOGUE: {item, b, h, m_block}; else {item, -, -, -}.
     auto item_in_slot = [&](int j) {
         mbar::wait(q_full[j % QS], (j / QS) & 1);
-        if constexpr (DECODED) {
+        if constexpr (LEAN_EPILOGUE) {
             const int4 v = item_of[j % QS];
             return make_int4(__shfl_sync(0xffffffff, v.x, 0), __shfl_sync(0xffffffff, v.y, 0),
                              __shfl_sync(0xffffffff, v.z, 0), __shfl_sync(0xffffffff, v.w, 0));
@@ -769,10 +765,10 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         const int qs = j % QS;
         const int4 item = item_in_slot(j);
         if (item.x < 0) {
-            if constexpr (TMA_STORE) tma::store_wait<0>();   // the last O store is out before the CTA ends
+            if constexpr (LEAN_EPILOGUE) tma::store_wait<0>();   // the last O store is out before the CTA ends
             break;
         }
-        const work_item w = DECODED ? work_item{item.y, item.z, item.w} : item_at(item.x, p);
+        const work_item w = LEAN_EPILOGUE ? work_item{item.y, item.z, item.w} : item_at(item.x, p);
         const int n_tiles = tiles_of(w.m_block);
         const int first_row = w.m_block * BM + 64 * c;   // this warpgroup's first query row
         const int row0 = first_row + 16 * warp + lane / 4;
@@ -817,8 +813,8 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         wgmma::wait_group<0>();
         wgmma::fence_operand(s_acc);
         release(k_empty[k_slot]);
-        if constexpr (TMA_STORE) {
-            // The previous item's O store has read its Q slot: hand the slot back (see EPILOGUE).
+        if constexpr (LEAN_EPILOGUE) {
+            // The previous item's O store has read its Q slot: hand the slot back (see LEAN_EPILOGUE).
             // Only the storing thread has a bulk group to wait for; the others pass at once.
             if (j > 0) {
                 tma::store_wait_read<0>();
@@ -831,9 +827,8 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         for (int n = 1; n < n_tiles; ++n) {
             turn_begin();
             k_slot = issue_qk(qs);
-            if constexpr (SPLIT_TURN) turn_end();
             const int v_slot = issue_pv(n > 1, false);   // V of tile n - 1 (only the last tile is ever half)
-            if constexpr (!SPLIT_TURN) turn_end();
+            turn_end();
             wgmma::wait_group<1>();                      // S = Q·Kₙᵀ is done (P·V may still run)
             wgmma::fence_operand(s_acc);
             release(k_empty[k_slot]);
@@ -854,8 +849,8 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         wgmma::wait_group<0>();
         wgmma::fence_operand(o_acc);
         release(v_empty[v_slot]);
-        // Every S of this item is done: Q's slot is free (TMA_STORE: once O, written there, is out).
-        if constexpr (!TMA_STORE) release_all(q_empty[qs]);
+        // Every S of this item is done: Q's slot is free (LEAN_EPILOGUE: once O, written there, is out).
+        if constexpr (!LEAN_EPILOGUE) release_all(q_empty[qs]);
 
         // ---- epilogue: O /= l, store O (bf16) and LSE; the producer is already loading the next item ----
 #pragma unroll
@@ -865,8 +860,8 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         }
         float inv_l[2];
 #pragma unroll
-        for (int r = 0; r < 2; ++r) inv_l[r] = (l[r] > 0.f) ? (DECODED ? rcp_approx(l[r]) : 1.f / l[r]) : 0.f;
-        if constexpr (TMA_STORE) {
+        for (int r = 0; r < 2; ++r) inv_l[r] = (l[r] > 0.f) ? (LEAN_EPILOGUE ? rcp_approx(l[r]) : 1.f / l[r]) : 0.f;
+        if constexpr (LEAN_EPILOGUE) {
             // O into this warpgroup's 64 rows of the Q slot (row-major 64-column blocks of 128-byte
             // rows, 128B swizzle: the 16-byte chunk k of row r sits at chunk k ^ (r % 8), and
             // r % 8 = lane / 4 here), then one TMA store per 64-column block.
@@ -886,23 +881,6 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                     store_box_4d(&p.o_map, o_rows + cb * (BM * 128), cb * 64, first_row, w.h, w.b);
                 tma::store_commit_group();
             }
-        } else if constexpr (DECODED) {
-            // The two rows' addresses once (64-bit arithmetic), then one predicated store per
-            // register pair at a compile-time offset.
-            __nv_bfloat16* o_row[2];
-            bool row_ok[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int row = row0 + 8 * r;
-                row_ok[r] = row < p.seq_len;
-                o_row[r] = p.o + w.b * p.o_stride_batch + w.h * p.o_stride_head + int64_t(row) * p.o_stride_seq + 2 * t;
-            }
-#pragma unroll
-            for (int i = 0; i < D / 2; i += 2) {
-                const int r = (i >> 1) & 1, col = 8 * (i >> 2);
-                if (row_ok[r])
-                    *reinterpret_cast<uint32_t*>(o_row[r] + col) = pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]);
-            }
         } else {
             __nv_bfloat16* o_head = p.o + w.b * p.o_stride_batch + w.h * p.o_stride_head;
 #pragma unroll
@@ -919,7 +897,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 const int row = row0 + 8 * r;
                 if (row < p.seq_len)
                     p.lse[(int64_t(w.b) * p.heads + w.h) * p.seq_len + row] =
-                        l[r] > 0.f ? (m[r] * p.scale_log2 + (DECODED ? __log2f(l[r]) : log2f(l[r]))) * 0.69314718055994531f
+                        l[r] > 0.f ? (m[r] * p.scale_log2 + (LEAN_EPILOGUE ? __log2f(l[r]) : log2f(l[r]))) * 0.69314718055994531f
                                    : -INFINITY;
             }
         }
@@ -983,20 +961,20 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 
 // One CTA (two with one consumer) per SM, each walking over query blocks (persistent_kernel), in
 // L2 groups of heads.
-template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY, bool DYNAMIC, int EPILOGUE = 0, bool SPLIT_TURN = false>
+template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY, bool DYNAMIC, bool LEAN_EPILOGUE = false>
 cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, unsigned int* work_counter) {
     using C = persistent_config<D, CONSUMERS>;
     if (DYNAMIC && work_counter == nullptr) return cudaErrorInvalidValue;   // see work_counter
     kernel_params kp;
     if (cudaError_t e = make_params<D, C::block_m, C::block_n>(a, true, kp)) return e;
     kp.work_counter = work_counter;
-    if constexpr (EPILOGUE == 2) {   // O's map: boxes of one consumer's 64 rows
+    if constexpr (LEAN_EPILOGUE) {   // O's map: boxes of one consumer's 64 rows
         const AttentionShape& sh = a.shape;
         std::string why = tk::tma::make_bhtd_tensor_map(&kp.o_map, a.o.data, sh.batch, sh.heads, sh.seq_len, D,
                                                         a.o.stride_batch, a.o.stride_head, a.o.stride_seq, 64);
         if (!why.empty()) return cudaErrorInvalidValue;
     }
-    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, EPILOGUE, SPLIT_TURN>;
+    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, LEAN_EPILOGUE>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -1046,16 +1024,11 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //  12: 11 without lazy rescaling
 //  13: one consumer, two CTAs per SM (as 8) with the half tile, lazy rescaling and dynamic
 //      scheduling (D = 64; 128 runs 11)
-//  21: 12 (D = 64) / 11 (D = 128) with EPILOGUE 2: O through shared memory and a TMA store,
-//      items decoded by the producer, 1/l and log2(l) approximate (session 6; opt-in until measured)
-//  22: 12 / 11 with EPILOGUE 1: the same without the TMA store (O's row addresses once instead)
-//  23: 21 with SPLIT_TURN: a loop turn issues S = Q·Kᵀ only, P·V after the turn
-//  24: 13 (one consumer, two CTAs per SM) with EPILOGUE 2 (D = 64; 128 runs 21): 64-row items,
-//      twice as many as 21's, so the per-item costs weigh twice; two independent CTAs instead of
-//      ping-pong turns, so one CTA's item boundary falls inside the other's work
+//  21: 12 (D = 64) / 11 (D = 128) with LEAN_EPILOGUE: O through shared memory and a TMA store,
+//      items decoded by the producer, 1/l and log2(l) approximate (the default, session 6)
 // 2 and 4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zeroed, used by this launch alone (the bindings
-// allocate it per call); the dynamically scheduled variants (11-13, the defaults) refuse nullptr.
+// allocate it per call); the dynamically scheduled variants (11-13, 21, the default) refuse nullptr.
 int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant,
                                      unsigned int* work_counter) {
     using namespace attention_hopper;
@@ -1075,15 +1048,9 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, false, true>(p, stream, work_counter);
     case 13: return d64 ? launch_persistent<64, 1, true, true, true>(p, stream, work_counter)
                         : launch_persistent<128, 2, true, true, true>(p, stream, work_counter);
-    case 21: return d64 ? launch_persistent<64, 2, true, false, true, 2>(p, stream, work_counter)
-                        : launch_persistent<128, 2, true, true, true, 2>(p, stream, work_counter);
-    case 22: return d64 ? launch_persistent<64, 2, true, false, true, 1>(p, stream, work_counter)
-                        : launch_persistent<128, 2, true, true, true, 1>(p, stream, work_counter);
-    case 23: return d64 ? launch_persistent<64, 2, true, false, true, 2, true>(p, stream, work_counter)
-                        : launch_persistent<128, 2, true, true, true, 2, true>(p, stream, work_counter);
-    case 24: return d64 ? launch_persistent<64, 1, true, true, true, 2>(p, stream, work_counter)
-                        : launch_persistent<128, 2, true, true, true, 2>(p, stream, work_counter);
-    default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20) too
+    case 21: return d64 ? launch_persistent<64, 2, true, false, true, true>(p, stream, work_counter)
+                        : launch_persistent<128, 2, true, true, true, true>(p, stream, work_counter);
+    default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20, 22-24) too
     }
 }
 

@@ -11,7 +11,7 @@ table. See kernels/NOTES.md, attention / Hopper forward and Session 3 (Hopper ba
 Nothing here builds at import; `why_not` builds the extension only after every cheap check
 passed on CUDA tensors of a Hopper GPU.
 
-Streams: the default forward (variants 11-13, "dynamic scheduling") hands out its work items
+Streams: the default forward (variants 11-13 and 21, "dynamic scheduling") hands out its work items
 through a counter, one zeroed uint32 that the bindings allocate for each call (on the caller's
 stream, so a CUDA graph captures its zeroing too). Two forwards in flight at once on two streams
 therefore have two counters and cannot take each other's items (until session 5 there was one
@@ -70,7 +70,7 @@ def why_not(q, k, v, causal=True, dropout_p=0.0, scale=None):
 # default, the fastest measured. Tests run all of them, bench.py times all of them. The missing
 # numbers lost on the H200 and were removed (the .cu's opening comment: what they measured and
 # the commit that still has them); kernels/NOTES.md's figures use these numbers.
-VARIANTS = {0: "default (12 for D=64, 11 for D=128)",
+VARIANTS = {0: "default (21 for D=64 and D=128)",
             2: "2 consumers, ping-pong, one CTA per query block",
             4: "1 consumer, 2 CTAs/SM (D=64; D=128 runs 2)",
             5: "session 3's default (4 for D=64, 2 for D=128) with L2 groups of heads",
@@ -81,10 +81,7 @@ VARIANTS = {0: "default (12 for D=64, 11 for D=128)",
             12: "11 without lazy rescaling",
             13: "1 consumer, 2 CTAs/SM, half tile, lazy rescaling, dynamic scheduling (D=64; D=128 runs 11)",
             21: "12 (D=64) / 11 (D=128) with O stored through shared memory by TMA, items decoded by the "
-                "producer, approximate 1/l and log2(l) (session 6; opt-in until measured)",
-            22: "21 without the TMA store: O's row addresses once, direct 4-byte stores",
-            23: "21 with the loop's ping-pong turn around S = Q.K^T's issue only (P.V issued after it)",
-            24: "13 (1 consumer, 2 CTAs/SM) with 21's epilogue (D=64; D=128 runs 21)"}
+                "producer, approximate 1/l and log2(l)"}
 
 
 OP = "tk Hopper attention"
@@ -123,7 +120,7 @@ def check_inputs(q, k, v, scale, variant=0, cuda=True):
 def forward(q, k, v, causal=True, scale=None, variant=0):
     """(o, lse): o (B, H, T, D) bf16 (a view of (B, T, H, D) memory), lse (B, H, T) fp32.
 
-    Variants 0 (the default) and 11-13 must not run on two streams at once (module docstring)."""
+    Each call has its own work counter, so calls may run on several streams at once (module docstring)."""
     if scale is None and isinstance(q, torch.Tensor) and q.dim() > 0 and q.shape[-1] > 0:
         scale = 1.0 / math.sqrt(q.shape[-1])   # (otherwise check_inputs names what is wrong with q)
     check_inputs(q, k, v, scale, variant)

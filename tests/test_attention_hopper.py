@@ -135,8 +135,8 @@ def test_packed_qkv_views(T, D, variant):
 @pytest.mark.parametrize("causal", [True, False])
 def test_many_query_blocks_per_sm(D, causal, variant):
     # 150 heads x 8 (or 16) query blocks: more work items than SMs, so a persistent CTA (variants
-    # 8, 11-13) walks over items of different lengths with its K/V ring and Q slots carried along,
-    # and the L2 groups of heads (5, 8, 11-13) end in a short group (65+65+20 heads at D=64, 4x32+22
+    # 8, 11-13, 21) walks over items of different lengths with its K/V ring and Q slots carried along,
+    # and the L2 groups of heads (5, 8, 11-13, 21) end in a short group (65+65+20 heads at D=64, 4x32+22
     # at D=128).
     check(*make_qkv(3, 50, 1000, D, std=2.0, seed=D + causal), causal=causal, variant=variant)
 
@@ -198,12 +198,12 @@ def test_removed_variants_are_refused():
     # must give the clear error, in Python and in the bindings, never a launch
     from kernels import attention_hopper
     q, k, v = make_qkv(1, 1, 64, 64)
-    for variant in (1, 3, 6, 7, 9, 10, 14, 15, 19, 20, -1):
+    for variant in (1, 3, 6, 7, 9, 10, 14, 15, 19, 20, 22, 23, 24, -1):
         with pytest.raises(ValueError, match="variant must be one of"):
             attention_hopper.forward(q, k, v, True, None, variant)
         why = attention_hopper._ext.module.check_forward(q, k, v, True, 0.125, variant)
-        assert why == (f"tk Hopper attention: variant must be 0 (the default) .. 24 and one of 0, 2, 4, 5, 8, "
-                       f"11, 12, 13, 21, 22, 23, 24 (the others were removed), got {variant}"), why
+        assert why == (f"tk Hopper attention: variant must be 0 (the default) .. 21 and one of 0, 2, 4, 5, 8, "
+                       f"11, 12, 13, 21 (the others were removed), got {variant}"), why
 
 
 @pytest.mark.skipif(bool(os.environ.get("TK_ATTENTION_HOPPER_LIB")),
