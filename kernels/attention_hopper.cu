@@ -102,6 +102,8 @@
 //     items decoded by the producer, approximate 1/l and log2 l, O through shared memory and one
 //     TMA store per warpgroup instead of 16-32 scattered 4-byte stores per thread); the default
 //     for both head dims since session 6 (GPT-2 shape 0.0795 ms against 12's 0.0914).
+//   25 (session 6, opt-in): 21 with the items overlapped (persistent_kernel's OVERLAP_ITEMS:
+//     session 5's variant 15 on the lean epilogue).
 // Taken out after session 5 (the code is in git at 65e8c26; figures in kernels/NOTES.md,
 //   "Session 4: H3 attention" and sessions 2-3's "H200 runs"): 1 = 2 with exp2f and sequential
 //   row max / sum (GPT-2 shape 221 against 2's 225 TFLOP/s), 3 = 2 without ping-pong (203: -10%),
@@ -603,13 +605,23 @@ struct persistent_config : config<D, CONSUMERS> {
 // 0.0914 and cuDNN's 0.0865 (kernels/NOTES.md, "Session 6: A"). Tried beside it and taken out
 // (code in git at d87342f): 22 = the same without the TMA store (O's row addresses once) 0.0828;
 // 23 = 21 with the loop's turn around S's issue only 0.0796; 24 = 13 with this epilogue 0.0812.
-template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool LEAN_EPILOGUE = false>
+// OVERLAP_ITEMS (session 6, variant 25, opt-in; session 5's variant 15 on the lean epilogue): the
+// last turn of an item issues its last P·V AND the next item's first S = Q·K₀ᵀ, and the item's
+// epilogue runs while that S is computed. Without it an item of N key tiles costs a warpgroup
+// N + 1 turns, the first issuing S₀ alone, the last P·V alone, each followed by a wait with
+// nothing to overlap (call 2's ncu of 21: ~8% of the stall samples there); with it N. With no
+// next item the producer loads some Q and K anyway (item 0's) and that S is thrown away: a branch
+// around the wgmmas would make ptxas serialise them all (C7520). The next item's S is waited for
+// before the loop's back edge (a wgmma in flight across it makes ptxas serialise, C7514).
+template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool LEAN_EPILOGUE = false,
+          bool OVERLAP_ITEMS = false>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
     using namespace tk;
     constexpr bool PINGPONG = CONSUMERS == 2;          // as forward_kernel
     constexpr int BM = C::block_m, BN = C::block_n, S = C::stages, QS = C::q_slots;
+    static_assert(!OVERLAP_ITEMS || (LEAN_EPILOGUE && CONSUMERS == 2), "OVERLAP_ITEMS: two consumers, the lean epilogue");
 
     extern __shared__ uint8_t smem_raw[];
     __shared__ mbarrier q_full[QS], q_empty[QS], k_full[S], k_empty[S], v_full[S], v_empty[S];
@@ -652,7 +664,25 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 if (item >= n_items) {                   // tell the consumers there is no more
                     if constexpr (LEAN_EPILOGUE) item_of[qs] = make_int4(-1, 0, 0, 0);
                     else item_of[qs] = -1;
-                    mbar::arrive(q_full[qs]);
+                    if constexpr (OVERLAP_ITEMS) {
+                        // The consumers' last turn issues one more S = Q·Kᵀ (see OVERLAP_ITEMS): give it
+                        // real tiles to read, item 0's Q and first K; that S is thrown away.
+                        const work_item w0 = item_at(0, p);
+                        mbar::arrive_expect_bytes(q_full[qs], C::q_bytes);
+#pragma unroll
+                        for (int cb = 0; cb < C::col_blocks; ++cb)
+                            tma::load_box_4d(q_tile(qs) + cb * (C::q_bytes / C::col_blocks), &p.q_map, cb * 64,
+                                             w0.m_block * BM, w0.h, w0.b, q_full[qs]);
+                        const int s = tile % S;
+                        mbar::wait(k_empty[s], ((tile / S) & 1) ^ 1);
+                        mbar::arrive_expect_bytes(k_full[s], C::kv_bytes);
+#pragma unroll
+                        for (int cb = 0; cb < C::col_blocks; ++cb)
+                            tma::load_box_4d(k_tile(s) + cb * (C::kv_bytes / C::col_blocks), &p.k_map, cb * 64, 0,
+                                             w0.h, w0.b, k_full[s]);
+                    } else {
+                        mbar::arrive(q_full[qs]);
+                    }
                     break;
                 }
                 if constexpr (!LEAN_EPILOGUE) item_of[qs] = item;   // published by q_full's phase (release)
@@ -761,9 +791,19 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     };
 
     if (PINGPONG && c == 1) named_arrive<256>(1);       // consumer 0 goes first
+    int4 next_item = make_int4(-1, 0, 0, 0);            // OVERLAP_ITEMS: the item whose S0 was issued
+    if constexpr (OVERLAP_ITEMS) {                      // the first item's S0 (every CTA has an item)
+        next_item = item_in_slot(0);
+        turn_begin();
+        const int k_slot = issue_qk(0);
+        turn_end();
+        wgmma::wait_group<0>();
+        wgmma::fence_operand(s_acc);
+        release(k_empty[k_slot]);
+    }
     for (int j = 0;; ++j) {
         const int qs = j % QS;
-        const int4 item = item_in_slot(j);
+        const int4 item = OVERLAP_ITEMS ? next_item : item_in_slot(j);
         if (item.x < 0) {
             if constexpr (LEAN_EPILOGUE) tma::store_wait<0>();   // the last O store is out before the CTA ends
             break;
@@ -807,18 +847,21 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) { m[r] = -INFINITY; l[r] = 0.f; }
 
-        turn_begin();
-        int k_slot = issue_qk(qs);
-        turn_end();
-        wgmma::wait_group<0>();
-        wgmma::fence_operand(s_acc);
-        release(k_empty[k_slot]);
-        if constexpr (LEAN_EPILOGUE) {
-            // The previous item's O store has read its Q slot: hand the slot back (see LEAN_EPILOGUE).
-            // Only the storing thread has a bulk group to wait for; the others pass at once.
-            if (j > 0) {
-                tma::store_wait_read<0>();
-                release_all(q_empty[(j - 1) % QS]);
+        int k_slot;
+        if constexpr (!OVERLAP_ITEMS) {                 // (OVERLAP_ITEMS: the previous item's last turn did it)
+            turn_begin();
+            k_slot = issue_qk(qs);
+            turn_end();
+            wgmma::wait_group<0>();
+            wgmma::fence_operand(s_acc);
+            release(k_empty[k_slot]);
+            if constexpr (LEAN_EPILOGUE) {
+                // The previous item's O store has read its Q slot: hand the slot back (see LEAN_EPILOGUE).
+                // Only the storing thread has a bulk group to wait for; the others pass at once.
+                if (j > 0) {
+                    tma::store_wait_read<0>();
+                    release_all(q_empty[(j - 1) % QS]);
+                }
             }
         }
         scores_to_probabilities(0, is_half(0));
@@ -843,63 +886,86 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
             }
             to_a_operand(is_half(n));
         }
-        turn_begin();
-        const int v_slot = issue_pv(n_tiles > 1, last_half);
-        turn_end();
-        wgmma::wait_group<0>();
-        wgmma::fence_operand(o_acc);
-        release(v_empty[v_slot]);
-        // Every S of this item is done: Q's slot is free (LEAN_EPILOGUE: once O, written there, is out).
-        if constexpr (!LEAN_EPILOGUE) release_all(q_empty[qs]);
-
         // ---- epilogue: O /= l, store O (bf16) and LSE; the producer is already loading the next item ----
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            l[r] += __shfl_xor_sync(0xffffffff, l[r], 1);
-            l[r] += __shfl_xor_sync(0xffffffff, l[r], 2);
-        }
-        float inv_l[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) inv_l[r] = (l[r] > 0.f) ? (LEAN_EPILOGUE ? rcp_approx(l[r]) : 1.f / l[r]) : 0.f;
-        if constexpr (LEAN_EPILOGUE) {
-            // O into this warpgroup's 64 rows of the Q slot (row-major 64-column blocks of 128-byte
-            // rows, 128B swizzle: the 16-byte chunk k of row r sits at chunk k ^ (r % 8), and
-            // r % 8 = lane / 4 here), then one TMA store per 64-column block.
-            const uint32_t o_rows = q_tile(qs) + 64 * c * 128;
-#pragma unroll
-            for (int i = 0; i < D / 2; i += 2) {
-                const int r = (i >> 1) & 1, row = 16 * warp + lane / 4 + 8 * r, chunk = (i >> 2) % 8;
-                const uint32_t at = o_rows + (i >> 5) * (BM * 128) + row * 128 + ((chunk ^ (lane / 4)) << 4) + 4 * t;
-                asm volatile("st.shared.b32 [%0], %1;" :: "r"(at), "r"(pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]))
-                             : "memory");
-            }
-            fence_proxy_async();                         // generic writes -> the TMA store's reads
-            named_sync<128>(3 + c);                      // this warpgroup's rows are all written
-            if (tid == 0 && first_row < p.seq_len) {
-#pragma unroll
-                for (int cb = 0; cb < C::col_blocks; ++cb)
-                    store_box_4d(&p.o_map, o_rows + cb * (BM * 128), cb * 64, first_row, w.h, w.b);
-                tma::store_commit_group();
-            }
-        } else {
-            __nv_bfloat16* o_head = p.o + w.b * p.o_stride_batch + w.h * p.o_stride_head;
-#pragma unroll
-            for (int i = 0; i < D / 2; i += 2) {
-                const int r = (i >> 1) & 1, row = row0 + 8 * r, col = 8 * (i >> 2) + 2 * t;
-                if (row < p.seq_len)
-                    *reinterpret_cast<uint32_t*>(o_head + row * p.o_stride_seq + col) =
-                        pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]);
-            }
-        }
-        if (t == 0) {
+        auto epilogue = [&] {
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const int row = row0 + 8 * r;
-                if (row < p.seq_len)
-                    p.lse[(int64_t(w.b) * p.heads + w.h) * p.seq_len + row] =
-                        l[r] > 0.f ? (m[r] * p.scale_log2 + (LEAN_EPILOGUE ? __log2f(l[r]) : log2f(l[r]))) * 0.69314718055994531f
-                                   : -INFINITY;
+                l[r] += __shfl_xor_sync(0xffffffff, l[r], 1);
+                l[r] += __shfl_xor_sync(0xffffffff, l[r], 2);
             }
+            float inv_l[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) inv_l[r] = (l[r] > 0.f) ? (LEAN_EPILOGUE ? rcp_approx(l[r]) : 1.f / l[r]) : 0.f;
+            if constexpr (LEAN_EPILOGUE) {
+                // O into this warpgroup's 64 rows of the Q slot (row-major 64-column blocks of 128-byte
+                // rows, 128B swizzle: the 16-byte chunk k of row r sits at chunk k ^ (r % 8), and
+                // r % 8 = lane / 4 here), then one TMA store per 64-column block.
+                const uint32_t o_rows = q_tile(qs) + 64 * c * 128;
+#pragma unroll
+                for (int i = 0; i < D / 2; i += 2) {
+                    const int r = (i >> 1) & 1, row = 16 * warp + lane / 4 + 8 * r, chunk = (i >> 2) % 8;
+                    const uint32_t at = o_rows + (i >> 5) * (BM * 128) + row * 128 + ((chunk ^ (lane / 4)) << 4) + 4 * t;
+                    asm volatile("st.shared.b32 [%0], %1;" :: "r"(at), "r"(pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]))
+                                 : "memory");
+                }
+                fence_proxy_async();                         // generic writes -> the TMA store's reads
+                named_sync<128>(3 + c);                      // this warpgroup's rows are all written
+                if (tid == 0 && first_row < p.seq_len) {
+#pragma unroll
+                    for (int cb = 0; cb < C::col_blocks; ++cb)
+                        store_box_4d(&p.o_map, o_rows + cb * (BM * 128), cb * 64, first_row, w.h, w.b);
+                    tma::store_commit_group();
+                }
+            } else {
+                __nv_bfloat16* o_head = p.o + w.b * p.o_stride_batch + w.h * p.o_stride_head;
+#pragma unroll
+                for (int i = 0; i < D / 2; i += 2) {
+                    const int r = (i >> 1) & 1, row = row0 + 8 * r, col = 8 * (i >> 2) + 2 * t;
+                    if (row < p.seq_len)
+                        *reinterpret_cast<uint32_t*>(o_head + row * p.o_stride_seq + col) =
+                            pack_bf16(o_acc.d[i] * inv_l[r], o_acc.d[i + 1] * inv_l[r]);
+                }
+            }
+            if (t == 0) {
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int row = row0 + 8 * r;
+                    if (row < p.seq_len)
+                        p.lse[(int64_t(w.b) * p.heads + w.h) * p.seq_len + row] =
+                            l[r] > 0.f ? (m[r] * p.scale_log2 + (LEAN_EPILOGUE ? __log2f(l[r]) : log2f(l[r]))) * 0.69314718055994531f
+                                       : -INFINITY;
+                }
+            }
+        };
+
+        if constexpr (OVERLAP_ITEMS) {
+            // The last turn: this item's last P·V, then the next item's S0 (Q in slot (j + 1) % QS;
+            // with no next item, -1, the producer loaded item 0's Q and K anyway: thrown away).
+            next_item = item_in_slot(j + 1);
+            turn_begin();
+            const int v_slot = issue_pv(n_tiles > 1, last_half);
+            k_slot = issue_qk((j + 1) % QS);
+            turn_end();
+            wgmma::wait_group<1>();                      // P·V done; the next item's S0 may still run
+            wgmma::fence_operand(o_acc);
+            keep_alive(p_frag);
+            release(v_empty[v_slot]);
+            epilogue();                                  // under the next item's S0
+            wgmma::wait_group<0>();                      // S0 done, before the back edge (C7514)
+            wgmma::fence_operand(s_acc);
+            release(k_empty[k_slot]);
+            tma::store_wait_read<0>();                   // this item's O store has read its Q slot
+            release_all(q_empty[qs]);
+        } else {
+            turn_begin();
+            const int v_slot = issue_pv(n_tiles > 1, last_half);
+            turn_end();
+            wgmma::wait_group<0>();
+            wgmma::fence_operand(o_acc);
+            release(v_empty[v_slot]);
+            // Every S of this item is done: Q's slot is free (LEAN_EPILOGUE: once O, written there, is out).
+            if constexpr (!LEAN_EPILOGUE) release_all(q_empty[qs]);
+            epilogue();
         }
     }
     if (PINGPONG && c == 0) named_sync<256>(1);         // consume consumer 1's last turn_end
@@ -961,7 +1027,8 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 
 // One CTA (two with one consumer) per SM, each walking over query blocks (persistent_kernel), in
 // L2 groups of heads.
-template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY, bool DYNAMIC, bool LEAN_EPILOGUE = false>
+template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY, bool DYNAMIC, bool LEAN_EPILOGUE = false,
+          bool OVERLAP_ITEMS = false>
 cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, unsigned int* work_counter) {
     using C = persistent_config<D, CONSUMERS>;
     if (DYNAMIC && work_counter == nullptr) return cudaErrorInvalidValue;   // see work_counter
@@ -974,7 +1041,7 @@ cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stre
                                                         a.o.stride_batch, a.o.stride_head, a.o.stride_seq, 64);
         if (!why.empty()) return cudaErrorInvalidValue;
     }
-    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, LEAN_EPILOGUE>;
+    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, LEAN_EPILOGUE, OVERLAP_ITEMS>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -1026,6 +1093,8 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //      scheduling (D = 64; 128 runs 11)
 //  21: 12 (D = 64) / 11 (D = 128) with LEAN_EPILOGUE: O through shared memory and a TMA store,
 //      items decoded by the producer, 1/l and log2(l) approximate (the default, session 6)
+//  25: 21 with OVERLAP_ITEMS: an item's last P·V and the next item's S0 in one turn, the
+//      epilogue under that S0 (session 6, opt-in)
 // 2 and 4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zeroed, used by this launch alone (the bindings
 // allocate it per call); the dynamically scheduled variants (11-13, 21, the default) refuse nullptr.
@@ -1050,6 +1119,8 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, true, true>(p, stream, work_counter);
     case 21: return d64 ? launch_persistent<64, 2, true, false, true, true>(p, stream, work_counter)
                         : launch_persistent<128, 2, true, true, true, true>(p, stream, work_counter);
+    case 25: return d64 ? launch_persistent<64, 2, true, false, true, true, true>(p, stream, work_counter)
+                        : launch_persistent<128, 2, true, true, true, true, true>(p, stream, work_counter);
     default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20, 22-24) too
     }
 }

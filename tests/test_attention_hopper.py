@@ -202,8 +202,8 @@ def test_removed_variants_are_refused():
         with pytest.raises(ValueError, match="variant must be one of"):
             attention_hopper.forward(q, k, v, True, None, variant)
         why = attention_hopper._ext.module.check_forward(q, k, v, True, 0.125, variant)
-        assert why == (f"tk Hopper attention: variant must be 0 (the default) .. 21 and one of 0, 2, 4, 5, 8, "
-                       f"11, 12, 13, 21 (the others were removed), got {variant}"), why
+        assert why == (f"tk Hopper attention: variant must be 0 (the default) .. 25 and one of 0, 2, 4, 5, 8, "
+                       f"11, 12, 13, 21, 25 (the others were removed), got {variant}"), why
 
 
 @pytest.mark.skipif(bool(os.environ.get("TK_ATTENTION_HOPPER_LIB")),
