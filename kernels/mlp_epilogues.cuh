@@ -687,7 +687,15 @@ struct bias_gelu_h_only_rounded_epilogue : bias_gelu_h_only_fast_epilogue {
 // and tile state it keeps; on the other schedules mlp.cu runs dgelu_fast.
 struct dgelu_deferred_epilogue : dgelu_fast_epilogue {
     static constexpr bool DEFERS_STORE = true;
-    static dgelu_deferred_epilogue make(const gemm_args& g) { return {dgelu_fast_epilogue::make(g)}; }
+    int m, n;                                          // pre's rows and columns (hold() gets no shape)
+    static dgelu_deferred_epilogue make(const gemm_args& g) { return {dgelu_fast_epilogue::make(g), g.M, g.N}; }
+    // Box ch's 16 rows of pre (128 bytes each) into L1, one line per lane 0..15: call 1 (call 2's
+    // 974 vs 688 µs at M = 65536) loaded each box from L2 or DRAM right before the next k-step's
+    // wgmmas could be issued, so its latency stalled the tensor cores once per box.
+    __device__ __forceinline__ void prefetch_box_l1(int ch, const tile_pos& pos, int lane) const {
+        const int r = pos.slab_row + lane, c = pos.tile_col + ch * CC;
+        if (lane < 16 && r < m && c < n) asm volatile("prefetch.global.L1 [%0];" :: "l"(pre + size_t(r) * n + c));
+    }
     template <int COLS> struct held {
         static constexpr int boxes = COLS / CC;
         uint32_t dh[COLS / 4];     // bf16 pairs: dh[2·blk + h] = 8-column block blk, row g + 8h
@@ -698,10 +706,12 @@ struct dgelu_deferred_epilogue : dgelu_fast_epilogue {
 #pragma unroll
         for (int i = 0; i < COLS / 4; ++i) hd.dh[i] = bias_gelu_stmatrix_epilogue::pack_bf16(acc.d[2 * i], acc.d[2 * i + 1]);
         hd.pos = pos;
+        prefetch_box_l1(0, pos, laneid());
     }
     template <int B, int NBUF, typename CTile, int COLS>
     __device__ __forceinline__ void store_held_box(CTile (&bufs)[NBUF], const held<COLS>& hd, const shape& sh, int lane) const {
         const tile_pos& pos = hd.pos;
+        if constexpr (B + 1 < COLS / CC) prefetch_box_l1(B + 1, pos, lane);   // the next box lands during this one
         CTile& buf = bufs[B % NBUF];
         if (lane == 0) tma::store_wait_read<NBUF - 1>();   // the store NBUF boxes ago has read buf
         __syncwarp();

@@ -10,7 +10,8 @@
 #      default, the evaluation twins, the refusals (6 processes on the one GPU)
 #   3. issue 6's table in ONE run, M = 16384 and 65536: the default against fc=4,fcfast=3 (c_fc
 #      deferred on step 4), fcfast=2, defer=1 (c_proj and dx deferred), finish=1, dw=5 / dw=6 (the
-#      weight gradients on ping-pong) and their combination; 7 trials of 20 CUDA-graph replays,
+#      weight gradients on ping-pong), their combination and fast=2 (the deferred dGELU, its pre
+#      boxes now prefetched into L1 a box ahead); 7 trials of 20 CUDA-graph replays,
 #      each trial starting one place further down the list; torch eager and torch.compile beside
 #   4. if time is left: per-kernel times at 16384 of the default and the combination
 # Results: OUT/summary.txt (compact) and OUT/logs.tgz (every log).
@@ -31,7 +32,7 @@ note "tests (session 6 paths): $(grep -E 'passed|failed|error' "$L/tests.log" | 
 
 # 3. issue 6's table: the default against the candidates, one run
 SPECS="0;fcfast=2;fc=4,fcfast=3;defer=1;finish=1;dw=5;dw=6;fc=4,fcfast=3,defer=1,finish=1"
-SPECS="$SPECS;fc=4,fcfast=3,defer=1,finish=1,dw=5;fcfast=2,defer=1,finish=1,dw=5"
+SPECS="$SPECS;fc=4,fcfast=3,defer=1,finish=1,dw=5;fcfast=2,defer=1,finish=1,dw=5;fast=2"
 step 45 mlp_bench_graphs.log python3 -m kernels.mlp_bench --graphs --compile --M 16384,65536 --trials 7 --iters 20 \
     --schedules "$SPECS"
 { echo "--- mlp_bench --graphs --compile"; grep -vE "^===|^rc=|UserWarning|_warn_once|^MLP fwd" "$L/mlp_bench_graphs.log"; } | tee -a "$S"
