@@ -131,8 +131,10 @@ namespace tk_mlp {
 const char* linear_bias_gelu(const gemm_args& g) {
     if (!g.c2) return "tk_mlp: linear_bias_gelu needs the output h (c2)";
     if (!g.c) return linear_bias_gelu_h_only(g);     // evaluation: h only, no pre (kernels/mlp_inference.cu)
-    if (g.fast_gelu == 3 && valid_schedule(g.schedule) && on_step4(resolved_schedule(g, false)))   // session 6, opt-in
-        return launch_deferred<major::K, bias_gelu_deferred_epilogue>(g, resolved_schedule(g, false));
+    if (g.fast_gelu == 3 && valid_schedule(g.schedule)) {       // session 6, opt-in: deferred on step 4 (auto's choice for it)
+        const int schedule = g.schedule ? g.schedule : fc_auto_schedule(g.M, g.N, g.K, g.splits, g.fast_gelu);
+        if (on_step4(schedule)) return launch_deferred<major::K, bias_gelu_deferred_epilogue>(g, schedule);
+    }
     if (g.fast_gelu >= 2) return launch<major::K, major::K, bias_gelu_stmatrix_epilogue>(g);   // session 6, opt-in
     return g.fast_gelu ? launch<major::K, major::K, bias_gelu_fast_epilogue>(g)                // session 6, opt-in
                        : launch<major::K, major::K, bias_gelu_epilogue>(g);

@@ -82,6 +82,12 @@ inline int auto_schedule(int /*M*/, int /*N*/, int K, int splits, bool b_mn_majo
     return (K <= 1024 && splits <= 1 && (!b_mn_major || pre_tma)) ? SCHEDULE_PINGPONG_64x256 : SCHEDULE_STEP4;
 }
 
+// c_fc's automatic schedule: auto_schedule's, except that fcfast=3 (gemm_args::fast_gelu == 3, c_fc's
+// deferred epilogue, session 6) runs on step 4, the one kernel with the DEFERS_STORE hook.
+inline int fc_auto_schedule(int M, int N, int K, int splits, int fast_gelu) {
+    return fast_gelu == 3 ? SCHEDULE_STEP4 : auto_schedule(M, N, K, splits, /*b_mn_major=*/false);
+}
+
 // Each returns nullptr on success, else a message.
 // pre = x·W1ᵀ + b1 (c), h = GELU(pre) (c2). a = x [M][K], b = W1 [N][K]. c == nullptr: h only
 // (for evaluation, when no backward needs pre); h is bit-identical either way.

@@ -55,9 +55,11 @@ const char* launch_h_only(const gemm_args& g) {
 }  // namespace
 
 const char* linear_bias_gelu_h_only(const gemm_args& g) {
-    if (g.fast_gelu == 3) {                         // session 6's fcfast=3: h from the bf16 pre, as its training form
-        const int schedule = g.schedule ? g.schedule : auto_schedule(g.M, g.N, g.K, g.splits, /*b_mn_major=*/false);
-        if (schedule == SCHEDULE_STEP4 || schedule == SCHEDULE_STEP4_CLUSTER2) return launch_h_only<bias_gelu_h_only_rounded_epilogue>(g);
+    if (g.fast_gelu == 3) {                         // session 6's fcfast=3: h from the bf16 pre where training defers
+        gemm_args step4 = g;                        // (auto: step 4, as linear_bias_gelu picks for it)
+        step4.schedule = g.schedule ? g.schedule : fc_auto_schedule(g.M, g.N, g.K, g.splits, g.fast_gelu);
+        if (step4.schedule == SCHEDULE_STEP4 || step4.schedule == SCHEDULE_STEP4_CLUSTER2)
+            return launch_h_only<bias_gelu_h_only_rounded_epilogue>(step4);
     }
     return g.fast_gelu ? launch_h_only<bias_gelu_h_only_fast_epilogue>(g)     // session 6's fcfast=1, 2
                        : launch_h_only<bias_gelu_h_only_epilogue>(g);

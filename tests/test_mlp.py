@@ -138,7 +138,7 @@ def test_schedules_vs_float64(mlp, schedule, M, C):
     # c_proj's and dx's stores deferred (defer=1: step 4; their auto schedule), and on ping-pong (unchanged)
     "defer=1", "proj=6,dx=5,defer=1", "fast=2,fcfast=2,finish=1,defer=1", pytest.param("proj=9,dx=9,defer=1", marks=CLUSTER),
     # c_fc deferred on step 4 (fcfast=3; elsewhere it is fcfast=2), alone and with everything
-    "fc=4,fcfast=3", "fc=6,fcfast=3", "fc=4,fcfast=3,fast=2,defer=1,finish=1", pytest.param("fc=9,fcfast=3", marks=CLUSTER)])
+    "fc=4,fcfast=3", "fcfast=3", "fc=6,fcfast=3", "fc=4,fcfast=3,fast=2,defer=1,finish=1", pytest.param("fc=9,fcfast=3", marks=CLUSTER)])
 @pytest.mark.parametrize("M,C", SCHEDULE_SHAPES)
 def test_session6_schedules_vs_float64(mlp, schedule, M, C):
     check_schedule_vs_float64(mlp, schedule, M, C)
@@ -174,7 +174,7 @@ def check_schedule_vs_float64(mlp, schedule, M, C):
 INFERENCE_SHAPES = [(M, C) for M in (1, 17, 1000, 16384 + 5) for C in (384, 768)]
 
 
-@pytest.mark.parametrize("schedule", ["0", "4", "fcfast=1", "4,fcfast=1", "fcfast=2", "4,fcfast=3"])   # fcfast: session 6's twins
+@pytest.mark.parametrize("schedule", ["0", "4", "fcfast=1", "4,fcfast=1", "fcfast=2", "4,fcfast=3", "fcfast=3"])   # fcfast: session 6's twins
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("M,C", INFERENCE_SHAPES)
 def test_inference_forward_matches_training_forward(mlp, M, C, bias, schedule):
@@ -411,7 +411,7 @@ def test_deferred_stores_match_default(mlp, spec, M, C, bias):
 # is within one bf16 rounding plus tanh.approx's error, and it tracks fcfast=1's h (GELU of the fp32
 # sum) within the pre rounding's effect. Tails in M and N, H = 2880 (boxes past N), step 4 alone
 # and in clusters.
-@pytest.mark.parametrize("fc", ["4", "9"])
+@pytest.mark.parametrize("fc", ["4", "9", "0"])     # 0: auto, which puts fcfast=3 on step 4
 @pytest.mark.parametrize("M,C,bias,H", [(1, 768, True, 3072), (1000, 768, False, 3072), (4099, 1280, True, 5120),
                                         (1000, 768, True, 2880)])
 def test_deferred_fc_epilogue(mlp, fc, M, C, bias, H):
