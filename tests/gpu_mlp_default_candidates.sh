@@ -7,7 +7,7 @@
 # product on step 4 (4v8) leads at K = 768, the dW shapes run ~8% faster on ping-pong 128x128.
 #   1. build tk_mlp (cached when the combined call prebuilt it)
 #   2. GPU tests of every session 6 path (fcfast=1/2/3, defer=1, fast=2) against float64 / the
-#      default, the evaluation twins, the refusals (6 processes on the one GPU)
+#      default, the evaluation twins, the refusals (8 processes on the one GPU)
 #   3. issue 6's table in ONE run, M = 16384 and 65536: the default against fc=4,fcfast=3 (c_fc
 #      deferred on step 4), fcfast=2, defer=1 (c_proj and dx deferred), finish=1, dw=5 / dw=6 (the
 #      weight gradients on ping-pong), their combination and fast=2 (the deferred dGELU, its pre
@@ -26,8 +26,8 @@ step 40 build.log python3 -m kernels --build tk_mlp
 note "$(grep -E '^build|^built' "$L/build.log" | tr '\n' ' ')"
 
 # 2. the session 6 paths' GPU tests (the inference tests' ids carry "fcfast")
-step 30 tests.log python3 -m pytest -q -n 6 -p no:cacheprovider --maxfail=5 tests/test_mlp.py \
-    -k "session6 or deferred or stmatrix or fast_gelu or refuses or deterministic or no_bias or (inference and fcfast)"
+step 30 tests.log python3 -m pytest -q -n 8 -p no:cacheprovider --maxfail=5 tests/test_mlp.py \
+    -k "session6 or deferred or stmatrix or refuses or (inference and fcfast)"
 note "tests (session 6 paths): $(grep -E 'passed|failed|error' "$L/tests.log" | tail -2 | tr '\n' ' ')"
 
 # 3. issue 6's table: the default against the candidates, one run
