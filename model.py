@@ -10,6 +10,7 @@ PyTorch reference twins (see kernels/__init__.py):
                                                     kernels.attention(q, k, v) when sampling)
     kernels.mlp(x, w_fc, b_fc, w_proj, b_proj)     (c_fc -> GELU(tanh) -> c_proj)
     kernels.lm_head_loss(y, wte, targets)          (the LM head and its cross-entropy, in training)
+    kernels.linear(x, w, b)                        (the attention's c_attn and c_proj: x·wᵀ + b)
 
 The residual add is fused into the next layernorm, so the residual stream is carried as a pair
 (h, branch): the running sum so far, and the latest branch output not yet added to it. That is
@@ -94,7 +95,10 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x, cache=None):
         B, T, C = x.shape
-        qkv = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head)
+        # c_attn and c_proj go through the switch (kernels.linear: the tk GEMM or F.linear); the
+        # nn.Linear modules only hold the parameters, so checkpoints and init are unchanged.
+        qkv = kernels.linear(x, self.c_attn.weight, self.c_attn.bias)
+        qkv = qkv.view(B, T, 3, self.n_head, C // self.n_head)
         dropout_p = self.attn_dropout if self.training else 0.0
         if cache is None:
             # Training and evaluation: the packed op reads q, k, v in place from the c_attn
@@ -116,7 +120,8 @@ class CausalSelfAttention(nn.Module):
                 y = reference.attention(q, k_all, v_all, causal=False)
             y = y.transpose(1, 2)
         y = y.reshape(B, T, C)
-        return self.c_proj(y)   # its dropout is applied where it is added (LayerNorm.add_norm)
+        # its dropout is applied where it is added (LayerNorm.add_norm)
+        return kernels.linear(y, self.c_proj.weight, self.c_proj.bias)
 
 
 class MLP(nn.Module):

@@ -37,6 +37,7 @@ kernels_attention = ""
 kernels_layernorm = ""
 kernels_mlp = ""
 kernels_lm_head = ""
+kernels_linear = ""
 DEFAULTS = defaults_from(globals())
 # -----------------------------------------------------------------------------
 

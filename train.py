@@ -83,6 +83,7 @@ kernels_attention = ""
 kernels_layernorm = ""
 kernels_mlp = ""
 kernels_lm_head = ""              # the LM head + cross-entropy, fused on tk
+kernels_linear = ""               # the attention's c_attn and c_proj on the tk GEMM
 DEFAULTS = defaults_from(globals())
 # -----------------------------------------------------------------------------
 

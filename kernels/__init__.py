@@ -1,7 +1,8 @@
-"""The seam between the model and the kernels: one switch, four ops.
+"""The seam between the model and the kernels: one switch, five ops.
 
 model.py calls only `add_layernorm`, `attention` (or `attention_qkv`, the same op on the packed
-c_attn output), `mlp` and `lm_head_loss` (the LM head and its cross-entropy) from here. Each call goes to the
+c_attn output), `mlp`, `lm_head_loss` (the LM head and its cross-entropy) and `linear` (the
+attention's c_attn and c_proj) from here. Each call goes to the
 hand-written tk kernel or to its PyTorch reference twin (kernels/reference.py), as the switch
 says:
 
@@ -31,7 +32,7 @@ import torch
 
 from . import reference
 
-OPS = ("attention", "layernorm", "mlp", "lm_head")
+OPS = ("attention", "layernorm", "mlp", "lm_head", "linear")
 CHOICES = ("auto", "tk", "torch")
 
 
@@ -52,9 +53,9 @@ def register_tk(op, impl, why_not, entry=None):
     _tk_impls[entry or op] = (impl, why_not)
 
 
-def configure(kernels="auto", attention="", layernorm="", mlp="", lm_head=""):
+def configure(kernels="auto", attention="", layernorm="", mlp="", lm_head="", linear=""):
     """Set the switch. Returns the per-op choice as a dict."""
-    overrides = {"attention": attention, "layernorm": layernorm, "mlp": mlp, "lm_head": lm_head}
+    overrides = {"attention": attention, "layernorm": layernorm, "mlp": mlp, "lm_head": lm_head, "linear": linear}
     for name, value in [("kernels", kernels)] + [(f"kernels_{op}", v) for op, v in overrides.items()]:
         if value not in CHOICES and not (name != "kernels" and value == ""):
             allowed = " | ".join(CHOICES) + ("" if name == "kernels" else " | '' (follow kernels)")
@@ -99,7 +100,7 @@ def _record_use(op, backend):
 
 
 def _owner(module):
-    """The op a module belongs to (layernorm.py, attention_op.py, lm_head_op.py), or None for a
+    """The op a module belongs to (layernorm.py, attention_op.py, linear_op.py), or None for a
     helper that is no op's (gemm.py)."""
     return next((o for o in OPS if module == o or module.startswith(o + "_")), None)
 
@@ -197,13 +198,19 @@ def lm_head_loss(x, weight, targets):
     return _dispatch("lm_head", reference.lm_head_loss, x, weight, targets)
 
 
+def linear(x, weight, bias=None):
+    """y = x @ weight.T + bias (F.linear): x (..., K), weight (N, K), bias (N,) or None. The
+    attention block's c_attn and c_proj; the tk version runs the tk GEMM (kernels/linear_op.py)."""
+    return _dispatch("linear", reference.linear, x, weight, bias)
+
+
 # ---- the op modules: each registers its tk kernel when imported -------------------------------
 # Listed by name so one that is missing (not written yet) is simply skipped, while one that
 # exists but fails to import is reported loudly instead of silently running torch.
 # A new op module adds its name here (and follows kernels/layernorm.py's pattern). It must not
 # be named after a function above (a submodule `kernels.attention` would replace the function
-# `kernels.attention` that model.py calls): hence attention_op, mlp_op and lm_head_op.
-OP_MODULES = ("layernorm", "attention_op", "gemm", "mlp_op", "lm_head_op")
+# `kernels.attention` that model.py calls): hence attention_op, mlp_op, lm_head_op and linear_op.
+OP_MODULES = ("layernorm", "attention_op", "gemm", "mlp_op", "lm_head_op", "linear_op")
 _import_errors = {}   # module name -> "ErrorType: message"
 
 for _name in OP_MODULES:

@@ -35,6 +35,11 @@ def mlp(x, w_fc, b_fc, w_proj, b_proj):
     return F.linear(h, w_proj, b_proj)
 
 
+def linear(x, weight, bias=None):
+    """y = x @ weight.T + bias: F.linear (under autocast: bf16 in and out, as for nn.Linear)."""
+    return F.linear(x, weight, bias)
+
+
 def lm_head_loss(x, weight, targets):
     """Mean cross-entropy of x @ weight.T against targets (-1 = ignored), x (N, C), weight (V, C):
     the (N, V) logits are materialized, exactly as nanoGPT's model does."""

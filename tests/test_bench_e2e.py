@@ -36,7 +36,8 @@ def test_e2e_on_cpu_table_json_png(tmp_path):
     assert torch_row["tokens_per_s"] == pytest.approx(128 / (torch_row["ms"] * 1e-3))
     assert torch_row["flops_per_token"] > 6 * torch_row["params"] > 0
     assert torch_row["mfu"] is None                      # no peak figure for a CPU
-    assert torch_row["used"] == {"attention": "torch", "layernorm": "torch", "mlp": "torch", "lm_head": "torch"}
+    assert torch_row["used"] == {"attention": "torch", "layernorm": "torch", "mlp": "torch", "lm_head": "torch",
+                                 "linear": "torch"}
     assert math.isfinite(torch_row["loss"]) and torch_row["vs_torch"] == 1.0
 
     # kernels=tk cannot run on the CPU: recorded as that variant's failure, saying why

@@ -22,10 +22,11 @@ import pytest
 import torch
 
 import kernels
-from kernels import attention_hopper, attention_op, checks, layernorm, lm_head_op, mlp_op
+from kernels import attention_hopper, attention_op, checks, gemm, layernorm, linear_op, lm_head_op, mlp_op
 from model import GPT, GPTConfig
 from test_fast_path import (FakeHopperAttentionExt, FakeLayerNormExt, FakeMLPExt, FakePortableAttentionExt,
                             _counted_cpu_check, _Forbidden)
+from test_linear import FakeGemmExt
 from test_lm_head import FakeLMHeadExt
 
 CONFIG = dict(block_size=64, vocab_size=96, n_layer=2, n_head=2, n_embd=128, dropout=0.0, bias=True)
@@ -91,10 +92,12 @@ def tk_on_cpu(monkeypatch):
     monkeypatch.setattr(attention_op._portable, "_module", WithoutAutocast(FakePortableAttentionExt(calls)))
     monkeypatch.setattr(attention_hopper._ext, "_module", WithoutAutocast(FakeHopperAttentionExt(calls)))
     monkeypatch.setattr(lm_head_op._ext, "_module", WithoutAutocast(FakeLMHeadExt(calls)))
+    monkeypatch.setattr(gemm._ext, "_module", WithoutAutocast(FakeGemmExt(calls)))   # the attention's linears
+    monkeypatch.setattr(gemm, "_num_sms", lambda device: 132)
     for module, name in [(layernorm, "check_forward"), (layernorm, "check_backward"), (lm_head_op, "check_inputs"),
                          (mlp_op, "check_forward"), (mlp_op, "check_backward"),
                          (attention_op, "check_forward_inputs"), (attention_op, "check_backward_inputs"),
-                         (attention_hopper, "check_inputs")]:
+                         (attention_hopper, "check_inputs"), (gemm, "plan")]:
         _counted_cpu_check(monkeypatch, calls, module, name)
     monkeypatch.setattr(checks, "on_kernel_device", lambda t: True)
     monkeypatch.setattr(attention_op, "_capabilities", {0: (9, 0)})
@@ -103,7 +106,7 @@ def tk_on_cpu(monkeypatch):
         "hopper": attention_op.Backend("hopper", _hopper_why_not, attention_hopper.backend_forward, None),
         "portable": attention_op.Backend("portable", _portable_why_not, attention_op._portable_forward,
                                          attention_op._portable_backward)})
-    for module in (layernorm, mlp_op, lm_head_op):
+    for module in (layernorm, mlp_op, lm_head_op, linear_op):
         monkeypatch.setattr(module, "_autocast_bf16", _cpu_autocast_bf16)
     kernels.configure("tk")
     kernels.reset_used()
@@ -139,14 +142,15 @@ def _forbid_fast_path(monkeypatch):
     """Under torch.compile the public ops must take the custom ops, never the eager fast path."""
     for module, name in [(layernorm, "_AddLayerNormEager"), (layernorm, "_LayerNormEager"),
                          (mlp_op, "_MLPEager"), (lm_head_op, "_LMHeadEager"), (attention_op, "_AttentionEager"),
-                         (attention_op, "_AttentionQKVEager")]:
+                         (attention_op, "_AttentionQKVEager"), (linear_op, "_LinearEager")]:
         monkeypatch.setattr(module, name, _Forbidden)
 
 
 # Per optimizer step of the 2-layer model: 2 layernorms per block + ln_f, one attention and one MLP
-# per block, forward and backward each (the attention forward on the stand-in Hopper backend).
+# per block, forward and backward each (the attention forward on the stand-in Hopper backend);
+# the attention's two linears per block, one GEMM forward and two backward (dx, dW) each.
 EXPECTED_CALLS = {"ln.forward": 5, "ln.backward": 5, "mlp.forward": 2, "mlp.backward": 2,
-                  "hopper.forward": 2, "portable.backward_into": 2, "lm_head.grad": 1}
+                  "hopper.forward": 2, "portable.backward_into": 2, "lm_head.grad": 1, "gemm.run": 12}
 
 
 def _ext_calls(calls):
@@ -163,11 +167,11 @@ def test_explain_finds_no_graph_break_on_the_tk_path(tk_on_cpu, setting):
     # the graph holds the tk custom ops, i.e. the real why_not checks said yes while traced
     ops_seen = {str(node.target) for g in explained.graphs for node in g.graph.nodes}
     tk_ops = {"tk.layernorm_fwd.default", "tk.add_layernorm_fwd.default", "tk.attention_qkv_fwd.default",
-              "tk.mlp_fwd.default", "tk.lm_head_loss.default"}
+              "tk.mlp_fwd.default", "tk.lm_head_loss.default", "tk.linear_fwd.default"}
     assert tk_ops <= ops_seen, sorted(ops_seen)
     assert not any("scaled_dot_product" in op or "layer_norm" in op or "log_softmax" in op or "nll_loss" in op
                    for op in ops_seen), sorted(ops_seen)
-    assert kernels.used() == {"attention": "tk", "layernorm": "tk", "mlp": "tk", "lm_head": "tk"}
+    assert kernels.used() == {"attention": "tk", "layernorm": "tk", "mlp": "tk", "lm_head": "tk", "linear": "tk"}
 
 
 def test_explain_finds_no_graph_break_when_auto_falls_back(monkeypatch, capsys):
@@ -184,9 +188,10 @@ def test_explain_finds_no_graph_break_when_auto_falls_back(monkeypatch, capsys):
         explained = torch._dynamo.explain(lambda i, t: net(i, t)[1])(idx, targets)
         reasons = [b.reason.splitlines()[0] for b in explained.break_reasons]
         assert explained.graph_break_count == 0 and explained.graph_count == 1, reasons
-        assert kernels.used() == {"attention": "torch", "layernorm": "torch", "mlp": "torch", "lm_head": "torch"}
+        assert kernels.used() == {"attention": "torch", "layernorm": "torch", "mlp": "torch", "lm_head": "torch",
+                                  "linear": "torch"}
         lines = [line for line in capsys.readouterr().out.splitlines() if "falls back to torch" in line]
-        assert sorted(line.split()[1] for line in lines) == ["attention", "layernorm", "lm_head", "mlp"], lines
+        assert sorted(line.split()[1] for line in lines) == ["attention", "layernorm", "linear", "lm_head", "mlp"], lines
     finally:
         kernels.reset_used()
         torch._dynamo.reset()
@@ -214,7 +219,7 @@ def test_fullgraph_compile_matches_eager(tk_on_cpu, monkeypatch, setting):
     assert type(loss.grad_fn).__name__ == "CompiledFunctionBackward"   # one graph, through AOT autograd
     loss.backward()
     assert _ext_calls(tk_on_cpu) == EXPECTED_CALLS
-    assert kernels.used() == {"attention": "tk", "layernorm": "tk", "mlp": "tk", "lm_head": "tk"}
+    assert kernels.used() == {"attention": "tk", "layernorm": "tk", "mlp": "tk", "lm_head": "tk", "linear": "tk"}
 
     assert loss.dtype == loss_eager.dtype and torch.isfinite(loss)
     assert abs(loss.item() - loss_eager.item()) <= 1e-6 * abs(loss_eager.item()), (loss.item(), loss_eager.item())

@@ -106,8 +106,8 @@ def test_defaults_are_settings_only():
     import sample
     import train
     assert "CHECKPOINT_FORMAT" not in train.DEFAULTS and "HERE" not in train.DEFAULTS
-    assert {"kernels", "kernels_attention", "kernels_layernorm", "kernels_mlp", "kernels_lm_head", "dropout",
-            "attn_dropout", "init_from", "compile", "dtype", "device"} <= set(train.DEFAULTS)
+    assert {"kernels", "kernels_attention", "kernels_layernorm", "kernels_mlp", "kernels_lm_head", "kernels_linear",
+            "dropout", "attn_dropout", "init_from", "compile", "dtype", "device"} <= set(train.DEFAULTS)
     assert {"start", "num_samples", "max_new_tokens", "temperature", "top_k", "seed",
             "kernels"} <= set(sample.DEFAULTS)
 

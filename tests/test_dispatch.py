@@ -58,11 +58,13 @@ def fake_tk(monkeypatch):
 # ---- configure ---------------------------------------------------------------------------
 
 def test_configure_sets_global_and_per_op_choices():
-    assert kernels.configure("torch") == {"attention": "torch", "layernorm": "torch", "mlp": "torch", "lm_head": "torch"}
+    assert kernels.configure("torch") == {"attention": "torch", "layernorm": "torch", "mlp": "torch", "lm_head": "torch",
+                                          "linear": "torch"}
     assert kernels.configure("torch", layernorm="tk") == {"attention": "torch", "layernorm": "tk", "mlp": "torch",
-                                                          "lm_head": "torch"}
+                                                          "lm_head": "torch", "linear": "torch"}
     assert kernels.configure("tk", attention="auto", mlp="torch") == {"attention": "auto", "layernorm": "tk",
-                                                                      "mlp": "torch", "lm_head": "tk"}
+                                                                      "mlp": "torch", "lm_head": "tk", "linear": "tk"}
+    assert kernels.configure("torch", linear="tk")["linear"] == "tk"
     assert kernels.choice()["mlp"] == "torch"
 
 
@@ -110,7 +112,8 @@ def test_auto_uses_tk_where_supported_and_falls_back_with_one_line(fake_tk, caps
     kernels.add_layernorm(x, r, w, b)
     assert capsys.readouterr().out.splitlines() == ["kernels: layernorm falls back to torch (hidden size 192 is not 64)"]
     kernels.reset_used()
-    assert kernels.used() == {"attention": "unused", "layernorm": "unused", "mlp": "unused", "lm_head": "unused"}
+    assert kernels.used() == {"attention": "unused", "layernorm": "unused", "mlp": "unused", "lm_head": "unused",
+                              "linear": "unused"}
 
 
 def test_tk_choice_raises_naming_op_reason_and_fallback(fake_tk):
@@ -187,7 +190,7 @@ def test_reference_add_layernorm_without_residual_returns_x_itself():
 
 def test_preflight_on_cpu(capsys):
     plan = kernels.preflight(4, 32, 128, 4, torch.float32, "cpu")
-    assert plan == {"attention": "torch", "layernorm": "torch", "mlp": "torch", "lm_head": "torch"}
+    assert plan == {"attention": "torch", "layernorm": "torch", "mlp": "torch", "lm_head": "torch", "linear": "torch"}
     out = capsys.readouterr().out
     assert "layernorm falls back to torch (device=cpu; the tk kernel needs CUDA)" in out
     kernels.configure("auto", layernorm="tk")

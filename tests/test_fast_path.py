@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import kernels
-from kernels import attention_hopper, attention_op, layernorm, mlp_op, reference
+from kernels import attention_hopper, attention_op, layernorm, linear_op, mlp_op, reference
 
 torch.manual_seed(0)
 
@@ -472,3 +472,4 @@ def test_registered_impls_are_the_public_ops():
     assert kernels._tk_impls["layernorm"][0] is layernorm.add_layernorm
     assert kernels._tk_impls["mlp"][0] is mlp_op.mlp
     assert kernels._tk_impls["attention"][0] is attention_op.attention
+    assert kernels._tk_impls["linear"][0] is linear_op.linear

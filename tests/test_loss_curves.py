@@ -56,7 +56,8 @@ def test_tiny_run_json_and_arithmetic(tiny_run):
         assert run["status"] == "ok" and run["losses_from"] == "train() history"
         assert run["train_iters"] == list(range(1, 21))
         assert len(run["losses"]) == 20 and all(math.isfinite(x) for x in run["losses"])
-        assert run["used"] == {"attention": "torch", "layernorm": "torch", "mlp": "torch", "lm_head": "torch"}
+        assert run["used"] == {"attention": "torch", "layernorm": "torch", "mlp": "torch", "lm_head": "torch",
+                               "linear": "torch"}
         assert run["tokens_per_s"] > 0 and run["wall_s"] > 0 and run["params_M"] > 0
         assert run["running_mean"] == pytest.approx(hand_running_mean(run["losses"], 10), rel=1e-12)
     assert sum(torch_a["losses"][-5:]) < sum(torch_a["losses"][:5])   # it did train

@@ -95,7 +95,7 @@ def test_fused_residual_matches_textbook_pre_ln(bias):
 
 def test_ops_go_through_the_kernels_seam(monkeypatch):
     calls = []
-    for op in ("attention", "attention_qkv", "add_layernorm", "mlp", "lm_head_loss"):
+    for op in ("attention", "attention_qkv", "add_layernorm", "mlp", "lm_head_loss", "linear"):
         real = getattr(kernels, op)
         monkeypatch.setattr(kernels, op, lambda *a, _real=real, _op=op, **k: calls.append((_op, k)) or _real(*a, **k))
     model = make_model(dropout=0.1, attn_dropout=0.3)
@@ -108,6 +108,7 @@ def test_ops_go_through_the_kernels_seam(monkeypatch):
     assert sum(op == "add_layernorm" for op, _ in calls) == 2 * n + 1
     assert sum(op == "mlp" for op, _ in calls) == n
     assert sum(op == "lm_head_loss" for op, _ in calls) == 1
+    assert sum(op == "linear" for op, _ in calls) == 2 * n   # the attention's c_attn and c_proj
     assert all(k["dropout_p"] == 0.3 and k["causal"] for op, k in calls if op == "attention_qkv")
     calls.clear()
     model.eval()
@@ -115,7 +116,8 @@ def test_ops_go_through_the_kernels_seam(monkeypatch):
     assert all(k["dropout_p"] == 0.0 for op, k in calls if op == "attention")
     kernels.reset_used()
     model(idx, idx)
-    assert kernels.used() == {"attention": "torch", "layernorm": "torch", "mlp": "torch", "lm_head": "torch"}
+    assert kernels.used() == {"attention": "torch", "layernorm": "torch", "mlp": "torch", "lm_head": "torch",
+                              "linear": "torch"}
 
 
 def test_token_embedding_backward_matches_f_embedding():

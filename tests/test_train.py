@@ -49,7 +49,8 @@ def test_checkpoint_holds_everything_for_resume(char_data, tmp_path):
         assert key in ckpt, key
     assert set(ckpt["rng"]) == {"torch", "cuda", "numpy", "python"}
     assert ckpt["iter_num"] == 10 and ckpt["vocab"]["vocab_size"] == ckpt["model_args"]["vocab_size"]
-    assert ckpt["kernels"]["used"] == {"attention": "torch", "layernorm": "torch", "mlp": "torch", "lm_head": "torch"}
+    assert ckpt["kernels"]["used"] == {"attention": "torch", "layernorm": "torch", "mlp": "torch", "lm_head": "torch",
+                                       "linear": "torch"}
     assert not os.path.exists(tmp_path / "ckpt.pt.tmp")   # written aside, then renamed
 
 

@@ -1,0 +1,205 @@
+"""tk linear layer, the Python half: y = x·Wᵀ (+ b) on the tk GEMM (kernels/gemm.py), with its
+custom ops, autograd, the support check and registration.
+
+(Named linear_op.py, not linear.py: a submodule kernels.linear would replace the function
+kernels.linear() that model.py calls; the same reason as mlp_op.py and attention_op.py.)
+
+Read after kernels/__init__.py (the switch), kernels/layernorm.py (the op-module pattern this file
+follows) and kernels/gemm.py (the GEMM and the operand layouts it reads in place). model.py sends
+the attention block's two linears here: c_attn (768 -> 2304 in GPT-2) and the attention's c_proj
+(768 -> 768). The MLP's linears are kernels/mlp_op.py's and the LM head is kernels/lm_head_op.py's.
+
+The three products of a linear layer, as gemm.py's docstring writes them (x2d: x as (M, K) rows,
+W: (N, K), dy: (M, N)):
+
+    y  = matmul(x2d, W.t())       B = W.t(): W's rows read in place (K-major B)
+    dx = matmul(dy, W)            B = W as stored: (N, K) is the product's K x N, row-major
+    dW = matmul(dy.t(), x2d)      A = dy.t(): dy read in place (M-major A) when M % 16 == 0
+
+matmul(step=0) picks the kernel by shape (gemm.auto_step): without a bias, the plain epilogue
+(step 4 v8, or step 5 v7 for products with few output tiles: the weight gradients, split-K over
+the tokens); with a bias, the fused bias epilogue (step 5 v1 at K <= 1024). db = dy.sum(0).
+
+The GEMM reduces over K in multiples of 16, and dW's reduction runs over the tokens M: when M is
+not a multiple of 16 (sampling, odd evaluation batches) dy and x get zero rows appended for dW
+(zeros add nothing to the sum). K and N (the layer's widths) must be multiples of 16: why_not
+refuses other widths, and `auto` then runs F.linear.
+
+Dtypes. The GEMM computes in bfloat16 (fp32 accumulation). Under torch.autocast(bfloat16) the
+fp32 x, W and b are cast to bf16 with .to() BEFORE the autograd core, exactly what autocast's
+F.linear does: the core returns bf16 gradients and the casts' own backward widens them to the
+fp32 parameters' dtype. So the gradient's rounding is the reference path's (bf16 dW, then fp32),
+the custom op has one dtype to handle, and nothing here knows about fp32. Without autocast the
+inputs must already be bf16 (otherwise why_not says so and `auto` runs F.linear). y is bf16.
+
+Outside torch.compile the public op calls _LinearEager (a plain autograd.Function around the
+same calls; kernels/layernorm.py, section 4, says why: the torch.library dispatch costs CPU per
+call); under torch.compile it calls the custom ops tk::linear_fwd / tk::linear_bwd, which have
+fake implementations, so the model compiles into one graph. Nothing builds at import.
+"""
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from . import _preflight_checks, checks, gemm, register_tk
+
+_ext = gemm._ext          # the GEMM extension (tk_gemm); `python -m kernels` lists it under linear
+MULTIPLE = 16             # gemm.matmul: N and K multiples of 16
+BF16 = torch.bfloat16
+
+
+# ---- 1. the three products (after the checks; the GEMM's own checks run in gemm.plan) ----------
+
+def _pad_rows(t, multiple=MULTIPLE):
+    """t (M, C) with zero rows appended up to a multiple of `multiple` (t itself when it is one)."""
+    extra = -t.shape[0] % multiple
+    return F.pad(t, (0, 0, 0, extra)) if extra else t
+
+
+def _forward(x2d, weight, bias):
+    """y (M, N) = x2d (M, K) · weightᵀ (+ bias), bf16."""
+    return gemm.matmul(x2d, weight.t(), bias=bias, step=0)
+
+
+def _backward(dy, x2d, weight, has_bias):
+    """(dx (M, K), dW (N, K), db (N,) or an empty (0,) tensor without a bias), bf16."""
+    dy = dy.contiguous()
+    dx = gemm.matmul(dy, weight, step=0)
+    dy_k, x_k = _pad_rows(dy), _pad_rows(x2d.contiguous())   # dW reduces over the tokens
+    dw = gemm.matmul(dy_k.t(), x_k, step=0)
+    db = dy.sum(0) if has_bias else dy.new_empty(0)
+    return dx, dw, db
+
+
+# ---- 2. the custom ops: what torch.compile sees ----------------------------------------------
+
+@torch.library.custom_op("tk::linear_fwd", mutates_args=())
+def linear_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+    """x (M, K), weight (N, K), bias (N,) or None, all bf16. Returns y (M, N) bf16."""
+    return _forward(x, weight, bias)
+
+
+@torch.library.custom_op("tk::linear_bwd", mutates_args=())
+def linear_bwd(dy: Tensor, x: Tensor, weight: Tensor, has_bias: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """Returns (dx, dW, db), bf16; db is empty (0,) when has_bias is False."""
+    return _backward(dy, x, weight, has_bias)
+
+
+@linear_fwd.register_fake
+def _(x, weight, bias):
+    return x.new_empty(x.shape[0], weight.shape[0])
+
+
+@linear_bwd.register_fake
+def _(dy, x, weight, has_bias):
+    return torch.empty_like(x), torch.empty_like(weight), weight.new_empty(weight.shape[0] if has_bias else 0)
+
+
+# ---- 3. autograd: save x and W; the backward is the two GEMMs (and db) -----------------------
+
+def _setup(ctx, inputs, output):
+    x, weight, bias = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.has_bias = bias is not None
+
+
+def _make_backward(backward_products):
+    def backward(ctx, dy):
+        x, weight = ctx.saved_tensors
+        dx, dw, db = backward_products(dy, x, weight, ctx.has_bias)
+        return dx, dw, (db if ctx.has_bias else None)
+    return backward
+
+
+linear_fwd.register_autograd(_make_backward(linear_bwd), setup_context=_setup)
+
+
+class _LinearEager(torch.autograd.Function):
+    """linear_fwd without torch.library: the same products, saved tensors and backward."""
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        y = _forward(x, weight, bias)
+        _setup(ctx, (x, weight, bias), y)
+        return y
+
+    backward = staticmethod(_make_backward(_backward))
+
+
+# ---- 4. the public op, with the same signature as reference.linear ---------------------------
+
+def _bf16(t):
+    return None if t is None else t.to(BF16)   # a no-op on bf16 tensors; else autocast's cast
+
+
+def linear(x, weight, bias=None):
+    """y = x·weightᵀ (+ bias), x (..., K), weight (N, K), bias (N,) or None; y (..., N) in bf16."""
+    lead = x.shape[:-1]
+    args = (_bf16(x.reshape(-1, x.shape[-1])), _bf16(weight), _bf16(bias))
+    y = linear_fwd(*args) if torch.compiler.is_compiling() else _LinearEager.apply(*args)
+    return y.reshape(*lead, y.shape[-1])
+
+
+# ---- 5. the support check and registration ---------------------------------------------------
+
+@torch.compiler.assume_constant_result
+def _build_reason():
+    # Under torch.compile this runs once at trace time and its answer is a constant, so the
+    # build (file locks, nvcc) never gets traced. The GEMM extension is Hopper-only (sm_90):
+    # build.py's arch_flags refuses other GPUs with a reason that names the device.
+    return gemm.why_not()
+
+
+def _autocast_bf16():
+    return torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") == BF16
+
+
+def why_not(x, weight, bias=None):
+    """None if the tk GEMM can run this linear layer, else the reason it cannot."""
+    if not checks.on_kernel_device(x):
+        return f"x is on {x.device.type}; the tk kernel needs CUDA tensors"
+    named = [("x", x), ("weight", weight), ("bias", bias)]
+    for name, t in named:
+        if t is not None and t.device != x.device:
+            return f"{name} is on {t.device}, x on {x.device}"
+    for name, t in named:
+        if t is not None and not t.is_floating_point():
+            return f"{name} is {t.dtype}; a linear layer needs floating-point tensors"
+    if torch.is_autocast_enabled("cuda") and not _autocast_bf16():
+        return f"autocast to {torch.get_autocast_dtype('cuda')}; the tk GEMM computes in bfloat16"
+    if not _autocast_bf16():
+        for name, t in named:
+            if t is not None and t.dtype != BF16:
+                return (f"{name} is {t.dtype}; the tk GEMM computes in bfloat16: pass bfloat16 tensors "
+                        f"or run under torch.autocast('cuda', dtype=torch.bfloat16)")
+    if x.dim() < 1 or weight.dim() != 2:
+        return f"x must have a last (feature) dimension and weight must be 2-D, got {tuple(x.shape)}, {tuple(weight.shape)}"
+    N, K = weight.shape
+    if x.shape[-1] != K:
+        return f"shapes do not match: x (..., {x.shape[-1]}), weight {tuple(weight.shape)}"
+    if bias is not None and tuple(bias.shape) != (N,):
+        return f"bias has shape {tuple(bias.shape)}, expected ({N},)"
+    if K % MULTIPLE or N % MULTIPLE or K == 0 or N == 0:
+        return f"in_features {K} and out_features {N} must be positive multiples of {MULTIPLE} (the tk GEMM's k-step)"
+    if x.numel() == 0:
+        return "x is empty"
+    if x.numel() // K >= 2**31 - MULTIPLE:
+        return f"x has {x.numel() // K} rows; the GEMM takes fewer than 2^31"
+    return _build_reason()
+
+
+def preflight(n_embd, dtype, device, **_):
+    """Start-up check for the configured model (the attention's linears: n_embd -> 3·n_embd and
+    n_embd -> n_embd); builds the GEMM extension now, not mid-step."""
+    if not str(device).startswith("cuda"):
+        return f"device={device}; the tk kernel needs CUDA"
+    if dtype != BF16:
+        return f"dtype={dtype}; the tk GEMM computes in bfloat16 (use --dtype=bfloat16)"
+    if n_embd % MULTIPLE:
+        return f"n_embd={n_embd} is not a multiple of {MULTIPLE}"
+    return gemm.why_not()
+
+
+register_tk("linear", linear, why_not)
+_preflight_checks["linear"] = preflight
