@@ -74,7 +74,7 @@ def training_step(spec):
     B, T, V = shape["batch_size"], shape["block_size"], shape["vocab_size"]
     torch.backends.cuda.matmul.allow_tf32 = True   # as train.py
     torch.backends.cudnn.allow_tf32 = True
-    switch.configure(spec["kernels"])
+    switch.configure(spec["kernels"], **spec.get("overrides", {}))
     switch.reset_used()
     torch.manual_seed(1337)
     model = GPT(GPTConfig(block_size=T, vocab_size=V, n_layer=shape["n_layer"], n_head=shape["n_head"],
@@ -178,23 +178,40 @@ def measure(spec):
 
 # ---- the run: every variant of every model, each in its own process ---------------------------
 
+def split_variant(v):
+    """'tk+graphs/linear=torch/mlp=torch' -> ('tk+graphs', {'linear': 'torch', 'mlp': 'torch'}): a
+    variant, then per-op overrides of the switch after '/' (to time one op's tk kernel on and off)."""
+    base, *parts = v.split("/")
+    if base not in VARIANTS:
+        raise ValueError(f"unknown variant {base!r} in --variants; choose from {', '.join(VARIANTS)}"
+                         " (per-op overrides may follow, e.g. tk/linear=torch)")
+    overrides = {}
+    for part in parts:
+        op, eq, value = part.partition("=")
+        if not eq or value not in ("tk", "torch", "auto"):
+            raise ValueError(f"variant {v!r}: {part!r} is not op=tk|torch|auto")
+        overrides[op] = value
+    return base, overrides
+
+
 def variant_specs(models, variants, compile_modes, device, dtype, warmup, steps):
     for m in models:
         if m not in MODELS:
             raise ValueError(f"unknown model {m!r} in --models; choose from {', '.join(MODELS)}")
     for v in variants:
-        if v not in VARIANTS:
-            raise ValueError(f"unknown variant {v!r} in --variants; choose from {', '.join(VARIANTS)}")
+        split_variant(v)                        # refuses an unknown variant or override
     if steps < 1 or warmup < 0:
         raise ValueError(f"--reps={steps} --warmup={warmup}: time at least one step (--reps >= 1)")
-    if any(v.endswith("+compile") for v in variants) and not compile_modes:
+    if any(split_variant(v)[0].endswith("+compile") for v in variants) and not compile_modes:
         raise ValueError("a '+compile' variant needs at least one --compile-modes entry")
     for m in models:
         for v in variants:
-            kernels, compiled = v.split("+")[0], v.endswith("+compile")
+            base, overrides = split_variant(v)
+            kernels, compiled = base.split("+")[0], base.endswith("+compile")
             for mode in (compile_modes if compiled else [None]):
-                yield {"model": m, "variant": f"{v}:{mode}" if mode else v, "kernels": kernels,
-                       "compile": mode, "graphs": v.endswith("+graphs"), "device": device, "dtype": dtype, "warmup": warmup, "steps": steps}
+                yield {"model": m, "variant": f"{v}:{mode}" if mode else v, "kernels": kernels, "overrides": overrides,
+                       "compile": mode, "graphs": base.endswith("+graphs"), "device": device, "dtype": dtype,
+                       "warmup": warmup, "steps": steps}
 
 
 def run_child(spec, timeout):

@@ -93,8 +93,17 @@ def test_variant_that_times_out_is_recorded():
     assert row["variant"] == "torch" and "timed out" in row["error"]
 
 
+def test_variant_overrides_reach_the_switch():
+    assert e2e_bench.split_variant("tk+graphs/linear=torch/mlp=auto") == ("tk+graphs", {"linear": "torch", "mlp": "auto"})
+    spec = next(e2e_bench.variant_specs(["tiny"], ["torch/linear=tk"], [], "cpu", "auto", 1, 2))
+    assert spec["kernels"] == "torch" and spec["overrides"] == {"linear": "tk"} and not spec["graphs"]
+    row = e2e_bench.measure(spec)        # linear on tk cannot run on a CPU: the override was applied
+    assert "KernelUnavailable" in row["error"] and "linear" in row["error"]
+
+
 @pytest.mark.parametrize("flag, value, message", [("--models", "gpt3", "unknown model 'gpt3'"),
-                                                  ("--variants", "tk+cudagraph", "unknown variant 'tk+cudagraph'")])
+                                                  ("--variants", "tk+cudagraph", "unknown variant 'tk+cudagraph'"),
+                                                  ("--variants", "tk/linear=fast", "'linear=fast' is not op=tk|torch|auto")])
 def test_bad_names_are_one_clear_error(tmp_path, flag, value, message):
     result = run_script("bench.py", "--e2e", "--device", "cpu", flag, value, "--json", str(tmp_path / "x.json"))
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
