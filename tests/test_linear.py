@@ -376,6 +376,6 @@ def test_gpu_model_loss_and_grads_vs_torch(built):
         kernels.configure("auto")
         kernels.reset_used()
     (l_ref, g_ref), (l_tk, g_tk) = out["torch"], out["tk"]
-    assert abs(l_tk - l_ref) < 1e-2 * abs(l_ref), (l_tk, l_ref)
+    assert abs(l_tk - l_ref) < 2e-3 * abs(l_ref), (l_tk, l_ref)
     for name, g in g_tk.items():
         assert rel_err(g, g_ref[name]) < 3e-2, name
