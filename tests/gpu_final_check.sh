@@ -63,7 +63,7 @@ lane0() {
         tests/test_layernorm.py tests/test_layernorm_model.py tests/test_layernorm_dropout.py tests/test_lm_head.py \
         tests/test_dispatch.py tests/test_sample.py tests/test_attention.py tests/test_attention_hopper.py \
         tests/test_attention_hopper_bwd.py tests/test_input_checks.py tests/test_mlp.py tests/test_gemm.py \
-        tests/test_gemm_plan.py
+        tests/test_gemm_plan.py tests/test_linear.py
     note "pytest: $(grep -cE ' PASSED' "$L/pytest.log") passed, $(grep -cE ' FAILED' "$L/pytest.log") failed; $(grep -E '^=+ .*(passed|failed)' "$L/pytest.log" | tail -1)"
     grep -E " FAILED|^ERROR" "$L/pytest.log" | sort -u | head -20 | tee -a "$S"
 }
