@@ -8,7 +8,7 @@
 #           `bash SCRIPT OUT/logs/<name>` with its own limit); the GEMM bench (issue 3: eager,
 #           CUDA-graph and kernel-alone timing against torch.matmul); then the GPU tests of the model,
 #           training, layernorm, lm_head, the switch, attention, the MLP, the GEMM and the input
-#           checks (PYTEST_SECONDS, default 150);
+#           checks (PYTEST_SECONDS, default 150); GEMM_BENCH=0 leaves out the GEMM bench;
 #           SHK=1 first runs config/shakespeare.py with its standard evals, --kernels=torch then tk,
 #           back to back (issue 7's shakespeare comparison; ~200 s more)
 #   GPU 1:  tests/gpu_loss_curves.sh (500 iterations of GPT-2 124M, torch then tk); then the
@@ -56,10 +56,10 @@ lane0() {
     run_scripts "$SCRIPTS0"
     # issue 3's table: tk GEMM vs torch.matmul, launched from Python, replayed from CUDA graphs, and
     # the tk kernel alone (engineer G, session 5)
-    step 45 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --modes eager,graph,kernel --host --trials 5 \
+    [ "${GEMM_BENCH:-1}" = 1 ] && step 45 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --modes eager,graph,kernel --host --trials 5 \
         --json "$L/gemm_bench.json"
-    grep -E "x$|graph - kernel" "$L/gemm_bench.log" | tail -12 | tee -a "$S"
-    step ${PYTEST_SECONDS:-150} pytest.log python3 -m pytest -v -n 8 -p no:cacheprovider tests/test_model.py tests/test_train.py \
+    [ -f "$L/gemm_bench.log" ] && grep -E "x$|graph - kernel" "$L/gemm_bench.log" | tail -12 | tee -a "$S"
+    step ${PYTEST_SECONDS:-150} pytest.log python3 -m pytest -v -n ${PYTEST_WORKERS:-8} -p no:cacheprovider tests/test_model.py tests/test_train.py \
         tests/test_layernorm.py tests/test_layernorm_model.py tests/test_layernorm_dropout.py tests/test_lm_head.py \
         tests/test_dispatch.py tests/test_sample.py tests/test_attention.py tests/test_attention_hopper.py \
         tests/test_attention_hopper_bwd.py tests/test_input_checks.py tests/test_mlp.py tests/test_gemm.py \
