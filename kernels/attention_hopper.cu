@@ -102,8 +102,6 @@
 //     items decoded by the producer, approximate 1/l and log2 l, O through shared memory and one
 //     TMA store per warpgroup instead of 16-32 scattered 4-byte stores per thread); the default
 //     for both head dims since session 6 (GPT-2 shape 0.0795 ms against 12's 0.0914).
-//   25 (session 6, opt-in): 21 with the items overlapped (persistent_kernel's OVERLAP_ITEMS:
-//     session 5's variant 15 on the lean epilogue).
 // Taken out after session 5 (the code is in git at 65e8c26; figures in kernels/NOTES.md,
 //   "Session 4: H3 attention" and sessions 2-3's "H200 runs"): 1 = 2 with exp2f and sequential
 //   row max / sum (GPT-2 shape 221 against 2's 225 TFLOP/s), 3 = 2 without ping-pong (203: -10%),
@@ -605,23 +603,17 @@ struct persistent_config : config<D, CONSUMERS> {
 // 0.0914 and cuDNN's 0.0865 (kernels/NOTES.md, "Session 6: A"). Tried beside it and taken out
 // (code in git at d87342f): 22 = the same without the TMA store (O's row addresses once) 0.0828;
 // 23 = 21 with the loop's turn around S's issue only 0.0796; 24 = 13 with this epilogue 0.0812.
-// OVERLAP_ITEMS (session 6, variant 25, opt-in; session 5's variant 15 on the lean epilogue): the
-// last turn of an item issues its last P·V AND the next item's first S = Q·K₀ᵀ, and the item's
-// epilogue runs while that S is computed. Without it an item of N key tiles costs a warpgroup
-// N + 1 turns, the first issuing S₀ alone, the last P·V alone, each followed by a wait with
-// nothing to overlap (call 2's ncu of 21: ~8% of the stall samples there); with it N. With no
-// next item the producer loads some Q and K anyway (item 0's) and that S is thrown away: a branch
-// around the wgmmas would make ptxas serialise them all (C7520). The next item's S is waited for
-// before the loop's back edge (a wgmma in flight across it makes ptxas serialise, C7514).
-template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool LEAN_EPILOGUE = false,
-          bool OVERLAP_ITEMS = false>
+// And in call 3 (code in git at 32f66a3): 25 = 21 with the items overlapped (an item's last P·V
+// and the next item's S0 in one turn, the epilogue under that S0; session 5's variant 15): GPT-2
+// 0.0800 against 21's 0.0797, shakespeare-char 0.0278 against 0.0269 (t4096-d128 0.4785 against
+// 0.4887, inside that shape's spread).
+template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool LEAN_EPILOGUE = false>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
     using namespace tk;
     constexpr bool PINGPONG = CONSUMERS == 2;          // as forward_kernel
     constexpr int BM = C::block_m, BN = C::block_n, S = C::stages, QS = C::q_slots;
-    static_assert(!OVERLAP_ITEMS || (LEAN_EPILOGUE && CONSUMERS == 2), "OVERLAP_ITEMS: two consumers, the lean epilogue");
 
     extern __shared__ uint8_t smem_raw[];
     __shared__ mbarrier q_full[QS], q_empty[QS], k_full[S], k_empty[S], v_full[S], v_empty[S];
@@ -664,25 +656,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 if (item >= n_items) {                   // tell the consumers there is no more
                     if constexpr (LEAN_EPILOGUE) item_of[qs] = make_int4(-1, 0, 0, 0);
                     else item_of[qs] = -1;
-                    if constexpr (OVERLAP_ITEMS) {
-                        // The consumers' last turn issues one more S = Q·Kᵀ (see OVERLAP_ITEMS): give it
-                        // real tiles to read, item 0's Q and first K; that S is thrown away.
-                        const work_item w0 = item_at(0, p);
-                        mbar::arrive_expect_bytes(q_full[qs], C::q_bytes);
-#pragma unroll
-                        for (int cb = 0; cb < C::col_blocks; ++cb)
-                            tma::load_box_4d(q_tile(qs) + cb * (C::q_bytes / C::col_blocks), &p.q_map, cb * 64,
-                                             w0.m_block * BM, w0.h, w0.b, q_full[qs]);
-                        const int s = tile % S;
-                        mbar::wait(k_empty[s], ((tile / S) & 1) ^ 1);
-                        mbar::arrive_expect_bytes(k_full[s], C::kv_bytes);
-#pragma unroll
-                        for (int cb = 0; cb < C::col_blocks; ++cb)
-                            tma::load_box_4d(k_tile(s) + cb * (C::kv_bytes / C::col_blocks), &p.k_map, cb * 64, 0,
-                                             w0.h, w0.b, k_full[s]);
-                    } else {
-                        mbar::arrive(q_full[qs]);
-                    }
+                    mbar::arrive(q_full[qs]);
                     break;
                 }
                 if constexpr (!LEAN_EPILOGUE) item_of[qs] = item;   // published by q_full's phase (release)
@@ -791,19 +765,9 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     };
 
     if (PINGPONG && c == 1) named_arrive<256>(1);       // consumer 0 goes first
-    int4 next_item = make_int4(-1, 0, 0, 0);            // OVERLAP_ITEMS: the item whose S0 was issued
-    if constexpr (OVERLAP_ITEMS) {                      // the first item's S0 (every CTA has an item)
-        next_item = item_in_slot(0);
-        turn_begin();
-        const int k_slot = issue_qk(0);
-        turn_end();
-        wgmma::wait_group<0>();
-        wgmma::fence_operand(s_acc);
-        release(k_empty[k_slot]);
-    }
     for (int j = 0;; ++j) {
         const int qs = j % QS;
-        const int4 item = OVERLAP_ITEMS ? next_item : item_in_slot(j);
+        const int4 item = item_in_slot(j);
         if (item.x < 0) {
             if constexpr (LEAN_EPILOGUE) tma::store_wait<0>();   // the last O store is out before the CTA ends
             break;
@@ -847,21 +811,18 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) { m[r] = -INFINITY; l[r] = 0.f; }
 
-        int k_slot;
-        if constexpr (!OVERLAP_ITEMS) {                 // (OVERLAP_ITEMS: the previous item's last turn did it)
-            turn_begin();
-            k_slot = issue_qk(qs);
-            turn_end();
-            wgmma::wait_group<0>();
-            wgmma::fence_operand(s_acc);
-            release(k_empty[k_slot]);
-            if constexpr (LEAN_EPILOGUE) {
-                // The previous item's O store has read its Q slot: hand the slot back (see LEAN_EPILOGUE).
-                // Only the storing thread has a bulk group to wait for; the others pass at once.
-                if (j > 0) {
-                    tma::store_wait_read<0>();
-                    release_all(q_empty[(j - 1) % QS]);
-                }
+        turn_begin();
+        int k_slot = issue_qk(qs);
+        turn_end();
+        wgmma::wait_group<0>();
+        wgmma::fence_operand(s_acc);
+        release(k_empty[k_slot]);
+        if constexpr (LEAN_EPILOGUE) {
+            // The previous item's O store has read its Q slot: hand the slot back (see LEAN_EPILOGUE).
+            // Only the storing thread has a bulk group to wait for; the others pass at once.
+            if (j > 0) {
+                tma::store_wait_read<0>();
+                release_all(q_empty[(j - 1) % QS]);
             }
         }
         scores_to_probabilities(0, is_half(0));
@@ -938,35 +899,15 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
             }
         };
 
-        if constexpr (OVERLAP_ITEMS) {
-            // The last turn: this item's last P·V, then the next item's S0 (Q in slot (j + 1) % QS;
-            // with no next item, -1, the producer loaded item 0's Q and K anyway: thrown away).
-            next_item = item_in_slot(j + 1);
-            turn_begin();
-            const int v_slot = issue_pv(n_tiles > 1, last_half);
-            k_slot = issue_qk((j + 1) % QS);
-            turn_end();
-            wgmma::wait_group<1>();                      // P·V done; the next item's S0 may still run
-            wgmma::fence_operand(o_acc);
-            keep_alive(p_frag);
-            release(v_empty[v_slot]);
-            epilogue();                                  // under the next item's S0
-            wgmma::wait_group<0>();                      // S0 done, before the back edge (C7514)
-            wgmma::fence_operand(s_acc);
-            release(k_empty[k_slot]);
-            tma::store_wait_read<0>();                   // this item's O store has read its Q slot
-            release_all(q_empty[qs]);
-        } else {
-            turn_begin();
-            const int v_slot = issue_pv(n_tiles > 1, last_half);
-            turn_end();
-            wgmma::wait_group<0>();
-            wgmma::fence_operand(o_acc);
-            release(v_empty[v_slot]);
-            // Every S of this item is done: Q's slot is free (LEAN_EPILOGUE: once O, written there, is out).
-            if constexpr (!LEAN_EPILOGUE) release_all(q_empty[qs]);
-            epilogue();
-        }
+        turn_begin();
+        const int v_slot = issue_pv(n_tiles > 1, last_half);
+        turn_end();
+        wgmma::wait_group<0>();
+        wgmma::fence_operand(o_acc);
+        release(v_empty[v_slot]);
+        // Every S of this item is done: Q's slot is free (LEAN_EPILOGUE: once O, written there, is out).
+        if constexpr (!LEAN_EPILOGUE) release_all(q_empty[qs]);
+        epilogue();
     }
     if (PINGPONG && c == 0) named_sync<256>(1);         // consume consumer 1's last turn_end
 }
@@ -1027,8 +968,7 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 
 // One CTA (two with one consumer) per SM, each walking over query blocks (persistent_kernel), in
 // L2 groups of heads.
-template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY, bool DYNAMIC, bool LEAN_EPILOGUE = false,
-          bool OVERLAP_ITEMS = false>
+template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY, bool DYNAMIC, bool LEAN_EPILOGUE = false>
 cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, unsigned int* work_counter) {
     using C = persistent_config<D, CONSUMERS>;
     if (DYNAMIC && work_counter == nullptr) return cudaErrorInvalidValue;   // see work_counter
@@ -1041,7 +981,7 @@ cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stre
                                                         a.o.stride_batch, a.o.stride_head, a.o.stride_seq, 64);
         if (!why.empty()) return cudaErrorInvalidValue;
     }
-    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, LEAN_EPILOGUE, OVERLAP_ITEMS>;
+    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, LEAN_EPILOGUE>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -1093,8 +1033,6 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //      scheduling (D = 64; 128 runs 11)
 //  21: 12 (D = 64) / 11 (D = 128) with LEAN_EPILOGUE: O through shared memory and a TMA store,
 //      items decoded by the producer, 1/l and log2(l) approximate (the default, session 6)
-//  25: 21 with OVERLAP_ITEMS: an item's last P·V and the next item's S0 in one turn, the
-//      epilogue under that S0 (session 6, opt-in)
 // 2 and 4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zeroed, used by this launch alone (the bindings
 // allocate it per call); the dynamically scheduled variants (11-13, 21, the default) refuse nullptr.
@@ -1119,9 +1057,7 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, true, true>(p, stream, work_counter);
     case 21: return d64 ? launch_persistent<64, 2, true, false, true, true>(p, stream, work_counter)
                         : launch_persistent<128, 2, true, true, true, true>(p, stream, work_counter);
-    case 25: return d64 ? launch_persistent<64, 2, true, false, true, true, true>(p, stream, work_counter)
-                        : launch_persistent<128, 2, true, true, true, true, true>(p, stream, work_counter);
-    default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20, 22-24) too
+    default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20, 22-25) too
     }
 }
 

@@ -81,9 +81,7 @@ VARIANTS = {0: "default (21 for D=64 and D=128)",
             12: "11 without lazy rescaling",
             13: "1 consumer, 2 CTAs/SM, half tile, lazy rescaling, dynamic scheduling (D=64; D=128 runs 11)",
             21: "12 (D=64) / 11 (D=128) with O stored through shared memory by TMA, items decoded by the "
-                "producer, approximate 1/l and log2(l)",
-            25: "21 with the items overlapped: an item's last P.V and the next item's first S in one turn, "
-                "the epilogue under that S (opt-in)"}
+                "producer, approximate 1/l and log2(l)"}
 
 
 OP = "tk Hopper attention"

@@ -2,7 +2,7 @@
 # tests/gpu_attention_forward_default.sh OUT_DIR — the Hopper forward's new default, variant 21 (the
 # lean per-item epilogue; kernels/NOTES.md "Session 6: A"), verified as the default and timed
 # beside the old defaults (12 for D = 64, 11 for D = 128, still selectable by number), on ONE H200
-# in <= 110 s, with the opt-in CANDIDATES (default "25": 21 with the items overlapped)
+# in <= 110 s, with opt-in CANDIDATES (call 3 ran CANDIDATES=25, variant 25, since taken out)
 # (TORCH_EXTENSIONS_DIR=/tmp/ext; expects the caller's prebuild, else the smoke step builds;
 # LANE_LIMIT bounds every step, tests/gpu_lib.sh; logs in OUT/logs, packed into OUT/logs.tgz;
 # figures in OUT/summary.txt). Order, what decides first:
@@ -35,7 +35,7 @@ summary() {   # pytest's last line and its FAILED lines into the summary
 step 60 smoke.log python3 tests/attention_sanitize_case.py items 0 12 11
 note "smoke: $(grep -oE '^variant [0-9]+ ok' "$L/smoke.log" | tr '\n' ' '); $(tail -1 "$L/smoke.log")"
 grep -q "^variant 0 ok" "$L/smoke.log" || { note "THE DEFAULT FORWARD FAILED ITS SMOKE RUN: stopping"; pack; exit 1; }
-CANDIDATES=${CANDIDATES:-25}
+CANDIDATES=${CANDIDATES:-}
 NEW=""
 if [ -n "$CANDIDATES" ]; then
     step 15 smoke_candidates.log python3 tests/attention_sanitize_case.py items $CANDIDATES
