@@ -59,10 +59,10 @@
 // (kernels/layernorm_bench.py). The same arithmetic in every plan; kernels/NOTES.md ("Session 3:
 // LayerNorm speed") has the measurements and the default. (8-byte "narrow" chunks and a
 // next-row "prefetch" were tried there too, lost on the H200 and were removed.) Session 6's flags
-// work on the seam between the forward and the backward under pdl (fwd_early_pdl, bwd_l2_first:
-// kernel instances of their own, so the default plan's kernels are unchanged); its memory hints
-// that lost (rows ahead in L2 inside the loops, evict-first loads, fewer forward blocks an SM) are
-// in kernels/NOTES.md ("Session 6: L").
+// work on the seam between the forward and the backward under pdl (fwd_early_pdl, bwd_l2_first(2):
+// kernel instances of their own, EARLY_PDL and FIRST_STEPS; with bwd_reverse they are in the
+// default plan since session 6's call 3); its memory hints that lost (rows ahead in L2 inside the
+// loops, evict-first loads, fewer forward blocks an SM) are in kernels/NOTES.md ("Session 6: L").
 //
 // DROPOUT of the branch (session 4): training drops elements of each residual branch (attention
 // and MLP outputs) before adding them to the stream. Done by kernels of its own, dropout costs a
@@ -584,8 +584,8 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //   fwd_early_pdl    the forward lets the next kernel launch when each block starts (EARLY_PDL)
 //   bwd_l2_first     the backward asks L2 for its first row step before its pdl wait (FIRST_STEPS 1)
 //   bwd_l2_first2    the same for its first two row steps (FIRST_STEPS 2; wins over bwd_l2_first)
-//                    (the three: session 6, opt-in until the H200 shows them faster; instances
-//                    without dropout only, so with dropout they are ignored)
+//                    (the three: session 6, instances without dropout only, so with dropout the
+//                    plain kernels run; fwd_early_pdl and bwd_l2_first2 are in the default plan)
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -599,8 +599,10 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"bwd_l2_first2", &Variant::bwd_l2_first2}};
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
-// Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan.
-constexpr const char* DEFAULT_PLAN = "fwd_full,bwd_tree,pdl";
+// Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan. Session 6's
+// call 3 added fwd_early_pdl, bwd_l2_first2 and bwd_reverse: bench.py's fwd+bwd 65.2 -> 62.6 us at
+// 16384x768, 114.3 -> 111.9 at 32768, 210.9 -> 208.6 at 65536 (same run, interleaved).
+constexpr const char* DEFAULT_PLAN = "fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first2,bwd_reverse";
 
 // Flags are switched on one by one, starting from none; "default" switches on DEFAULT_PLAN's.
 // An unknown name sets *error (when given) and is otherwise ignored.

@@ -367,12 +367,11 @@ def print_s5_rows(rows, header=True):
 # or of its neighbour's load over the run falls on all of them alike. The figure is the median of
 # all rounds' replays; the spread is the range of the per-round medians.
 INTERLEAVED_ROWS = [16384, 32768, 65536]
-# the default; session 6's flags for the seam between the forward and the backward under pdl, alone
-# and together; bwd_reverse (the backward first reads the rows of h the forward wrote last) alone and
-# with them. (Call 2's memory hints lost and were removed: NOTES, "Session 6: L".)
-INTERLEAVED_PLANS = ["default", "default,bwd_reverse", "default,bwd_l2_first", "default,bwd_l2_first2",
-                     "default,fwd_early_pdl", "default,fwd_early_pdl,bwd_l2_first", "default,fwd_early_pdl,bwd_l2_first2",
-                     "default,fwd_early_pdl,bwd_l2_first,bwd_reverse", "default,fwd_early_pdl,bwd_l2_first2,bwd_reverse"]
+# the default (since session 6's call 3: session 5's fwd_full,bwd_tree,pdl + fwd_early_pdl,
+# bwd_l2_first2, bwd_reverse) against session 5's default, that with bwd_reverse only, and with
+# bwd_l2_first (one row step asked of L2 before the wait: the backward alone costs less than with two)
+INTERLEAVED_PLANS = ["default", "fwd_full,bwd_tree,pdl", "fwd_full,bwd_tree,pdl,bwd_reverse",
+                     "fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first,bwd_reverse"]
 
 
 def interleaved_rows(args, ln, l2_bytes, plans, rows_list, cols=768):

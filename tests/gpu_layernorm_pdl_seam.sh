@@ -6,7 +6,8 @@
 # rows asked of L2 before its pdl wait paying off under pdl; this run measures the seam between the
 # forward and the backward (layernorm.cu): fwd_early_pdl (the forward lets the backward launch as
 # each block starts), bwd_l2_first / bwd_l2_first2 (the backward asks L2 for its first 1 / 2 row
-# steps before it waits), and bwd_reverse:
+# steps before it waits), and bwd_reverse. (Call 3 ran it at commit 0793647: default + those three
+# flags won at every size and became the default plan; kernels/NOTES.md, "Session 6: L".)
 #   1. build tk_layernorm (python -m kernels --build; ~15-30 s)                        -> build.log
 #   2. at the same time, on the same GPU (correctness only, no timing):
 #      a. test_layernorm_variants.py: every flag (each alone, on the default plan, with the reversed

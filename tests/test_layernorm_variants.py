@@ -129,10 +129,14 @@ def test_the_variant_is_what_launches(ln):
                                        ("pdl,bwd_reverse,fwd_full", "fwd_full,bwd_reverse,pdl", fwd_plain, bwd_plain),
                                        ("fwd_early_pdl,pdl", "pdl,fwd_early_pdl", fwd_early, bwd_plain),
                                        ("bwd_l2_first,pdl", "pdl,bwd_l2_first", fwd_plain, bwd_first),
-                                       ("default,bwd_l2_first,bwd_l2_first2", "fwd_full,bwd_tree,pdl,bwd_l2_first,bwd_l2_first2",
-                                        fwd_plain, bwd_first2),
-                                       ("default,bwd_l2_first,fwd_early_pdl", "fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first",
-                                        fwd_early, bwd_first)):
+                                       ("fwd_full,bwd_tree,pdl,bwd_l2_first,bwd_l2_first2",
+                                        "fwd_full,bwd_tree,pdl,bwd_l2_first,bwd_l2_first2", fwd_plain, bwd_first2),
+                                       ("fwd_full,pdl,bwd_l2_first,fwd_early_pdl", "fwd_full,pdl,fwd_early_pdl,bwd_l2_first",
+                                        fwd_early, bwd_first),
+                                       ("default", ",".join(f for f in ln.VARIANT_FLAGS if f in default_plan_flags()),
+                                        fwd_early if "fwd_early_pdl" in default_plan_flags() else fwd_plain,
+                                        bwd_first2 if "bwd_l2_first2" in default_plan_flags()
+                                        else bwd_first if "bwd_l2_first" in default_plan_flags() else bwd_plain)):
             assert ln.set_variant(spec) == active == ln.variant()
             names = launched(call)
             assert instances(names, "forward_kernel") == fwd, (spec, names)
@@ -172,13 +176,13 @@ def test_session6_flags_leave_the_dropout_kernels_alone(ln):
 
 
 @needs_cuda
-@pytest.mark.parametrize("plan", ["pdl", "pdl,fwd_early_pdl", "pdl,fwd_early_pdl,bwd_l2_first2"])
+@pytest.mark.parametrize("plan", ["pdl", "pdl,fwd_early_pdl", "pdl,fwd_early_pdl,bwd_l2_first2", "default"])
 def test_pdl_launches_inside_a_cuda_graph(ln, plan):
     """bench.py and train.py's cuda_graphs replay forward and backward from a graph: with pdl each
     kernel is captured as a programmatic dependent of the one before (forward -> backward ->
     column sum) and must still see its inputs complete (outputs bitwise equal to plain launches),
     also when the forward lets the backward launch as each of its blocks starts (fwd_early_pdl) and
-    the backward prefetches rows before its wait (bwd_l2_first2)."""
+    the backward prefetches rows before its wait (bwd_l2_first2), and for the default plan."""
     x, r, w, b, dy, dh = base.make(8191, 768, base.KERNEL_COMBOS["fp32_bf16r_autocast"], 7)
 
     def step():
@@ -186,10 +190,13 @@ def test_pdl_launches_inside_a_cuda_graph(ln, plan):
         return (y, h, mean, rstd) + tuple(ln.layernorm_bwd_mixed(dy, dh, h, mean, rstd, w))
 
     try:
-        # the reference: the same plan without pdl ("pdl" alone is "none" plus pdl), plain launches;
-        # the default plan's other flags change the reduction order, so it is no reference
-        # (the H200's final call of session 3 compared against it and failed on dx's rounding)
-        ln.set_variant("none")
+        # the reference: the same plan without pdl ("pdl" alone is "none" plus pdl), plain launches
+        # (a plan with other flags is no reference: bwd_tree and bwd_reverse change the reduction
+        # order; the H200's final call of session 3 compared against one and failed on dx's rounding)
+        flags = set(plan.split(","))
+        if "default" in flags:
+            flags = (flags - {"default"}) | default_plan_flags()
+        ln.set_variant(",".join(sorted(flags - {"pdl"})) or "none")
         expected = step()
         ln.set_variant(plan)
         side = torch.cuda.Stream()
