@@ -124,21 +124,19 @@ def test_schedules_vs_float64(mlp, schedule, M, C):
     check_schedule_vs_float64(mlp, schedule, M, C)
 
 
-# Session 6's options the same way (a test of their own, so a GPU script can pick them by name)
+# Session 6's options the same way (a test of their own, so a GPU script can pick them by name).
+# Each path on its auto schedule, on one other schedule and in 2-CTA clusters; call 3 (H200) ran a
+# larger set (24 specs, all passed); trimmed for the final check's time.
 @pytest.mark.parametrize("schedule", [
-    # c_fc's fast epilogue on every c_fc schedule
-    "fcfast=1", "fc=4,fcfast=1", "fc=5,fcfast=1", "fc=10,fcfast=1", "fcfast=1,finish=1,dw=10",
-    pytest.param("fc=8,fcfast=1", marks=CLUSTER), pytest.param("fc=9,fcfast=1", marks=CLUSTER),
-    # ... and staged by stmatrix (fcfast=2; fc=10 has one staging buffer)
-    "fcfast=2", "fc=4,fcfast=2", "fc=5,fcfast=2", "fc=10,fcfast=2", "fcfast=2,finish=1,dw=10",
-    pytest.param("fc=7,fcfast=2", marks=CLUSTER), pytest.param("fc=9,fcfast=2", marks=CLUSTER),
-    # the dGELU epilogue deferred under the next tile (fast=2: step 4; ping-pong runs fast=1's policy)
-    "fast=2", "dgelu=4,fast=2,side=0", "dgelu=6,fast=2", "fast=2,fcfast=2,finish=1",
-    pytest.param("dgelu=9,fast=2", marks=CLUSTER),
-    # c_proj's and dx's stores deferred (defer=1: step 4; their auto schedule), and on ping-pong (unchanged)
-    "defer=1", "proj=6,dx=5,defer=1", "fast=2,fcfast=2,finish=1,defer=1", pytest.param("proj=9,dx=9,defer=1", marks=CLUSTER),
-    # c_fc deferred on step 4 (fcfast=3; elsewhere it is fcfast=2), alone and with everything
-    "fc=4,fcfast=3", "fcfast=3", "fc=6,fcfast=3", "fc=4,fcfast=3,fast=2,defer=1,finish=1", pytest.param("fc=9,fcfast=3", marks=CLUSTER)])
+    # c_fc's fast epilogue (fcfast=1) and staged by stmatrix (fcfast=2; fc=10 has one staging buffer)
+    "fcfast=1", "fc=4,fcfast=1", "fc=10,fcfast=1", pytest.param("fc=9,fcfast=1", marks=CLUSTER),
+    "fcfast=2", "fc=5,fcfast=2", "fc=10,fcfast=2", "fcfast=2,finish=1,dw=10", pytest.param("fc=7,fcfast=2", marks=CLUSTER),
+    # the dGELU epilogue deferred under the next tile (fast=2, step 4; lost on the H200, kept opt-in)
+    "fast=2", pytest.param("dgelu=9,fast=2", marks=CLUSTER),
+    # c_proj's and dx's stores deferred (defer=1: step 4, their auto schedule)
+    "defer=1", pytest.param("proj=9,dx=9,defer=1", marks=CLUSTER),
+    # c_fc deferred on step 4 (fcfast=3; on ping-pong it is fcfast=2), and with everything
+    "fcfast=3", "fc=6,fcfast=3", "fc=4,fcfast=3,fast=2,defer=1,finish=1", pytest.param("fc=9,fcfast=3", marks=CLUSTER)])
 @pytest.mark.parametrize("M,C", SCHEDULE_SHAPES)
 def test_session6_schedules_vs_float64(mlp, schedule, M, C):
     check_schedule_vs_float64(mlp, schedule, M, C)
@@ -174,7 +172,7 @@ def check_schedule_vs_float64(mlp, schedule, M, C):
 INFERENCE_SHAPES = [(M, C) for M in (1, 17, 1000, 16384 + 5) for C in (384, 768)]
 
 
-@pytest.mark.parametrize("schedule", ["0", "4", "fcfast=1", "4,fcfast=1", "fcfast=2", "4,fcfast=3", "fcfast=3"])   # fcfast: session 6's twins
+@pytest.mark.parametrize("schedule", ["0", "4", "fcfast=1", "fcfast=2", "4,fcfast=3", "fcfast=3"])   # fcfast: session 6's twins
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("M,C", INFERENCE_SHAPES)
 def test_inference_forward_matches_training_forward(mlp, M, C, bias, schedule):
