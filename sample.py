@@ -37,7 +37,7 @@ kernels_attention = ""
 kernels_layernorm = ""
 kernels_mlp = ""
 kernels_lm_head = ""
-kernels_linear = ""
+kernels_linear = "torch"       # as train.py: off unless asked
 DEFAULTS = defaults_from(globals())
 # -----------------------------------------------------------------------------
 

@@ -83,7 +83,8 @@ kernels_attention = ""
 kernels_layernorm = ""
 kernels_mlp = ""
 kernels_lm_head = ""              # the LM head + cross-entropy, fused on tk
-kernels_linear = ""               # the attention's c_attn and c_proj on the tk GEMM
+kernels_linear = "torch"          # the attention's c_attn and c_proj on the tk GEMM: off by default,
+                                 # slower end to end (GPT-2 step 59.82 vs 59.03 ms, NOTES session 6)
 DEFAULTS = defaults_from(globals())
 # -----------------------------------------------------------------------------
 

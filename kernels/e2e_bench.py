@@ -74,7 +74,9 @@ def training_step(spec):
     B, T, V = shape["batch_size"], shape["block_size"], shape["vocab_size"]
     torch.backends.cuda.matmul.allow_tf32 = True   # as train.py
     torch.backends.cudnn.allow_tf32 = True
-    switch.configure(spec["kernels"], **spec.get("overrides", {}))
+    # the per-op settings train.py runs with (e.g. kernels_linear), then the variant's overrides
+    ops = {op: train.DEFAULTS.get(f"kernels_{op}", "") for op in switch.OPS}
+    switch.configure(spec["kernels"], **{**ops, **spec.get("overrides", {})})
     switch.reset_used()
     torch.manual_seed(1337)
     model = GPT(GPTConfig(block_size=T, vocab_size=V, n_layer=shape["n_layer"], n_head=shape["n_head"],

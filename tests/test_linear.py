@@ -235,7 +235,8 @@ def test_tk_choice_raises_on_cpu(switch):
 def test_train_and_sample_have_the_setting():
     import sample
     import train
-    assert train.DEFAULTS["kernels_linear"] == "" and sample.DEFAULTS["kernels_linear"] == ""
+    # off unless asked: the session 6 final check timed the GPT-2 step slower with it (NOTES)
+    assert train.DEFAULTS["kernels_linear"] == "torch" and sample.DEFAULTS["kernels_linear"] == "torch"
 
 
 @pytest.mark.parametrize("bias", [True, False])
