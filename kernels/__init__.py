@@ -9,6 +9,8 @@ says:
     kernels = 'auto' | 'tk' | 'torch'      one global choice
     kernels_<op> = '' | 'auto' | 'tk' | 'torch'   per-op override ('' follows `kernels`)
 
+(train.py and sample.py set kernels_linear = 'torch': the tk linear is off unless asked.)
+
 - 'torch': always the reference (runs anywhere, CPU included).
 - 'tk': always the kernel; if it cannot run (no CUDA, unsupported shape or dtype, kernel not
   built) the call raises `KernelUnavailable` saying why and how to fall back.
@@ -19,7 +21,7 @@ reports what each op really ran on. A tk implementation registers itself with
 `register_tk(op, impl, why_not)`, where `why_not(*args, **kwargs)` returns None when the kernel
 can take these inputs and otherwise a short reason.
 
-The op modules (kernels/layernorm.py, attention.py, ...) are imported at the bottom of this
+The op modules (kernels/layernorm.py, attention_op.py, ...: OP_MODULES) are imported at the bottom of this
 file; kernels/layernorm.py shows the pattern. Importing never builds: an extension is built on
 the first tk call (or at preflight), and only where CUDA is available. An op module that fails
 to import is reported on stderr, and its op's reason says why; the other ops still work.
