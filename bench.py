@@ -17,8 +17,9 @@ timed with CUDA events per step after --warmup steps (compilation excluded), med
 steps; tokens/s = B*T / median; MFU from model.flops_per_token() and train.py's peak table.
   --models gpt2,shakespeare-char    gpt2: 12/12/768, vocab 50304, B=32, T=1024;
                                     shakespeare-char: 6/6/384, vocab 65, B=64, T=256; tiny (CPU test)
-  --variants torch,torch+graphs,torch+compile,tk,tk+graphs,tk+compile   (the default; per-op
-                                    overrides of the switch may follow a variant: tk/linear=torch)
+  --variants torch,torch+graphs,torch+compile,tk,tk+graphs,tk+compile   (the default; each starts
+                                    from train.py's per-op settings, so tk runs the linears on
+                                    torch (kernels_linear); overrides may follow: tk/linear=tk)
                                     '+compile' runs once per --compile-modes entry
                                     (reduce-overhead there = CUDA graphs); torch.compile's figure in
                                     the ratios is its best mode's; '+graphs' replays forward+backward

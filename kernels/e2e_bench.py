@@ -181,17 +181,21 @@ def measure(spec):
 # ---- the run: every variant of every model, each in its own process ---------------------------
 
 def split_variant(v):
-    """'tk+graphs/linear=torch/mlp=torch' -> ('tk+graphs', {'linear': 'torch', 'mlp': 'torch'}): a
-    variant, then per-op overrides of the switch after '/' (to time one op's tk kernel on and off)."""
+    """'tk+graphs/linear=tk/mlp=torch' -> ('tk+graphs', {'linear': 'tk', 'mlp': 'torch'}): a
+    variant, then per-op overrides of the switch after '/' (to time one op's tk kernel on and off).
+    A variant starts from train.py's per-op settings (kernels_linear='torch'); overrides replace them."""
     base, *parts = v.split("/")
     if base not in VARIANTS:
         raise ValueError(f"unknown variant {base!r} in --variants; choose from {', '.join(VARIANTS)}"
                          " (per-op overrides may follow, e.g. tk/linear=torch)")
+    from kernels import OPS
     overrides = {}
     for part in parts:
         op, eq, value = part.partition("=")
         if not eq or value not in ("tk", "torch", "auto"):
             raise ValueError(f"variant {v!r}: {part!r} is not op=tk|torch|auto")
+        if op not in OPS:
+            raise ValueError(f"variant {v!r}: unknown op {op!r}; choose from {', '.join(OPS)}")
         overrides[op] = value
     return base, overrides
 

@@ -103,7 +103,8 @@ def test_variant_overrides_reach_the_switch():
 
 @pytest.mark.parametrize("flag, value, message", [("--models", "gpt3", "unknown model 'gpt3'"),
                                                   ("--variants", "tk+cudagraph", "unknown variant 'tk+cudagraph'"),
-                                                  ("--variants", "tk/linear=fast", "'linear=fast' is not op=tk|torch|auto")])
+                                                  ("--variants", "tk/linear=fast", "'linear=fast' is not op=tk|torch|auto"),
+                                                  ("--variants", "tk/lineer=tk", "unknown op 'lineer'")])
 def test_bad_names_are_one_clear_error(tmp_path, flag, value, message):
     result = run_script("bench.py", "--e2e", "--device", "cpu", flag, value, "--json", str(tmp_path / "x.json"))
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
