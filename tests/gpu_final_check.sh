@@ -7,7 +7,7 @@
 #   GPU 0:  the engineers' closing scripts of the second argument (each run as
 #           `bash SCRIPT OUT/logs/<name>` with its own limit); the GEMM bench (issue 3: eager,
 #           CUDA-graph and kernel-alone timing against torch.matmul); then the GPU tests of the model,
-#           training, layernorm, lm_head, the switch, attention, the MLP, the GEMM and the input
+#           training, layernorm, lm_head, the switch, attention, the MLP, the GEMM, the linear op and the input
 #           checks (PYTEST_SECONDS, default 150); GEMM_BENCH=0 leaves out the GEMM bench;
 #           SHK=1 first runs config/shakespeare.py with its standard evals, --kernels=torch then tk,
 #           back to back (issue 7's shakespeare comparison; ~200 s more)
@@ -64,7 +64,10 @@ lane0() {
         tests/test_dispatch.py tests/test_sample.py tests/test_attention.py tests/test_attention_hopper.py \
         tests/test_attention_hopper_bwd.py tests/test_input_checks.py tests/test_mlp.py tests/test_gemm.py \
         tests/test_gemm_plan.py tests/test_linear.py
-    note "pytest: $(grep -cE ' PASSED' "$L/pytest.log") passed, $(grep -cE ' FAILED' "$L/pytest.log") failed; $(grep -E '^=+ .*(passed|failed)' "$L/pytest.log" | tail -1)"
+    local rc=$?   # 124: the step's time ran out, so the counts below miss the tests that never finished
+    note "pytest: $(grep -cE ' PASSED' "$L/pytest.log") passed, $(grep -cE ' FAILED' "$L/pytest.log") failed" \
+         "of $(grep -oE '[0-9]+ items' "$L/pytest.log" | head -1), status $rc$([ $rc = 124 ] && echo ' (TIMED OUT)');" \
+         "$(grep -E '^=+ .*(passed|failed)' "$L/pytest.log" | tail -1)"
     grep -E " FAILED|^ERROR" "$L/pytest.log" | sort -u | head -20 | tee -a "$S"
 }
 
