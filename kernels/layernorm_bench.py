@@ -25,6 +25,14 @@ dtypes under autocast, and all-bf16): per call fwd+bwd of the public op under au
 dropout fused, with F.dropout beside it (the unfused way), and without dropout, PyTorch eager
 (x + F.dropout(r), F.layer_norm) in the same process; and the kernels alone with and without the
 mask (tests/test_layernorm_dropout.py checks the values).
+
+    python -m kernels.layernorm_bench --interleaved   # issue 4 (session 6): plans side by side
+    python -m kernels.layernorm_bench --s5            # issue 4 (session 5): the default plan alone
+
+--interleaved times the public op (fwd, fwd+bwd; bwd = the difference) for eager, torch.compile and
+each --plans plan (the default first) in interleaved rounds of CUDA-graph replays, then the kernels
+alone; --s5 the same rows for the default plan only, each timed on its own (the comments above
+interleaved_rows and S5_SHAPES say more).
 """
 import argparse
 import json
@@ -265,14 +273,13 @@ def print_dropout_rows(rows):
                   f"op {f - n:.1f} us; {e / f:.2f}x eager")
 
 
-# --s5 (session 5, issue 4): bf16 rows x 768 as bench.py counts them, the default plan (and with
-# bwd_reverse: back to back, the backward first reads the rows of h the forward wrote last, which
-# may still be in L2; training never runs a layernorm's backward right after its forward, so that
-# row is for reading), PyTorch eager and torch.compile (default mode) in the same process, the
-# forward, the backward and both. (Session 5's calls 2 and 3 timed opt-in kernels here that lost
+# --s5 (session 5, issue 4): bf16 rows x 768 as bench.py counts them, the default plan, PyTorch
+# eager and torch.compile (default mode) in the same process, the forward, the backward and both.
+# (Session 5 also timed "default,bwd_reverse" here; since session 6 the default plan includes
+# bwd_reverse, so that row would time the same plan twice: --interleaved compares plans now.) (Session 5's calls 2 and 3 timed opt-in kernels here that lost
 # and were removed: NOTES, "Session 5: L".)
 S5_SHAPES = [(16384, 768), (32768, 768)]
-S5_PLANS = ["default", "default,bwd_reverse"]
+S5_PLANS = ["default"]
 S5_KERNEL_FWD = ["default"]   # the kernels alone
 S5_KERNEL_BWD = ["default"]
 S5_KERNEL_SHAPES = list(SHAPES)
@@ -515,8 +522,8 @@ def main(argv=None):
     ap.add_argument("--no-compile", action="store_true", help="--interleaved: leave torch.compile out")
     ap.add_argument("--no-kernels", action="store_true", help="--interleaved: leave the kernels-alone rows out")
     ap.add_argument("--s5", action="store_true",
-                    help="issue 4 (session 5): fwd, bwd, fwd+bwd at 16384x768 and 32768x768 bf16, the default plan "
-                         "(and with bwd_reverse), eager and torch.compile, then the kernels alone")
+                    help="issue 4 (session 5): fwd, bwd, fwd+bwd at 16384x768 and 32768x768 bf16, the default plan, "
+                         "eager and torch.compile, then the kernels alone")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("kernels.layernorm_bench needs a CUDA GPU", file=sys.stderr)

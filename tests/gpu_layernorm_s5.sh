@@ -4,7 +4,7 @@
 # 55 s, bounds every step so that `pack` always runs):
 #   1. build tk_layernorm (python -m kernels --build; ~10-20 s, or a cached load)      -> build.log
 #   2. python -m kernels.layernorm_bench --s5: fwd, fwd+bwd (and bwd = the difference) at
-#      16384x768 and 32768x768 bf16, the default plan (and default,bwd_reverse, for reading),
+#      16384x768 and 32768x768 bf16, the default plan (session 5 also timed default,bwd_reverse: the default since session 6),
 #      PyTorch eager and torch.compile in the same process; then the kernels alone at the bench,
 #      GPT-2 and shakespeare shapes                                                    -> bench.log
 # Calls 2 and 3 of session 5 ran earlier versions of this script (in git history) with the opt-in
