@@ -11,7 +11,7 @@
 # (TORCH_EXTENSIONS_DIR=/tmp/ext; LANE_LIMIT bounds every step, tests/gpu_lib.sh; logs in OUT/logs,
 # packed into OUT/logs.tgz; figures in OUT/summary.txt). Order, riskiest information first:
 #   1 build (cached when the caller prebuilt)
-#   2 smoke: the default and CANDIDATES (default "21 23 24 22") with more work items than SMs, one
+#   2 smoke: the default and CANDIDATES (call 2: "21 23 24 22"; empty by default now) with more work items than SMs, one
 #     process under a hard limit; only the candidates that print "ok" go on
 #   3 the decision: forward at the three shapes, default against the candidates and cuDNN
 #     timed in turns (kernels.attention_bench --interleave, CUDA-graph replay, 9 rounds)
