@@ -54,13 +54,14 @@
 //               checks; pre bit-identical, h within fp32 rounding of bias_gelu's.
 //   bias_gelu_stmatrix  (fcfast=2, session 6, opt-in) bias_gelu_fast's values, staged by the policy
 //               itself (gemm4's STORES_SLAB hook): stmatrix, and one fence per box for pre and h.
+//   bias_gelu_deferred, bias_gelu_h_only_rounded  (fcfast=3 with fc=4, session 6, opt-in, step 4
+//               only) c_fc with its epilogue moved under the next tile's first k-steps (gemm4's
+//               DEFERS_STORE hook): pre = bf16(acc + b1) held as bf16 pairs at the tile's end, then
+//               per box pre and h = GELU(bf16 pre) staged and stored while the tensor cores work;
+//               the evaluation twin computes h from the bf16 pre too.
 //   bias_deferred  (defer=1, session 6, opt-in, step 4 only) c_proj's and dx's bias policy with the
 //               same deferral: bias added and values packed at the tile's end, stores under the
 //               next tile's first k-steps; the same bf16 values as bias.
-//   dgelu_deferred  (fast=2, session 6, opt-in, step 4 only) dgelu_fast's product with its epilogue
-//               moved under the next tile's first k-steps (gemm4's DEFERS_STORE hook): the tile's
-//               dh is held as bf16 pairs (eager's rounding) and each box's GELU', db1 sums and
-//               store run while the tensor cores work.
 //   dgelu_pre_tma  (pre=1, opt-in) the same values as dgelu, but pre arrives by TMA.
 //               Each consumer warp's lane 0 loads its tile's pre boxes into the warp's staging
 //               buffers when the tile starts (gemm4's INPUT_BOXES), so they land during the
@@ -112,7 +113,7 @@ const char* launch(const tk_mlp::gemm_args& g) {
     return launch_pingpong<MA, MB, Epi>(g, schedule);
 }
 
-// Session 6's deferred policies (dgelu_deferred for fast=2, bias_deferred for defer=1: their
+// Session 6's deferred policies (bias_gelu_deferred for fcfast=3, bias_deferred for defer=1: their
 // epilogue under the next tile's math) use step 4's DEFERS_STORE hook, so they run on step 4's
 // kernel only (alone or in 2-CTA clusters).
 template <major MB, typename Epi>
@@ -150,8 +151,6 @@ const char* linear_dgelu(const gemm_args& g) {
         return "tk_mlp: linear_dgelu needs bias_grad_partial (only the fast policies run without)";
     const int schedule = resolved_schedule(g, true);
     const bool pre_tma = g.pre_tma && schedule != SCHEDULE_PINGPONG_128x128_CLUSTER2 && schedule != SCHEDULE_PINGPONG_64x256_DEEP;
-    if (g.fast_dgelu == 2 && !pre_tma && on_step4(schedule))   // session 6, opt-in; elsewhere fast=2 runs fast=1's policies
-        return launch_deferred<major::MN, dgelu_deferred_epilogue>(g, schedule);
     if (pre_tma)
         return g.fast_dgelu ? launch<major::K, major::MN, dgelu_pre_tma_fast_epilogue>(g)
                             : launch<major::K, major::MN, dgelu_pre_tma_epilogue>(g);

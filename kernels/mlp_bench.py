@@ -55,8 +55,7 @@ def cases(Case, quick):
 DEFAULT_SCHEDULES = ("0", "pre=1", "dgelu=6,pre=1", "dgelu=6", "0,side=0", "dw=10", "4", "5", "6",
                      "fast=0", "finish=1", "dw=10,finish=1",   # fast=1 is the default since session 5
                      "fcfast=1", "fcfast=2", "fcfast=2,finish=1", "fcfast=2,finish=1,dw=10",   # session 6's opt-ins
-                     "fast=2", "defer=1", "fast=2,fcfast=2,finish=1,defer=1", "fc=4,fcfast=3",
-                     "fc=4,fcfast=3,fast=2,finish=1,defer=1")
+                     "defer=1", "fc=4,fcfast=3", "fc=4,fcfast=3,finish=1,defer=1")
 
 
 def main(argv=None):
@@ -89,8 +88,8 @@ def main(argv=None):
           f"side=0: no side jobs in dGELU; pre=1: dGELU gets pre by TMA and pipelines its dy sums; "
           f"fast=1 (the default): the dGELU epilogue's cheaper form; finish=1: the backward's bias sums and dW casts in one kernel; "
           f"fcfast=1: c_fc's epilogue's cheaper form (GELU in 5 operations, the bias without per-column checks), "
-          f"fcfast=2: the same staged by stmatrix, one fence per box; fast=2: the dGELU epilogue deferred under the next tile's math (step 4); "
-          f"defer=1: c_proj's and dx's stores deferred the same way (step 4); fc=4,fcfast=3: c_fc deferred on step 4")
+          f"fcfast=2: the same staged by stmatrix, one fence per box; "
+          f"defer=1: c_proj's and dx's stores deferred under the next tile's math (step 4); fc=4,fcfast=3: c_fc deferred the same way")
     for M in (int(m) for m in args.M.split(",")):
         g = torch.Generator(device="cuda").manual_seed(M)
         def t(*shape, scale=1.0, grad=True):

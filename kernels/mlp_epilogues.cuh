@@ -1,16 +1,17 @@
-// kernels/mlp_epilogues.cuh — the MLP's GELU math and its thirteen epilogue policies (bias,
+// kernels/mlp_epilogues.cuh — the MLP's GELU math and its fourteen epilogue policies (bias,
 // bias_gelu, bias_gelu_h_only, dgelu, dgelu_pre_tma, their four "fast" forms, bias_gelu_stmatrix,
-// dgelu_deferred, bias_deferred, reduce_add), shared by the translation units that
-// instantiate them: kernels/mlp.cu (step 4's cooperative schedule, and the dispatch),
-// kernels/mlp_pingpong*.cu (step 5's ping-pong schedule) and kernels/mlp_inference.cu (the
-// evaluation forward's h-only c_fc epilogue on every schedule). Read kernels/mlp.cu's opening comment first: it says what each
-// policy computes and why; the policy interface is in kernels/gemm_4_warp_specialized.cuh.
+// bias_gelu_deferred and its evaluation twin bias_gelu_h_only_rounded, bias_deferred, reduce_add),
+// shared by the translation units that instantiate them: kernels/mlp.cu (step 4's cooperative
+// schedule, and the dispatch), kernels/mlp_pingpong*.cu (step 5's ping-pong schedule) and
+// kernels/mlp_inference.cu (the evaluation forward's h-only c_fc epilogue on every schedule). Read
+// kernels/mlp.cu's opening comment first: it says what each policy computes and why; the policy
+// interface is in kernels/gemm_4_warp_specialized.cuh.
 // A policy must work for any tile width (step 4: 256 columns; step 5: 128 or 256), so it takes
 // the width from tile_pos::cols or the accumulator's ::cols.
 //
 // Read in order: step 4's configurations (plain, with input boxes, in 2-CTA clusters), GELU
-// math, the policies (session 5's fast dGELU forms, then session 6's fast c_fc forms), the
-// cross-file launcher declarations.
+// math, the policies (session 5's fast dGELU forms, then session 6's fast c_fc forms and the
+// deferred ones), the cross-file launcher declarations.
 #pragma once
 #include "mlp.h"
 #include "gemm_4_warp_specialized.cuh"
@@ -671,123 +672,9 @@ struct bias_gelu_h_only_rounded_epilogue : bias_gelu_h_only_fast_epilogue {
     }
 };
 
-// ---- session 6: the dGELU epilogue under the next tile's math ("fast=2", opt-in) ------------
-// Why: on step 4 (the dGELU GEMM's schedule) both consumers finish a tile together and the tensor
-// cores idle through the whole epilogue: the dGELU kernel takes 171.7 µs at M = 16384 where the
-// same product without it takes 120.2 (session 5). Through G's DEFERS_STORE hook (gemm_4_warp_
-// specialized.cuh, step 4 only) the policy HOLDS a finished tile and does its epilogue box by box
-// right after the next tile's first k-steps are issued, while the tensor cores run them:
-//   - hold(): dh = acc rounded to bf16 pairs, 64 registers beside the next tile's 128
-//     accumulators (fp32 would not fit). Eager PyTorch rounds dh to bf16 before its GELU backward
-//     too, so dpre = bf16(bf16(dh)·GELU'(pre)) is eager's arithmetic; the default rounds once.
-//   - store_held_box<B>(): box B's pre (its rows went to L2 when the held tile began), dpre =
-//     dh·GELU'(pre) in fp32 (gelu_grad_fast), db1's column sums (store_db1_partial, from the fp32
-//     products), dpre staged by stmatrix (bias_gelu_stmatrix's stage_box) and TMA-stored.
-// Without the hook (step 4's kernel ignoring DEFERS_STORE) the policy is dgelu_fast, whose box()
-// and tile state it keeps; on the other schedules mlp.cu runs dgelu_fast.
-struct dgelu_deferred_epilogue : dgelu_fast_epilogue {
-    static constexpr bool DEFERS_STORE = true;
-    int m, n;                                          // pre's rows and columns (hold() gets no shape)
-    static dgelu_deferred_epilogue make(const gemm_args& g) { return {dgelu_fast_epilogue::make(g), g.M, g.N}; }
-    // Box ch's 16 rows of pre (128 bytes each) into L1, one line per lane 0..15: call 1 (call 2's
-    // 974 vs 688 µs at M = 65536) loaded each box from L2 or DRAM right before the next k-step's
-    // wgmmas could be issued, so its latency stalled the tensor cores once per box.
-    __device__ __forceinline__ void prefetch_box_l1(int ch, const tile_pos& pos, int lane) const {
-        const int r = pos.slab_row + lane, c = pos.tile_col + ch * CC;
-        if (lane < 16 && r < m && c < n) asm volatile("prefetch.global.L1 [%0];" :: "l"(pre + size_t(r) * n + c));
-    }
-    template <int COLS> struct held {
-        static constexpr int boxes = COLS / CC;
-        uint32_t dh[COLS / 4];     // bf16 pairs: dh[2·blk + h] = 8-column block blk, row g + 8h
-        tile_pos pos;
-    };
-    template <typename Acc, int COLS>
-    __device__ __forceinline__ void hold(held<COLS>& hd, const Acc& acc, const tile_pos& pos) const {
-#pragma unroll
-        for (int i = 0; i < COLS / 4; ++i) hd.dh[i] = bias_gelu_stmatrix_epilogue::pack_bf16(acc.d[2 * i], acc.d[2 * i + 1]);
-        hd.pos = pos;
-        prefetch_box_l1(0, pos, laneid());
-    }
-    template <int B, int NBUF, typename CTile, int COLS>
-    __device__ __forceinline__ void store_held_box(CTile (&bufs)[NBUF], const held<COLS>& hd, const shape& sh, int lane) const {
-        const tile_pos& pos = hd.pos;
-        if constexpr (B + 1 < COLS / CC) prefetch_box_l1(B + 1, pos, lane);   // the next box lands during this one
-        CTile& buf = bufs[B % NBUF];
-        if (lane == 0) tma::store_wait_read<NBUF - 1>();   // the store NBUF boxes ago has read buf
-        __syncwarp();
-        // Half a box (32 columns) at a time: registers are short beside 128 accumulators and 64
-        // held pairs, so the db1 sums go through a reduce-scatter of 8 values (store_db1_half).
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            uint32_t pre_w[4][2];                      // pre at this thread's positions of the half
-            load_pre_half(B, half, pre_w, pos, sh);
-            float v[8];                                // [2jj + p]: column 8jj + 2t + p of the half, rows g, g + 8
-            uint32_t out[4][2];                        // dpre as bf16 pairs, as the accumulator holds them
-#pragma unroll
-            for (int jj = 0; jj < 4; ++jj) {
-                const int blk = B * CC / 8 + 4 * half + jj;
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const float2 x = unpack_bf16x2(pre_w[jj][h]), d = unpack_bf16x2(hd.dh[2 * blk + h]);
-                    const float d0 = d.x * gelu_grad_fast(x.x), d1 = d.y * gelu_grad_fast(x.y);
-                    out[jj][h] = bias_gelu_stmatrix_epilogue::pack_bf16(d0, d1);
-                    if (h == 0) { v[2 * jj] = d0; v[2 * jj + 1] = d1; } else { v[2 * jj] += d0; v[2 * jj + 1] += d1; }
-                }
-            }
-            bias_gelu_stmatrix_epilogue::stage_blocks(buf, 2 * half, {out[0][0], out[0][1], out[1][0], out[1][1]}, lane);
-            bias_gelu_stmatrix_epilogue::stage_blocks(buf, 2 * half + 1, {out[2][0], out[2][1], out[3][0], out[3][1]}, lane);
-            store_db1_half(v, B * CC + 32 * half, pos, sh);
-        }
-        fence_proxy_async();                           // generic writes -> TMA reads
-        __syncwarp();
-        if (lane == 0) {
-            if (inside(pos.slab_row / 16, pos.tile_col / CC + B, sh)) tma::store_async(C, buf, pos.slab_row / 16, pos.tile_col / CC + B);
-            tma::store_commit_group();                 // (an empty group keeps the count in step)
-        }
-    }
-    // pre of half `half` (32 columns) of box ch at this thread's positions, zeros outside pre
-    __device__ __forceinline__ void load_pre_half(int ch, int half, uint32_t (&dst)[4][2], const tile_pos& pos,
-                                                  const shape& sh) const {
-        const int r0 = pos.slab_row + pos.g, c0 = pos.tile_col + ch * CC + 32 * half + 2 * pos.t;
-        const unsigned int* row0 = reinterpret_cast<const unsigned int*>(pre + size_t(r0) * sh.N + c0);
-        const unsigned int* row8 = row0 + 4 * size_t(sh.N);      // 8 rows down
-        const bool rows_in = pos.slab_row + 16 <= sh.M, cols_in = pos.tile_col + ch * CC + 32 * half + 32 <= sh.N;
-        if (rows_in && cols_in) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j) { dst[j][0] = __ldg(row0 + 4 * j); dst[j][1] = __ldg(row8 + 4 * j); }
-            return;
-        }
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const bool col_ok = c0 + 8 * j < sh.N;
-            dst[j][0] = (col_ok && r0 < sh.M) ? __ldg(row0 + 4 * j) : 0u;
-            dst[j][1] = (col_ok && r0 + 8 < sh.M) ? __ldg(row8 + 4 * j) : 0u;
-        }
-    }
-    // db1 over the warp's 16 rows for 32 columns (col0 from the tile's start): a reduce-scatter of
-    // 8 values over the 8 lanes sharing columns, after which lane (g, t) holds column
-    // 8·(g >> 1) + 2t + (g & 1) of the half (the 32 lanes cover its 32 columns: one 128-byte store).
-    __device__ __forceinline__ void store_db1_half(float (&v)[8], int col0, const tile_pos& pos, const shape& sh) const {
-        if (!bias_grad_partial) return;
-        reduce_scatter_round8<4, 16>(v, pos.g & 4);
-        reduce_scatter_round8<2, 8>(v, pos.g & 2);
-        reduce_scatter_round8<1, 4>(v, pos.g & 1);
-        const int col = pos.tile_col + col0 + 8 * (pos.g >> 1) + 2 * pos.t + (pos.g & 1);
-        if (pos.slab_row < sh.M && col < sh.N) bias_grad_partial[size_t(pos.slab_row / 16) * sh.N + col] = v[0];
-    }
-    template <int HALF, int LANE_BIT>
-    __device__ static __forceinline__ void reduce_scatter_round8(float (&v)[8], bool upper) {
-#pragma unroll
-        for (int k = 0; k < HALF; ++k) {
-            const float keep = upper ? v[k + HALF] : v[k], send = upper ? v[k] : v[k + HALF];
-            v[k] = keep + __shfl_xor_sync(0xffffffffu, send, LANE_BIT);
-        }
-    }
-};
-
 // ---- session 6: c_proj's and dx's stores under the next tile's math ("defer=1", opt-in) -----
-// The same mechanism as dgelu_deferred for the two long-K products on step 4 (c_proj's y = acc + b2
-// and dx): at a tile's end the bias is added and the values rounded to bf16 pairs (what the
+// The same mechanism as bias_gelu_deferred (above) for the two long-K products on step 4 (c_proj's
+// y = acc + b2 and dx): at a tile's end the bias is added and the values rounded to bf16 pairs (what the
 // default stores, bit for bit), the next tile's wgmmas start, and each box is staged by stmatrix
 // and TMA-stored after one of its first k-steps. What stays exposed is the bias add and the
 // packing (~3 instructions per pair); the default's whole epilogue (~130 per box) was.

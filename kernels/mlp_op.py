@@ -114,8 +114,8 @@ SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 # fcfast=1: c_fc's cheaper epilogue (session 6: GELU in 5 operations, the bias without per-column checks);
 # fcfast=2: the same values staged by stmatrix with one fence per box (gemm4's STORES_SLAB hook);
 # fcfast=3 (with fc=4): c_fc deferred on step 4, h from the bf16 pre (gemm4's DEFERS_STORE hook);
-# fast=2: the dGELU epilogue deferred under the next tile's math on step 4 (gemm4's DEFERS_STORE hook);
-# defer=1: c_proj's and dx's stores deferred the same way on step 4 (session 6)
+# defer=1: c_proj's and dx's stores deferred the same way on step 4 (session 6). (Session 6's fast=2,
+# the dGELU epilogue deferred on step 4, lost on the H200 and was removed: kernels/NOTES.md, session 6 M.)
 FLAGS = ("side", "pre", "fast", "finish", "fcfast", "defer")
 FLAG_DEFAULTS = (1, 0, 1, 0, 0, 0)     # fast=1 by default since session 5 (kernels/NOTES.md, session 5 M)
 
@@ -125,8 +125,7 @@ def parse_schedule(spec):
     dGELU GEMM's side jobs off: separate fill and dy reduction kernels) and 'pre=1' (session 4,
     opt-in: the dGELU epilogue gets pre by TMA instead of per-thread loads, and its side job
     pipelines dy's column sums), 'fast=0' (session 5's fast=1 is the default: the dGELU epilogue's
-    cheaper form; fast=0 restores sessions 3-4's; fast=2, session 6, opt-in: on step 4 that
-    epilogue deferred under the next tile's math, its dh held in bf16 as eager rounds it) and
+    cheaper form; fast=0 restores sessions 3-4's) and
     'finish=1' (session 5, opt-in: one kernel for the backward's bias sums and dW casts) and
     'fcfast=1' (session 6, opt-in: c_fc's epilogue with GELU in 5 operations and the bias of a
     box without per-column checks; the evaluation forward follows it) or 'fcfast=2' (the same
@@ -152,7 +151,7 @@ def parse_schedule(spec):
         raise ValueError(f"{OP}: schedule {spec!r}: each value must be one of {sorted(SCHEDULES)} "
                          f"({'; '.join(f'{k} {v}' for k, v in SCHEDULES.items())}), got {bad[0]}")
     for name, value in zip(FLAGS, out[len(PRODUCTS):]):
-        allowed = (0, 1, 2, 3) if name == "fcfast" else (0, 1, 2) if name == "fast" else (0, 1)
+        allowed = (0, 1, 2, 3) if name == "fcfast" else (0, 1)
         if value not in allowed:
             raise ValueError(f"{OP}: schedule {spec!r}: {name} must be {' or '.join(map(str, allowed))}, got {value}")
     return out

@@ -34,7 +34,7 @@ step 50 tests.log python3 -m pytest -q -n 6 -p no:cacheprovider --maxfail=5 test
 note "tests (fcfast=1, 2, fast=2): $(grep -E 'passed|failed|error' "$L/tests.log" | tail -2 | tr '\n' ' ')"
 
 # 3. issue 6's table: the default, the session 6 opt-in and the session 5 opt-ins, one run
-SPECS="0;fcfast=1;fcfast=2;fc=4,fcfast=3;fast=2;defer=1;finish=1;fcfast=2,finish=1;fast=2,fcfast=2,finish=1,defer=1;fc=4,fcfast=3,fast=2,finish=1,defer=1;fast=2,fcfast=2,finish=1,defer=1,dw=10;dgelu=6"
+SPECS="0;fcfast=1;fcfast=2;fc=4,fcfast=3;defer=1;finish=1;fcfast=2,finish=1;fcfast=2,finish=1,defer=1;fc=4,fcfast=3,finish=1,defer=1;fcfast=2,finish=1,defer=1,dw=10;dgelu=6"   # (call 2 also ran fast=2, since removed)
 step 60 mlp_bench_graphs.log python3 -m kernels.mlp_bench --graphs --compile --M 16384,65536 --trials 9 --iters 20 \
     --schedules "$SPECS"
 { echo "--- mlp_bench --graphs --compile"; grep -vE "^===|^rc=|UserWarning|_warn_once|^MLP fwd" "$L/mlp_bench_graphs.log"; } | tee -a "$S"
@@ -42,7 +42,7 @@ step 60 mlp_bench_graphs.log python3 -m kernels.mlp_bench --graphs --compile --M
 # 4. per kernel (eager launches, one trial): where the time went, both sizes
 for M in 65536 16384; do
     step 13 mlp_kernels_$M.log python3 -m kernels.mlp_bench --kernels --M $M --trials 1 --iters 5 \
-        --schedules "0;fcfast=2;fast=2,fcfast=2,finish=1,defer=1;fc=4,fcfast=3,fast=2,finish=1,defer=1"
+        --schedules "0;fcfast=2;fcfast=2,finish=1,defer=1;fc=4,fcfast=3,finish=1,defer=1"
     { echo "--- mlp_bench --kernels M=$M"; grep -E "^M=|^  tk|kernels of|gemm|reduce|elementwise|finish|Memset|Fill" \
         "$L/mlp_kernels_$M.log" | cut -c1-150; } >> "$S"
 done
