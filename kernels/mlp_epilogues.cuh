@@ -15,7 +15,7 @@
 #pragma once
 #include "mlp.h"
 #include "gemm_4_warp_specialized.cuh"
-#include "tk/ops/warp/memory_shared.cuh"   // tk::detail::stmatrix_x4 (bias_gelu_stmatrix)
+#include "gemm_plain_epilogue.cuh"         // gemm4::plain_epilogue's stmatrix staging pieces (stmatrix_staging below)
 
 namespace tk_mlp::detail {
 using namespace tk;
@@ -59,6 +59,11 @@ __device__ __forceinline__ float gelu_grad(float x) {
 using gemm4::tile_pos;
 using gemm4::shape;
 constexpr int CC = gemm4::box_cols<bf16>;    // columns per accumulator box (bf16 outputs)
+// The policies that stage their own boxes (bias_gelu_stmatrix and the deferred ones) reuse the plain
+// GEMM epilogue's pieces: pack_bf16 (a bf16 pair in one register, lo at the lower column) and
+// stage_blocks (two 8-column blocks of a 16 x 64 box by one stmatrix.x4; kernels/gemm_plain_epilogue.cuh
+// explains why the accumulator's layout is stmatrix's).
+using stmatrix_staging = gemm4::plain_epilogue<bf16>;
 
 __device__ __forceinline__ float2 unpack_bf16x2(uint32_t v) {
     return __bfloat1622float2(*reinterpret_cast<const bf16_2*>(&v));
@@ -524,10 +529,6 @@ struct bias_gelu_stmatrix_epilogue : bias_gelu_fast_epilogue {
     static constexpr bool STORES_SLAB = true;
     static bias_gelu_stmatrix_epilogue make(const gemm_args& g) { return {bias_gelu_fast_epilogue::make(g)}; }
 
-    __device__ static __forceinline__ uint32_t pack_bf16(float lo, float hi) {   // lo at the lower column
-        bf16_2 v = __floats2bfloat162_rn(lo, hi);
-        return *reinterpret_cast<uint32_t*>(&v);
-    }
     // One 16 x 64 bf16 box from regs[j][h] (8-column block j, rows g / g + 8, as the accumulator
     // holds them) into buf: lane l gives the address of row l % 8 (+8 when (l / 8) is odd) of
     // block 2q + l / 16 for stmatrix q.
@@ -535,15 +536,7 @@ struct bias_gelu_stmatrix_epilogue : bias_gelu_fast_epilogue {
     __device__ static __forceinline__ void stage_box(CTile& buf, const uint32_t (&regs)[CC / 8][2], int lane) {
 #pragma unroll
         for (int q = 0; q < CC / 16; ++q)
-            stage_blocks(buf, q, {regs[2 * q][0], regs[2 * q][1], regs[2 * q + 1][0], regs[2 * q + 1][1]}, lane);
-    }
-    // 8-column blocks 2q and 2q + 1 of a box: r = {block 2q rows g, g + 8; block 2q + 1 rows g, g + 8}
-    template <typename CTile>
-    __device__ static __forceinline__ void stage_blocks(CTile& buf, int q, const uint32_t (&r)[4], int lane) {
-        const int row = 8 * ((lane / 8) & 1) + lane % 8;
-#ifdef TK_SM90                                            // (device code for sm_90 only; the MLP is Hopper-only)
-        tk::detail::stmatrix_x4(smem_addr(&buf) + CTile::offset(row, 8 * (2 * q + lane / 16)), r);
-#endif
+            stmatrix_staging::stage_blocks(buf, q, {regs[2 * q][0], regs[2 * q][1], regs[2 * q + 1][0], regs[2 * q + 1][1]}, lane);
     }
     template <int NBUF, typename CTile, typename Acc>
     __device__ __forceinline__ void store_slab(CTile (&bufs)[NBUF], Acc& acc, const tile_pos& pos, const shape& sh,
@@ -561,8 +554,8 @@ struct bias_gelu_stmatrix_epilogue : bias_gelu_fast_epilogue {
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int i = 4 * (ch * CC / 8 + j) + 2 * h;
-                    pre_regs[j][h] = pack_bf16(acc.d[i], acc.d[i + 1]);
-                    h_regs[j][h] = pack_bf16(gelu_fast(acc.d[i]), gelu_fast(acc.d[i + 1]));
+                    pre_regs[j][h] = stmatrix_staging::pack_bf16(acc.d[i], acc.d[i + 1]);
+                    h_regs[j][h] = stmatrix_staging::pack_bf16(gelu_fast(acc.d[i]), gelu_fast(acc.d[i + 1]));
                 }
             const bool store = inside(box_row, pos.tile_col / CC + ch, sh);
             if constexpr (NBUF >= 2) {                 // both outputs at once: box ch owns buffers 2ch, 2ch + 1 (mod NBUF)
@@ -630,7 +623,7 @@ struct bias_gelu_deferred_epilogue : bias_gelu_stmatrix_epilogue {
                 if (with_bias) { const uint32_t w = __ldg(pair + 4 * j); b0 = __uint_as_float(w << 16); b1 = __uint_as_float(w & 0xffff0000u); }
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
-                    hd.pre[2 * blk + h] = pack_bf16(acc.d[4 * blk + 2 * h] + b0, acc.d[4 * blk + 2 * h + 1] + b1);
+                    hd.pre[2 * blk + h] = stmatrix_staging::pack_bf16(acc.d[4 * blk + 2 * h] + b0, acc.d[4 * blk + 2 * h + 1] + b1);
             }
         }
         hd.pos = pos;
@@ -645,14 +638,14 @@ struct bias_gelu_deferred_epilogue : bias_gelu_stmatrix_epilogue {
 #pragma unroll
         for (int q = 0; q < CC / 16; ++q) {
             const int i = 2 * (B * CC / 8 + 2 * q);    // blocks 2q, 2q + 1 of box B, rows g and g + 8
-            stage_blocks(buf_pre, q, {hd.pre[i], hd.pre[i + 1], hd.pre[i + 2], hd.pre[i + 3]}, lane);
+            stmatrix_staging::stage_blocks(buf_pre, q, {hd.pre[i], hd.pre[i + 1], hd.pre[i + 2], hd.pre[i + 3]}, lane);
             uint32_t hr[4];
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
                 const float2 x = unpack_bf16x2(hd.pre[i + k]);
-                hr[k] = pack_bf16(gelu_fast(x.x), gelu_fast(x.y));
+                hr[k] = stmatrix_staging::pack_bf16(gelu_fast(x.x), gelu_fast(x.y));
             }
-            stage_blocks(buf_h, q, hr, lane);
+            stmatrix_staging::stage_blocks(buf_h, q, hr, lane);
         }
         fence_proxy_async();                           // generic writes -> TMA reads
         __syncwarp();
@@ -702,7 +695,7 @@ struct bias_deferred_epilogue : bias_epilogue {
                 if (with_bias) { const uint32_t w = __ldg(pair + 4 * j); b0 = __uint_as_float(w << 16); b1 = __uint_as_float(w & 0xffff0000u); }
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
-                    hd.v[2 * blk + h] = bias_gelu_stmatrix_epilogue::pack_bf16(acc.d[4 * blk + 2 * h] + b0, acc.d[4 * blk + 2 * h + 1] + b1);
+                    hd.v[2 * blk + h] = stmatrix_staging::pack_bf16(acc.d[4 * blk + 2 * h] + b0, acc.d[4 * blk + 2 * h + 1] + b1);
             }
         }
         hd.pos = pos;
@@ -715,7 +708,7 @@ struct bias_deferred_epilogue : bias_epilogue {
 #pragma unroll
         for (int q = 0; q < CC / 16; ++q) {
             const int i = 2 * (B * CC / 8 + 2 * q);    // blocks 2q, 2q + 1 of box B, rows g and g + 8
-            bias_gelu_stmatrix_epilogue::stage_blocks(buf, q, {hd.v[i], hd.v[i + 1], hd.v[i + 2], hd.v[i + 3]}, lane);
+            stmatrix_staging::stage_blocks(buf, q, {hd.v[i], hd.v[i + 1], hd.v[i + 2], hd.v[i + 3]}, lane);
         }
         fence_proxy_async();                           // generic writes -> TMA reads
         __syncwarp();
