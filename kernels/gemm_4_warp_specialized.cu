@@ -17,8 +17,9 @@
 // the warps stalled on instruction fetch (ncu). Variant 6 (kernels/gemm_plain_epilogue.cuh: the
 // plain product, stmatrix staging, ~50 instructions per box) and variant 8 (the same with a
 // tile's stores issued during the next tile's first k-steps, so the tensor cores never wait for
-// an epilogue) run at 0.99-1.05× and 1.02-1.11× cuBLAS at 8192³ and every GPT-2 forward shape
-// (H200, CUDA-graph timing; kernels/NOTES.md, session 6).
+// an epilogue) run at 0.98-1.05× and 1.02-1.11× cuBLAS at 8192³ and every GPT-2 forward shape
+// (H200, CUDA-graph timing; kernels/NOTES.md, session 6); variant 8 is what matmul(step=0) runs
+// for a plain product with enough tiles (kernels/gemm.py auto_step).
 //
 // The kernel template (producer, consumer main loop, epilogue loop, launcher) is in
 // kernels/gemm_4_warp_specialized.cuh, shared with the MLP; this file holds step 4's epilogue

@@ -33,7 +33,8 @@
 // 16384x768x3072 (v1 0.79x; 4-5% behind v1 at fwd x768x2304 and x768x768), 0.82-0.86x on the
 // weight gradients (step 4 0.78-0.81x) except dW 768x16384x768, where step 4 won (0.92x vs 0.86x;
 // final call 0.66x vs 0.65x). kernels/gemm.py `auto_step` picks step 5 v1 for K <= 1024, step 4
-// otherwise.
+// otherwise, for products with a fused bias/GELU (session 6: a plain product runs step 4 v8, or
+// step 5 v7 when it has too few tiles).
 //
 // Session 6: with the plain epilogue (kernels/gemm_plain_epilogue.cuh; variants 6 = 64x256 and
 // 7 = 128x128) the ping-pong runs at 1.02-1.03x cuBLAS at the K = 768 forward shapes, and 128x128

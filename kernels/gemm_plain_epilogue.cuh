@@ -1,6 +1,9 @@
 // kernels/gemm_plain_epilogue.cuh — the epilogue of the plain product C = A·B (nothing fused),
-// for GEMM steps 4 and 5 (variant 6 of each). Read after kernels/gemm_4_warp_specialized.cuh,
-// whose store_slab it replaces for this one policy.
+// for GEMM steps 4 and 5: plain_epilogue (variants 6 and 7 of each) and deferred_plain_epilogue
+// (step 4 variant 8, matmul(step=0)'s choice for most plain products), whose stores overlap the
+// next tile's k-steps. The MLP's self-staging policies reuse its pack_bf16 and stage_blocks
+// (kernels/mlp_epilogues.cuh). Read after kernels/gemm_4_warp_specialized.cuh, whose store_slab
+// these policies replace.
 //
 // Why it exists (session 6): at K = 768 a tile has only 12 k-steps, so what a tile costs besides
 // its math decides the rate. Step 4's generic epilogue (store_slab + linear_epilogue) decides at

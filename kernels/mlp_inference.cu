@@ -9,8 +9,10 @@
 // The same schedule choice as every other MLP GEMM (kernels/mlp.h: SCHEDULE_AUTO picks ping-pong
 // 64x256 for c_fc's shape; a forced schedule runs as forced), in a file of its own so the
 // training kernels and their compile checks are untouched and nvcc builds these in parallel.
-// With gemm_args::fast_gelu (fcfast=1, session 6) the policy is bias_gelu_h_only_fast, whose h is
-// bias_gelu_fast's: each training policy has its evaluation twin, so y stays bit-identical.
+// With gemm_args::fast_gelu (fcfast=1 or 2, session 6) the policy is bias_gelu_h_only_fast, whose h
+// is bias_gelu_fast's (and bias_gelu_stmatrix's); with fcfast=3 on step 4, bias_gelu_h_only_rounded,
+// whose h starts from the bf16 pre as bias_gelu_deferred's does: each training policy has its
+// evaluation twin, so y stays bit-identical.
 // Read after kernels/mlp.cu and kernels/mlp_pingpong.cu.
 #include <algorithm>
 #include "mlp.h"
