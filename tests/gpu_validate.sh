@@ -29,7 +29,7 @@ lane0() {
     export CUDA_VISIBLE_DEVICES=0
     local files=(tests/test_input_checks.py tests/test_fast_path.py tests/test_layernorm.py tests/test_layernorm_model.py
                  tests/test_mlp.py tests/test_attention.py tests/test_attention_hopper.py tests/test_gemm.py
-                 tests/test_train.py tests/test_bindings_bad_inputs.py tests/test_model.py)
+                 tests/test_train.py tests/test_bindings_bad_inputs.py tests/test_model.py tests/test_linear.py)
     [ -n "${PYTEST_FILES:-}" ] && read -r -a files <<< "$PYTEST_FILES"   # override: a space-separated list
     local have=(); for f in "${files[@]}"; do [ -f "$f" ] && have+=("$f"); done
     step 200 pytest.log python3 -m pytest -q -n 4 -p no:cacheprovider "${have[@]}"
