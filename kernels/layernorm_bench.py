@@ -278,6 +278,35 @@ def print_dropout_rows(rows):
 # (Session 5 also timed "default,bwd_reverse" here; since session 6 the default plan includes
 # bwd_reverse, so that row would time the same plan twice: --interleaved compares plans now.) (Session 5's calls 2 and 3 timed opt-in kernels here that lost
 # and were removed: NOTES, "Session 5: L".)
+# ---- the residual + LayerNorm step timed by --s5 and --interleaved, and its eager twin ----------
+
+def eager_add_layernorm(x, r, w, b):
+    import torch.nn.functional as F
+    h = x + r
+    return F.layer_norm(h, (h.shape[-1],), w, b, 1e-5), h
+
+
+def step_sets(rows, cols, l2_bytes, device="cuda"):
+    """Input sets [x, r, w, b, dy, dh] (bf16, fresh random), enough of them to cover twice the L2."""
+    def make(seed):
+        g = torch.Generator(device=device).manual_seed(seed)
+        t = lambda *shape, grad=False: torch.randn(*shape, generator=g, device=device).to(BF16).requires_grad_(grad)
+        return [t(rows, cols, grad=True), t(rows, cols, grad=True), t(cols, grad=True), t(cols, grad=True),
+                t(rows, cols), t(rows, cols)]
+    size = 6 * rows * cols * 2
+    return [make(i) for i in range(max(2, min(6, -(-2 * l2_bytes // size))))]
+
+
+def forward_step(inp, f):
+    with torch.no_grad():
+        f(*inp[:4])
+
+
+def forward_backward_step(inp, f):
+    y, h = f(*inp[:4])
+    torch.autograd.grad((y, h), inp[:4], (inp[4], inp[5]))
+
+
 S5_SHAPES = [(16384, 768), (32768, 768)]
 S5_PLANS = ["default"]
 S5_KERNEL_FWD = ["default"]   # the kernels alone
@@ -290,28 +319,17 @@ def s5_rows(args, ln, l2_bytes):
     (a backward alone cannot be captured after a forward run outside the graph: autograd runs it
     on the forward's stream; call 2 of session 5 tried). tk's backward kernels alone are in the
     kernel rows."""
-    import torch.nn.functional as F
     from torch import _dynamo
     from bench import time_graph_ms
-
-    def eager(x, r, w, b):
-        h = x + r
-        return F.layer_norm(h, (h.shape[-1],), w, b, 1e-5), h
 
     def tk(x, r, w, b):
         return ln.add_layernorm(x, r, w, b, 1e-5)
 
     out = {}
     for rows, cols in S5_SHAPES:
-        def make(seed):
-            g = torch.Generator(device="cuda").manual_seed(seed)
-            t = lambda *shape, grad=False: torch.randn(*shape, generator=g, device="cuda").to(BF16).requires_grad_(grad)
-            return [t(rows, cols, grad=True), t(rows, cols, grad=True), t(cols, grad=True), t(cols, grad=True),
-                    t(rows, cols), t(rows, cols)]
-        size = 6 * rows * cols * 2
-        sets = [make(i) for i in range(max(2, min(6, -(-2 * l2_bytes // size))))]
+        sets = step_sets(rows, cols, l2_bytes)
         _dynamo.reset()
-        impls = {"eager": eager, "compile": torch.compile(eager, dynamic=False)}
+        impls = {"eager": eager_add_layernorm, "compile": torch.compile(eager_add_layernorm, dynamic=False)}
         for plan in S5_PLANS:
             impls[f"tk {plan}"] = tk
         rows_out = {f"{kind} {rows}x{cols}": {} for kind in ("fwd", "bwd", "fwd+bwd")}   # bwd: the difference
@@ -319,14 +337,8 @@ def s5_rows(args, ln, l2_bytes):
             if impl.startswith("tk "):
                 ln.set_variant(impl[3:])
 
-            def fwd(inp, f=f):
-                with torch.no_grad():
-                    f(*inp[:4])
-
-            def fwd_bwd(inp, f=f):
-                y, h = f(*inp[:4])
-                torch.autograd.grad((y, h), inp[:4], (inp[4], inp[5]))
-
+            fwd = lambda inp, f=f: forward_step(inp, f)
+            fwd_bwd = lambda inp, f=f: forward_backward_step(inp, f)
             for kind, fn in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
                 try:
                     rows_out[f"{kind} {rows}x{cols}"][impl] = 1e3 * time_graph_ms(fn, sets, args.warmup, args.reps)
@@ -383,43 +395,24 @@ INTERLEAVED_PLANS = ["default", "fwd_full,bwd_tree,pdl", "fwd_full,bwd_tree,pdl,
 
 def interleaved_rows(args, ln, l2_bytes, plans, rows_list, cols=768):
     """{case: {impl: {"us": median, "spread": (lo, hi) of the round medians}}}, printed shape by shape."""
-    import torch.nn.functional as F
     from torch import _dynamo
-
-    def eager(x, r, w, b):
-        h = x + r
-        return F.layer_norm(h, (h.shape[-1],), w, b, 1e-5), h
 
     def tk(x, r, w, b):
         return ln.add_layernorm(x, r, w, b, 1e-5)
 
     out = {}
     for n, rows in enumerate(rows_list):
-        def make(seed):
-            g = torch.Generator(device="cuda").manual_seed(seed)
-            t = lambda *shape, grad=False: torch.randn(*shape, generator=g, device="cuda").to(BF16).requires_grad_(grad)
-            return [t(rows, cols, grad=True), t(rows, cols, grad=True), t(cols, grad=True), t(cols, grad=True),
-                    t(rows, cols), t(rows, cols)]
-        size = 6 * rows * cols * 2
-        sets = [make(i) for i in range(max(2, min(6, -(-2 * l2_bytes // size))))]
+        sets = step_sets(rows, cols, l2_bytes)
         _dynamo.reset()
-        impls = {"eager": (eager, None)}
+        impls = {"eager": (eager_add_layernorm, None)}
         if not args.no_compile:
-            impls["compile"] = (torch.compile(eager, dynamic=False), None)
+            impls["compile"] = (torch.compile(eager_add_layernorm, dynamic=False), None)
         for plan in plans:
             impls[f"tk {plan}"] = (tk, plan)
 
-        def fwd(inp, f):
-            with torch.no_grad():
-                f(*inp[:4])
-
-        def fwd_bwd(inp, f):
-            y, h = f(*inp[:4])
-            torch.autograd.grad((y, h), inp[:4], (inp[4], inp[5]))
-
         graphs, errors = {}, {}
         for impl, (f, plan) in impls.items():
-            for kind, step in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
+            for kind, step in (("fwd", forward_step), ("fwd+bwd", forward_backward_step)):
                 if plan is not None:
                     ln.set_variant(plan)   # read at launch: the graph keeps it
                 try:
