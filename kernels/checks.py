@@ -111,3 +111,15 @@ def require_number(op, name, value, *, minimum=None, positive=False, float32=Fal
     if not ok:
         rule = "a finite positive number" if positive else f"finite and >= {minimum}"
         fail(op, f"{name} must be {rule}" + (" (as the float32 the kernel takes)" if float32 else "") + f", got {value}")
+
+
+def bf16_preflight(what, n_embd, dtype, device, multiple, build_why_not):
+    """The start-up check shared by the bf16-only GEMM ops (mlp, linear): None if `what` can run
+    for this model configuration, else the reason; build_why_not() builds the extension now."""
+    if not str(device).startswith("cuda"):
+        return f"device={device}; the tk kernel needs CUDA"
+    if dtype != torch.bfloat16:
+        return f"dtype={dtype}; {what} computes in bfloat16 (use --dtype=bfloat16)"
+    if n_embd % multiple:
+        return f"n_embd={n_embd} is not a multiple of {multiple}"
+    return build_why_not()

@@ -194,13 +194,7 @@ def why_not(x, weight, bias=None):
 def preflight(n_embd, dtype, device, **_):
     """Start-up check for the configured model (the attention's linears: n_embd -> 3·n_embd and
     n_embd -> n_embd); builds the GEMM extension now, not mid-step."""
-    if not str(device).startswith("cuda"):
-        return f"device={device}; the tk kernel needs CUDA"
-    if dtype != BF16:
-        return f"dtype={dtype}; the tk GEMM computes in bfloat16 (use --dtype=bfloat16)"
-    if n_embd % MULTIPLE:
-        return f"n_embd={n_embd} is not a multiple of {MULTIPLE}"
-    return gemm.why_not()
+    return checks.bf16_preflight("the tk GEMM", n_embd, dtype, device, MULTIPLE, gemm.why_not)
 
 
 register_tk("linear", linear, why_not)

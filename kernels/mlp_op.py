@@ -363,13 +363,7 @@ def why_not(x, w_fc, b_fc, w_proj, b_proj):
 
 def preflight(n_embd, dtype, device, **_):
     """Start-up check for the configured model; builds the extension now, not mid-step."""
-    if not str(device).startswith("cuda"):
-        return f"device={device}; the tk kernel needs CUDA"
-    if dtype != torch.bfloat16:
-        return f"dtype={dtype}; the tk MLP computes in bfloat16 (use --dtype=bfloat16)"
-    if n_embd % MULTIPLE:
-        return f"n_embd={n_embd} is not a multiple of {MULTIPLE}"
-    return _ext.why_not()
+    return checks.bf16_preflight("the tk MLP", n_embd, dtype, device, MULTIPLE, _ext.why_not)
 
 
 register_tk("mlp", mlp, why_not)
