@@ -336,9 +336,18 @@ def main_profile(args, env):
             print(f"error: unknown model {model!r} in --models; choose from {', '.join(e2e_bench.MODELS)}",
                   file=sys.stderr)
             return 2
-        spec = {"model": model, "kernels": args.kernels, "compile": args.profile_compile or None,
+        kernels, _, _ = args.kernels.partition("/")
+        try:
+            if kernels not in ("tk", "torch", "auto"):
+                raise ValueError(f"--kernels {args.kernels!r}: start with tk, torch or auto (per-op overrides may follow, e.g. tk/linear=tk)")
+            _, overrides = e2e_bench.split_variant("tk" + args.kernels[len(kernels):])   # overrides only
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        spec = {"model": model, "kernels": kernels, "overrides": overrides, "compile": args.profile_compile or None,
                 "device": args.device, "dtype": args.dtype, "warmup": args.warmup, "dropout": args.dropout}
-        path = f"{stem}_profile_{model}_{args.kernels}{'_compile' if args.profile_compile else ''}.txt"
+        tag = args.kernels.replace("/", "_").replace("=", "-")
+        path = f"{stem}_profile_{model}_{tag}{'_compile' if args.profile_compile else ''}.txt"
         text = e2e_bench.profile(spec, args.profile_steps, args.profile_rows, path, env_line(env))
         print(text)
         print(f"wrote {path}")
@@ -362,7 +371,8 @@ def main(argv=None):
     e2e.add_argument("--variants", default="torch,torch+graphs,torch+compile,tk,tk+graphs,tk+compile",
                      help="--e2e's variants")
     e2e.add_argument("--e2e-timeout", type=int, default=300, help="seconds per --e2e variant")
-    e2e.add_argument("--kernels", default="tk", choices=["tk", "torch", "auto"], help="--profile's kernels")
+    e2e.add_argument("--kernels", default="tk",
+                     help="--profile's kernels: tk, torch or auto, per-op overrides may follow (tk/linear=tk)")
     e2e.add_argument("--profile-compile", default="", help="--profile under this torch.compile mode")
     e2e.add_argument("--profile-steps", type=int, default=3)
     e2e.add_argument("--dropout", type=float, default=0.0,

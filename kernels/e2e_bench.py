@@ -332,7 +332,7 @@ def profile(spec, steps, rows, path, env_line=""):
                 and e.name != "training_step" and not e.name.startswith("Optimizer.")]
     sort_by = "self_cuda_time_total" if cuda else "self_cpu_time_total"
     text = (f"bench.py --profile: {spec['model']} (B={info['batch_size']}, T={info['block_size']}, "
-            f"dropout {spec.get('dropout', 0.0)}, {info['dtype']}), kernels={spec['kernels']} (plan {info['plan']}), "
+            f"dropout {spec.get('dropout', 0.0)}, {info['dtype']}), kernels={spec['kernels']}{''.join(f'/{k}={v}' for k, v in spec.get('overrides', {}).items())} (plan {info['plan']}), "
             f"compile={spec.get('compile') or 'off'}, {steps} steps profiled after {spec['warmup']} warm-up\n"
             f"{env_line}\n\n"
             + (kernel_table(launches, steps, rows) if launches else "GPU kernels: none (a CPU run)")
