@@ -63,6 +63,8 @@
 // kernel instances of their own, EARLY_PDL and FIRST_STEPS; with bwd_reverse they are in the
 // default plan since session 6's call 3); its memory hints that lost (rows ahead in L2 inside the
 // loops, evict-first loads, fewer forward blocks an SM) are in kernels/NOTES.md ("Session 6: L").
+// Session 7's (opt-in until measured): smaller forward blocks (fwd_warps1/2/4) and an evenly
+// split backward grid (bwd_even); kernels/NOTES.md ("Session 7: L").
 //
 // DROPOUT of the branch (session 4): training drops elements of each residual branch (attention
 // and MLP outputs) before adding them to the stream. Done by kernels of its own, dropout costs a
@@ -101,19 +103,20 @@ constexpr int MAX_CHUNKS = 4;   // chunks per thread per row: at most 32 bf16 or
 // Elements widen to float on use (exact for bf16: a float's top half).
 template <typename T, int E> using Chunk = tk::chunk<T, E>;
 
-// A block's 8 warps split into row groups of G warps; each group normalizes one row at a time,
-// so a block steps over 8/G rows at once. Thread t of a group holds chunks t, t + 32G,
-// t + 64G, ... of the row: at each step the group's threads cover a contiguous span (coalesced).
+// A block's warps (8, or for the forward 1, 2 or 4 with the fwd_warps flags) split into row
+// groups of G warps; each group normalizes one row at a time, so a block of W warps steps over
+// W/G rows at once. Thread t of a group holds chunks t, t + 32G, t + 64G, ... of the row: at each
+// step the group's threads cover a contiguous span (coalesced).
 struct RowGroup {
     int G;               // warps per row: 1 for C <= 1024 (bf16 h), up to 8 for C = 4096 fp32 h
     int threads;         // 32 * G
     int t;               // this thread's rank in its group
-    int slot;            // which of the block's rows (0 .. 8/G - 1) this group takes
-    int rows_per_step;   // 8 / G
+    int slot;            // which of the block's rows (0 .. W/G - 1) this group takes
+    int rows_per_step;   // W / G
     int chunks;          // chunks in a row: cols / E
-    __device__ RowGroup(int G_, int chunks_)
+    __device__ RowGroup(int G_, int chunks_, int warps = BLOCK_WARPS)
         : G(G_), threads(32 * G_), t(threadIdx.x % (32 * G_)), slot(threadIdx.x / (32 * G_)),
-          rows_per_step(BLOCK_WARPS / G_), chunks(chunks_) {}
+          rows_per_step(warps / G_), chunks(chunks_) {}
     __device__ bool has(int i) const { return t + i * threads < chunks; }   // chunk i exists?
     __device__ int col(int i, int elems) const { return (t + i * threads) * elems; }
 };
@@ -246,7 +249,9 @@ __device__ __forceinline__ DropoutMask read_mask(const int64_t* seed, uint32_t t
 
 // ---- forward: one read of x and r, one write of h and y ----------------------------------------
 // Occupancy asked of ptxas: up to 3 chunks (48 bytes of h) a thread, four blocks (32 warps) an
-// SM; more, no minimum.
+// SM; more, no minimum. The bound is written for 8-warp blocks; the kernel reads its block's size
+// (blockDim), so the same instance also runs blocks of 1, 2 or 4 warps (fwd_warps flags), which
+// the same register budget (<= 64) lets fill an SM too: 32 one-warp blocks, the most an SM holds.
 template <typename TH, typename TR, int E, int CHUNKS> struct ForwardRow {
     Chunk<TH, E> x[CHUNKS];
     Chunk<TR, E> r[CHUNKS];
@@ -277,7 +282,7 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
                const int64_t* __restrict__ seed, uint32_t threshold, float scale) {
     constexpr int E = 16 / int(sizeof(TH));   // columns per chunk
     __shared__ float scratch[BLOCK_WARPS];
-    const RowGroup g(G, cols / E);
+    const RowGroup g(G, cols / E, blockDim.x / 32);   // blocks of 8 warps, or fewer (fwd_warps1/2/4)
     const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
     wait_for_previous_grid();   // pdl: x and r (and the seed) are written by kernels before this one
     if constexpr (EARLY_PDL) allow_next_grid();
@@ -586,6 +591,15 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //   bwd_l2_first2    the same for its first two row steps (FIRST_STEPS 2; wins over bwd_l2_first)
 //                    (the three: session 6, instances without dropout only, so with dropout the
 //                    plain kernels run; fwd_early_pdl and bwd_l2_first2 are in the default plan)
+//   fwd_warps1, fwd_warps2, fwd_warps4 (session 7) forward blocks of 1, 2 or 4 warps instead of 8
+//                    (never fewer than a row's G warps; the smallest asked wins): with fwd_full and
+//                    C = 768 bf16, 16384 rows are 16384 one-warp blocks, as torch.compile's Triton
+//                    forward has them. An 8-warp block frees its SM slot only when its slowest row
+//                    is done; a one-warp block is replaced as soon as its row is. Same instances
+//                    (the kernel reads its block size), so dropout runs them too.
+//   bwd_even     (session 7) the backward's persistent grid sized so every block takes the same
+//                    number of row steps (e.g. 256 blocks instead of 264 at 65536 x 768, where 8
+//                    blocks would otherwise take a 32nd step alone)
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -596,7 +610,11 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"pdl", &Variant::pdl},
                           {"fwd_early_pdl", &Variant::fwd_early_pdl},
                           {"bwd_l2_first", &Variant::bwd_l2_first},
-                          {"bwd_l2_first2", &Variant::bwd_l2_first2}};
+                          {"bwd_l2_first2", &Variant::bwd_l2_first2},
+                          {"fwd_warps1", &Variant::fwd_warps1},
+                          {"fwd_warps2", &Variant::fwd_warps2},
+                          {"fwd_warps4", &Variant::fwd_warps4},
+                          {"bwd_even", &Variant::bwd_even}};
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
 // Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan. Session 6's
@@ -666,18 +684,30 @@ int sm_count_and_cc(int* cc_major) {
 }
 
 // Blocks of the persistent grid: as many as fit on the GPU at once, but no more than there are
-// row steps (all of them when `full`). Occupancy is asked of the runtime once per kernel
-// (registers decide it).
-template <auto kernel> int grid_for(int64_t rows, int G, bool full = false) {
-    static int per_sm = 0;   // one per kernel instance (the template argument)
-    if (per_sm == 0) {
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, BLOCK_THREADS, 0);
-        if (per_sm < 1) per_sm = 1;
+// row steps (all of them when `full`). Occupancy is asked of the runtime once per kernel and
+// block size (registers decide it). `even` (bwd_even): no more blocks than it takes for every
+// block to have the same number of row steps (the last block may have fewer rows).
+template <auto kernel> int grid_for(int64_t rows, int G, int warps = BLOCK_WARPS, bool full = false, bool even = false) {
+    static int per_sm[BLOCK_WARPS + 1] = {};   // one set per kernel instance (the template argument), by warps
+    if (per_sm[warps] == 0) {
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[warps], kernel, warps * 32, 0);
+        if (per_sm[warps] < 1) per_sm[warps] = 1;
     }
-    const int64_t steps = (rows + BLOCK_WARPS / G - 1) / (BLOCK_WARPS / G);
-    const int64_t resident = int64_t(sm_count_and_cc(nullptr)) * per_sm;
+    const int rows_per_step = warps / G;
+    const int64_t steps = (rows + rows_per_step - 1) / rows_per_step;
+    const int64_t resident = int64_t(sm_count_and_cc(nullptr)) * per_sm[warps];
     if (full) return int(steps < int64_t(1) << 30 ? steps : int64_t(1) << 30);   // the loop takes the rest
-    return int(steps < resident ? steps : resident);
+    if (steps <= resident) return int(steps);
+    if (!even) return int(resident);
+    const int64_t steps_per_block = (steps + resident - 1) / resident;
+    return int((steps + steps_per_block - 1) / steps_per_block);
+}
+
+// The forward's block: 8 warps, or the fwd_warps flag's 1, 2 or 4, but at least a row's G warps.
+int forward_warps(int G) {
+    const Variant& v = current_variant();
+    const int asked = v.fwd_warps1 ? 1 : v.fwd_warps2 ? 2 : v.fwd_warps4 ? 4 : BLOCK_WARPS;
+    return asked > G ? asked : G;
 }
 
 // Every launch goes through here: kernel<<<grid, block, 0, stream>>>(args...), and with the pdl
@@ -725,14 +755,16 @@ template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, typename
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
     return with_forward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() {
-        return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, stream, a.x,
+        const int warps = forward_warps(G);
+        return launch(kernel, grid_for<kernel>(a.rows, G, warps, current_variant().fwd_full_grid), warps * 32, stream, a.x,
                       a.residual, a.weight, a.bias, a.params_bf16, a.y, a.h, a.mean, a.rstd, a.rows, a.cols, G, a.eps,
                       a.dropout.seed, drop_threshold(a.dropout), keep_scale_of(a.dropout));
     });
 }
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> int backward_grid(const BackwardArgs& a, int G) {
-    return with_backward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() { return grid_for<kernel>(a.rows, G); });
+    return with_backward_kernel<TH, TR, TY, CHUNKS, DROP>(
+        [&]<auto kernel>() { return grid_for<kernel>(a.rows, G, BLOCK_WARPS, false, current_variant().bwd_even); });
 }
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>

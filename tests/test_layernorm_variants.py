@@ -25,9 +25,13 @@ BF16, F32 = base.BF16, base.F32
 # each flag alone; session 6's flags on the default plan (the candidates: each instance), with the
 # reversed backward (the first row steps are the last rows) and on the persistent forward grid; all.
 SEAM = ["fwd_early_pdl", "bwd_l2_first", "bwd_l2_first2"]
+# session 7's: forward blocks of 1, 2, 4 warps (alone: on the persistent forward grid, whose blocks
+# loop over rows; with default: one block per row step), the evenly split backward grid; both.
+GRAIN = ["fwd_warps1", "fwd_warps2", "fwd_warps4", "bwd_even"]
 VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", *SEAM, "default,fwd_early_pdl,bwd_l2_first",
             "default,fwd_early_pdl,bwd_l2_first2,bwd_reverse", "bwd_tree,pdl,fwd_early_pdl,bwd_l2_first",
-            "fwd_full,bwd_reverse,bwd_tree,pdl," + ",".join(SEAM)]
+            *GRAIN, "default,fwd_warps1", "default,fwd_warps2", "default,fwd_warps4", "default,fwd_warps1,bwd_even",
+            "fwd_full,bwd_reverse,bwd_tree,pdl," + ",".join(SEAM + GRAIN)]
 # (rows, cols): 1 and 7 rows (fewer rows than a block takes), a tail of a few rows past a
 # block step, widths with 1 to 4 chunks a thread and 1 to 8 warps a row (1600: idle lanes),
 # and more rows than one wave of blocks.
@@ -176,7 +180,8 @@ def test_session6_flags_leave_the_dropout_kernels_alone(ln):
 
 
 @needs_cuda
-@pytest.mark.parametrize("plan", ["pdl", "pdl,fwd_early_pdl", "pdl,fwd_early_pdl,bwd_l2_first2", "default"])
+@pytest.mark.parametrize("plan", ["pdl", "pdl,fwd_early_pdl", "pdl,fwd_early_pdl,bwd_l2_first2", "default",
+                                  "default,fwd_warps1,bwd_even", "pdl,fwd_warps2"])
 def test_pdl_launches_inside_a_cuda_graph(ln, plan):
     """bench.py and train.py's cuda_graphs replay forward and backward from a graph: with pdl each
     kernel is captured as a programmatic dependent of the one before (forward -> backward ->
@@ -216,6 +221,84 @@ def test_pdl_launches_inside_a_cuda_graph(ln, plan):
                 assert torch.equal(a, c), (plan, name)
     finally:
         ln.set_variant("default")
+
+
+def launch_shapes(fn, tmp_path):
+    """{kernel name: [(grid, block), ...]} of the CUDA kernels fn launches, from the profiler's trace
+    (Kineto records each launch's grid and block)."""
+    import json
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    path = str(tmp_path / "trace.json")
+    prof.export_chrome_trace(path)
+    out = {}
+    for e in json.load(open(path)).get("traceEvents", []):
+        args = e.get("args", {})
+        if e.get("cat") == "kernel" and "block" in args and "grid" in args:
+            out.setdefault(e["name"], []).append((tuple(args["grid"]), tuple(args["block"])))
+    assert out, "the profiler's trace has no kernel launches with grid and block"
+    return out
+
+
+def one_launch(shapes, kernel):
+    found = [s for name, v in shapes.items() if re.search(r"\b" + kernel + r"\b", name) for s in v]
+    assert len(found) == 1, (kernel, shapes)
+    return found[0]
+
+
+@needs_cuda
+@pytest.mark.parametrize("cols, combo, G", [(768, "bf16", 1), (768, "fp32_bf16r_autocast", 2), (4096, "fp32", 8)])
+def test_forward_block_size_and_grid_are_what_the_flags_ask(ln, tmp_path, cols, combo, G):
+    """fwd_warps1/2/4: the forward's blocks have that many warps, but never fewer than a row's G warps
+    (C = 768: one warp for bf16 h, two for fp32 h; C = 4096 fp32: eight); with fwd_full one block per
+    row step (W / G rows), without it the persistent grid (at most the SMs' worth, looping)."""
+    rows = 16387
+    x, r, w, b, dy, dh = base.make(rows, cols, base.KERNEL_COMBOS[combo], 2)
+    y_bf16 = combo.endswith("autocast")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    try:
+        for spec, asked in (("default", 8), ("default,fwd_warps4", 4), ("default,fwd_warps2", 2),
+                            ("default,fwd_warps1", 1), ("default,fwd_warps4,fwd_warps1", 1), ("fwd_warps1", 1)):
+            ln.set_variant(spec)
+            warps = max(asked, G)
+            grid, block = one_launch(launch_shapes(lambda: ln.add_layernorm_fwd(x, r, w, b, 1e-5, y_bf16), tmp_path),
+                                     "forward_kernel")
+            assert block == (32 * warps, 1, 1), (spec, block)
+            steps = -(-rows // (warps // G))
+            if "default" in spec:   # fwd_full is in the default plan
+                assert grid == (steps, 1, 1), (spec, grid, steps)
+            else:                   # persistent: whole SMs' worth of blocks, each looping
+                assert grid[0] < steps and grid[0] % sms == 0, (spec, grid, steps)
+    finally:
+        ln.set_variant("default")
+
+
+@needs_cuda
+@pytest.mark.parametrize("rows", [65536, 16384, 1000])
+def test_bwd_even_gives_every_block_the_same_row_steps(ln, tmp_path, rows):
+    """bwd_even: the backward's persistent grid shrinks to the fewest blocks that keep the most row
+    steps a block takes (65536 x 768 bf16 on 132 SMs: 256 blocks of 32 steps, not 264 of 31 or 32);
+    the column sum adds exactly that many partial rows (its results: the float64 tests above)."""
+    x, r, w, b, dy, dh = base.make(rows, 768, base.KERNEL_COMBOS["bf16"], 3)
+    y, h, mean, rstd = ln.add_layernorm_fwd(x, r, w, b, 1e-5)
+    grids = {}
+    try:
+        for spec in ("default", "default,bwd_even"):
+            ln.set_variant(spec)
+            grids[spec] = one_launch(launch_shapes(lambda: ln.layernorm_bwd(dy, dh, h, mean, rstd, w), tmp_path),
+                                     "backward_kernel")[0][0]
+    finally:
+        ln.set_variant("default")
+    plain, even = grids["default"], grids["default,bwd_even"]
+    steps = -(-rows // 8)   # one warp a row, 8 rows a block step
+    assert even <= plain and -(-steps // even) == -(-steps // plain), grids
+    assert even == -(-steps // -(-steps // plain)), grids   # the fewest with that many steps each
+    if rows == 65536 and plain == 264:   # the H200: 132 SMs x 2 blocks
+        assert even == 256
 
 
 def default_plan_flags():
