@@ -81,7 +81,12 @@ VARIANTS = {0: "default (21 for D=64 and D=128)",
             12: "11 without lazy rescaling",
             13: "1 consumer, 2 CTAs/SM, half tile, lazy rescaling, dynamic scheduling (D=64; D=128 runs 11)",
             21: "12 (D=64) / 11 (D=128) with O stored through shared memory by TMA, items decoded by the "
-                "producer, approximate 1/l and log2(l)"}
+                "producer, approximate 1/l and log2(l)",
+            26: "21 launched as a programmatic dependent (PDL): its start overlaps the end of the kernel "
+                "before it (griddepcontrol.wait before any global memory access)",
+            27: "26 with the first item's Q and first K/V tiles asked of L2 before that wait",
+            28: "27 with every 8th exponential of a row on the FMA pipe (a cubic, Cody-Waite) instead of the MUFU",
+            29: "27 with every 4th exponential of a row on the FMA pipe"}
 
 
 OP = "tk Hopper attention"
