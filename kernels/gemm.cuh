@@ -27,6 +27,12 @@ struct args {
     int num_sms;          // persistent grid size (step 4)
     int variant;          // step 4 pipeline configuration (0 = default; see gemm_4_warp_specialized.cu)
     cudaStream_t stream;
+    // Split-K finished in the kernel (step 5 variants 8, 9: kernels/gemm_splitk_epilogue.cuh): fp32
+    // running sums and per-(tile, warp) arrival counters, both all zero between calls (the kernel
+    // leaves them so), and how many of each the caller allocated. Unused otherwise (nullptr).
+    float* splitk_sums = nullptr;
+    int* splitk_arrivals = nullptr;
+    long long splitk_sums_count = 0, splitk_arrivals_count = 0;
 };
 
 // Each step's launcher returns nullptr on success, else a message (shape unsupported, launch error).

@@ -27,6 +27,11 @@ C = A·B only (no bias, no GELU) with an epilogue compiled for exactly that
 bit-identical results, far fewer epilogue instructions per tile (step 4 v8 also overlaps a
 tile's stores with the next tile's first k-steps). matmul(step=0) without bias/GELU runs 4v8,
 or 5v7 for products with few output tiles (auto_step(plain=True)); with bias/GELU, the rule above.
+Variants 8 and 9 of step 5 (session 7; kernels/gemm_splitk_epilogue.cuh) are 5v7 / 5v6 with the
+split-K finished in the kernel: the last split of a tile sums the others' partials from a
+workspace the kernel keeps zeroed and stores the tile in the output dtype, so a weight gradient
+is one kernel (no memset of an fp32 buffer, no conversion kernel); see splitk_workspace for the
+workspace's lifetime (one per device and shape; not two same-shape products on two streams at once).
 
 Two environment variables, for experiments with the 2-CTA cluster variants (step 4 v5, step 5
 v3/v4; read at each launch by launch_pairs in kernels/gemm_4_warp_specialized.cuh):
@@ -61,9 +66,15 @@ VARIANTS5 = {0: "128x128 per consumer, 6 stages", 1: "64x256 per consumer, 4 sta
              4: "64x256 per consumer, 4 stages, 2-CTA clusters sharing B by TMA multicast",
              5: "64x256 per consumer, 5 stages, 1 output staging box per warp",
              6: "64x256 per consumer, 4 stages, plain epilogue (no bias/GELU; stmatrix staging)",
-             7: "128x128 per consumer, 6 stages, plain epilogue (no bias/GELU; stmatrix staging)"}
-TILES5 = {0: (128, 128), 1: (64, 256), 2: (128, 128), 3: (128, 128), 4: (64, 256), 5: (64, 256), 6: (64, 256), 7: (128, 128)}
-PLAIN_VARIANTS = {4: (6, 7, 8), 5: (6, 7)}   # kernels/gemm_plain_epilogue.cuh (session 6): the plain product only
+             7: "128x128 per consumer, 6 stages, plain epilogue (no bias/GELU; stmatrix staging)",
+             8: "128x128 per consumer, 6 stages, plain epilogue, split-K finished in the kernel (no memset, no conversion)",
+             9: "64x256 per consumer, 4 stages, plain epilogue, split-K finished in the kernel (no memset, no conversion)"}
+TILES5 = {0: (128, 128), 1: (64, 256), 2: (128, 128), 3: (128, 128), 4: (64, 256), 5: (64, 256), 6: (64, 256), 7: (128, 128),
+          8: (128, 128), 9: (64, 256)}
+PLAIN_VARIANTS = {4: (6, 7, 8), 5: (6, 7, 8, 9)}   # kernels/gemm_plain_epilogue.cuh (session 6): the plain product only
+# kernels/gemm_splitk_epilogue.cuh (session 7): split-K whose last split stores the tile (bf16 or
+# fp32) from a workspace the kernel keeps zeroed (splitk_workspace below)
+FUSED_SPLITK = {5: (8, 9)}
 
 
 def auto_step(M, N, K, plain=False, num_sms=132):
@@ -245,7 +256,7 @@ def plan(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, split
         b_mode = "c"
     if step >= 4 and splits is None:
         tm, tn = (TILE_M, TILE_N) if step == 4 else TILES5[variant]
-        splits = choose_splits(M, N, K, _num_sms(a.device), epilogue, tn, tm)
+        splits = choose_splits(M, N, K, _num_sms(a.device) if cuda else 132, epilogue, tn, tm)
     p = Plan(step, variant, a_t, b_mode, splits or 1, 32 - K % 32 if step == 2 and K % 32 else 0)
     if p.splits > 1 and epilogue:   # choose_splits returns 1 with an epilogue; kept as a guard
         raise ValueError("kernels.gemm.matmul: split-K cannot fuse bias/gelu (they would be applied once per split)")
@@ -254,6 +265,49 @@ def plan(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, split
             _plans.clear()
         _plans[key] = p
     return p
+
+
+# ---- the workspace of the in-kernel split-K (step 5 variants 8, 9) ----
+# fp32 running sums (tiles x BM x BN, in accumulator order) and int32 arrival counters (tiles x 4:
+# one per consumer warp of a tile), zero when allocated; each call's last split of a tile reads
+# its sums, writes zeros back and resets its counters, so they are zero again when the kernel
+# ends: nothing is cleared per call (kernels/gemm_splitk_epilogue.cuh).
+# Lifetime: one pair per (device, tile, tile grid), kept for the life of the process (never freed:
+# a CUDA graph that captured a call holds the pointers). So
+#   - calls on ONE stream (eager or in graphs, replayed in any order) share it safely: each call
+#     finds it zero, whatever ran before;
+#   - two products of the same shape running AT THE SAME TIME on two streams would share it and
+#     corrupt each other's sums: not supported (the training loop runs its GEMMs on one stream);
+#   - the first call of a shape must not be inside a CUDA graph capture (its allocation's zeroing
+#     would be captured, not run); such a call takes the old split-K path (memset + reduce-add +
+#     conversion; variant 7 or 6 of the same tile) instead. torch's usual warm-up before capture
+#     (which gemm_bench's capture() does) makes the workspace first.
+_splitk_ws = {}
+
+
+def splitk_workspace(device, M, N, tile_m, tile_n, allocate=True):
+    """(sums, arrivals) for an M x N product on tiles of tile_m x tile_n, made (zeroed) on first use;
+    None if it does not exist yet and allocate=False."""
+    tm, tn = -(-M // tile_m), -(-N // tile_n)
+    key = (device, tile_m, tile_n, tm, tn)
+    ws = _splitk_ws.get(key)
+    if ws is None and allocate:
+        ws = (torch.zeros(tm * tn * tile_m * tile_n, device=device, dtype=torch.float32),
+              torch.zeros(tm * tn * 4, device=device, dtype=torch.int32))
+        _splitk_ws[key] = ws
+    return ws
+
+
+def _fused_workspace(p, a, M, N):
+    """The workspace for plan p, or None: p does not split in the kernel, or this is a graph
+    capture and the workspace does not exist yet (the caller then takes the old split-K path)."""
+    if p.splits == 1 or p.variant not in FUSED_SPLITK.get(p.step, ()):
+        return None
+    tile_m, tile_n = TILES5[p.variant]
+    ws = splitk_workspace(a.device, M, N, tile_m, tile_n, allocate=False)
+    if ws is None and not torch.cuda.is_current_stream_capturing():
+        ws = splitk_workspace(a.device, M, N, tile_m, tile_n)
+    return ws
 
 
 def _operands(p, a, b):
@@ -278,6 +332,13 @@ def matmul(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, spl
     p = plan(a, b, out_dtype=out_dtype, bias=bias, gelu=gelu, step=step, splits=splits, out=out, variant=variant)
     M, N = a.shape[0], b.shape[1]
     a_store, b_store = _operands(p, a, b)
+    ws = _fused_workspace(p, a, M, N)
+    if ws is not None:                          # split-K finished in the kernel: c is written once
+        c = out if out is not None else torch.empty((M, N), device=a.device, dtype=out_dtype)
+        _ext.module.run(p.step, a_store, b_store, c, p.a_t, p.b_mode == "c", None, False, p.splits, p.variant, *ws)
+        return c
+    if p.splits > 1 and p.variant in FUSED_SPLITK.get(p.step, ()):   # first call inside a capture
+        p = p._replace(variant={8: 7, 9: 6}[p.variant])
     if p.splits > 1:                            # fp32 partials are reduce-added into zeros
         c = out.zero_() if out is not None and out_dtype == torch.float32 else \
             torch.zeros((M, N), device=a.device, dtype=torch.float32)
@@ -294,12 +355,17 @@ def kernel_only(a, b, *, step=0, variant=0):
     step=step, variant=variant) would run, on operands and an output prepared once here, so
     timing it leaves out the host path (checks, plan, allocation) and, for split-K, the zeroing
     and the fp32 -> bf16 conversion. With split-K, c (fp32, zeroed once) then holds the sum of
-    all launches: launch() is for timing, not for results. launch holds the prepared operands
+    all launches: launch() is for timing, not for results (with the in-kernel split-K of step 5
+    variants 8, 9 each launch is a whole product into a bf16 c: there is nothing left out). launch holds the prepared operands
     and c: keep it alive as long as any CUDA graph that captured it (kernels/gemm_bench.py)."""
     p = plan(a, b, step=step, variant=variant)
     a_store, b_store = _operands(p, a, b)
-    c = torch.zeros((a.shape[0], b.shape[1]), device=a.device, dtype=torch.float32 if p.splits > 1 else torch.bfloat16)
     run = _ext.module.run
+    ws = _fused_workspace(p, a, a.shape[0], b.shape[1])
+    if ws is not None:                          # in-kernel split-K: every launch is a whole product
+        c = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=torch.bfloat16)
+        return (lambda: run(p.step, a_store, b_store, c, p.a_t, p.b_mode == "c", None, False, p.splits, p.variant, *ws)), c
+    c = torch.zeros((a.shape[0], b.shape[1]), device=a.device, dtype=torch.float32 if p.splits > 1 else torch.bfloat16)
     return (lambda: run(p.step, a_store, b_store, c, p.a_t, p.b_mode == "c", None, False, p.splits, p.variant)), c
 
 

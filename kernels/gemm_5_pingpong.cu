@@ -48,6 +48,7 @@
 #include "gemm.cuh"
 #include "gemm_5_pingpong.cuh"
 #include "gemm_plain_epilogue.cuh"
+#include "gemm_splitk_epilogue.cuh"
 
 namespace {
 using namespace tk;
@@ -65,6 +66,10 @@ using config5 = gemm5::config<1, 5, 1>;   // 64x256, 5 stages, ONE staging box p
 // Variants 6 and 7 (session 6) = config1's 64x256 and config0's 128x128 tiles with
 // gemm4::plain_epilogue (kernels/gemm_plain_epilogue.cuh): the plain product only (no bias, no
 // GELU), boxes staged by stmatrix with no per-value branches.
+// Variants 8 and 9 (session 7) = config0's 128x128 and config1's 64x256 tiles with
+// gemm4::splitk_epilogue (kernels/gemm_splitk_epilogue.cuh): the plain product whose split-K is
+// finished in the kernel (the last split of a tile stores it, bf16 or fp32; no memset, no
+// conversion kernel), given a workspace that the caller zeroes once and the kernel keeps zeroed.
 
 template <typename Cfg, major MA, major MB, typename OutT, bool PLAIN>
 const char* launch(const gemm::args& g) {
@@ -83,6 +88,36 @@ const char* launch(const gemm::args& g) {
     }
 }
 
+// Variants 8, 9: the split-K workspace is checked here, where the tile is known.
+template <typename Cfg, major MA, major MB, typename OutT>
+const char* launch_splitk(const gemm::args& g) {
+    using Epi = gemm4::splitk_epilogue<OutT>;
+    if (g.splits > 1) {
+        const long long tiles = (long long)((g.M + Cfg::BM - 1) / Cfg::BM) * ((g.N + Cfg::BN - 1) / Cfg::BN);
+        if (!g.splitk_sums || !g.splitk_arrivals || g.splitk_sums_count < tiles * Cfg::BM * Cfg::BN ||
+            g.splitk_arrivals_count < tiles * 4)
+            return "gemm step 5: variants 8 and 9 with splits > 1 need a zeroed workspace of tiles x BM x BN fp32 sums "
+                   "and tiles x 4 int32 arrival counters (kernels/gemm.py splitk_workspace makes it)";
+    }
+    return gemm5::launch<Cfg, MA, MB, Epi>(
+        "gemm step 5", g.a, g.b, g.M, g.N, g.K, g.splits, g.num_sms, g.stream, [&] {
+            return Epi{{gemm4::out_gl<OutT>(static_cast<OutT*>(g.c), 1, g.M, g.N)},
+                       reinterpret_cast<float4*>(g.splitk_sums), g.splitk_arrivals};
+        });
+}
+
+template <typename Cfg>
+const char* dispatch_splitk(const gemm::args& g) {
+    if (g.c_fp32) {
+        if (!g.a_mn_major && !g.b_mn_major) return launch_splitk<Cfg, major::K, major::K, float>(g);
+        if (!g.a_mn_major) return launch_splitk<Cfg, major::K, major::MN, float>(g);
+        return launch_splitk<Cfg, major::MN, major::MN, float>(g);
+    }
+    if (!g.a_mn_major && !g.b_mn_major) return launch_splitk<Cfg, major::K, major::K, bf16>(g);
+    if (!g.a_mn_major) return launch_splitk<Cfg, major::K, major::MN, bf16>(g);
+    return launch_splitk<Cfg, major::MN, major::MN, bf16>(g);
+}
+
 template <typename Cfg, bool PLAIN = false>
 const char* dispatch(const gemm::args& g) {
     if (g.c_fp32) {
@@ -98,12 +133,13 @@ const char* dispatch(const gemm::args& g) {
 
 const char* gemm::step5_pingpong(const gemm::args& g) {
     if (g.a_mn_major && !g.b_mn_major) return "gemm step 5: A M-major with B K-major is not instantiated; pass B N-major";
-    if (g.splits > 1 && !g.c_fp32) return "gemm step 5: split-K reduce-adds fp32 partials; ask for an fp32 output";
+    if (g.splits > 1 && !g.c_fp32 && g.variant < 8)
+        return "gemm step 5: split-K reduce-adds fp32 partials; ask for an fp32 output (or use variant 8 or 9)";
     if (g.variant >= 6 && (g.bias || g.gelu))
-        return "gemm step 5: variants 6 and 7 are the plain product (no bias, no GELU); use variant 1 for a fused epilogue";
-#ifdef GEMM_DEFAULT_VARIANT_ONLY   // the CPU compile test: one configuration and the plain epilogue keep it quick
-    if (g.variant != 0 && g.variant != 6) return "gemm step 5: built with GEMM_DEFAULT_VARIANT_ONLY";
-    return g.variant == 6 ? dispatch<config1, true>(g) : dispatch<config0>(g);
+        return "gemm step 5: variants 6-9 are the plain product (no bias, no GELU); use variant 1 for a fused epilogue";
+#ifdef GEMM_DEFAULT_VARIANT_ONLY   // the CPU compile test: one configuration and the plain epilogues keep it quick
+    if (g.variant != 0 && g.variant != 6 && g.variant != 8) return "gemm step 5: built with GEMM_DEFAULT_VARIANT_ONLY";
+    return g.variant == 6 ? dispatch<config1, true>(g) : g.variant == 8 ? dispatch_splitk<config0>(g) : dispatch<config0>(g);
 #endif
     switch (g.variant) {
         case 0: return dispatch<config0>(g);
@@ -114,6 +150,8 @@ const char* gemm::step5_pingpong(const gemm::args& g) {
         case 5: return dispatch<config5>(g);
         case 6: return dispatch<config1, true>(g);
         case 7: return dispatch<config0, true>(g);
-        default: return "gemm step 5: variant must be 0..7";
+        case 8: return dispatch_splitk<config0>(g);
+        case 9: return dispatch_splitk<config1>(g);
+        default: return "gemm step 5: variant must be 0..9";
     }
 }

@@ -99,6 +99,15 @@ using gemm4::cluster_sync;
 using gemm4::arrive_on_cta;
 using gemm4::pair_work;
 
+// Optional, step 5 only: a policy that stores a consumer's WHOLE tile at once (all its slabs),
+// `static constexpr bool STORES_TILE = true;` and
+//   store_tile(bufs, acc[SLABS], pos[SLABS], shape, lane)   replaces the per-slab store_slab calls
+// (kernels/gemm_splitk_epilogue.cuh: split-K finished in the kernel, one arrival per warp and tile).
+template <typename Epi> __host__ __device__ constexpr bool stores_tile() {
+    if constexpr (requires { Epi::STORES_TILE; }) return Epi::STORES_TILE;
+    else return false;
+}
+
 template <typename Cfg, major MA, major MB, typename Epi>
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_pingpong_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params p) {
@@ -195,13 +204,18 @@ gemm_pingpong_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::
 #pragma unroll
             for (int h = 0; h < SLABS; ++h) wgmma::fence_operand(acc[h]);
 
-            // ---- epilogue, step 4's (gemm4::store_slab), once per 64-row slab: warp w stores rows 16w..
+            // ---- epilogue: the policy's whole-tile store (STORES_TILE), or step 4's
+            // (gemm4::store_slab) once per 64-row slab: warp w stores rows 16w..
+            if constexpr (stores_tile<Epi>()) {
+                p.epi.store_tile(s.c[c][warp], acc, pos, p.sh, lane);
+            } else {
 #pragma unroll
-            for (int h = 0; h < SLABS; ++h) {
-                if (h > 0) p.epi.begin_tile(ts[h], pos[h], p.sh);
-                gemm4::store_slab(s.c[c][warp], p.epi, ts[h], acc[h], pos[h], p.sh, lane,
-                                  h * (BN / gemm4::box_cols<typename Epi::out_t>),       // input boxes: this slab's buffers
-                                  h == 0 ? &s.input_full[c][warp] : nullptr, uint32_t((turns - 1) & 1));
+                for (int h = 0; h < SLABS; ++h) {
+                    if (h > 0) p.epi.begin_tile(ts[h], pos[h], p.sh);
+                    gemm4::store_slab(s.c[c][warp], p.epi, ts[h], acc[h], pos[h], p.sh, lane,
+                                      h * (BN / gemm4::box_cols<typename Epi::out_t>),       // input boxes: this slab's buffers
+                                      h == 0 ? &s.input_full[c][warp] : nullptr, uint32_t((turns - 1) & 1));
+                }
             }
         }
         if (lane == 0) tma::store_wait<0>();

@@ -83,6 +83,28 @@ Problem run_problem(int64_t step, const torch::Tensor& a, const torch::Tensor& b
     return {};
 }
 
+// The split-K workspace of step 5 variants 8 and 9 (kernels/gemm_splitk_epilogue.cuh): fp32 sums
+// and int32 arrival counters, contiguous, on a's device, or both absent. Whether they are large
+// enough depends on the variant's tile: the launcher checks that (RuntimeError).
+Problem workspace_problem(const torch::Tensor& a, const c10::optional<torch::Tensor>& sums,
+                          const c10::optional<torch::Tensor>& arrivals) {
+    using tk_bindings::type_problem, tk_bindings::value_problem;
+    const bool has_sums = sums && sums->defined(), has_arrivals = arrivals && arrivals->defined();
+    if (has_sums != has_arrivals)
+        return value_problem("gemm: splitk_sums and splitk_arrivals come together (both or neither)");
+    if (!has_sums) return {};
+    for (const auto* t : {&*sums, &*arrivals}) {
+        const char* name = t == &*sums ? "splitk_sums" : "splitk_arrivals";
+        if (!t->is_cuda() || t->device() != a.device())
+            return value_problem(say(name, " must be on a's device " + device_name(a) + ", got one on " + device_name(*t)));
+        if (!t->is_contiguous()) return value_problem(say(name, " must be contiguous"));
+    }
+    if (sums->scalar_type() != torch::kFloat32) return type_problem("gemm: splitk_sums must be float32, got " + dtype_name(*sums));
+    if (arrivals->scalar_type() != torch::kInt32)
+        return type_problem("gemm: splitk_arrivals must be int32, got " + dtype_name(*arrivals));
+    return {};
+}
+
 // SM count per device, asked once: the launchers size their persistent grids with it on every
 // call, and the attribute query is host work each call would otherwise repeat.
 int sm_count(int device) {
@@ -101,8 +123,10 @@ int sm_count(int device) {
 }
 
 void run(int64_t step, const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& c, bool a_mn_major,
-         bool b_mn_major, const c10::optional<torch::Tensor>& bias, bool gelu, int64_t splits, int64_t variant) {
+         bool b_mn_major, const c10::optional<torch::Tensor>& bias, bool gelu, int64_t splits, int64_t variant,
+         const c10::optional<torch::Tensor>& splitk_sums, const c10::optional<torch::Tensor>& splitk_arrivals) {
     tk_bindings::raise_if(run_problem(step, a, b, c, a_mn_major, b_mn_major, bias, splits));
+    tk_bindings::raise_if(workspace_problem(a, splitk_sums, splitk_arrivals));
     const int64_t M = c.size(0), N = c.size(1);
     const int64_t K = a_mn_major ? a.size(0) : a.size(1);
     const void* bias_ptr = bias && bias->defined() ? bias->data_ptr() : nullptr;
@@ -111,6 +135,12 @@ void run(int64_t step, const torch::Tensor& a, const torch::Tensor& b, torch::Te
     gemm::args g{a.data_ptr(), b.data_ptr(), c.data_ptr(), int(M), int(N), int(K), a_mn_major, b_mn_major,
                  c.scalar_type() == torch::kFloat32, bias_ptr, gelu, int(splits),
                  num_sms, int(variant), c10::cuda::getCurrentCUDAStream().stream()};
+    if (splitk_sums && splitk_sums->defined()) {
+        g.splitk_sums = splitk_sums->data_ptr<float>();
+        g.splitk_arrivals = splitk_arrivals->data_ptr<int>();
+        g.splitk_sums_count = splitk_sums->numel();
+        g.splitk_arrivals_count = splitk_arrivals->numel();
+    }
     // The launchers return nullptr, or why they refused (an unsupported layout or option for the
     // step) or what failed at launch.
     const char* err = nullptr;
@@ -129,13 +159,20 @@ void run(int64_t step, const torch::Tensor& a, const torch::Tensor& b, torch::Te
 // not included: they come from run itself, as RuntimeError.
 std::string check_run(int64_t step, const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c,
                       bool a_mn_major, bool b_mn_major, const c10::optional<torch::Tensor>& bias, bool /*gelu*/,
-                      int64_t splits, int64_t /*variant*/) {
-    return run_problem(step, a, b, c, a_mn_major, b_mn_major, bias, splits).message;
+                      int64_t splits, int64_t /*variant*/, const c10::optional<torch::Tensor>& splitk_sums,
+                      const c10::optional<torch::Tensor>& splitk_arrivals) {
+    if (Problem p = run_problem(step, a, b, c, a_mn_major, b_mn_major, bias, splits)) return p.message;
+    return workspace_problem(a, splitk_sums, splitk_arrivals).message;
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-    m.def("check_run", &check_run, "'' or what run(...) with the same arguments would raise");
-    m.def("run", &run, "C = A·B with one GEMM step (see kernels/gemm.py)");
+    // The last two arguments are optional (None): step 5 variants 8 and 9's split-K workspace.
+    m.def("check_run", &check_run, "'' or what run(...) with the same arguments would raise", py::arg("step"), py::arg("a"),
+          py::arg("b"), py::arg("c"), py::arg("a_mn_major"), py::arg("b_mn_major"), py::arg("bias"), py::arg("gelu"),
+          py::arg("splits"), py::arg("variant"), py::arg("splitk_sums") = py::none(), py::arg("splitk_arrivals") = py::none());
+    m.def("run", &run, "C = A·B with one GEMM step (see kernels/gemm.py)", py::arg("step"), py::arg("a"), py::arg("b"),
+          py::arg("c"), py::arg("a_mn_major"), py::arg("b_mn_major"), py::arg("bias"), py::arg("gelu"), py::arg("splits"),
+          py::arg("variant"), py::arg("splitk_sums") = py::none(), py::arg("splitk_arrivals") = py::none());
 }

@@ -105,17 +105,19 @@ def test_non_tensor_arguments_take_the_checked_path():
 
 
 def test_plain_variant_refuses_bias_and_gelu_on_cpu():
-    """Variants 6-8 of step 4 and 6-7 of step 5 (the plain epilogue) have no bias/GELU: the Python
-    checks say so; variant 8 exists only for step 4."""
+    """Variants 6-8 of step 4 and 6-9 of step 5 (the plain epilogue; 5v8 and 5v9 with the in-kernel
+    split-K) have no bias/GELU: the Python checks say so; variant 9 exists only for step 5."""
     x, W = bf16(64, 32), bf16(48, 32)
-    for step, variants in ((4, (6, 7, 8)), (5, (6, 7))):
+    for step, variants in ((4, (6, 7, 8)), (5, (6, 7, 8, 9))):
         for variant in variants:
             assert plan(x, W.t(), step=step, variant=variant).variant == variant
             for kw in ({"bias": bf16(48)}, {"gelu": True}):
                 with pytest.raises(ValueError, match=f"variant {variant} of step {step} is the plain product"):
                     plan(x, W.t(), step=step, variant=variant, **kw)
     with pytest.raises(ValueError, match="variant must be one of"):
-        plan(x, W.t(), step=5, variant=8)
+        plan(x, W.t(), step=4, variant=9)
+    with pytest.raises(ValueError, match="variant must be one of"):
+        plan(x, W.t(), step=5, variant=10)
 
 
 def test_auto_plans_the_plain_variants_without_bias():
@@ -130,3 +132,33 @@ def test_auto_plans_the_plain_variants_without_bias():
         assert (p.step, p.variant) == want, (m, k, want, p)
         pb = plan(a, b, step=0, bias=bf16(b.shape[1]))
         assert (pb.step, pb.variant) == gemm.auto_step(m, b.shape[1], k), pb
+
+
+def test_splitk_workspace_sizes_and_reuse():
+    """Step 5 variants 8/9's workspace (kernels/gemm.py splitk_workspace): tiles x BM x BN fp32 sums
+    and tiles x 4 int32 counters, zero, one per (device, tile, tile grid) and reused; shapes that
+    round up to the same tile grid share it. Built on the CPU here (the sizes are the point)."""
+    gemm._splitk_ws.clear()
+    try:
+        sums, arrivals = gemm.splitk_workspace("cpu", 768, 3072, 128, 128)
+        assert sums.dtype == torch.float32 and arrivals.dtype == torch.int32
+        assert sums.numel() == 6 * 24 * 128 * 128 and arrivals.numel() == 6 * 24 * 4
+        assert not sums.any() and not arrivals.any()
+        again = gemm.splitk_workspace("cpu", 700, 3072 - 16, 128, 128)        # same 6 x 24 tile grid
+        assert again[0] is sums and again[1] is arrivals
+        wide = gemm.splitk_workspace("cpu", 768, 3072, 64, 256)               # the other tile: its own
+        assert wide[0] is not sums and wide[0].numel() == 12 * 12 * 64 * 256 and wide[1].numel() == 12 * 12 * 4
+        assert gemm.splitk_workspace("cpu", 77, 272, 128, 128, allocate=False) is None
+        assert len(gemm._splitk_ws) == 2
+    finally:
+        gemm._splitk_ws.clear()
+
+
+def test_fused_splitk_variants_plan_a_split():
+    """5v8 / 5v9 choose their split-K factor like 5v7 / 5v6 (choose_splits on their tile), and the
+    weight gradient's plan reads dy.t() and x in place."""
+    dy, x = bf16(16384, 768), bf16(16384, 3072)
+    for variant, twin in ((8, 7), (9, 6)):
+        p = gemm.plan(dy.t(), x, step=5, variant=variant, cuda=False)
+        q = gemm.plan(dy.t(), x, step=5, variant=twin, cuda=False)
+        assert p.splits == q.splits > 1 and p.a_t and p.b_mode == "c"
