@@ -113,9 +113,16 @@
 namespace attention_hopper_bwd {
 
 // ---- Configuration ---------------------------------------------------------------------------
-template <int D, bool PIPELINED = false, bool SPLIT_DQ = false>
+// OPT (session 7, variants 6 and 7): bit FUSED_DI computes Di inside the main kernel (producer
+// warps 2-3) instead of kernel 1; bit DQ_ATOMIC adds the dQ partials from registers with vector
+// atomics (red.global.add.v4.f32) instead of shared memory + one bulk reduce-add.
+constexpr int FUSED_DI = 1, DQ_ATOMIC = 2;
+
+template <int D, bool PIPELINED = false, bool SPLIT_DQ = false, int OPT = 0>
 struct config {
     static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+    static constexpr bool fused_di = (OPT & FUSED_DI) != 0;
+    static constexpr bool dq_atomic = (OPT & DQ_ATOMIC) != 0;
     static_assert(!SPLIT_DQ || (D == 128 && !PIPELINED), "variant 3 is D = 128's (its halves are whole 64-column blocks)");
     static constexpr int consumers = 2;
     static constexpr int block_n = 64 * consumers;      // keys per CTA (64 per consumer)
@@ -133,11 +140,17 @@ struct config {
     static constexpr int do_off = q_off + stages * q_bytes;
     static constexpr int ds_off = do_off + stages * q_bytes;
     static constexpr int dq_off = ds_off + (SPLIT_DQ ? 2 : 1) * consumers * ds_bytes;
-    static constexpr int vec_off = dq_off + consumers * dq_buffers * dq_bytes;   // lse2[stages][64], di[stages][64]
-    static constexpr int smem_bytes = vec_off + 2 * stages * block_m * 4 + 1024;   // + alignment slack
+    static constexpr int vec_off = dq_off + (dq_atomic ? 0 : consumers * dq_buffers * dq_bytes);   // lse2[stages][64], di[stages][64]
+    // FUSED_DI: producer warps 2-3 copy O and dO rows of one query block here (cp.async, each
+    // thread its own 16-byte pieces of both) and sum them into Di
+    static constexpr int di_scratch_off = vec_off + 2 * stages * block_m * 4;
+    static constexpr int smem_bytes = di_scratch_off + (fused_di ? 2 * block_m * D * 2 : 0) + 1024;   // + alignment slack
     // setmaxnreg moves registers to the consumers: 128·(24 + 2·240) = 64512 (ptxas reports the
     // entry cap of __launch_bounds__(384, 1), 168, as the kernel's count).
-    static constexpr int producer_regs = 24, consumer_regs = 240;
+    // FUSED_DI: the Di warps (producer warps 2-3) need more than 24 registers (ptxas spilled).
+    // setmaxnreg.inc draws on what the producer gave back, (168 - 32)·128 = 17408 = 68 more per
+    // consumer thread: 232 (D = 64; D = 128's consumers serialize their wgmmas at 232: C7512).
+    static constexpr int producer_regs = fused_di ? 32 : 24, consumer_regs = fused_di ? 232 : 240;
     // D = 128 (variant 1): dQ is issued only after dV and dK finished (frees P's and dS's A
     // operands; with all of them live ptxas ran out of registers and serialized: C7512).
     static constexpr bool dq_after_dk = D == 128 && !SPLIT_DQ;
@@ -155,7 +168,10 @@ struct kernel_params {
     int64_t dk_stride_batch, dk_stride_head, dk_stride_seq;
     int64_t dv_stride_batch, dv_stride_head, dv_stride_seq;
     const float* lse;                                   // (B, H, T), natural log
-    const float* d_rowsum;                              // (B, H, T), Di
+    const float* d_rowsum;                              // (B, H, T), Di (kernel 1; unused with FUSED_DI)
+    const __nv_bfloat16 *o, *d_o;                       // FUSED_DI: Di's inputs, (B, H, T, D) strided
+    int64_t o_stride_batch, o_stride_head, o_stride_seq;
+    int64_t do_stride_batch, do_stride_head, do_stride_seq;
     float* dq_accum;                                    // (B·H, query blocks, 64·D) fp32, zeroed
     int heads, seq_len, q_blocks;
     float scale, scale_log2;
@@ -222,6 +238,25 @@ __device__ inline void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t by
     tk::tma::store_commit_group();
 }
 
+// 16 bytes global -> shared by cp.async at a shared-memory ADDRESS (zeros where !valid); and a
+// 16-byte shared load. (tk::sm80's cp_async_16 takes a generic pointer: 64-bit registers.)
+__device__ inline void cp_async_16(uint32_t dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ inline uint4 ld_shared_16(uint32_t addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+    return v;
+}
+
+// One vector atomic add of four floats in L2 (sm_90: red.global.add.v4.f32; no return value).
+__device__ inline void red_add_v4(float4* dst, float a, float b, float c, float d) {
+#ifdef TK_HOPPER
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(dst), "f"(a), "f"(b), "f"(c), "f"(d)
+                 : "memory");
+#endif
+}
+
 // ---- Kernel 1: Di = rowsum(dO ∘ O), fp32, D/8 threads per row (16-byte loads) -------------------
 template <int D>
 __global__ void __launch_bounds__(256) rowsum_kernel(const AttentionBackwardParams p) {
@@ -253,10 +288,10 @@ __global__ void __launch_bounds__(256) rowsum_kernel(const AttentionBackwardPara
 }
 
 // ---- Kernel 2: dK, dV and the dQ partials -------------------------------------------------------
-template <int D, bool PIPELINED, bool SPLIT_DQ>
-__global__ void __launch_bounds__(config<D, PIPELINED, SPLIT_DQ>::threads, 1)
+template <int D, bool PIPELINED, bool SPLIT_DQ, int OPT>
+__global__ void __launch_bounds__(config<D, PIPELINED, SPLIT_DQ, OPT>::threads, 1)
 backward_kernel(const __grid_constant__ kernel_params p) {
-    using C = config<D, PIPELINED, SPLIT_DQ>;
+    using C = config<D, PIPELINED, SPLIT_DQ, OPT>;
     using namespace tk;
     constexpr int BN = C::block_n, BM = C::block_m, S = C::stages;
 
@@ -280,7 +315,8 @@ backward_kernel(const __grid_constant__ kernel_params p) {
     if (threadIdx.x == 0) {
         mbar::init(kv_full, 1);
         for (int s = 0; s < S; ++s) {
-            mbar::init(full[s], 1 + 32);                // TMA thread + the 32 lanes of warp 1
+            // TMA thread + the 32 lanes of warp 1 (+ the 64 threads of warps 2-3 with FUSED_DI)
+            mbar::init(full[s], 1 + 32 + (C::fused_di ? 64 : 0));
             mbar::init(empty[s], C::consumers * 128);   // every consumer thread (see release)
         }
         mbar::fence_init();
@@ -320,9 +356,58 @@ backward_kernel(const __grid_constant__ kernel_params p) {
                     const int q = m0 + r;
                     // a query past T: lse = +inf makes its P exactly 0
                     lse2_s[s * BM + r] = q < p.seq_len ? lse[q] * LOG2E : INFINITY;
-                    di_s[s * BM + r] = q < p.seq_len ? di[q] : 0.f;
+                    if constexpr (!C::fused_di) di_s[s * BM + r] = q < p.seq_len ? di[q] : 0.f;
                 }
                 mbar::arrive(full[s]);                  // release: the writes above are visible
+                if (++s == S) { s = 0; phase ^= 1; }
+            }
+        } else if (C::fused_di && warp >= 2) {
+            // Di = rowsum(dO∘O) of each query block, here instead of kernel 1 (every key block
+            // of a head recomputes its query blocks' Di: L2 reads instead of a launch and a pass).
+            // LANES threads per row, 16 bytes each; thread j copies its pieces of O and dO for
+            // all STEPS row groups with cp.async (no registers held while the copies fly), waits
+            // for its own copies only, and sums them: no barrier among the 64 threads. After the
+            // shuffle, the thread with part == step keeps that step's row sum (STEPS == LANES).
+            constexpr int LANES = D / 8, ROWS = 64 / LANES, STEPS = BM / ROWS;
+            static_assert(STEPS == LANES, "one kept sum per thread");
+            const int j = threadIdx.x - 64, part = j % LANES, row_in_step = j / LANES;
+            // this thread's pieces: rows row_in_step + ROWS·step of each block, columns 8·part ..
+            const __nv_bfloat16* o_row = p.o + b * p.o_stride_batch + h * p.o_stride_head + part * 8 +
+                                         (int64_t(m_begin) * BM + row_in_step) * p.o_stride_seq;
+            const __nv_bfloat16* g_row = p.d_o + b * p.do_stride_batch + h * p.do_stride_head + part * 8 +
+                                         (int64_t(m_begin) * BM + row_in_step) * p.do_stride_seq;
+            const uint32_t mine = smem + C::di_scratch_off + j * 32;   // + step·64·32: O, dO pieces
+            for (int i = 0, s = 0, phase = 0, q0 = m_begin * BM + row_in_step; i < n_iter; ++i, q0 += BM) {
+#pragma unroll 1
+                for (int step = 0; step < STEPS; ++step) {
+                    const bool valid = q0 + step * ROWS < p.seq_len;   // past T: zeros, so Di = 0
+                    const int64_t row = i * BM + step * ROWS;    // an invalid copy reads nothing, but
+                    const __nv_bfloat16* o = valid ? o_row + row * p.o_stride_seq : p.o;   // gets a legal address
+                    const __nv_bfloat16* g = valid ? g_row + row * p.do_stride_seq : p.d_o;
+                    cp_async_16(mine + step * 64 * 32, o, valid);
+                    cp_async_16(mine + step * 64 * 32 + 16, g, valid);
+                }
+                sm80::cp_async_commit();
+                sm80::cp_async_wait<0>();
+                float kept = 0.f;
+#pragma unroll 1
+                for (int step = 0; step < STEPS; ++step) {
+                    const uint4 ov = ld_shared_16(mine + step * 64 * 32), gv = ld_shared_16(mine + step * 64 * 32 + 16);
+                    const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&ov);
+                    const __nv_bfloat162* g2 = reinterpret_cast<const __nv_bfloat162*>(&gv);
+                    float sum = 0.f;
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float2 a = __bfloat1622float2(o2[e]), g = __bfloat1622float2(g2[e]);
+                        sum = fmaf(a.x, g.x, fmaf(a.y, g.y, sum));
+                    }
+#pragma unroll
+                    for (int w = LANES / 2; w > 0; w /= 2) sum += __shfl_xor_sync(0xffffffff, sum, w);
+                    if (part == step) kept = sum;
+                }
+                mbar::wait(empty[s], phase ^ 1);
+                di_s[s * BM + part * ROWS + row_in_step] = kept;   // row of step `part`
+                mbar::arrive(full[s]);
                 if (++s == S) { s = 0; phase ^= 1; }
             }
         }
@@ -494,7 +579,19 @@ backward_kernel(const __grid_constant__ kernel_params p) {
                                 (SPLIT_DQ ? c * BM * C::dq_cols : 0),
                             dq_tile + buffer * C::dq_bytes, C::dq_bytes);
     };
+    // DQ_ATOMIC (variant 7): the same chunk, added from the registers by vector atomics, no
+    // shared memory and no bar.sync: each red.global.add.v4.f32 adds one float4 in L2; a warp's
+    // 32 of one jj cover 512 contiguous bytes (the chunk's register order).
+    auto red_dq = [&](int i) {
+        float4* dst = reinterpret_cast<float4*>(p.dq_accum + (int64_t(bh) * p.q_blocks + m_begin + i) * (BM * D) +
+                                                (SPLIT_DQ ? c * BM * C::dq_cols : 0));
+#pragma unroll
+        for (int jj = 0; jj < C::dq_cols / 8; ++jj)
+            red_add_v4(dst + jj * 128 + tid, dq_acc.d[4 * jj], dq_acc.d[4 * jj + 1], dq_acc.d[4 * jj + 2],
+                       dq_acc.d[4 * jj + 3]);
+    };
     auto store_dq = [&](int i) {                         // variant 1: one buffer, all in one go
+        if constexpr (C::dq_atomic) { red_dq(i); return; }
         if (tid == 0) tma::store_wait_read<0>();         // the previous reduce has read dq_smem
         named_sync<128>(1 + c);
         write_dq(0);
@@ -540,11 +637,15 @@ backward_kernel(const __grid_constant__ kernel_params p) {
             ds_dk_dq(i, i > i0);
             wgmma::wait_group<0>();
             release(i);
-            write_dq(i % 2);                             // buffer i % 2 was freed by the wait_read
-            named_sync<128>(1 + c);                      // of block i-1 (before the bar.sync of
-            if (tid == 0) {                              // this block's ds_dk_dq)
-                reduce_dq(i % 2, i);
-                tma::store_wait_read<1>();               // block i-1's copy has read its buffer
+            if constexpr (C::dq_atomic) {
+                red_dq(i);                               // variants 7, 8: no shared memory
+            } else {
+                write_dq(i % 2);                         // buffer i % 2 was freed by the wait_read
+                named_sync<128>(1 + c);                  // of block i-1 (before the bar.sync of
+                if (tid == 0) {                          // this block's ds_dk_dq)
+                    reduce_dq(i % 2, i);
+                    tma::store_wait_read<1>();           // block i-1's copy has read its buffer
+                }
             }
         }
         if (i0 == n_iter) {                              // nothing at all for these keys: zeros
@@ -613,9 +714,9 @@ inline int64_t dq_accum_floats(int batch, int heads, int seq_len, int head_dim) 
     return int64_t(batch) * heads * query_blocks(seq_len) * 64 * head_dim;
 }
 
-template <int D, bool PIPELINED, bool SPLIT_DQ = false>
+template <int D, bool PIPELINED, bool SPLIT_DQ = false, int OPT = 0>
 cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l2_groups) {
-    using C = config<D, PIPELINED, SPLIT_DQ>;
+    using C = config<D, PIPELINED, SPLIT_DQ, OPT>;
     const AttentionShape& sh = a.shape;
     const int q_blocks = query_blocks(sh.seq_len);
     const int64_t rows = int64_t(sh.batch) * sh.heads * sh.seq_len;
@@ -623,8 +724,10 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     const int64_t accum_floats = dq_accum_floats(sh.batch, sh.heads, sh.seq_len, D);
     cudaError_t err = cudaMemsetAsync(a.dq_accum, 0, size_t(accum_floats) * sizeof(float), stream);
     if (err != cudaSuccess) return err;
-    rowsum_kernel<D><<<unsigned((rows + 256 / (D / 8) - 1) / (256 / (D / 8))), 256, 0, stream>>>(a);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    if (!C::fused_di) {
+        rowsum_kernel<D><<<unsigned((rows + 256 / (D / 8) - 1) / (256 / (D / 8))), 256, 0, stream>>>(a);
+        if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    }
 
     kernel_params kp{};
     const AttentionTensor* in[4] = {&a.q, &a.k, &a.v, &a.d_o};
@@ -642,6 +745,10 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     kp.dv_stride_batch = a.dv.stride_batch; kp.dv_stride_head = a.dv.stride_head; kp.dv_stride_seq = a.dv.stride_seq;
     kp.lse = a.lse;
     kp.d_rowsum = a.d_rowsum;
+    kp.o = static_cast<const __nv_bfloat16*>(a.o.data);
+    kp.d_o = static_cast<const __nv_bfloat16*>(a.d_o.data);
+    kp.o_stride_batch = a.o.stride_batch; kp.o_stride_head = a.o.stride_head; kp.o_stride_seq = a.o.stride_seq;
+    kp.do_stride_batch = a.d_o.stride_batch; kp.do_stride_head = a.d_o.stride_head; kp.do_stride_seq = a.d_o.stride_seq;
     kp.dq_accum = a.dq_accum;
     kp.heads = sh.heads;
     kp.seq_len = sh.seq_len;
@@ -651,10 +758,10 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     kp.causal = sh.causal ? 1 : 0;
     kp.batch_heads = sh.batch * sh.heads;
     kp.n_blocks = (sh.seq_len + C::block_n - 1) / C::block_n;
-    const int64_t bytes_per_head = int64_t(sh.seq_len) * D * (2 + 2 + 4);   // Q, dO, dQ accumulator
+    const int64_t bytes_per_head = int64_t(sh.seq_len) * D * (2 + 2 + 4 + (C::fused_di ? 2 : 0));   // Q, dO, dQ accumulator (, O)
     kp.heads_per_group = attention_l2::heads_per_group(l2_groups, bytes_per_head, kp.batch_heads);
 
-    auto kernel = backward_kernel<D, PIPELINED, SPLIT_DQ>;
+    auto kernel = backward_kernel<D, PIPELINED, SPLIT_DQ, OPT>;
     static cudaError_t configured = [&] {
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::smem_bytes);
         if (e == cudaSuccess)
@@ -709,6 +816,12 @@ int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_
 //   3: D = 128: variant 1 with dQ split by columns over both consumers (D = 64 runs its default)
 //   4: the session-3 default (2 for D = 64, 1 for D = 128) with the CTAs in L2 groups of heads
 //   5: D = 128: 3 with L2 groups (D = 64 runs 4)
+//   6: D = 64: 4 with Di computed inside the main kernel (no kernel 1)
+//   7: D = 64: 6 with the dQ partials added by vector atomics from registers (no dQ shared
+//      memory, no bar.sync, no bulk copy)
+//   8: D = 64: 4 with the dQ partials added by vector atomics (Di by kernel 1)
+//   D = 128 runs 5 for 6-8: its consumers need the 240 registers that the Di warps would take
+//   (C7512 at 232), and with the atomics ptxas spilled its hoisted stmatrix addresses.
 // 1-3 take the CTAs in session 3's order (block_at with one group of all heads).
 // (The file's opening comment says more about each.)
 // Runs the three kernels on `cuda_stream`; returns the CUDA error (0 = ok).
@@ -723,6 +836,7 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
         case 3: return launch<128, false, true>(p, stream, false);
         case 4: return launch<128, false>(p, stream, true);
         case 5: return launch<128, false, true>(p, stream, true);
+        case 6: case 7: case 8: return launch<128, false, true>(p, stream, true);   // = 5 (see above)
         default: return cudaErrorInvalidValue;
         }
     }
@@ -731,6 +845,9 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
     case 1: return launch<64, false>(p, stream, false);
     case 2: case 3: return launch<64, true>(p, stream, false);
     case 4: case 5: return launch<64, true>(p, stream, true);
+    case 6: return launch<64, true, false, FUSED_DI>(p, stream, true);
+    case 7: return launch<64, true, false, FUSED_DI | DQ_ATOMIC>(p, stream, true);
+    case 8: return launch<64, true, false, DQ_ATOMIC>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }

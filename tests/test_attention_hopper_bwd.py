@@ -65,12 +65,26 @@ def rel_err(x, ref, floor=1e-30):
     return ((x.double() - ref).norm() / ref.norm().clamp_min(floor)).item()
 
 
-# The kernel variants of each head dim (attention_hopper_backward_variant): 1, 2, 4 for D = 64 and
-# 1, 3, 4, 5 for D = 128 (4, 5: L2 groups of heads). TK_ATTENTION_HOPPER_BWD_VARIANTS="3" narrows
-# the sweep (GPU scripts).
-_WANTED = [int(v) for v in os.environ.get("TK_ATTENTION_HOPPER_BWD_VARIANTS", "1 2 3 4 5").split()]
-VARIANTS_OF = {64: [v for v in (1, 2, 4) if v in _WANTED], 128: [v for v in (1, 3, 4, 5) if v in _WANTED]}
+# The kernel variants of each head dim (attention_hopper_backward_variant): 1, 2, 4, 6, 7, 8 for
+# D = 64 and 1, 3, 4, 5 for D = 128 (4, 5: L2 groups of heads; 6: Di inside the main kernel, 7: 6
+# with the dQ partials added by vector atomics, 8: 4 with those atomics; D = 128 runs 5 for 6-8).
+# TK_ATTENTION_HOPPER_BWD_VARIANTS="6 7" narrows the sweep (GPU scripts).
+_WANTED = [int(v) for v in os.environ.get("TK_ATTENTION_HOPPER_BWD_VARIANTS", "1 2 3 4 5 6 7 8").split()]
+VARIANTS_OF = {64: [v for v in (1, 2, 4, 6, 7, 8) if v in _WANTED], 128: [v for v in (1, 3, 4, 5) if v in _WANTED]}
 CASES = [(D, v) for D in (64, 128) for v in VARIANTS_OF[D]]
+
+
+def run_backward(d_o, q, k, v, o, lse, causal, scale, out, variant):
+    """The Hopper backward with `variant`: through attention_hopper.backward where its Python knows
+    the variant, else (session 7's opt-in variants) the extension's backward_into directly, after
+    the same checks."""
+    from kernels import attention_hopper
+    if variant in attention_hopper.BACKWARD_VARIANTS:
+        return attention_hopper.backward(d_o, q, k, v, o, lse, causal, scale, out=out, variant=variant)
+    ext = attention_hopper._bwd_ext.module
+    assert ext.check_backward(d_o, q, k, v, o, lse, float(scale), *out) == ""
+    ext.backward_into(d_o, q, k, v, o, lse, bool(causal), float(scale), *out, int(variant))
+    return out
 
 
 def check(B, H, T, D, causal=True, scale=None, std=1.0, packed=False, seed=0, o_from="reference", variant=0):
@@ -87,12 +101,12 @@ def check(B, H, T, D, causal=True, scale=None, std=1.0, packed=False, seed=0, o_
         dqkv = torch.empty_like(qkv)
         poison(dqkv)
         out = tuple(dqkv.permute(2, 0, 3, 1, 4).unbind(0))
-        got = attention_hopper.backward(d_o, q, k, v, o, lse, causal, scale, out=out, variant=variant)
+        got = run_backward(d_o, q, k, v, o, lse, causal, scale, out, variant)
         assert all(a is b for a, b in zip(got, out))
     else:
         out = tuple(torch.empty(B, T, H, D, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(3))
         poison(*out)
-        got = attention_hopper.backward(d_o, q, k, v, o, lse, causal, scale, out=out, variant=variant)
+        got = run_backward(d_o, q, k, v, o, lse, causal, scale, out, variant)
     torch.cuda.synchronize()
     for name, x, ref in zip(("dq", "dk", "dv"), got, grads_ref):
         assert x.shape == ref.shape and x.dtype == torch.bfloat16
@@ -161,7 +175,32 @@ def test_full_attention(T, D):
 @gpu
 @pytest.mark.parametrize("D", [64, 128])
 def test_after_the_hopper_forward(D):
-    check(2, 3, 1000, D, seed=3, o_from="hopper")
+    for variant in [0] + VARIANTS_OF[D]:   # forward + backward, as training runs them
+        check(2, 3, 1000, D, seed=3, o_from="hopper", variant=variant)
+
+
+@gpu
+@pytest.mark.parametrize("D", [64, 128])
+def test_long_sequence(D):
+    # T = 4096 (issue 5's long shape): 32 query blocks per key block, L2 groups of many heads
+    for variant in [0] + VARIANTS_OF[D]:
+        check(1, 2, 4096, D, seed=41 + D, variant=variant)
+
+
+@gpu
+def test_variants_agree_with_the_default():
+    # the same inputs through the default and each D = 64 variant: dK, dV within bf16 rounding of
+    # each other (Di summed in another order moves dS by an ulp), dQ likewise (fp32 sums in L2)
+    from kernels import attention_hopper
+    _, q, k, v, d_o = make_inputs(2, 3, 1000, 64, seed=21)
+    o, lse = attention_hopper.forward(q, k, v, True, 0.125)
+    base = attention_hopper.backward(d_o, q, k, v, o, lse, True, 0.125)
+    for variant in VARIANTS_OF[64]:
+        out = tuple(torch.full_like(t, float("nan")) for t in base)
+        got = run_backward(d_o, q, k, v, o, lse, True, 0.125, out, variant)
+        for name, a, b in zip(("dq", "dk", "dv"), got, base):
+            err = rel_err(a, b.double())
+            assert err < 1e-2, f"variant {variant} {name}: {err:.2e} from the default's"
 
 
 @gpu
@@ -200,7 +239,10 @@ def test_bad_inputs_raise():
     with pytest.raises(ValueError, match="dq"):
         attention_hopper.backward(d_o, q, k, v, o, lse, True, 0.125, out=(q[:, :, :32], k, v))
     with pytest.raises(ValueError, match="variant"):
-        attention_hopper.backward(d_o, q, k, v, o, lse, True, 0.125, variant=7)
+        attention_hopper.backward(d_o, q, k, v, o, lse, True, 0.125, variant=99)
+    out = tuple(torch.empty_like(t) for t in (q, k, v))
+    with pytest.raises(ValueError, match="variant"):   # the bindings' own check
+        attention_hopper._bwd_ext.module.backward_into(d_o, q, k, v, o, lse, True, 0.125, *out, 9)
 
 
 @gpu
@@ -298,3 +340,22 @@ def test_gpu_script_parses():
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     text = script.read_text()
     assert "tests/test_attention_hopper_bwd.py" in text and "compute-sanitizer" in text
+
+
+def test_session7_gpu_script_and_bench_parse():
+    script = ROOT / "tests" / "gpu_attention_bwd_s7.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    assert "kernels.attention_bwd_bench" in text and "compute-sanitizer" in text and "ncu" in text
+    from kernels import attention_bwd_bench as bench
+    with pytest.raises(SystemExit):
+        bench.main(["--shapes", "gpt2,nope"])
+    with pytest.raises(SystemExit):
+        bench.main(["--variants", ""])
+    assert bench.backward_flops(32, 12, 1024, 64) == pytest.approx(2.5 * 51.54e9, rel=1e-3)
+    fake = dict(shape="gpt2", B=32, H=12, T=1024, D=64, rounds=3, reps=10,
+                rows={"tk-v4": dict(ms=0.5, lo=0.49, hi=0.51, tflops=257.7, label="tk-v4", x_first=1.0, x_cudnn=1.1),
+                      "cudnn": dict(ms=0.55, lo=0.54, hi=0.56, tflops=234.3, label="cudnn (aten backward op)",
+                                    x_first=0.91, x_cudnn=1.0)})
+    text = bench.report(fake)
+    assert "tk-v4" in text and "500.0 us" in text and "1.100x cudnn" in text
