@@ -32,12 +32,16 @@ struct gemm_args {
                                 //   epilogue (dgelu_epilogue). Schedules 7 and 10 (fewer than 4 staging
                                 //   boxes per warp) always take 0.
     int fast_dgelu;             // linear_dgelu only: 1 = the same policy with session 5's cheaper
-                                //   epilogue (dgelu_fast / dgelu_pre_tma_fast, kernels/mlp_epilogues.cuh)
+                                //   epilogue (dgelu_fast / dgelu_pre_tma_fast, kernels/mlp_epilogues.cuh);
+                                //   3, 4 = on step 4's tile, that epilogue under the next tile's math with
+                                //   pre by TMA (session 7, kernels/mlp_dgelu_deferred.cu), elsewhere as 1
     int fast_gelu;              // linear_bias_gelu only: 1 = c_fc's epilogue with session 6's cheaper GELU
                                 //   and bias (bias_gelu_fast / bias_gelu_h_only_fast, kernels/mlp_epilogues.cuh);
                                 //   2 = the same values staged by stmatrix, one fence per box (bias_gelu_stmatrix;
                                 //   evaluation as 1); 3 = on step 4, deferred under the next tile's math with h
-                                //   from the bf16 pre (bias_gelu_deferred / bias_gelu_h_only_rounded), elsewhere as 2
+                                //   from the bf16 pre (bias_gelu_deferred / bias_gelu_h_only_rounded), elsewhere as 2;
+                                //   4 = 3's values on step 4's tile in half boxes (session 7, kernels/mlp_fc_deferred.cu),
+                                //   on step 4 in clusters as 3, elsewhere as 2
     int defer_store;            // linear_bias / linear_grad_input only: 1 = on step 4, the tile's stores
                                 //   under the next tile's math (bias_deferred, session 6); elsewhere as 0
     cudaStream_t stream;
@@ -81,9 +85,10 @@ inline int auto_schedule(int /*M*/, int /*N*/, int K, int splits, bool b_mn_majo
 }
 
 // c_fc's automatic schedule: auto_schedule's, except that fcfast=3 (gemm_args::fast_gelu == 3, c_fc's
-// deferred epilogue, session 6) runs on step 4, the one kernel with the DEFERS_STORE hook.
+// deferred epilogue, session 6) runs on step 4, the one kernel with the DEFERS_STORE hook, and so
+// does fcfast=4 (session 7: in half boxes, kernels/mlp_fc_deferred.cu).
 inline int fc_auto_schedule(int M, int N, int K, int splits, int fast_gelu) {
-    return fast_gelu == 3 ? SCHEDULE_STEP4 : auto_schedule(M, N, K, splits, /*b_mn_major=*/false);
+    return fast_gelu >= 3 ? SCHEDULE_STEP4 : auto_schedule(M, N, K, splits, /*b_mn_major=*/false);
 }
 
 // Each returns nullptr on success, else a message.

@@ -55,7 +55,8 @@ def cases(Case, quick):
 DEFAULT_SCHEDULES = ("0", "pre=1", "dgelu=6,pre=1", "dgelu=6", "0,side=0", "dw=10", "4", "5", "6",
                      "fast=0", "finish=1", "dw=10,finish=1",   # fast=1 is the default since session 5
                      "fcfast=1", "fcfast=2", "fcfast=2,finish=1", "fcfast=2,finish=1,dw=10",   # session 6's opt-ins
-                     "defer=1", "fc=4,fcfast=3", "fc=4,fcfast=3,finish=1,defer=1")
+                     "defer=1", "fc=4,fcfast=3", "fc=4,fcfast=3,finish=1,defer=1",
+                     "fast=3", "fast=4", "fcfast=4", "fast=3,fcfast=4")   # session 7's opt-ins
 
 
 def main(argv=None):
@@ -89,7 +90,9 @@ def main(argv=None):
           f"fast=1 (the default): the dGELU epilogue's cheaper form; finish=1: the backward's bias sums and dW casts in one kernel; "
           f"fcfast=1: c_fc's epilogue's cheaper form (GELU in 5 operations, the bias without per-column checks), "
           f"fcfast=2: the same staged by stmatrix, one fence per box; "
-          f"defer=1: c_proj's and dx's stores deferred under the next tile's math (step 4); fc=4,fcfast=3: c_fc deferred the same way")
+          f"defer=1: c_proj's and dx's stores deferred under the next tile's math (step 4); fc=4,fcfast=3: c_fc deferred the same way; "
+          f"fast=3 / fast=4: the dGELU epilogue under the next tile's math in half boxes, pre by TMA (3: peeled, 4: one loop); "
+          f"fcfast=4: c_fc's the same way")
     for M in (int(m) for m in args.M.split(",")):
         g = torch.Generator(device="cuda").manual_seed(M)
         def t(*shape, scale=1.0, grad=True):
@@ -201,7 +204,11 @@ def short_kernel_name(name):
     import re
     m = re.match(r"void (gemm\d)::\w+<\w+::(config<[^>]*>), \(tk::wgmma::major\)(\d), \(tk::wgmma::major\)(\d), "
                  r"(?:tk_mlp::detail::)?([\w:<>]+)>", name)
-    if not m:
+    if not m:                                     # session 7's kernels/mlp_deferred.cuh
+        d = re.match(r"void tk_mlp::detail::deferred::parts_kernel<gemm4::(config<[^>]*>), \(tk::wgmma::major\)(\d), "
+                     r"[\w:() ]*?(\w+_epilogue), (true|false)>", name)
+        if d:
+            return f"parts {d.group(1)} K,{'MN' if d.group(2) == '1' else 'K'} {d.group(3)}{' peeled' if d.group(4) == 'true' else ''}"
         return name[:90]
     major = {"0": "K", "1": "MN"}
     return f"{m.group(1)} {m.group(2)} {major[m.group(3)]},{major[m.group(4)]} {m.group(5)}"

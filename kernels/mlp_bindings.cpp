@@ -117,14 +117,17 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // from the bf16 pre; opt-in) and c_proj's and dx's stores
 // under the next tile's math on step 4 (defer: bias_deferred; opt-in). (Session 5's gprime flag lost on the H200 and was removed: NOTES.md,
 // session 5 M; so was session 6's fast=2, the dGELU epilogue deferred on step 4: NOTES.md, session 6 M.)
+// Session 7 (opt-in): fast=3 / fast=4, the dGELU epilogue deferred on step 4's tile in half boxes with pre
+// by TMA (kernels/mlp_dgelu_deferred.cu; 3 peeled, 4 one loop; on other schedules as fast=1), and
+// fcfast=4, c_fc's the same way (kernels/mlp_fc_deferred.cu; fcfast=3's values).
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
 constexpr int FLAG_VALUES = 6;                 // side, pre, fast, finish, fcfast, defer
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
 bool side_jobs = true;
 bool pre_tma = false;
-int fast_dgelu = 1;                            // default since session 5 (calls 2 and 3: dGELU -8% under ncu)
+int fast_dgelu = 1;                            // default since session 5 (calls 2 and 3: dGELU -8% under ncu); 3, 4: session 7, opt-in
 bool finish_kernel = false;
-int fast_gelu = 0;                             // session 6 (fcfast=1, 2 or 3), opt-in until an H200 run says otherwise
+int fast_gelu = 0;                             // session 6 (fcfast=1, 2 or 3) and 7 (4), opt-in until an H200 run says otherwise
 bool defer_store = false;                      // session 6 (defer=1), opt-in
 
 void set_schedule(const std::vector<int64_t>& s) {
@@ -143,12 +146,12 @@ void set_schedule(const std::vector<int64_t>& s) {
         raise_if(value_problem("tk_mlp: the side-jobs flag is 0 or 1, got " + std::to_string(s[PRODUCTS])));
     if (s[PRODUCTS + 1] != 0 && s[PRODUCTS + 1] != 1)
         raise_if(value_problem("tk_mlp: the pre-by-TMA flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 1])));
-    if (s[PRODUCTS + 2] != 0 && s[PRODUCTS + 2] != 1)
-        raise_if(value_problem("tk_mlp: the fast-dGELU flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 2])));
+    if (s[PRODUCTS + 2] != 0 && s[PRODUCTS + 2] != 1 && s[PRODUCTS + 2] != 3 && s[PRODUCTS + 2] != 4)
+        raise_if(value_problem("tk_mlp: the fast-dGELU flag is 0, 1, 3 or 4 (2 was removed), got " + std::to_string(s[PRODUCTS + 2])));
     if (s[PRODUCTS + 3] != 0 && s[PRODUCTS + 3] != 1)
         raise_if(value_problem("tk_mlp: the finish-kernel flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 3])));
-    if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 3)
-        raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0, 1, 2 or 3, got " + std::to_string(s[PRODUCTS + 4])));
+    if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 4)
+        raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0, 1, 2, 3 or 4, got " + std::to_string(s[PRODUCTS + 4])));
     if (s[PRODUCTS + 5] != 0 && s[PRODUCTS + 5] != 1)
         raise_if(value_problem("tk_mlp: the deferred-stores flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 5])));
     for (int i = 0; i < PRODUCTS; ++i) schedules[i] = int(s[i]);
@@ -322,8 +325,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"));
     m.def("set_schedule", &set_schedule,
           "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma, fast_dgelu, finish, fast_gelu, defer]): schedules 0 (auto) or "
-          "4..10 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1, fast dGELU epilogue 0/1, finish kernel 0/1, "
-          "fast c_fc epilogue 0/1/2/3 (2: staged by stmatrix; 3: deferred on step 4), deferred c_proj/dx stores on step 4 0/1",
+          "4..10 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1, fast dGELU epilogue 0/1/3/4 (3, 4: deferred, pre by TMA, step 4), finish kernel 0/1, "
+          "fast c_fc epilogue 0/1/2/3/4 (2: staged by stmatrix; 3: deferred on step 4; 4: in half boxes), deferred c_proj/dx stores on step 4 0/1",
           py::arg("schedules"));
     m.def("get_schedule", &get_schedule, "the eleven values set_schedule last set");
     m.def("forward", &forward, "y, pre, h = forward(x, w_fc, b_fc|None, w_proj, b_proj|None)",

@@ -735,6 +735,12 @@ struct reduce_add_epilogue : base_epilogue<float> {
 // fast policy when g.fast_gelu).
 const char* linear_bias_gelu_h_only(const gemm_args& g);
 
+// Session 7 (opt-in): the dGELU GEMM (fast=3 or 4) and c_fc (fcfast=4) with their epilogues under
+// the next tile's math in half boxes, on step 4's tile (kernels/mlp_deferred.cuh's kernel), in
+// kernels/mlp_dgelu_deferred.cu and kernels/mlp_fc_deferred.cu.
+const char* linear_dgelu_deferred(const gemm_args& g);
+const char* linear_bias_gelu_parts(const gemm_args& g);
+
 // The ping-pong launcher, defined in kernels/mlp_pingpong.cuh and instantiated for every policy in
 // kernels/mlp_pingpong.cu, kernels/mlp_pingpong_gelu_grad.cu and kernels/mlp_pingpong_gelu_fast.cu, so its
 // kernels compile in parallel with step 4's.

@@ -57,7 +57,8 @@ const char* launch_h_only(const gemm_args& g) {
 }  // namespace
 
 const char* linear_bias_gelu_h_only(const gemm_args& g) {
-    if (g.fast_gelu == 3) {                         // session 6's fcfast=3: h from the bf16 pre where training defers
+    if (g.fast_gelu >= 3) {                         // session 6's fcfast=3 (and session 7's fcfast=4, its values):
+                                                    // h from the bf16 pre where training defers
         gemm_args step4 = g;                        // (auto: step 4, as linear_bias_gelu picks for it)
         step4.schedule = g.schedule ? g.schedule : fc_auto_schedule(g.M, g.N, g.K, g.splits, g.fast_gelu);
         if (step4.schedule == SCHEDULE_STEP4 || step4.schedule == SCHEDULE_STEP4_CLUSTER2)

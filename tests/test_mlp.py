@@ -140,6 +140,19 @@ def test_session6_schedules_vs_float64(mlp, schedule, M, C):
     check_schedule_vs_float64(mlp, schedule, M, C)
 
 
+# Session 7's fast=3 / fast=4: the dGELU GEMM's epilogue deferred under the next tile's k-steps with
+# pre by TMA (kernels/mlp_dgelu_deferred.cu), on step 4's tile (dGELU's auto schedule); on ping-pong
+# it is fast=1. fcfast=4: c_fc's epilogue the same way (kernels/mlp_fc_deferred.cu). Short K (C = 64, 128, 384: 1, 2 and 6 k-steps, fewer than the 8 half boxes a held tile
+# takes) runs the kernel's tail path, where the held tile's rest and the pre loads come after the loop.
+@pytest.mark.parametrize("schedule", ["fast=3", "fast=3,finish=1", "fast=3,side=0", "dgelu=4,fast=3,finish=1,dw=10",
+                                      "dgelu=6,fast=3", "fast=4", "fast=4,side=0",
+                                      # c_fc in half boxes (fcfast=4; on ping-pong it is fcfast=2), and both
+                                      "fcfast=4", "fc=6,fcfast=4", "fcfast=4,fast=3,finish=1"])
+@pytest.mark.parametrize("M,C", SCHEDULE_SHAPES + [(1000, 64), (517, 128), (4099, 384)])
+def test_session7_schedules_vs_float64(mlp, schedule, M, C):
+    check_schedule_vs_float64(mlp, schedule, M, C)
+
+
 def check_schedule_vs_float64(mlp, schedule, M, C):
     bias = M % 2 == 1
     x, w_fc, b_fc, w_proj, b_proj, dy = make(M, C, seed=M + 7 * C, bias=bias)
@@ -170,7 +183,8 @@ def check_schedule_vs_float64(mlp, schedule, M, C):
 INFERENCE_SHAPES = [(M, C) for M in (1, 17, 1000, 16384 + 5) for C in (384, 768)]
 
 
-@pytest.mark.parametrize("schedule", ["0", "4", "fcfast=1", "fcfast=2", "4,fcfast=3", "fcfast=3"])   # fcfast: session 6's twins
+@pytest.mark.parametrize("schedule", ["0", "4", "fcfast=1", "fcfast=2", "4,fcfast=3", "fcfast=3",   # fcfast: session 6's twins
+                                      "fcfast=4", "4,fcfast=4"])                                     # and session 7's
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("M,C", INFERENCE_SHAPES)
 def test_inference_forward_matches_training_forward(mlp, M, C, bias, schedule):
@@ -246,10 +260,12 @@ def test_set_schedule_refuses_bad_values(mlp):
         mlp.set_schedule("pre=2")
     with pytest.raises(ValueError, match="fast"):
         mlp.set_schedule("fast=2")                                   # session 6's deferred dGELU: removed (lost)
+    with pytest.raises(ValueError, match="fast"):
+        mlp.set_schedule("fast=5")
     with pytest.raises(ValueError, match="finish"):
         mlp.set_schedule("finish=-1")
     with pytest.raises(ValueError, match="fcfast"):
-        mlp.set_schedule("fcfast=4")
+        mlp.set_schedule("fcfast=5")
     with pytest.raises(ValueError, match="gprime"):
         mlp.set_schedule("gprime=1")                                 # session 5's gprime: removed (lost)
     with pytest.raises(ValueError, match="defer"):
@@ -273,7 +289,7 @@ def test_set_schedule_refuses_bad_values(mlp):
     with pytest.raises(ValueError, match="finish-kernel flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 2, 0, 0])
     with pytest.raises(ValueError, match="fast-c_fc-epilogue flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 4, 0])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 5, 0])
     with pytest.raises(ValueError, match="deferred-stores flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 0, 2])
     assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0]   # fast=1 by default (session 5)
@@ -412,7 +428,7 @@ def test_deferred_fc_epilogue(mlp, fc, M, C, bias, H):
 
 
 # session 5: the fast dGELU epilogue and the one-kernel tail (finish=1) keep a fixed order too
-@pytest.mark.parametrize("schedule", ["0", "fast=1,finish=1", "dgelu=6,pre=1,fast=1,finish=1"])
+@pytest.mark.parametrize("schedule", ["0", "fast=1,finish=1", "dgelu=6,pre=1,fast=1,finish=1", "fast=3"])   # fast=3: session 7
 def test_backward_is_deterministic(mlp, schedule):
     x, w_fc, b_fc, w_proj, b_proj, dy = make(3000, 768, seed=3)
     mlp.set_schedule(schedule)
@@ -465,7 +481,7 @@ def test_session5_opt_ins_match_default(mlp, spec):
 # Session 5: bias_grads=False (a model without biases, GPT-2's bias=False): db_fc and db_proj come
 # back empty and their work is skipped; dx is bit-identical to the full backward's (its dpre is the
 # same), the weight gradients equal within split-K's order. (Autograd passes it for a model without biases.)
-@pytest.mark.parametrize("spec", ["0", "finish=1", "dgelu=6,finish=1", "side=0", "pre=1", "fast=0"])
+@pytest.mark.parametrize("spec", ["0", "finish=1", "dgelu=6,finish=1", "side=0", "pre=1", "fast=0", "fast=3"])
 def test_no_bias_grads(mlp, spec):
     M, C = 1000, 768
     x, w_fc, _, w_proj, _, dy = make(M, C, seed=13, bias=False)
@@ -641,3 +657,72 @@ def test_bad_inputs_raise_clear_errors(mlp):
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and "all bad inputs refused" in res.stdout, (
         f"exit {res.returncode}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+
+
+# Session 7: fast=3 / fast=4 (the dGELU epilogue deferred, pre by TMA) against the default (fast=1)
+# and float64. Its dpre = bf16(bf16(dh)·GELU'(pre)) (dh rounded to bf16 when held, as eager PyTorch
+# rounds it), the default's bf16(dh·GELU'(pre)): so every gradient must stay at the default's
+# bf16-level error (~2.4e-3) and within a few bf16 roundings of the default's output, and dx must
+# NOT be bit-identical to the default's (else the dispatch silently ran fast=1). A missing box,
+# a box from the wrong tile's pre, or a wrong half's held registers moves dx by percents.
+# M = 16384 + 77: a partial last row of tiles; 4099 with bias (db_fc from the half-box sums).
+# H = 2880: the last column of tiles has boxes past N (pre loads of 0 bytes, stores skipped).
+@pytest.mark.parametrize("fast", [3, 4])
+@pytest.mark.parametrize("M,bias,H", [(4099, True, 3072), (16384 + 77, False, 3072), (16384 + 77, True, 3072),
+                                      (1000, True, 2880)])
+def test_dgelu_deferred_matches_default(mlp, M, bias, H, fast):
+    C = 768
+    x, w_fc, b_fc, w_proj, b_proj, dy = make(M, C, seed=M + 5, bias=bias)
+    w_fc, w_proj = w_fc[:H].contiguous(), w_proj[:, :H].contiguous()
+    b_fc = None if b_fc is None else b_fc[:H].contiguous()
+    ref = reference64(x, w_fc, b_fc, w_proj, b_proj, dy)
+    y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+    mlp.set_schedule("fast=1")
+    try:
+        base = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=bias)
+    finally:
+        mlp.set_schedule("0")
+    mlp.set_schedule(f"fast={fast}")
+    try:
+        poison_allocator(2 * M * H, 4 * H * C, 2 * M * C)
+        new = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=bias)
+        torch.cuda.synchronize()
+    finally:
+        mlp.set_schedule("0")
+    names = ("dx", "dw_fc", "db_fc", "dw_proj", "db_proj")
+    for i, name in enumerate(names):
+        if ref[i + 1] is None:
+            continue
+        assert not torch.isnan(new[i]).any(), f"fast={fast} {name}: NaN (an element never written)"
+        e64, e_base = rel_err(new[i], ref[i + 1]), rel_err(new[i], base[i])
+        print(f"fast={fast} M={M} H={H} bias={bias} {name}: vs float64 {e64:.2e}, vs fast=1 {e_base:.2e}")
+        assert e64 < 6e-3, f"fast={fast} {name}: relative error {e64:.2e} vs float64"
+        assert e_base < 6e-3, f"fast={fast} {name}: differs from fast=1 by {e_base:.2e}"
+    assert not torch.equal(new[0], base[0]), f"fast={fast}'s dx is bit-identical to fast=1's: did the deferred kernel run?"
+
+
+# Session 7's fcfast=4 (c_fc in half boxes on step 4's tile, kernels/mlp_fc_deferred.cu) computes
+# fcfast=3's values with the same operations: pre, h and y bit-identical to fcfast=3 on step 4 (fc=4,
+# and auto, which puts both there). Tails in M and N, H = 2880 (boxes past N), with and without bias.
+@pytest.mark.parametrize("fc", ["4", "0"])
+@pytest.mark.parametrize("M,C,bias,H", [(1, 768, True, 3072), (1000, 768, False, 3072), (4099, 1280, True, 5120),
+                                        (1000, 768, True, 2880), (16384 + 77, 768, False, 3072), (517, 128, True, 512)])
+def test_fc_parts_matches_fcfast3(mlp, fc, M, C, bias, H):
+    x, w_fc, b_fc, w_proj, b_proj, _ = make(M, C, seed=17 * M + C, bias=bias)
+    w_fc, w_proj = w_fc[:H].contiguous(), w_proj[:, :H].contiguous()
+    b_fc = None if b_fc is None else b_fc[:H].contiguous()
+    mlp.set_schedule(f"fc={fc},fcfast=3")
+    try:
+        y3, pre3, h3 = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+        mlp.set_schedule(f"fc={fc},fcfast=4")
+        poison_allocator(2 * M * H, 2 * M * H, 2 * M * C)
+        y4, pre4, h4 = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+        torch.cuda.synchronize()
+    finally:
+        mlp.set_schedule("0")
+    assert not torch.isnan(h4).any() and not torch.isnan(pre4).any(), "fcfast=4 left elements unwritten"
+    assert torch.equal(pre4, pre3), f"fcfast=4 changed pre (fc={fc})"
+    assert torch.equal(h4, h3), f"fcfast=4 changed h (fc={fc})"
+    assert torch.equal(y4, y3), f"fcfast=4 changed y (fc={fc})"
+    pre64 = F.linear(x.double(), w_fc.double(), None if b_fc is None else b_fc.double())
+    assert rel_err(pre4, pre64) < 1e-2 and rel_err(h4, F.gelu(pre64, approximate="tanh")) < 1e-2

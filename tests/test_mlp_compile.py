@@ -25,7 +25,7 @@ NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nv
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 @pytest.mark.parametrize("source,kernels_expected", [("mlp.cu", 26), ("mlp_pingpong.cu", 28),
                                                         ("mlp_pingpong_gelu_grad.cu", 8), ("mlp_pingpong_gelu_fast.cu", 10),
-                                                        ("mlp_finish.cu", 1)])
+                                                        ("mlp_finish.cu", 1), ("mlp_dgelu_deferred.cu", 2), ("mlp_fc_deferred.cu", 1)])
 def test_mlp_cu_compiles_for_sm90a(tmp_path, source, kernels_expected):
     # mlp.cu: the five epilogues plus dGELU with pre by TMA, and session 5's fast dGELU on both pre
     # paths, on step 4 and on step 4 in 2-CTA clusters; mlp_pingpong.cu: the five on step 5's five
@@ -34,7 +34,8 @@ def test_mlp_cu_compiles_for_sm90a(tmp_path, source, kernels_expected):
     # mlp_pingpong_gelu_fast.cu: session 6's two fast c_fc epilogues (fcfast=1, 2) on the five (mlp.cu
     # has them on step 4 and step 4 in clusters, and session 6's deferred c_proj/dx and c_fc there:
     # 16 + 4 + 4 + 2);
-    # mlp_finish.cu: the tail kernel.
+    # mlp_finish.cu: the tail kernel; mlp_dgelu_deferred.cu: session 7's deferred dGELU (fast=3 peeled,
+    # fast=4 one loop); mlp_fc_deferred.cu: session 7's c_fc in half boxes (fcfast=4).
     cmd = [NVCC, "-std=c++20", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-I", str(ROOT),
            "-I", str(ROOT / "kernels"), "-Xptxas", "-v", "-c", str(ROOT / "kernels" / source),
            "-o", str(tmp_path / "mlp.o")]
@@ -42,6 +43,9 @@ def test_mlp_cu_compiles_for_sm90a(tmp_path, source, kernels_expected):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "C7508" not in r.stderr, "setmaxnreg ignored (no register cap at entry)"
     assert "C7515" not in r.stderr, "wgmma serialized"
+    # session 7's kernels keep a wgmma group in flight across the held tile's parts: ptxas must not
+    # have had to insert a wait for the accumulators anywhere (C7517)
+    assert "C7517" not in r.stderr or "deferred" not in source, "warpgroup.wait injected by ptxas"
     kernels_built = re.findall(r"Compiling entry function '(\w+)'", r.stderr)
     assert len(kernels_built) == kernels_expected, f"expected {kernels_expected} instantiations, got {kernels_built}"
     spills = re.findall(r"Compiling entry function '(\w+)'.*?(\d+) bytes spill stores", r.stderr, re.S)

@@ -1,0 +1,71 @@
+// kernels/mlp_fc_deferred.cu — c_fc's forward (pre = x·W1ᵀ + b1, h = GELU(pre)) with its epilogue
+// under the next tile's math in half boxes ("fcfast=4", session 7, opt-in), on kernels/mlp_deferred.cuh's
+// kernel. Read that header first (the kernel and why), then session 6's bias_gelu_deferred
+// (kernels/mlp_epilogues.cuh, fcfast=3), whose values and held registers this reuses.
+//
+// fcfast=3 ran each box's whole epilogue (pre staged, 32 GELUs, h staged, two TMA stores: ~350
+// instructions per warp, two warps per scheduler) after ONE of the next tile's k-steps: at about
+// the ~1000 cycles of tensor work it should hide behind. Session 6's call 3 measured c_fc 143.8 µs
+// with it against ~124 for a plain product of its shape (G's 4v8, same pipeline). Here each box
+// takes two k-steps (a half box, 32 columns, after each of k-steps 0-7), and the bias add and
+// packing at the tile's end are fcfast=3's. Values are fcfast=3's exactly: pre = bf16(acc + b1),
+// h = GELU(bf16 pre) by gelu_fast (bit-identical; tested).
+#include "mlp_deferred.cuh"
+
+namespace tk_mlp::detail {
+namespace {
+using cfg = gemm4::config<4, 64, false, 2>;   // step 4's MLP pipeline (4 stages) and two staging buffers per warp
+
+struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
+    static constexpr int NBUF = 2, PARTS = 2 * gemm4::BN / CC, INPUT_BOXES = 0;   // buffers: pre, h
+    __host__ __device__ static constexpr int input_step(int) { return 0; }          // (no input boxes)
+    static bias_gelu_parts_epilogue make(const gemm_args& g) { return {bias_gelu_deferred_epilogue::make(g)}; }
+    using tile = gemm4::out_tile<bf16>;
+    using held = bias_gelu_deferred_epilogue::held<gemm4::BN>;   // pre as bf16 pairs, and where the tile goes
+    __device__ __forceinline__ void hold(held& hd, const wgmma::accumulator<gemm4::BN>& acc, const tile_pos& pos, uint32_t) const {
+        bias_gelu_deferred_epilogue::hold(hd, acc, pos);
+    }
+    __device__ void load_input_box(tile&, mbarrier&, int, const tile_pos&, const shape&) const {}
+
+    // Part P: half P % 2 (blocks 4·(P % 2) .. +3) of box P / 2. The first half waits for the last
+    // box's two stores to have read the buffers; the second sends the box (one fence, two stores).
+    template <int P>
+    __device__ __forceinline__ void run_part(tile (&bufs)[NBUF], mbarrier (&)[NBUF], const held& hd, const shape& sh,
+                                             int lane) const {
+        constexpr int B = P / 2, HALF = P % 2;
+        if constexpr (HALF == 0) {
+            if (lane == 0) tma::store_wait_read<0>();
+            __syncwarp();
+        }
+#pragma unroll
+        for (int qq = 0; qq < 2; ++qq) {
+            const int q = 2 * HALF + qq;
+            const int i = 2 * (B * CC / 8 + 2 * q);    // blocks 2q, 2q + 1 of box B, rows g and g + 8
+            stmatrix_staging::stage_blocks(bufs[0], q, {hd.pre[i], hd.pre[i + 1], hd.pre[i + 2], hd.pre[i + 3]}, lane);
+            uint32_t hr[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float2 x = unpack_bf16x2(hd.pre[i + k]);
+                hr[k] = stmatrix_staging::pack_bf16(gelu_fast(x.x), gelu_fast(x.y));
+            }
+            stmatrix_staging::stage_blocks(bufs[1], q, hr, lane);
+        }
+        if constexpr (HALF == 1) {
+            fence_proxy_async();                       // generic writes -> TMA reads
+            __syncwarp();
+            if (lane == 0) {
+                const int box_row = hd.pos.slab_row / 16, box_col = hd.pos.tile_col / CC + B;
+                if (inside(box_row, box_col, sh)) { tma::store_async(C, bufs[0], box_row, box_col); tma::store_async(C2, bufs[1], box_row, box_col); }
+                tma::store_commit_group();             // (an empty group keeps the count in step)
+            }
+        }
+    }
+};
+}  // namespace
+
+// pre and h of c_fc on step 4's tile with the epilogue in half boxes under the next tile's k-steps.
+const char* linear_bias_gelu_parts(const gemm_args& g) {
+    return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue, true>(g);
+}
+
+}  // namespace tk_mlp::detail
