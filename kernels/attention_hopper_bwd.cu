@@ -95,6 +95,16 @@
 //      bar.sync of both consumers per query block (id 3) instead of one per consumer.
 //   4  (D = 64, default) 2 (D = 128: 1) with the CTAs in L2 groups of heads (block_at)
 //   5  (D = 128, default) 3 with the CTAs in L2 groups of heads (D = 64 runs 4)
+//   Session 7, opt-in, D = 64 (D = 128 runs 5 for each):
+//   6  4 with Di computed in the main kernel: producer warps 2-3 copy their O and dO pieces of
+//      each query block with cp.async and sum them (every key block recomputes the Di of the
+//      query blocks it visits; kernel 1 is not launched). The producer needs 32 registers for
+//      it, so the consumers get 232.
+//   7  6 with the dQ partials added from registers by red.global.add.v4.f32 (no dQ tile in
+//      shared memory, no bar.sync, no bulk copy; the chunk order in dq_accum is unchanged)
+//   8  4 with 7's atomics (Di by kernel 1)
+//   9  one consumer (64 keys) per CTA, 256 threads, two CTAs per SM; dQ by the atomics
+//  10  9 with dQ by bulk reduce-add (two buffers, as 2)
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
@@ -116,7 +126,11 @@ namespace attention_hopper_bwd {
 // OPT (session 7, variants 6 and 7): bit FUSED_DI computes Di inside the main kernel (producer
 // warps 2-3) instead of kernel 1; bit DQ_ATOMIC adds the dQ partials from registers with vector
 // atomics (red.global.add.v4.f32) instead of shared memory + one bulk reduce-add.
-constexpr int FUSED_DI = 1, DQ_ATOMIC = 2;
+// Bit ONE_CONSUMER (variants 9, 10): one consumer warpgroup of 64 keys per CTA (256 threads, 232
+// registers each) and two CTAs per SM, so that one CTA's start (K, V, the first Q, dO) and end
+// (dK, dV stores, the last dQ adds) run while the other computes: 2x the CTAs, each loading its
+// own Q and dO (2x those L2 -> SM bytes).
+constexpr int FUSED_DI = 1, DQ_ATOMIC = 2, ONE_CONSUMER = 4;
 
 template <int D, bool PIPELINED = false, bool SPLIT_DQ = false, int OPT = 0>
 struct config {
@@ -124,7 +138,9 @@ struct config {
     static constexpr bool fused_di = (OPT & FUSED_DI) != 0;
     static constexpr bool dq_atomic = (OPT & DQ_ATOMIC) != 0;
     static_assert(!SPLIT_DQ || (D == 128 && !PIPELINED), "variant 3 is D = 128's (its halves are whole 64-column blocks)");
-    static constexpr int consumers = 2;
+    static constexpr bool one_consumer = (OPT & ONE_CONSUMER) != 0;
+    static constexpr int consumers = one_consumer ? 1 : 2;
+    static constexpr int ctas_per_sm = one_consumer ? 2 : 1;
     static constexpr int block_n = 64 * consumers;      // keys per CTA (64 per consumer)
     static constexpr int block_m = 64;                  // queries per step
     static constexpr int threads = 128 * (consumers + 1);
@@ -150,7 +166,9 @@ struct config {
     // FUSED_DI: the Di warps (producer warps 2-3) need more than 24 registers (ptxas spilled).
     // setmaxnreg.inc draws on what the producer gave back, (168 - 32)·128 = 17408 = 68 more per
     // consumer thread: 232 (D = 64; D = 128's consumers serialize their wgmmas at 232: C7512).
-    static constexpr int producer_regs = fused_di ? 32 : 24, consumer_regs = fused_di ? 232 : 240;
+    // ONE_CONSUMER: 2 CTAs x 256 threads, entry cap 128; 128·(24 + 232) = 32768 = half the SM.
+    static constexpr int producer_regs = fused_di ? 32 : 24, consumer_regs = (fused_di || one_consumer) ? 232 : 240;
+    static_assert(!(fused_di && one_consumer), "the Di warps' 32 registers would leave the one consumer 224");
     // D = 128 (variant 1): dQ is issued only after dV and dK finished (frees P's and dS's A
     // operands; with all of them live ptxas ran out of registers and serialized: C7512).
     static constexpr bool dq_after_dk = D == 128 && !SPLIT_DQ;
@@ -158,8 +176,8 @@ struct config {
     static constexpr int dq_cols = SPLIT_DQ ? D / 2 : D;
     static constexpr int ds_buffers = SPLIT_DQ ? 2 : 1;
     static_assert(!PIPELINED || D == 64, "the pipelined variant keeps two more accumulators live: D = 64 only");
-    static_assert(128 * (producer_regs + consumers * consumer_regs) <= 65536, "register budget");
-    static_assert(smem_bytes <= 227 * 1024, "shared memory");
+    static_assert(128 * (producer_regs + consumers * consumer_regs) <= 65536 / ctas_per_sm, "register budget");
+    static_assert(smem_bytes <= (one_consumer ? 113 : 227) * 1024, "shared memory");
 };
 
 struct kernel_params {
@@ -289,7 +307,7 @@ __global__ void __launch_bounds__(256) rowsum_kernel(const AttentionBackwardPara
 
 // ---- Kernel 2: dK, dV and the dQ partials -------------------------------------------------------
 template <int D, bool PIPELINED, bool SPLIT_DQ, int OPT>
-__global__ void __launch_bounds__(config<D, PIPELINED, SPLIT_DQ, OPT>::threads, 1)
+__global__ void __launch_bounds__(config<D, PIPELINED, SPLIT_DQ, OPT>::threads, config<D, PIPELINED, SPLIT_DQ, OPT>::ctas_per_sm)
 backward_kernel(const __grid_constant__ kernel_params p) {
     using C = config<D, PIPELINED, SPLIT_DQ, OPT>;
     using namespace tk;
@@ -820,7 +838,9 @@ int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_
 //   7: D = 64: 6 with the dQ partials added by vector atomics from registers (no dQ shared
 //      memory, no bar.sync, no bulk copy)
 //   8: D = 64: 4 with the dQ partials added by vector atomics (Di by kernel 1)
-//   D = 128 runs 5 for 6-8: its consumers need the 240 registers that the Di warps would take
+//   9: D = 64: one consumer (64 keys) per CTA, two CTAs per SM, dQ by vector atomics
+//  10: D = 64: 9 with the dQ partials by bulk reduce-add (4's two buffers)
+//   D = 128 runs 5 for 6-10: its consumers need the 240 registers that the Di warps would take
 //   (C7512 at 232), and with the atomics ptxas spilled its hoisted stmatrix addresses.
 // 1-3 take the CTAs in session 3's order (block_at with one group of all heads).
 // (The file's opening comment says more about each.)
@@ -836,7 +856,7 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
         case 3: return launch<128, false, true>(p, stream, false);
         case 4: return launch<128, false>(p, stream, true);
         case 5: return launch<128, false, true>(p, stream, true);
-        case 6: case 7: case 8: return launch<128, false, true>(p, stream, true);   // = 5 (see above)
+        case 6: case 7: case 8: case 9: case 10: return launch<128, false, true>(p, stream, true);   // = 5 (see above)
         default: return cudaErrorInvalidValue;
         }
     }
@@ -848,6 +868,8 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
     case 6: return launch<64, true, false, FUSED_DI>(p, stream, true);
     case 7: return launch<64, true, false, FUSED_DI | DQ_ATOMIC>(p, stream, true);
     case 8: return launch<64, true, false, DQ_ATOMIC>(p, stream, true);
+    case 9: return launch<64, true, false, ONE_CONSUMER | DQ_ATOMIC>(p, stream, true);
+    case 10: return launch<64, true, false, ONE_CONSUMER>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }

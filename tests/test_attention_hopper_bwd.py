@@ -65,12 +65,14 @@ def rel_err(x, ref, floor=1e-30):
     return ((x.double() - ref).norm() / ref.norm().clamp_min(floor)).item()
 
 
-# The kernel variants of each head dim (attention_hopper_backward_variant): 1, 2, 4, 6, 7, 8 for
+# The kernel variants of each head dim (attention_hopper_backward_variant): 1, 2, 4, 6-10 for
 # D = 64 and 1, 3, 4, 5 for D = 128 (4, 5: L2 groups of heads; 6: Di inside the main kernel, 7: 6
-# with the dQ partials added by vector atomics, 8: 4 with those atomics; D = 128 runs 5 for 6-8).
+# with the dQ partials added by vector atomics, 8: 4 with those atomics, 9 / 10: one consumer
+# per CTA, two CTAs per SM, dQ by atomics / bulk reduce-add; D = 128 runs 5 for 6-10).
 # TK_ATTENTION_HOPPER_BWD_VARIANTS="6 7" narrows the sweep (GPU scripts).
-_WANTED = [int(v) for v in os.environ.get("TK_ATTENTION_HOPPER_BWD_VARIANTS", "1 2 3 4 5 6 7 8").split()]
-VARIANTS_OF = {64: [v for v in (1, 2, 4, 6, 7, 8) if v in _WANTED], 128: [v for v in (1, 3, 4, 5) if v in _WANTED]}
+_WANTED = [int(v) for v in os.environ.get("TK_ATTENTION_HOPPER_BWD_VARIANTS", "1 2 3 4 5 6 7 8 9 10").split()]
+VARIANTS_OF = {64: [v for v in (1, 2, 4, 6, 7, 8, 9, 10) if v in _WANTED],
+               128: [v for v in (1, 3, 4, 5) if v in _WANTED]}
 CASES = [(D, v) for D in (64, 128) for v in VARIANTS_OF[D]]
 
 
@@ -242,7 +244,7 @@ def test_bad_inputs_raise():
         attention_hopper.backward(d_o, q, k, v, o, lse, True, 0.125, variant=99)
     out = tuple(torch.empty_like(t) for t in (q, k, v))
     with pytest.raises(ValueError, match="variant"):   # the bindings' own check
-        attention_hopper._bwd_ext.module.backward_into(d_o, q, k, v, o, lse, True, 0.125, *out, 9)
+        attention_hopper._bwd_ext.module.backward_into(d_o, q, k, v, o, lse, True, 0.125, *out, 11)
 
 
 @gpu
