@@ -104,7 +104,8 @@
 //     for both head dims since session 6 (GPT-2 shape 0.0795 ms against 12's 0.0914).
 //   26-29 (session 7, opt-in until measured): 21 launched as a programmatic dependent (PDL: its start
 //     overlaps the end of the kernel before it); 27 = 26 + the first item's tiles asked of L2 before
-//     the dependency wait; 28, 29 = 27 + every 8th / 4th exponential on the FMA pipe (exp2_poly).
+//     the dependency wait; 28, 29 = 27 + every 8th / 4th exponential on the FMA pipe (exp2_poly);
+//     30 = 21 without the per-call zeroing of its work counter (a measurement of that cost).
 // Taken out after session 5 (the code is in git at 65e8c26; figures in kernels/NOTES.md,
 //   "Session 4: H3 attention" and sessions 2-3's "H200 runs"): 1 = 2 with exp2f and sequential
 //   row max / sum (GPT-2 shape 221 against 2's 225 TFLOP/s), 3 = 2 without ping-pong (203: -10%),
@@ -654,8 +655,12 @@ struct persistent_config : config<D, CONSUMERS> {
 // K and V tiles) before the wait: only a hint, which cannot bring in stale data (L2 is where every
 // SM's stores land), so the first loads after the wait find L2 instead of DRAM.
 // POLY_EXP (variants 28, 29): every POLY_EXP-th exponential of a row on the FMA pipe (exp2_poly).
+// SELF_RESET (variant 30, a measurement: what the per-call zeroing of the work counter costs): the
+// counter's last ticket (n_items - 1: each CTA takes exactly one ticket per item it runs, so a
+// launch hands out exactly n_items) sets it back to 0, so the caller can give a counter that is
+// already zero instead of zeroing one per call (the bindings keep a ring of them for variant 30).
 template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool LEAN_EPILOGUE = false,
-          bool PDL = false, bool WARM_L2 = false, int POLY_EXP = 0>
+          bool PDL = false, bool WARM_L2 = false, int POLY_EXP = 0, bool SELF_RESET = false>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
@@ -728,6 +733,8 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 if constexpr (!LEAN_EPILOGUE) item_of[qs] = item;   // published by q_full's phase (release)
                 // The next item, asked for now so the atomic's latency hides under this item's copies.
                 const int next = DYNAMIC ? int(gridDim.x + atomicAdd(p.work_counter, 1u)) : item + gridDim.x;
+                if constexpr (SELF_RESET)                // the launch's last ticket: no atomicAdd follows it
+                    if (next - int(gridDim.x) == n_items - 1) atomicExch(p.work_counter, 0u);
                 const work_item w = item_at(item, p);
                 if constexpr (LEAN_EPILOGUE) item_of[qs] = make_int4(item, w.b, w.h, w.m_block);
                 const int n_tiles = tiles_of(w.m_block);
@@ -1036,7 +1043,7 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 // L2 groups of heads.
 // PDL etc.: see persistent_kernel; with PDL the launch carries the programmatic-serialization attribute.
 template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY, bool DYNAMIC, bool LEAN_EPILOGUE = false,
-          bool PDL = false, bool WARM_L2 = false, int POLY_EXP = 0>
+          bool PDL = false, bool WARM_L2 = false, int POLY_EXP = 0, bool SELF_RESET = false>
 cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, unsigned int* work_counter) {
     using C = persistent_config<D, CONSUMERS>;
     if (DYNAMIC && work_counter == nullptr) return cudaErrorInvalidValue;   // see work_counter
@@ -1049,7 +1056,7 @@ cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stre
                                                         a.o.stride_batch, a.o.stride_head, a.o.stride_seq, 64);
         if (!why.empty()) return cudaErrorInvalidValue;
     }
-    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, LEAN_EPILOGUE, PDL, WARM_L2, POLY_EXP>;
+    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, LEAN_EPILOGUE, PDL, WARM_L2, POLY_EXP, SELF_RESET>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -1118,9 +1125,12 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //  26: 21 with PDL (launched as a programmatic dependent of the kernel before it; see persistent_kernel)
 //  27: 26 with WARM_L2 (the CTA's first item asked of L2 before the dependency wait)
 //  28: 27 with POLY_EXP 8 (every 8th exponential of a row on the FMA pipe), 29: with POLY_EXP 4
+//  30: 21 with SELF_RESET (a measurement: the counter sets itself back to 0; the bindings give this
+//      variant an already-zero counter from a ring instead of zeroing one per call)
 // 2 and 4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zeroed, used by this launch alone (the bindings
-// allocate it per call); the dynamically scheduled variants (11-13, 21, 26-29, the default) refuse nullptr.
+// allocate it per call; variant 30 takes one from a ring of counters that reset themselves); the
+// dynamically scheduled variants (11-13, 21, 26-30, the default) refuse nullptr.
 int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant,
                                      unsigned int* work_counter) {
     using namespace attention_hopper;
@@ -1150,6 +1160,8 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, true, true, true, true, true, 8>(p, stream, work_counter);
     case 29: return d64 ? launch_persistent<64, 2, true, false, true, true, true, true, 4>(p, stream, work_counter)
                         : launch_persistent<128, 2, true, true, true, true, true, true, 4>(p, stream, work_counter);
+    case 30: return d64 ? launch_persistent<64, 2, true, false, true, true, false, false, 0, true>(p, stream, work_counter)
+                        : launch_persistent<128, 2, true, true, true, true, false, false, 0, true>(p, stream, work_counter);
     default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20, 22-25) too
     }
 }

@@ -86,7 +86,9 @@ VARIANTS = {0: "default (21 for D=64 and D=128)",
                 "before it (griddepcontrol.wait before any global memory access)",
             27: "26 with the first item's Q and first K/V tiles asked of L2 before that wait",
             28: "27 with every 8th exponential of a row on the FMA pipe (a cubic, Cody-Waite) instead of the MUFU",
-            29: "27 with every 4th exponential of a row on the FMA pipe"}
+            29: "27 with every 4th exponential of a row on the FMA pipe",
+            30: "21 without the per-call zeroing of its work counter (the kernel resets a counter from a ring): "
+                "a measurement of that cost, not safe with graphs and streams mixed"}
 
 
 OP = "tk Hopper attention"

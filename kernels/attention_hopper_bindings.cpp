@@ -9,6 +9,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime.h>
 
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "attention_params.h"
@@ -28,7 +30,7 @@ using tk_bindings::device_name;
 
 // 0 (the default) and the variants that remain (attention_hopper.cu's opening comment says where the
 // removed numbers went); kernels/attention_hopper.py names them.
-constexpr int VARIANTS[] = {0, 2, 4, 5, 8, 11, 12, 13, 21, 26, 27, 28, 29};
+constexpr int VARIANTS[] = {0, 2, 4, 5, 8, 11, 12, 13, 21, 26, 27, 28, 29, 30};
 constexpr int LAST_VARIANT = VARIANTS[sizeof(VARIANTS) / sizeof(VARIANTS[0]) - 1];
 bool is_variant(int64_t v) {
     for (int k : VARIANTS)
@@ -104,6 +106,33 @@ Problem forward_problem(const at::Tensor& q, const at::Tensor& k, const at::Tens
     return {};
 }
 
+// Variant 30 (a measurement, not a default): its counter comes from a ring of RING counters per
+// device, zeroed once, which the kernel sets back to 0 itself (SELF_RESET), so a call launches no
+// zeroing kernel. Only safe while no two launches that use one counter are in flight at once (a
+// launch RING calls later on another stream could meet a CUDA graph's captured one): why this is
+// a measurement of what the per-call zeroing costs and not the default's scheme. The ring is made
+// outside any CUDA-graph capture (the first variant-30 call must not be captured) and never freed.
+constexpr int RING = 1024;
+unsigned int* ring_counter(const at::Tensor& q) {
+    static std::mutex mutex;
+    static std::map<int, at::Tensor*> rings;                // per device; leaked on purpose (exit order)
+    static uint32_t next = 0;
+    const std::lock_guard<std::mutex> lock(mutex);
+    at::Tensor*& ring = rings[q.get_device()];
+    if (ring == nullptr) {
+        cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+        cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(q.get_device()).stream(), &capturing);
+        if (capturing != cudaStreamCaptureStatusNone)
+            tk_bindings::raise_if(tk_bindings::value_problem(
+                "tk Hopper attention: variant 30 must run once outside CUDA-graph capture before it is captured"));
+        ring = new at::Tensor(at::zeros({RING}, q.options().dtype(at::kInt)));
+        const cudaError_t e = cudaDeviceSynchronize();   // zero before any stream uses it
+        tk_bindings::raise_if_failed(e == cudaSuccess ? nullptr : cudaGetErrorString(e), "tk Hopper attention",
+                                     "zeroing variant 30's counters");
+    }
+    return reinterpret_cast<unsigned int*>(ring->data_ptr<int>()) + (next++ % RING);
+}
+
 }  // namespace
 
 // "" if forward(q, k, v, causal, scale, variant) would take these arguments, else the message it
@@ -125,11 +154,18 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
     at::Tensor lse = at::empty({B, H, T}, q.options().dtype(at::kFloat));
     // The dynamically scheduled variants' work counter: this call's own, zeroed on this stream
     // (one 4-byte memset), so forwards on several streams at once never share one.
-    at::Tensor work_counter = at::zeros({1}, q.options().dtype(at::kInt));
+    // (Variant 30: one from ring_counter instead, already zero.)
+    at::Tensor work_counter;
+    unsigned int* counter = nullptr;
+    if (variant == 30) {
+        counter = ring_counter(q);
+    } else {
+        work_counter = at::zeros({1}, q.options().dtype(at::kInt));
+        counter = reinterpret_cast<unsigned int*>(work_counter.data_ptr<int>());
+    }
     const AttentionForwardParams p = params_of(q, k, v, o, lse.data_ptr<float>(), causal, scale);
     auto stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
-    const int err = attention_hopper_forward_variant(p, stream, int(variant),
-                                                     reinterpret_cast<unsigned int*>(work_counter.data_ptr<int>()));
+    const int err = attention_hopper_forward_variant(p, stream, int(variant), counter);
     tk_bindings::raise_if_failed(err == 0 ? nullptr : cudaGetErrorString(static_cast<cudaError_t>(err)),
                                  "tk Hopper attention", "forward launch");
     return {o, lse};
