@@ -33,7 +33,7 @@ summary() {   # pytest's last line and its FAILED lines into the summary
 
 # 1. smoke (builds the forward extension if the caller did not)
 CANDIDATES=${CANDIDATES:-26 27 28 29 30}
-step 22 smoke.log python3 tests/attention_sanitize_case.py items $CANDIDATES
+step 20 smoke.log python3 tests/attention_sanitize_case.py items $CANDIDATES
 NEW=$(grep -oE "^variant [0-9]+ ok" "$L/smoke.log" | awk '{printf "%s ", $2}' | sed 's/ $//')
 note "smoke of ${CANDIDATES}: passed: ${NEW:-none}; $(tail -1 "$L/smoke.log")"
 [ -n "$NEW" ] || { note "NO CANDIDATE PASSED ITS SMOKE RUN: stopping"; pack; exit 1; }
@@ -46,14 +46,14 @@ summary "tests (forward variants $NEW)" tests.log
 # 3. timing in turns
 IMPLS="tk-hopper"
 for v in $NEW; do IMPLS="$IMPLS,tk-hopper-v$v"; done
-step 30 interleaved.log python3 -m kernels.attention_bench --interleave gpt2,shakespeare-char,t4096-d128 \
+step 26 interleaved.log python3 -m kernels.attention_bench --interleave gpt2,shakespeare-char,t4096-d128 \
     --impls "$IMPLS,sdpa-cudnn" --rounds 9 --reps 20 "$L/interleaved_fwd.json"
 grep -E "interleaved,|ms  \(|skipped" "$L/interleaved.log" | while read -r line; do note "$line"; done
 
 # 4. sanitizers on the new code paths
 SAN=$(for v in $NEW; do case $v in 27|29|30) printf "%s " $v;; esac; done)
 SAN=${SAN:-$NEW}
-step 18 racecheck.log compute-sanitizer --tool racecheck python3 tests/attention_sanitize_case.py items $SAN
+step 24 racecheck.log compute-sanitizer --tool racecheck python3 tests/attention_sanitize_case.py items $SAN
 note "racecheck (forward $SAN, many items): $(grep -E 'RACECHECK SUMMARY|attention case ran|rc=' "$L/racecheck.log" | tr '\n' ' ')"
 step 12 memcheck.log compute-sanitizer --tool memcheck python3 tests/attention_sanitize_case.py items $SAN
 note "memcheck (forward $SAN): $(grep -E 'ERROR SUMMARY|attention case ran|rc=' "$L/memcheck.log" | tr '\n' ' ')"
