@@ -15,8 +15,8 @@
 //   1. add: red.global.add.v4.f32 of the warp's accumulators into its own piece of the
 //      workspace, in ACCUMULATOR order (thread t's 4 values j sit at [j][t], so one warp
 //      instruction adds 512 contiguous bytes: no staging through shared memory, no swizzle)
-//   2. arrive: fence (my adds are visible at gpu scope before...), then lane 0 atomically bumps
-//      the piece's arrival counter and learns how many splits arrived before it
+//   2. arrive: fence (the warp's adds are performed at gpu scope), then lane 0 bumps the
+//      piece's arrival counter (atomic, acquire-release) and learns how many splits came before
 //   3. the split that sees splits - 1 earlier arrivals is the last: after a fence it reads the
 //      complete sum back (L2-only loads) into its accumulators, writes zeros over the piece
 //      and resets the counter (so the NEXT call finds both zero: nothing to clear per call),
@@ -47,6 +47,14 @@ __device__ __forceinline__ void red_add_v4(float4* p, float4 v) {
 
 // A gpu-scope acquire-release fence (__threadfence() is the heavier sequentially consistent one).
 __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
+// atomicAdd with acquire-release semantics at gpu scope: it publishes what this warp wrote before
+// it (release) and, for the last arriver, makes the others' published writes visible (acquire).
+__device__ __forceinline__ int atomic_add_acq_rel_gpu(int* p, int v) {
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
 
 template <typename OutT>
 struct splitk_epilogue : plain_epilogue<OutT> {
@@ -83,15 +91,19 @@ struct splitk_epilogue : plain_epilogue<OutT> {
             for (int j = 0; j < V; ++j)
                 red_add_v4(mine + (h * V + j) * 32,
                            make_float4(acc[h].d[4 * j], acc[h].d[4 * j + 1], acc[h].d[4 * j + 2], acc[h].d[4 * j + 3]));
-        // 2. arrive: every lane's adds are performed at gpu scope (fence) before lane 0's arrival
+        // 2. arrive. The pattern of a CTA-wide semaphore (CUTLASS's: barrier, then one thread's
+        // release), at warp scope: each lane's fence waits for its adds; __syncwarp orders every
+        // lane's adds before lane 0's arrival, whose release makes them visible with it.
         fence_acq_rel_gpu();
         __syncwarp();
         int before = 0;
-        if (lane == 0) before = atomicAdd(&arrivals[piece], 1);
+        if (lane == 0) before = atomic_add_acq_rel_gpu(&arrivals[piece], 1);
         before = __shfl_sync(0xffffffffu, before, 0);
         if (before != sh.splits - 1) return false;
-        // 3. the last split: every other split's adds happened before its arrival, which
-        // happened before mine; read the sums from L2 (.cg: never a stale L1 line), clear them
+        // 3. the last split: every other split's adds were released with its arrival, which came
+        // before mine (acquire, then each lane's fence); read the sums from L2 (.cg: never a
+        // stale L1 line), then clear them
+        __syncwarp();
         fence_acq_rel_gpu();
 #pragma unroll
         for (int h = 0; h < SLABS; ++h)
