@@ -63,8 +63,9 @@
 // kernel instances of their own, EARLY_PDL and FIRST_STEPS; with bwd_reverse they are in the
 // default plan since session 6's call 3); its memory hints that lost (rows ahead in L2 inside the
 // loops, evict-first loads, fewer forward blocks an SM) are in kernels/NOTES.md ("Session 6: L").
-// Session 7's (opt-in until measured): smaller forward blocks (fwd_warps1/2/4) and an evenly
-// split backward grid (bwd_even); kernels/NOTES.md ("Session 7: L").
+// Session 7's (opt-in until measured): smaller forward blocks (fwd_warps1/2/4), an evenly split
+// backward grid (bwd_even) and a column sum with all its loads in flight at once (colsum_wide);
+// kernels/NOTES.md ("Session 7: L").
 //
 // DROPOUT of the branch (session 4): training drops elements of each residual branch (attention
 // and MLP outputs) before adding them to the stream. Done by kernels of its own, dropout costs a
@@ -546,8 +547,14 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
 // adds partial rows k, k + 32, ... with four independent accumulators, so a thread has several
 // loads in flight instead of waiting out DRAM latency once per row. Warp 0 then adds the 32
 // warp sums from shared memory, in a fixed order, and writes fp32 or bf16.
+// WIDE (flag colsum_wide, session 7): a thread loads up to WIDE_ROWS partial rows before it adds
+// any (missing ones read as 0): one round trip to L2, where the backward has just written them,
+// for up to 32 x WIDE_ROWS = 384 blocks (the H200's backward has 264), instead of three (4 rows a
+// loop trip, one after another). The sum's order differs from the plain kernel's: still fixed.
 constexpr int COLSUM_WARPS = 32;
+constexpr int WIDE_ROWS = 12;
 
+template <bool WIDE = false>
 __global__ void __launch_bounds__(COLSUM_WARPS * 32)
 column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void* __restrict__ dw,
                   void* __restrict__ db, bool params_bf16) {
@@ -556,7 +563,18 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int c = blockIdx.x * 32 + lane;   // 0 .. 2*cols-1: dw columns, then db columns
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (c < 2 * cols) {
+    if (WIDE && c < 2 * cols) {
+        for (int p = warp; p < blocks; p += WIDE_ROWS * COLSUM_WARPS) {
+            float v[WIDE_ROWS];
+#pragma unroll
+            for (int k = 0; k < WIDE_ROWS; ++k) {
+                const int q = p + k * COLSUM_WARPS;
+                v[k] = q < blocks ? partial[int64_t(q) * 2 * cols + c] : 0.0f;
+            }
+#pragma unroll
+            for (int k = 0; k < WIDE_ROWS; ++k) acc[k % 4] += v[k];
+        }
+    } else if (c < 2 * cols) {
         int p = warp;
         for (; p + 3 * COLSUM_WARPS < blocks; p += 4 * COLSUM_WARPS)
 #pragma unroll
@@ -600,6 +618,8 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //   bwd_even     (session 7) the backward's persistent grid sized so every block takes the same
 //                    number of row steps (e.g. 256 blocks instead of 264 at 65536 x 768, where 8
 //                    blocks would otherwise take a 32nd step alone)
+//   colsum_wide  (session 7) the column sum loads all of a thread's partial rows before adding
+//                    them (column_sum_kernel<WIDE>): one round trip to L2 instead of three
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -614,7 +634,8 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"fwd_warps1", &Variant::fwd_warps1},
                           {"fwd_warps2", &Variant::fwd_warps2},
                           {"fwd_warps4", &Variant::fwd_warps4},
-                          {"bwd_even", &Variant::bwd_even}};
+                          {"bwd_even", &Variant::bwd_even},
+                          {"colsum_wide", &Variant::colsum_wide}};
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
 // Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan. Session 6's
@@ -776,8 +797,8 @@ cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
                       current_variant().bwd_tree, a.dropout.seed, drop_threshold(a.dropout), keep_scale_of(a.dropout));
     });
     if (err != cudaSuccess) return err;
-    return launch(column_sum_kernel, (2 * a.cols + 31) / 32, COLSUM_WARPS * 32, stream, a.partial, blocks, a.cols, a.dweight, a.dbias,
-                  a.params_bf16);
+    return launch(current_variant().colsum_wide ? column_sum_kernel<true> : column_sum_kernel<false>, (2 * a.cols + 31) / 32,
+                  COLSUM_WARPS * 32, stream, a.partial, blocks, a.cols, a.dweight, a.dbias, a.params_bf16);
 }
 
 // The dtype combinations there are kernels for: fp32 h with a float or bf16 residual and y, or

@@ -27,11 +27,13 @@ BF16, F32 = base.BF16, base.F32
 SEAM = ["fwd_early_pdl", "bwd_l2_first", "bwd_l2_first2"]
 # session 7's: forward blocks of 1, 2, 4 warps (without fwd_full: on the persistent forward grid,
 # whose blocks loop over rows; with default: one block per row step), the evenly split backward
-# grid; all (fwd_warps1 wins there: the smallest). (Kept to 14 plans: the GPU script's time.)
-GRAIN = ["fwd_warps1", "fwd_warps2", "fwd_warps4", "bwd_even"]
+# grid, the column sum in one round trip; all (fwd_warps1 wins there: the smallest). (Kept to 14
+# plans: the GPU script's time.)
+GRAIN = ["fwd_warps1", "fwd_warps2", "fwd_warps4", "bwd_even", "colsum_wide"]
 VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", *SEAM, "default,fwd_early_pdl,bwd_l2_first2,bwd_reverse",
-            "bwd_tree,pdl,fwd_early_pdl,bwd_l2_first", "fwd_warps1", "fwd_warps4,bwd_even", "default,fwd_warps2",
-            "default,fwd_warps1,bwd_even", "fwd_full,bwd_reverse,bwd_tree,pdl," + ",".join(SEAM + GRAIN)]
+            "bwd_tree,pdl,fwd_early_pdl,bwd_l2_first", "fwd_warps1", "fwd_warps4,bwd_even,colsum_wide",
+            "default,fwd_warps2", "default,fwd_warps1,bwd_even,colsum_wide",
+            "fwd_full,bwd_reverse,bwd_tree,pdl," + ",".join(SEAM + GRAIN)]
 # (rows, cols): 1 and 7 rows (fewer rows than a block takes), a tail of a few rows past a
 # block step, widths with 1 to 4 chunks a thread and 1 to 8 warps a row (1600: idle lanes),
 # and more rows than one wave of blocks.
@@ -181,7 +183,7 @@ def test_session6_flags_leave_the_dropout_kernels_alone(ln):
 
 @needs_cuda
 @pytest.mark.parametrize("plan", ["pdl", "pdl,fwd_early_pdl", "pdl,fwd_early_pdl,bwd_l2_first2", "default",
-                                  "default,fwd_warps1,bwd_even", "pdl,fwd_warps2"])
+                                  "default,fwd_warps1,bwd_even,colsum_wide", "pdl,fwd_warps2"])
 def test_pdl_launches_inside_a_cuda_graph(ln, plan):
     """bench.py and train.py's cuda_graphs replay forward and backward from a graph: with pdl each
     kernel is captured as a programmatic dependent of the one before (forward -> backward ->
