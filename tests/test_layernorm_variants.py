@@ -240,7 +240,7 @@ def launch_shapes(fn, tmp_path):
     out = {}
     for e in json.load(open(path)).get("traceEvents", []):
         args = e.get("args", {})
-        if e.get("cat") == "kernel" and "block" in args and "grid" in args:
+        if str(e.get("cat", "")).lower() == "kernel" and "block" in args and "grid" in args:
             out.setdefault(e["name"], []).append((tuple(args["grid"]), tuple(args["block"])))
     assert out, "the profiler's trace has no kernel launches with grid and block"
     return out
