@@ -105,6 +105,8 @@
 //   8  4 with 7's atomics (Di by kernel 1)
 //   9  one consumer (64 keys) per CTA, 256 threads, two CTAs per SM; dQ by the atomics
 //  10  9 with dQ by bulk reduce-add (two buffers, as 2)
+//  11-14  4, 8, 9, 10 with kernel 1' (prep_kernel) in place of the memset and kernel 1 (D = 128:
+//      5 with it)
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
@@ -130,7 +132,9 @@ namespace attention_hopper_bwd {
 // registers each) and two CTAs per SM, so that one CTA's start (K, V, the first Q, dO) and end
 // (dK, dV stores, the last dQ adds) run while the other computes: 2x the CTAs, each loading its
 // own Q and dO (2x those L2 -> SM bytes).
-constexpr int FUSED_DI = 1, DQ_ATOMIC = 2, ONE_CONSUMER = 4;
+// Bit PREP (variants 11-14): kernel 1' (prep_kernel) zeroes dq_accum AND computes Di in one pass,
+// one block per (head, query block) chunk, instead of the memset and kernel 1.
+constexpr int FUSED_DI = 1, DQ_ATOMIC = 2, ONE_CONSUMER = 4, PREP = 8;
 
 template <int D, bool PIPELINED = false, bool SPLIT_DQ = false, int OPT = 0>
 struct config {
@@ -169,6 +173,8 @@ struct config {
     // ONE_CONSUMER: 2 CTAs x 256 threads, entry cap 128; 128·(24 + 232) = 32768 = half the SM.
     static constexpr int producer_regs = fused_di ? 32 : 24, consumer_regs = (fused_di || one_consumer) ? 232 : 240;
     static_assert(!(fused_di && one_consumer), "the Di warps' 32 registers would leave the one consumer 224");
+    static constexpr bool prep = (OPT & PREP) != 0;
+    static_assert(!(prep && fused_di), "Di is computed once: by prep_kernel or by the Di warps");
     // D = 128 (variant 1): dQ is issued only after dV and dK finished (frees P's and dS's A
     // operands; with all of them live ptxas ran out of registers and serialized: C7512).
     static constexpr bool dq_after_dk = D == 128 && !SPLIT_DQ;
@@ -303,6 +309,50 @@ __global__ void __launch_bounds__(256) rowsum_kernel(const AttentionBackwardPara
 #pragma unroll
     for (int w = LANES / 2; w > 0; w /= 2) sum += __shfl_xor_sync(0xffffffff, sum, w);
     if (part == 0 && row < int64_t(p.shape.batch) * H * T) p.d_rowsum[row] = sum;
+}
+
+// ---- Kernel 1' (PREP): zero one dq_accum chunk and compute the Di of its 64 query rows ----------
+// One block per (head, query block): blockIdx.x is the chunk's index in dq_accum, so no 64-bit
+// divisions per thread (kernel 1 divides its row index by T and H in every thread). Each thread
+// zeroes its float4s of the chunk and loads all its 16-byte pieces of O and dO (PASSES rows of
+// the block) before summing, so the loads are in flight together.
+template <int D>
+__global__ void __launch_bounds__(256) prep_kernel(const AttentionBackwardParams p, int q_blocks) {
+    constexpr int LANES = D / 8, ROWS = 256 / LANES, PASSES = 64 / ROWS;   // D = 64: 8, 32, 2
+    const int T = p.shape.seq_len, H = p.shape.heads;
+    const int bh = int(blockIdx.x / q_blocks), m = int(blockIdx.x % q_blocks), b = bh / H, h = bh % H;
+    float4* chunk = reinterpret_cast<float4*>(p.dq_accum) + int64_t(blockIdx.x) * (64 * D / 4);
+#pragma unroll
+    for (int f = threadIdx.x; f < 64 * D / 4; f += 256) chunk[f] = make_float4(0.f, 0.f, 0.f, 0.f);
+    const int part = threadIdx.x % LANES, r0 = threadIdx.x / LANES;
+    const auto* o = static_cast<const __nv_bfloat16*>(p.o.data) + b * p.o.stride_batch + h * p.o.stride_head + part * 8;
+    const auto* g = static_cast<const __nv_bfloat16*>(p.d_o.data) + b * p.d_o.stride_batch + h * p.d_o.stride_head +
+                    part * 8;
+    uint4 ov[PASSES], gv[PASSES];
+#pragma unroll
+    for (int k = 0; k < PASSES; ++k) {
+        const int t = m * 64 + k * ROWS + r0;
+        ov[k] = gv[k] = make_uint4(0, 0, 0, 0);
+        if (t < T) {
+            ov[k] = *reinterpret_cast<const uint4*>(o + int64_t(t) * p.o.stride_seq);
+            gv[k] = *reinterpret_cast<const uint4*>(g + int64_t(t) * p.d_o.stride_seq);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < PASSES; ++k) {
+        const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&ov[k]);
+        const __nv_bfloat162* g2 = reinterpret_cast<const __nv_bfloat162*>(&gv[k]);
+        float sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float2 a = __bfloat1622float2(o2[i]), c = __bfloat1622float2(g2[i]);
+            sum = fmaf(a.x, c.x, fmaf(a.y, c.y, sum));
+        }
+#pragma unroll
+        for (int w = LANES / 2; w > 0; w /= 2) sum += __shfl_xor_sync(0xffffffff, sum, w);
+        const int t = m * 64 + k * ROWS + r0;
+        if (part == 0 && t < T) p.d_rowsum[int64_t(bh) * T + t] = sum;
+    }
 }
 
 // ---- Kernel 2: dK, dV and the dQ partials -------------------------------------------------------
@@ -740,9 +790,14 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     const int64_t rows = int64_t(sh.batch) * sh.heads * sh.seq_len;
 
     const int64_t accum_floats = dq_accum_floats(sh.batch, sh.heads, sh.seq_len, D);
-    cudaError_t err = cudaMemsetAsync(a.dq_accum, 0, size_t(accum_floats) * sizeof(float), stream);
-    if (err != cudaSuccess) return err;
-    if (!C::fused_di) {
+    cudaError_t err;
+    if (C::prep) {
+        prep_kernel<D><<<unsigned(int64_t(sh.batch) * sh.heads * q_blocks), 256, 0, stream>>>(a, q_blocks);
+        if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    } else if ((err = cudaMemsetAsync(a.dq_accum, 0, size_t(accum_floats) * sizeof(float), stream)) != cudaSuccess) {
+        return err;
+    }
+    if (!C::fused_di && !C::prep) {
         rowsum_kernel<D><<<unsigned((rows + 256 / (D / 8) - 1) / (256 / (D / 8))), 256, 0, stream>>>(a);
         if ((err = cudaGetLastError()) != cudaSuccess) return err;
     }
@@ -840,7 +895,8 @@ int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_
 //   8: D = 64: 4 with the dQ partials added by vector atomics (Di by kernel 1)
 //   9: D = 64: one consumer (64 keys) per CTA, two CTAs per SM, dQ by vector atomics
 //  10: D = 64: 9 with the dQ partials by bulk reduce-add (4's two buffers)
-//   D = 128 runs 5 for 6-10: its consumers need the 240 registers that the Di warps would take
+//  11-14: 4, 8, 9, 10 with prep_kernel (dq_accum zeroed and Di in one pass); D = 128: 5 with it
+//   D = 128 runs 5 for 6-10 (and 5 with prep_kernel for 11-14): its consumers need the 240 registers that the Di warps would take
 //   (C7512 at 232), and with the atomics ptxas spilled its hoisted stmatrix addresses.
 // 1-3 take the CTAs in session 3's order (block_at with one group of all heads).
 // (The file's opening comment says more about each.)
@@ -857,6 +913,7 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
         case 4: return launch<128, false>(p, stream, true);
         case 5: return launch<128, false, true>(p, stream, true);
         case 6: case 7: case 8: case 9: case 10: return launch<128, false, true>(p, stream, true);   // = 5 (see above)
+        case 11: case 12: case 13: case 14: return launch<128, false, true, PREP>(p, stream, true);   // 5 + prep
         default: return cudaErrorInvalidValue;
         }
     }
@@ -870,6 +927,10 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
     case 8: return launch<64, true, false, DQ_ATOMIC>(p, stream, true);
     case 9: return launch<64, true, false, ONE_CONSUMER | DQ_ATOMIC>(p, stream, true);
     case 10: return launch<64, true, false, ONE_CONSUMER>(p, stream, true);
+    case 11: return launch<64, true, false, PREP>(p, stream, true);
+    case 12: return launch<64, true, false, PREP | DQ_ATOMIC>(p, stream, true);
+    case 13: return launch<64, true, false, PREP | ONE_CONSUMER | DQ_ATOMIC>(p, stream, true);
+    case 14: return launch<64, true, false, PREP | ONE_CONSUMER>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }
