@@ -7,13 +7,14 @@
 #   1. build tk_gemm (no-op when the call prebuilt it)
 #   2. GPU tests: tests/test_gemm_splitk.py (every split count at tails in M/N/K, bf16 and fp32
 #      into poisoned outputs vs float64, the workspace zero after every call, graph replays, the
-#      first call inside a capture, kernel_only, the workspace checks), the CPU plan tests, and
-#      test_gemm.py's split-K / backward tests at step 5 and step 0 (unchanged paths still right)
-#   3. compute-sanitizer memcheck and racecheck of 5v8 and 5v9 on small split-K products (tails,
-#      bf16 and fp32, repeated calls)
-#   4. kernels/gemm_bench.py: 5v8, 5v9 beside 'auto' (today's default: 5v7 with memset + reduce-add
+#      first call inside a capture, kernel_only, the workspace checks), the CPU plan tests,
+#      test_gemm.py's plain-variant tests for 5v8/5v9 (forward tails bit-identical to 5v0/5v1,
+#      dx/dW, refusals, kernel_only) and its split-K / backward tests at steps 0 and 5
+#   3. kernels/gemm_bench.py: 5v8, 5v9 beside 'auto' (today's default: 5v7 with memset + reduce-add
 #      + conversion on these shapes) and torch.matmul, 5 interleaved trials, graph and kernel
 #      modes, at GPT-2's four weight-gradient shapes (GEMM_BENCH_SHAPES overrides)
+#   4. compute-sanitizer memcheck and racecheck of 5v8 and 5v9 on small split-K products (tails,
+#      bf16 and fp32, repeated calls)
 # Results: OUT/summary.txt (compact), OUT/gemm_bench.json, OUT/logs.tgz (every log).
 cd "$(dirname "$0")/.."
 export LANE_LIMIT=${LANE_LIMIT:-115}
@@ -27,11 +28,18 @@ note "$(grep -E '^build|^built' "$L/build.log" | tr '\n' ' ')"
 
 # 2. tests
 step 40 pytest_gemm.log env GEMM_TEST_STEPS=0,5 python3 -m pytest -q --maxfail=5 --tb=short -rf \
-    tests/test_gemm_splitk.py tests/test_gemm_plan.py tests/test_gemm.py -k "test_gemm_splitk or test_gemm_plan or test_split_k or test_backward_products"
+    tests/test_gemm_splitk.py tests/test_gemm_plan.py tests/test_gemm.py \
+    -k "test_gemm_splitk or test_gemm_plan or test_split_k or test_backward_products or (plain_epilogue and (5-8-0 or 5-9-1)) or (kernel_only_plain and (5-8-0 or 5-9-1))"
 note "pytest (splitk + plan + step 0/5 split-K and backward products): $(grep -E 'passed|failed|error' "$L/pytest_gemm.log" | tail -1)"
 grep -E "^FAILED|^ERROR" "$L/pytest_gemm.log" | head -10 | cut -c1-240 >> "$S"
 
-# 3. sanitizers on small split-K products
+# 3. the new variants vs today's default vs torch.matmul
+step 30 gemm_bench.log python3 -m kernels.gemm_bench --steps 0 --variants5 8,9 --shapes "${GEMM_BENCH_SHAPES:-dW}" \
+    --modes graph,kernel --trials 5 --iters 20 --replays 3 --json "$OUT/gemm_bench.json"
+{ echo "--- kernels/gemm_bench.py --steps 0 --variants5 8,9 --modes graph,kernel"
+  grep -vE "^===|UserWarning|_warn_once" "$L/gemm_bench.log"; } >> "$S"
+
+# 4. sanitizers on small split-K products
 cat > "$L/sanitize_case.py" <<'EOF'
 import sys, torch
 sys.path.insert(0, ".")
@@ -62,9 +70,4 @@ note "memcheck: $(grep -E 'ERROR SUMMARY|case ran|rc=' "$L/memcheck.log" | tr '\
 step 30 racecheck.log compute-sanitizer --tool racecheck python3 "$L/sanitize_case.py" quick
 note "racecheck: $(grep -E 'RACECHECK SUMMARY|case ran|rc=' "$L/racecheck.log" | tr '\n' ' ')"
 
-# 4. the new variants vs today's default vs torch.matmul
-step 30 gemm_bench.log python3 -m kernels.gemm_bench --steps 0 --variants5 8,9 --shapes "${GEMM_BENCH_SHAPES:-dW}" \
-    --modes graph,kernel --trials 5 --iters 20 --replays 3 --json "$OUT/gemm_bench.json"
-{ echo "--- kernels/gemm_bench.py --steps 0 --variants5 8,9 --modes graph,kernel"
-  grep -vE "^===|UserWarning|_warn_once" "$L/gemm_bench.log"; } >> "$S"
 pack
