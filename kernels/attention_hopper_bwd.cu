@@ -107,6 +107,8 @@
 //  10  9 with dQ by bulk reduce-add (two buffers, as 2)
 //  11-14  4, 8, 9, 10 with kernel 1' (prep_kernel) in place of the memset and kernel 1 (D = 128:
 //      5 with it)
+//  15-18  13, 14, 12, 11 with kernel 3's conversion done by each head's last CTA
+//      (convert_head_if_last): no kernel 3, and the head's dq_accum is read back from L2
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
@@ -134,7 +136,9 @@ namespace attention_hopper_bwd {
 // own Q and dO (2x those L2 -> SM bytes).
 // Bit PREP (variants 11-14): kernel 1' (prep_kernel) zeroes dq_accum AND computes Di in one pass,
 // one block per (head, query block) chunk, instead of the memset and kernel 1.
-constexpr int FUSED_DI = 1, DQ_ATOMIC = 2, ONE_CONSUMER = 4, PREP = 8;
+// Bit CONVERT (variants 15-18): no kernel 3. Each CTA, when done, counts itself in its head's
+// counter; the head's last CTA converts the head's whole dq_accum (still in L2) to bf16 dQ.
+constexpr int FUSED_DI = 1, DQ_ATOMIC = 2, ONE_CONSUMER = 4, PREP = 8, CONVERT = 16;
 
 template <int D, bool PIPELINED = false, bool SPLIT_DQ = false, int OPT = 0>
 struct config {
@@ -175,6 +179,8 @@ struct config {
     static_assert(!(fused_di && one_consumer), "the Di warps' 32 registers would leave the one consumer 224");
     static constexpr bool prep = (OPT & PREP) != 0;
     static_assert(!(prep && fused_di), "Di is computed once: by prep_kernel or by the Di warps");
+    static constexpr bool fused_convert = (OPT & CONVERT) != 0;
+    static_assert(!fused_convert || (D == 64 && PIPELINED), "the in-kernel dQ conversion is D = 64's");
     // D = 128 (variant 1): dQ is issued only after dV and dK finished (frees P's and dS's A
     // operands; with all of them live ptxas ran out of registers and serialized: C7512).
     static constexpr bool dq_after_dk = D == 128 && !SPLIT_DQ;
@@ -201,6 +207,10 @@ struct kernel_params {
     float scale, scale_log2;
     int causal;
     int batch_heads, n_blocks, heads_per_group;         // the CTA order: see block_at
+    // CONVERT: bf16 dQ (B, H, T, D) strided, and one counter per head (zeroed with dq_accum)
+    __nv_bfloat16* dq;
+    int64_t dq_stride_batch, dq_stride_head, dq_stride_seq;
+    int* head_done;
 };
 
 // Which (batch, head, key block) CTA i takes. Every key block of a head reads that head's Q, dO,
@@ -324,6 +334,8 @@ __global__ void __launch_bounds__(256) prep_kernel(const AttentionBackwardParams
     float4* chunk = reinterpret_cast<float4*>(p.dq_accum) + int64_t(blockIdx.x) * (64 * D / 4);
 #pragma unroll
     for (int f = threadIdx.x; f < 64 * D / 4; f += 256) chunk[f] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (m == 0 && threadIdx.x == 0)                      // CONVERT's counter of this head, after the chunks
+        reinterpret_cast<int*>(p.dq_accum + int64_t(gridDim.x) * (64 * D))[bh] = 0;
     const int part = threadIdx.x % LANES, r0 = threadIdx.x / LANES;
     const auto* o = static_cast<const __nv_bfloat16*>(p.o.data) + b * p.o.stride_batch + h * p.o.stride_head + part * 8;
     const auto* g = static_cast<const __nv_bfloat16*>(p.d_o.data) + b * p.d_o.stride_batch + h * p.d_o.stride_head +
@@ -352,6 +364,73 @@ __global__ void __launch_bounds__(256) prep_kernel(const AttentionBackwardParams
         for (int w = LANES / 2; w > 0; w /= 2) sum += __shfl_xor_sync(0xffffffff, sum, w);
         const int t = m * 64 + k * ROWS + r0;
         if (part == 0 && t < T) p.d_rowsum[int64_t(bh) * T + t] = sum;
+    }
+}
+
+// ---- CONVERT: the head's last CTA turns its dq_accum into bf16 dQ (kernel 3's work, per head) ----
+// Run by the consumer threads (NT) at the very end, after every dQ addition of this CTA was issued.
+// 1. Make this CTA's additions visible GPU-wide: the atomics' threads fence (membar.gl waits for
+//    their reds); for the bulk copies, thread 0 of each consumer waited for them (store_wait<0>)
+//    and fences the async proxy. 2. A barrier of the consumers, then one thread fences and counts
+//    the CTA; the count that reaches n_blocks (every key block of the head) makes this CTA the
+//    last: the others' additions are visible to it (they fenced before counting). 3. It converts
+//    the head's q_blocks chunks G at a time: 16 float4 per thread in flight (L2 loads, .cg: this
+//    SM's L1 never held these lines, and must not serve them), scaled and packed to bf16 rows in
+//    shared memory (K, V, Q, dO tiles are dead by now), then whole rows out, as kernel 3 does.
+template <class C>
+__device__ inline void convert_head_if_last(const kernel_params& p, uint8_t* smem_ptr) {
+    const block_item item = block_at(blockIdx.x, p);   // recomputed: kept live from the start, it spilled
+    const int bh = item.b * p.heads + item.h;
+    constexpr int NT = 128 * C::consumers, D = 64, PER_CHUNK = 64 * D / 4, PITCH = D / 2 + 4, SEGS = D / 8;
+    constexpr int LOADS = 16;                            // float4s per thread per round
+    constexpr int G = LOADS * NT / PER_CHUNK;            // chunks per round: 4 (NT = 256) or 2
+    constexpr int CHUNK_WORDS = 64 * PITCH;
+    static_assert(G * CHUNK_WORDS * 4 <= C::ds_off, "the staging rows fit in the dead K, V, Q, dO tiles");
+    __shared__ int last;
+    const int ct = threadIdx.x - 128;                    // 0 .. NT-1
+    if constexpr (C::dq_atomic) {
+        __threadfence();
+    } else if (ct % 128 == 0) {
+#ifdef TK_HOPPER
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+#endif
+        __threadfence();
+    }
+    tk::named_sync<NT>(4);
+    if (ct == 0) {
+        __threadfence();
+        last = atomicAdd(p.head_done + bh, 1) == p.n_blocks - 1;
+    }
+    tk::named_sync<NT>(4);
+    if (!last) return;
+    __threadfence();
+    uint32_t* rows = reinterpret_cast<uint32_t*>(smem_ptr);
+    const float4* head = reinterpret_cast<const float4*>(p.dq_accum) + int64_t(bh) * p.q_blocks * PER_CHUNK;
+    __nv_bfloat16* dq = p.dq + item.b * p.dq_stride_batch + item.h * p.dq_stride_head;
+    const float sc = p.scale;
+    for (int m0 = 0; m0 < p.q_blocks; m0 += G) {
+        float4 v[LOADS];
+#pragma unroll
+        for (int k = 0; k < LOADS; ++k) {                  // float4 f of chunk m0 + f / PER_CHUNK
+            const int f = k * NT + ct;
+            v[k] = m0 + f / PER_CHUNK < p.q_blocks ? __ldcg(head + int64_t(m0) * PER_CHUNK + f) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int k = 0; k < LOADS; ++k) {               // register order -> row-major bf16 (kernel 3's map)
+            const int f = k * NT + ct, g = f / PER_CHUNK, fc = f % PER_CHUNK;
+            const int tid = fc % 128, jj = fc / 128;
+            const int row = 16 * (tid / 32) + (tid % 32) / 4, word = 4 * jj + tid % 4;
+            rows[g * CHUNK_WORDS + row * PITCH + word] = pack_bf16x2(v[k].x * sc, v[k].y * sc);
+            rows[g * CHUNK_WORDS + (row + 8) * PITCH + word] = pack_bf16x2(v[k].z * sc, v[k].w * sc);
+        }
+        tk::named_sync<NT>(4);
+        for (int x = ct; x < G * 64 * SEGS; x += NT) {
+            const int g = x / (64 * SEGS), row = (x / SEGS) % 64, seg = x % SEGS, t = (m0 + g) * 64 + row;
+            if (m0 + g < p.q_blocks && t < p.seq_len)
+                *reinterpret_cast<uint4*>(dq + int64_t(t) * p.dq_stride_seq + 8 * seg) =
+                    *reinterpret_cast<const uint4*>(&rows[g * CHUNK_WORDS + row * PITCH + 4 * seg]);
+        }
+        tk::named_sync<NT>(4);                           // the rows are read before the next round
     }
 }
 
@@ -735,6 +814,7 @@ backward_kernel(const __grid_constant__ kernel_params p) {
     store(p.dv, p.dv_stride_batch, p.dv_stride_head, p.dv_stride_seq, dv_acc.d, 1.f);
     store(p.dk, p.dk_stride_batch, p.dk_stride_head, p.dk_stride_seq, dk_acc.d, p.scale);
     if (tid == 0) tma::store_wait<0>();                  // the last reduce-add has landed
+    if constexpr (C::fused_convert) convert_head_if_last<C>(p, smem_ptr);
 }
 
 // ---- Kernel 3: dQ = scale · dq_accum, from register order to bf16 in dQ's strides ---------------
@@ -778,8 +858,12 @@ __global__ void __launch_bounds__(256) convert_dq_kernel(const AttentionBackward
 // ---- Host side ---------------------------------------------------------------------------------
 inline int query_blocks(int seq_len) { return (seq_len + 63) / 64; }
 // Floats of the dQ accumulator: a 64 x D chunk per (head, query block), query blocks padded to 64.
-inline int64_t dq_accum_floats(int batch, int heads, int seq_len, int head_dim) {
+// CONVERT's per-head counters follow the chunks (ints, 4 per 16 bytes), zeroed with them.
+inline int64_t dq_chunk_floats(int batch, int heads, int seq_len, int head_dim) {
     return int64_t(batch) * heads * query_blocks(seq_len) * 64 * head_dim;
+}
+inline int64_t dq_accum_floats(int batch, int heads, int seq_len, int head_dim) {
+    return dq_chunk_floats(batch, heads, seq_len, head_dim) + (int64_t(batch) * heads + 3) / 4 * 4;
 }
 
 template <int D, bool PIPELINED, bool SPLIT_DQ = false, int OPT = 0>
@@ -830,6 +914,9 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     kp.scale_log2 = sh.scale * LOG2E;
     kp.causal = sh.causal ? 1 : 0;
     kp.batch_heads = sh.batch * sh.heads;
+    kp.dq = static_cast<__nv_bfloat16*>(a.dq.data);
+    kp.dq_stride_batch = a.dq.stride_batch; kp.dq_stride_head = a.dq.stride_head; kp.dq_stride_seq = a.dq.stride_seq;
+    kp.head_done = reinterpret_cast<int*>(a.dq_accum + dq_chunk_floats(sh.batch, sh.heads, sh.seq_len, D));
     kp.n_blocks = (sh.seq_len + C::block_n - 1) / C::block_n;
     const int64_t bytes_per_head = int64_t(sh.seq_len) * D * (2 + 2 + 4 + (C::fused_di ? 2 : 0));   // Q, dO, dQ accumulator (, O)
     kp.heads_per_group = attention_l2::heads_per_group(l2_groups, bytes_per_head, kp.batch_heads);
@@ -846,7 +933,8 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     kernel<<<kp.batch_heads * kp.n_blocks, C::threads, C::smem_bytes, stream>>>(kp);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
 
-    convert_dq_kernel<D><<<unsigned(int64_t(sh.batch) * sh.heads * q_blocks), 256, 0, stream>>>(a, q_blocks);
+    if (!C::fused_convert)
+        convert_dq_kernel<D><<<unsigned(int64_t(sh.batch) * sh.heads * q_blocks), 256, 0, stream>>>(a, q_blocks);
     return cudaGetLastError();
 }
 
@@ -896,6 +984,8 @@ int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_
 //   9: D = 64: one consumer (64 keys) per CTA, two CTAs per SM, dQ by vector atomics
 //  10: D = 64: 9 with the dQ partials by bulk reduce-add (4's two buffers)
 //  11-14: 4, 8, 9, 10 with prep_kernel (dq_accum zeroed and Di in one pass); D = 128: 5 with it
+//  15-18: 13, 14, 12, 11 with the dQ conversion in the main kernel (each head's last CTA; no
+//      kernel 3); D = 128: 5 with prep_kernel
 //   D = 128 runs 5 for 6-10 (and 5 with prep_kernel for 11-14): its consumers need the 240 registers that the Di warps would take
 //   (C7512 at 232), and with the atomics ptxas spilled its hoisted stmatrix addresses.
 // 1-3 take the CTAs in session 3's order (block_at with one group of all heads).
@@ -913,7 +1003,8 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
         case 4: return launch<128, false>(p, stream, true);
         case 5: return launch<128, false, true>(p, stream, true);
         case 6: case 7: case 8: case 9: case 10: return launch<128, false, true>(p, stream, true);   // = 5 (see above)
-        case 11: case 12: case 13: case 14: return launch<128, false, true, PREP>(p, stream, true);   // 5 + prep
+        case 11: case 12: case 13: case 14: case 15: case 16: case 17: case 18:
+            return launch<128, false, true, PREP>(p, stream, true);   // 5 + prep
         default: return cudaErrorInvalidValue;
         }
     }
@@ -931,6 +1022,10 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
     case 12: return launch<64, true, false, PREP | DQ_ATOMIC>(p, stream, true);
     case 13: return launch<64, true, false, PREP | ONE_CONSUMER | DQ_ATOMIC>(p, stream, true);
     case 14: return launch<64, true, false, PREP | ONE_CONSUMER>(p, stream, true);
+    case 15: return launch<64, true, false, CONVERT | PREP | ONE_CONSUMER | DQ_ATOMIC>(p, stream, true);
+    case 16: return launch<64, true, false, CONVERT | PREP | ONE_CONSUMER>(p, stream, true);
+    case 17: return launch<64, true, false, CONVERT | PREP | DQ_ATOMIC>(p, stream, true);
+    case 18: return launch<64, true, false, CONVERT | PREP>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }
