@@ -105,7 +105,8 @@
 //   26-29 (session 7, opt-in until measured): 21 launched as a programmatic dependent (PDL: its start
 //     overlaps the end of the kernel before it); 27 = 26 + the first item's tiles asked of L2 before
 //     the dependency wait; 28, 29 = 27 + every 8th / 4th exponential on the FMA pipe (exp2_poly);
-//     30 = 21 without the per-call zeroing of its work counter (a measurement of that cost).
+//     30 = 21 without the per-call zeroing of its work counter (a measurement of that cost), 31 = 21
+//     with the counter zeroed by a memset instead of a fill kernel (the same measurement).
 // Taken out after session 5 (the code is in git at 65e8c26; figures in kernels/NOTES.md,
 //   "Session 4: H3 attention" and sessions 2-3's "H200 runs"): 1 = 2 with exp2f and sequential
 //   row max / sum (GPT-2 shape 221 against 2's 225 TFLOP/s), 3 = 2 without ping-pong (203: -10%),
@@ -1127,6 +1128,8 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //  28: 27 with POLY_EXP 8 (every 8th exponential of a row on the FMA pipe), 29: with POLY_EXP 4
 //  30: 21 with SELF_RESET (a measurement: the counter sets itself back to 0; the bindings give this
 //      variant an already-zero counter from a ring instead of zeroing one per call)
+//  31: 21's kernel; the bindings zero its counter with cudaMemsetAsync (a memset node in a CUDA graph)
+//      instead of at::zeros (a fill kernel): a measurement beside 30
 // 2 and 4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zeroed, used by this launch alone (the bindings
 // allocate it per call; variant 30 takes one from a ring of counters that reset themselves); the
@@ -1162,6 +1165,8 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, true, true, true, true, true, 4>(p, stream, work_counter);
     case 30: return d64 ? launch_persistent<64, 2, true, false, true, true, false, false, 0, true>(p, stream, work_counter)
                         : launch_persistent<128, 2, true, true, true, true, false, false, 0, true>(p, stream, work_counter);
+    case 31: return attention_hopper_forward_variant(p, cuda_stream, 21, work_counter);   // (the bindings zero
+                                                                                           // its counter by a memset)
     default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20, 22-25) too
     }
 }

@@ -88,7 +88,8 @@ VARIANTS = {0: "default (21 for D=64 and D=128)",
             28: "27 with every 8th exponential of a row on the FMA pipe (a cubic, Cody-Waite) instead of the MUFU",
             29: "27 with every 4th exponential of a row on the FMA pipe",
             30: "21 without the per-call zeroing of its work counter (the kernel resets a counter from a ring): "
-                "a measurement of that cost, not safe with graphs and streams mixed"}
+                "a measurement of that cost, not safe with graphs and streams mixed",
+            31: "21 with its work counter zeroed by a memset (cudaMemsetAsync) instead of a fill kernel: the same measurement"}
 
 
 OP = "tk Hopper attention"

@@ -30,7 +30,7 @@ using tk_bindings::device_name;
 
 // 0 (the default) and the variants that remain (attention_hopper.cu's opening comment says where the
 // removed numbers went); kernels/attention_hopper.py names them.
-constexpr int VARIANTS[] = {0, 2, 4, 5, 8, 11, 12, 13, 21, 26, 27, 28, 29, 30};
+constexpr int VARIANTS[] = {0, 2, 4, 5, 8, 11, 12, 13, 21, 26, 27, 28, 29, 30, 31};
 constexpr int LAST_VARIANT = VARIANTS[sizeof(VARIANTS) / sizeof(VARIANTS[0]) - 1];
 bool is_variant(int64_t v) {
     for (int k : VARIANTS)
@@ -154,11 +154,19 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
     at::Tensor lse = at::empty({B, H, T}, q.options().dtype(at::kFloat));
     // The dynamically scheduled variants' work counter: this call's own, zeroed on this stream
     // (one 4-byte memset), so forwards on several streams at once never share one.
-    // (Variant 30: one from ring_counter instead, already zero.)
+    // (Variant 30: one from ring_counter instead, already zero. Variant 31: zeroed by cudaMemsetAsync,
+    // a memset node in a CUDA graph where at::zeros is a fill kernel: a measurement beside 30.)
     at::Tensor work_counter;
     unsigned int* counter = nullptr;
     if (variant == 30) {
         counter = ring_counter(q);
+    } else if (variant == 31) {
+        work_counter = at::empty({1}, q.options().dtype(at::kInt));
+        counter = reinterpret_cast<unsigned int*>(work_counter.data_ptr<int>());
+        const cudaError_t e = cudaMemsetAsync(counter, 0, sizeof(unsigned int),
+                                              c10::cuda::getCurrentCUDAStream(q.get_device()).stream());
+        tk_bindings::raise_if_failed(e == cudaSuccess ? nullptr : cudaGetErrorString(e), "tk Hopper attention",
+                                     "zeroing the work counter");
     } else {
         work_counter = at::zeros({1}, q.options().dtype(at::kInt));
         counter = reinterpret_cast<unsigned int*>(work_counter.data_ptr<int>());

@@ -246,8 +246,8 @@ def test_removed_variants_are_refused():
         with pytest.raises(ValueError, match="variant must be one of"):
             attention_hopper.forward(q, k, v, True, None, variant)
         why = attention_hopper._ext.module.check_forward(q, k, v, True, 0.125, variant)
-        assert why == (f"tk Hopper attention: variant must be 0 (the default) .. 30 and one of 0, 2, 4, 5, 8, "
-                       f"11, 12, 13, 21, 26, 27, 28, 29, 30 (the others were removed), got {variant}"), why
+        assert why == (f"tk Hopper attention: variant must be 0 (the default) .. 31 and one of 0, 2, 4, 5, 8, "
+                       f"11, 12, 13, 21, 26, 27, 28, 29, 30, 31 (the others were removed), got {variant}"), why
 
 
 @pytest.mark.skipif(bool(os.environ.get("TK_ATTENTION_HOPPER_LIB")),
