@@ -396,6 +396,7 @@ def train(config):
         ckpt = None   # free the memory
     raw_model = model
     if c.compile:
+        kernel_switch.prepare_for_compile()   # inductor's fallbacks for the tk ops (torch 2.11's compile stalls without)
         model = torch.compile(model)
     eval_model = model   # compiled if asked, but outside DDP: eval needs no gradient sync
     if ddp:

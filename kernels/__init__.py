@@ -206,6 +206,35 @@ def linear(x, weight, bias=None):
     return _dispatch("linear", reference.linear, x, weight, bias)
 
 
+# ---- torch.compile: inductor's fallbacks for the tk ops, registered before it traces ---------
+def prepare_for_compile():
+    """Call before torch.compile of a model that uses tk ops (train.py and bench.py --e2e do).
+
+    Inductor has no lowering for a custom op: it creates a fallback (the op called as it is) the
+    first time it meets one. Before that it logs the op's arguments, and torch 2.11 formats them
+    eagerly: each argument's IR prints every unrealized node it depends on, nested, so at GPT-2's
+    12 layers the strings explode and the compile never finishes (session 7: Python stacks every
+    20 s all inside inductor's exc.operator_str; tests/tk_compile_time.py). Registering the same
+    fallback here, with the layout constraint inductor would pick (the op's tag, else the default
+    for custom ops), means inductor finds the op in its lowerings and never builds that string.
+    Idempotent; returns the ops registered now."""
+    from torch._inductor import lowering
+    from torch._library.utils import get_layout_constraint_tag
+    done = []
+    for qualname in sorted(torch._C._dispatch_get_all_op_names()):
+        if not qualname.startswith("tk::"):
+            continue
+        packet = getattr(torch.ops.tk, qualname[len("tk::"):])
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            if op in lowering.lowerings:
+                continue
+            constraint = lowering.tag_to_layout_constraint(get_layout_constraint_tag(op, with_default=True))
+            lowering.make_fallback(op, layout_constraint=constraint, warn=False)
+            done.append(op)
+    return done
+
+
 # ---- the op modules: each registers its tk kernel when imported -------------------------------
 # Listed by name so one that is missing (not written yet) is simply skipped, while one that
 # exists but fails to import is reported loudly instead of silently running torch.

@@ -88,6 +88,8 @@ def training_step(spec):
     optimizer = model.configure_optimizers(d["weight_decay"], d["learning_rate"], (d["beta1"], d["beta2"]),
                                            device_type)
     mode = spec.get("compile")
+    if mode:
+        switch.prepare_for_compile()   # inductor's fallbacks for the tk ops (kernels/__init__.py)
     forward = torch.compile(model, mode=None if mode == "default" else mode) if mode else model
     graphs = bool(spec.get("graphs"))
     if graphs and device_type != "cuda":

@@ -289,3 +289,21 @@ def test_python_m_kernels_build_reports_every_extension():
     bad = subprocess.run([sys.executable, "-m", "kernels", "--build", "tk_layernorm", "tk_nope"], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown extension tk_nope" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_prepare_for_compile_registers_a_fallback_for_every_tk_op():
+    """torch 2.11's inductor stalls formatting a custom op's arguments before it creates the op's
+    fallback itself (kernels.prepare_for_compile's docstring): every tk:: op must be in inductor's
+    lowerings afterwards, with the layout constraint inductor would have chosen, and a second
+    call registers nothing."""
+    from torch._inductor import lowering
+    from torch._library.utils import get_layout_constraint_tag
+    kernels.prepare_for_compile()
+    names = [n for n in torch._C._dispatch_get_all_op_names() if n.startswith("tk::")]
+    assert {"tk::attention_qkv_fwd", "tk::add_layernorm_fwd", "tk::mlp_fwd", "tk::lm_head_loss"} <= set(names)
+    for name in names:
+        op = getattr(torch.ops.tk, name[len("tk::"):]).default
+        assert op in lowering.lowerings, name
+        expected = lowering.tag_to_layout_constraint(get_layout_constraint_tag(op, with_default=True))
+        assert lowering.maybe_layout_constraints(op) is expected, name
+    assert kernels.prepare_for_compile() == []
