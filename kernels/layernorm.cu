@@ -64,7 +64,7 @@
 // default plan since session 6's call 3); its memory hints that lost (rows ahead in L2 inside the
 // loops, evict-first loads, fewer forward blocks an SM) are in kernels/NOTES.md ("Session 6: L").
 // Session 7's (opt-in until measured): smaller forward blocks (fwd_warps1/2/4), an evenly split
-// backward grid (bwd_even) and a column sum with all its loads in flight at once (colsum_wide);
+// backward grid (bwd_even) and a column sum with all its loads in flight at once (colsum_fast);
 // kernels/NOTES.md ("Session 7: L").
 //
 // DROPOUT of the branch (session 4): training drops elements of each residual branch (attention
@@ -127,21 +127,26 @@ __device__ __forceinline__ float2 add(float2 a, float2 b) { return make_float2(a
 
 // Waits for the G warps of this thread's row group only: named barrier 1 + slot (barrier 0 is
 // __syncthreads'), so the block's other groups keep streaming their own rows meanwhile.
-__device__ __forceinline__ void group_barrier(const RowGroup& g) {
-    asm volatile("bar.sync %0, %1;" ::"r"(1 + g.slot), "r"(g.threads) : "memory");
+// ONE_GROUP: the block is one row group, so the group's barrier is the block's (__syncthreads).
+// Why that matters (session 7, ncu): a barrier id known only at run time makes ptxas reserve all
+// 16 named barriers for the kernel, and an SM holds 4 such blocks at most ("Block Limit Barriers
+// 4"): right for 8-warp blocks, ruinous for 1-warp ones (4 warps an SM).
+template <bool ONE_GROUP = false> __device__ __forceinline__ void group_barrier(const RowGroup& g) {
+    if constexpr (ONE_GROUP) __syncthreads();
+    else asm volatile("bar.sync %0, %1;" ::"r"(1 + g.slot), "r"(g.threads) : "memory");
 }
 
 // The sum of v over the row group's G warps, returned to every thread of the group. Every thread
 // of the group must call it at the same time: with G > 1 it crosses warps through shared memory
 // and the group's barrier. Each thread adds the G warp sums in the same order, so all agree exactly.
-template <typename V> __device__ V group_sum(V v, const RowGroup& g, V* scratch /* [BLOCK_WARPS] */) {
+template <bool ONE_GROUP = false, typename V> __device__ V group_sum(V v, const RowGroup& g, V* scratch /* [BLOCK_WARPS] */) {
     v = tk::warp_sum(v);
     if (g.G == 1) return v;
     if (tk::laneid() == 0) scratch[threadIdx.x / 32] = v;
-    group_barrier(g);
+    group_barrier<ONE_GROUP>(g);
     V total = scratch[g.slot * g.G];
     for (int w = 1; w < g.G; ++w) total = add(total, scratch[g.slot * g.G + w]);
-    group_barrier(g);   // scratch is reused by the next call
+    group_barrier<ONE_GROUP>(g);   // scratch is reused by the next call
     return total;
 }
 
@@ -250,9 +255,7 @@ __device__ __forceinline__ DropoutMask read_mask(const int64_t* seed, uint32_t t
 
 // ---- forward: one read of x and r, one write of h and y ----------------------------------------
 // Occupancy asked of ptxas: up to 3 chunks (48 bytes of h) a thread, four blocks (32 warps) an
-// SM; more, no minimum. The bound is written for 8-warp blocks; the kernel reads its block's size
-// (blockDim), so the same instance also runs blocks of 1, 2 or 4 warps (fwd_warps flags), which
-// the same register budget (<= 64) lets fill an SM too: 32 one-warp blocks, the most an SM holds.
+// SM; more, no minimum.
 template <typename TH, typename TR, int E, int CHUNKS> struct ForwardRow {
     Chunk<TH, E> x[CHUNKS];
     Chunk<TR, E> r[CHUNKS];
@@ -274,7 +277,12 @@ template <typename TH, typename TR, int E, int CHUNKS> struct ForwardRow {
 // soon as it starts (griddepcontrol.launch_dependents), not when it ends, so the backward's blocks
 // take the SMs the forward's last blocks leave and can start asking L2 for their rows
 // (bwd_l2_first) while the forward finishes. They still wait for all of it (wait_for_previous_grid).
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, bool EARLY_PDL = false>
+// SMALL (flags fwd_warps1/2/4, session 7; instances without dropout only): blocks of fewer than 8
+// warps, read from blockDim: one row group (G > 1: G warps, a row) or one-warp groups (G = 1: 1, 2
+// or 4 rows), so no named barrier is needed (group_barrier<ONE_GROUP>) and an SM holds 32 blocks
+// (registers <= 64, as for 8-warp blocks: 32 warps). A one-warp block is replaced as soon as its
+// row is done; an 8-warp block holds its slot until its slowest row is.
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, bool EARLY_PDL = false, bool SMALL = false>
 __global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 4 : 1)
 forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* __restrict__ w,
                const void* __restrict__ b, bool params_bf16, TY* __restrict__ y, TH* __restrict__ h,
@@ -283,7 +291,7 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
                const int64_t* __restrict__ seed, uint32_t threshold, float scale) {
     constexpr int E = 16 / int(sizeof(TH));   // columns per chunk
     __shared__ float scratch[BLOCK_WARPS];
-    const RowGroup g(G, cols / E, blockDim.x / 32);   // blocks of 8 warps, or fewer (fwd_warps1/2/4)
+    const RowGroup g(G, cols / E, SMALL ? int(blockDim.x / 32) : BLOCK_WARPS);
     const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
     wait_for_previous_grid();   // pdl: x and r (and the seed) are written by kernels before this one
     if constexpr (EARLY_PDL) allow_next_grid();
@@ -317,7 +325,7 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
         }
 
         // 2. mean, then 3. variance from the same registers (missing chunks are zeros: skip them).
-        const float mean = group_sum(s, g, scratch) / cols;
+        const float mean = group_sum<SMALL>(s, g, scratch) / cols;
         float q = 0.0f;
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i) {
@@ -325,7 +333,7 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
 #pragma unroll
             for (int e = 0; e < E; ++e) q += (v[i][e] - mean) * (v[i][e] - mean);
         }
-        const float rstd = rsqrtf(group_sum(q, g, scratch) / cols + eps);   // rsqrt.approx: 2^-22.9
+        const float rstd = rsqrtf(group_sum<SMALL>(q, g, scratch) / cols + eps);   // rsqrt.approx: 2^-22.9
 
         // 4. The one write: h (in TH), then y = xhat * w + b, rounded once to TY.
         if (live) {
@@ -547,14 +555,17 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
 // adds partial rows k, k + 32, ... with four independent accumulators, so a thread has several
 // loads in flight instead of waiting out DRAM latency once per row. Warp 0 then adds the 32
 // warp sums from shared memory, in a fixed order, and writes fp32 or bf16.
-// WIDE (flag colsum_wide, session 7): a thread loads up to WIDE_ROWS partial rows before it adds
-// any (missing ones read as 0): one round trip to L2, where the backward has just written them,
-// for up to 32 x WIDE_ROWS = 384 blocks (the H200's backward has 264), instead of three (4 rows a
-// loop trip, one after another). The sum's order differs from the plain kernel's: still fixed.
+// FAST (flag colsum_fast, session 7): (1) a thread loads up to FAST_ROWS partial rows before it
+// adds any (missing ones read as 0): one round trip to L2, where the backward has just written
+// them, for up to 32 x FAST_ROWS = 384 blocks (the H200's backward has 264), instead of three;
+// (2) the 32 warp sums of a column are added by a warp of their own with a butterfly (warp k
+// takes column k: lane j reads warp j's sum), not one after another by warp 0's lanes (32
+// dependent shared-memory loads). The sum's order differs from the plain kernel's: still fixed.
+// (Call 2 timed (1) alone as colsum_wide: the column sum 4.58 -> 4.35 us in ncu, fwd+bwd no faster.)
 constexpr int COLSUM_WARPS = 32;
-constexpr int WIDE_ROWS = 12;
+constexpr int FAST_ROWS = 12;
 
-template <bool WIDE = false>
+template <bool FAST = false>
 __global__ void __launch_bounds__(COLSUM_WARPS * 32)
 column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void* __restrict__ dw,
                   void* __restrict__ db, bool params_bf16) {
@@ -563,16 +574,16 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int c = blockIdx.x * 32 + lane;   // 0 .. 2*cols-1: dw columns, then db columns
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (WIDE && c < 2 * cols) {
-        for (int p = warp; p < blocks; p += WIDE_ROWS * COLSUM_WARPS) {
-            float v[WIDE_ROWS];
+    if (FAST && c < 2 * cols) {
+        for (int p = warp; p < blocks; p += FAST_ROWS * COLSUM_WARPS) {
+            float v[FAST_ROWS];
 #pragma unroll
-            for (int k = 0; k < WIDE_ROWS; ++k) {
+            for (int k = 0; k < FAST_ROWS; ++k) {
                 const int q = p + k * COLSUM_WARPS;
                 v[k] = q < blocks ? partial[int64_t(q) * 2 * cols + c] : 0.0f;
             }
 #pragma unroll
-            for (int k = 0; k < WIDE_ROWS; ++k) acc[k % 4] += v[k];
+            for (int k = 0; k < FAST_ROWS; ++k) acc[k % 4] += v[k];
         }
     } else if (c < 2 * cols) {
         int p = warp;
@@ -583,6 +594,16 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
     }
     sums[warp][lane] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     __syncthreads();
+    if constexpr (FAST) {
+        const float total = tk::warp_sum(sums[lane][warp]);   // column blockIdx.x * 32 + warp (row 33: no bank conflicts)
+        const int cw = blockIdx.x * 32 + warp;
+        if (lane != 0 || cw >= 2 * cols) return;
+        void* out = cw < cols ? dw : db;
+        const int col = cw < cols ? cw : cw - cols;
+        if (params_bf16) static_cast<bf16*>(out)[col] = tk::convert<bf16>(total);
+        else static_cast<float*>(out)[col] = total;
+        return;
+    }
     if (warp != 0 || c >= 2 * cols) return;
     float total = 0.0f;
     for (int k = 0; k < COLSUM_WARPS; ++k) total += sums[k][lane];
@@ -609,17 +630,15 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //   bwd_l2_first2    the same for its first two row steps (FIRST_STEPS 2; wins over bwd_l2_first)
 //                    (the three: session 6, instances without dropout only, so with dropout the
 //                    plain kernels run; fwd_early_pdl and bwd_l2_first2 are in the default plan)
-//   fwd_warps1, fwd_warps2, fwd_warps4 (session 7) forward blocks of 1, 2 or 4 warps instead of 8
-//                    (never fewer than a row's G warps; the smallest asked wins): with fwd_full and
-//                    C = 768 bf16, 16384 rows are 16384 one-warp blocks, as torch.compile's Triton
-//                    forward has them. An 8-warp block frees its SM slot only when its slowest row
-//                    is done; a one-warp block is replaced as soon as its row is. Same instances
-//                    (the kernel reads its block size), so dropout runs them too.
+//   fwd_warps1, fwd_warps2, fwd_warps4 (session 7) forward blocks of 1, 2 or 4 warps for G = 1
+//                    (the smallest asked wins), one row group of G warps for G > 1: with fwd_full
+//                    and C = 768 bf16, 16384 rows are 16384 one-warp blocks, as torch.compile's
+//                    Triton forward has them (forward_kernel<..., SMALL>; without dropout only)
 //   bwd_even     (session 7) the backward's persistent grid sized so every block takes the same
 //                    number of row steps (e.g. 256 blocks instead of 264 at 65536 x 768, where 8
 //                    blocks would otherwise take a 32nd step alone)
-//   colsum_wide  (session 7) the column sum loads all of a thread's partial rows before adding
-//                    them (column_sum_kernel<WIDE>): one round trip to L2 instead of three
+//   colsum_fast  (session 7) the column sum loads all of a thread's partial rows before adding
+//                    them, and adds each column's warp sums with a butterfly (column_sum_kernel<FAST>)
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -635,7 +654,7 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"fwd_warps2", &Variant::fwd_warps2},
                           {"fwd_warps4", &Variant::fwd_warps4},
                           {"bwd_even", &Variant::bwd_even},
-                          {"colsum_wide", &Variant::colsum_wide}};
+                          {"colsum_fast", &Variant::colsum_fast}};
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
 // Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan. Session 6's
@@ -724,11 +743,17 @@ template <auto kernel> int grid_for(int64_t rows, int G, int warps = BLOCK_WARPS
     return int((steps + steps_per_block - 1) / steps_per_block);
 }
 
-// The forward's block: 8 warps, or the fwd_warps flag's 1, 2 or 4, but at least a row's G warps.
-int forward_warps(int G) {
+// The fwd_warps flags pick the forward's SMALL instances (no dropout: the dropout instances keep
+// 8-warp blocks, as their named barriers would allow only 4 small blocks an SM).
+bool small_forward_blocks(const Variant& v) { return v.fwd_warps1 || v.fwd_warps2 || v.fwd_warps4; }
+
+// The forward's block: 8 warps; with a fwd_warps flag (SMALL instances), one row group of G > 1
+// warps, or for G = 1 the flag's 1, 2 or 4 warps (the smallest asked wins).
+int forward_warps(int G, bool small) {
+    if (!small) return BLOCK_WARPS;
     const Variant& v = current_variant();
-    const int asked = v.fwd_warps1 ? 1 : v.fwd_warps2 ? 2 : v.fwd_warps4 ? 4 : BLOCK_WARPS;
-    return asked > G ? asked : G;
+    if (G > 1) return G;
+    return v.fwd_warps1 ? 1 : v.fwd_warps2 ? 2 : 4;
 }
 
 // Every launch goes through here: kernel<<<grid, block, 0, stream>>>(args...), and with the pdl
@@ -759,7 +784,12 @@ float keep_scale_of(const Dropout& d) { return float(1.0 / (1.0 - d.p)); }
 // 6's flags have instances without dropout only; with dropout the plain instances run.
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, typename F> auto with_forward_kernel(F&& f) {
     if constexpr (!DROP) {
-        if (current_variant().fwd_early_pdl) return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP, true>>();
+        const Variant& v = current_variant();
+        if (small_forward_blocks(v)) {
+            if (v.fwd_early_pdl) return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP, true, true>>();
+            return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP, false, true>>();
+        }
+        if (v.fwd_early_pdl) return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP, true>>();
     }
     return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP>>();
 }
@@ -776,7 +806,7 @@ template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, typename
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
     return with_forward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() {
-        const int warps = forward_warps(G);
+        const int warps = forward_warps(G, !DROP && small_forward_blocks(current_variant()));
         return launch(kernel, grid_for<kernel>(a.rows, G, warps, current_variant().fwd_full_grid), warps * 32, stream, a.x,
                       a.residual, a.weight, a.bias, a.params_bf16, a.y, a.h, a.mean, a.rstd, a.rows, a.cols, G, a.eps,
                       a.dropout.seed, drop_threshold(a.dropout), keep_scale_of(a.dropout));
@@ -797,7 +827,7 @@ cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
                       current_variant().bwd_tree, a.dropout.seed, drop_threshold(a.dropout), keep_scale_of(a.dropout));
     });
     if (err != cudaSuccess) return err;
-    return launch(current_variant().colsum_wide ? column_sum_kernel<true> : column_sum_kernel<false>, (2 * a.cols + 31) / 32,
+    return launch(current_variant().colsum_fast ? column_sum_kernel<true> : column_sum_kernel<false>, (2 * a.cols + 31) / 32,
                   COLSUM_WARPS * 32, stream, a.partial, blocks, a.cols, a.dweight, a.dbias, a.params_bf16);
 }
 

@@ -86,7 +86,7 @@ struct Variant {
     bool fwd_warps2 = false;      // "fwd_warps2"                     ... of 2 warps
     bool fwd_warps4 = false;      // "fwd_warps4"                     ... of 4 warps
     bool bwd_even = false;        // "bwd_even" (session 7: opt-in) the same row steps for every backward block
-    bool colsum_wide = false;     // "colsum_wide" (session 7: opt-in) the column sum's loads all in flight at once
+    bool colsum_fast = false;     // "colsum_fast" (session 7: opt-in) the column sum in one L2 round trip + butterflies
 };
 
 // Set the plan from a comma-separated list of flag names ("none" or "": no flag; "default": the

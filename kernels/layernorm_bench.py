@@ -388,14 +388,13 @@ def print_s5_rows(rows, header=True):
 INTERLEAVED_ROWS = [16384, 32768, 65536]
 # Session 7: the default (since session 6's call 3: fwd_full,bwd_tree,pdl,fwd_early_pdl,
 # bwd_l2_first2,bwd_reverse) against session 7's candidates: forward blocks of 1, 2 or 4 warps
-# (fwd_warps*), the evenly split backward grid (bwd_even), the column sum in one round trip
-# (colsum_wide), those together, the 1-warp forward on the persistent grid (no fwd_full), and
-# bwd_l2_first instead of first2 (one row step asked of L2 before the wait: the backward alone costs
-# less than with two). (Session 6's call 3 timed session 5's default beside these flags: NOTES.)
-FIRST1 = "fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first,bwd_reverse"
-INTERLEAVED_PLANS = ["default", "default,fwd_warps1", "default,fwd_warps2", "default,fwd_warps4", "default,bwd_even",
-                     "default,colsum_wide", "default,fwd_warps1,bwd_even", "default,fwd_warps1,bwd_even,colsum_wide",
-                     "bwd_tree,pdl,fwd_early_pdl,bwd_l2_first2,bwd_reverse,fwd_warps1", FIRST1]
+# without named barriers (fwd_warps*), the column sum in one L2 round trip with butterfly sums
+# (colsum_fast), and the evenly split backward grid (bwd_even). (Call 2 timed the fwd_warps flags
+# on blocks with named barriers, 4 an SM: 2.4x slower; bwd_l2_first vs first2, the persistent
+# 1-warp forward and the loads-only column sum: NOTES, "Session 7: L".) Every plan here is in
+# tests/test_layernorm_variants.py's VARIANTS (float64 tests).
+INTERLEAVED_PLANS = ["default", "default,fwd_warps1", "default,fwd_warps2", "default,fwd_warps4", "default,colsum_fast",
+                     "default,fwd_warps1,colsum_fast", "default,fwd_warps1,bwd_even"]
 
 
 def interleaved_rows(args, ln, l2_bytes, plans, rows_list, cols=768):
