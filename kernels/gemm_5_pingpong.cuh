@@ -99,14 +99,21 @@ using gemm4::cluster_sync;
 using gemm4::arrive_on_cta;
 using gemm4::pair_work;
 
-// Optional, step 5 only: a policy that stores a consumer's WHOLE tile at once (all its slabs),
-// `static constexpr bool STORES_TILE = true;` and
-//   store_tile(bufs, acc[SLABS], pos[SLABS], shape, lane)   replaces the per-slab store_slab calls
-// (kernels/gemm_splitk_epilogue.cuh: split-K finished in the kernel, one arrival per warp and tile).
+// Optional, step 5 only: a policy that stores a consumer's WHOLE tile at once (all its slabs) and
+// carries state from one tile of the consumer to the next (kernels/gemm_splitk_epilogue.cuh:
+// split-K finished in the kernel, each tile announced one tile later):
+// `static constexpr bool STORES_TILE = true;`, `template <int SLABS> struct consumer_state;` and
+//   store_tile(bufs, acc[SLABS], pos[SLABS], shape, lane, state)   replaces the per-slab store_slab calls
+//   end_tiles(bufs, acc[SLABS], state, shape, lane)                after the consumer's last tile
 template <typename Epi> __host__ __device__ constexpr bool stores_tile() {
     if constexpr (requires { Epi::STORES_TILE; }) return Epi::STORES_TILE;
     else return false;
 }
+struct no_consumer_state {};
+template <typename Epi, int SLABS, bool = stores_tile<Epi>()> struct consumer_state_of { using type = no_consumer_state; };
+template <typename Epi, int SLABS> struct consumer_state_of<Epi, SLABS, true> {
+    using type = typename Epi::template consumer_state<SLABS>;
+};
 
 template <typename Cfg, major MA, major MB, typename Epi>
 __global__ void __launch_bounds__(THREADS, 1)
@@ -152,6 +159,7 @@ gemm_pingpong_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::
             if constexpr (CLUSTER == 2) arrive_on_cta(empty, rank ^ 1);
         };
         wgmma::accumulator<BN> acc[SLABS];           // slab h: rows 64h .. 64h+63 of my tile
+        [[maybe_unused]] typename consumer_state_of<Epi, SLABS>::type carried{};   // STORES_TILE policies
         int it = 0;                                  // ring position, counted over ALL tiles
         int mine = 0;                                // tiles of this CTA seen so far
         int turns = 0;                               // tiles this consumer has multiplied
@@ -207,7 +215,7 @@ gemm_pingpong_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::
             // ---- epilogue: the policy's whole-tile store (STORES_TILE), or step 4's
             // (gemm4::store_slab) once per 64-row slab: warp w stores rows 16w..
             if constexpr (stores_tile<Epi>()) {
-                p.epi.store_tile(s.c[c][warp], acc, pos, p.sh, lane);
+                p.epi.store_tile(s.c[c][warp], acc, pos, p.sh, lane, carried);
             } else {
 #pragma unroll
                 for (int h = 0; h < SLABS; ++h) {
@@ -218,6 +226,7 @@ gemm_pingpong_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::
                 }
             }
         }
+        if constexpr (stores_tile<Epi>()) p.epi.end_tiles(s.c[c][warp], acc, carried, p.sh, lane);
         if (lane == 0) tma::store_wait<0>();
     }
     // A pair's CTAs may still arrive on each other's barriers: neither exits before both are done.

@@ -181,6 +181,9 @@ def main():
                          "its memset/reduce-add/conversion split-K for products with few tiles), beside 'auto'")
     ap.add_argument("--shapes", default="", help="comma-separated substrings of the case names to keep")
     ap.add_argument("--modes", default="eager", help="comma-separated: eager, graph, kernel (see the docstring)")
+    ap.add_argument("--eager-keys", default="",
+                    help="eager mode times only these keys (comma-separated, e.g. torch,step1,step2: the slow lessons, "
+                         "which graph mode skips), so a short run still reports every step")
     ap.add_argument("--host", action="store_true", help="also print host microseconds per call and per part")
     ap.add_argument("--json", default="", help="write every figure to this file")
     args = ap.parse_args()
@@ -224,7 +227,10 @@ def main():
         timers = {}                                  # (mode, impl) -> () -> ms per call
         for mode in modes:
             if mode == "eager":
+                eager_keys = [k for k in args.eager_keys.split(",") if k]
                 for k, fn in fns.items():
+                    if eager_keys and k not in eager_keys and k != "torch":
+                        continue
                     iters = max(3, args.iters // 4) if k in ("step1", "step2") else args.iters
                     timers[(mode, k)] = (lambda fn=fn, iters=iters: time_ms(fn, iters))
             elif mode == "graph":

@@ -11,21 +11,32 @@
 // kernels and ~8-10 µs per call around a ~130 µs product, which left two GPT-2 dW shapes at
 // 0.91-0.93x cuBLAS although the GEMM kernel alone ran at 0.99-1.02x (kernels/NOTES.md, session 6).
 //
-// How, per consumer warp and tile (each warp owns 16 rows of each 64-row slab of its tile):
-//   1. add: red.global.add.v4.f32 of the warp's accumulators into its own piece of the
-//      workspace, in ACCUMULATOR order (thread t's 4 values j sit at [j][t], so one warp
-//      instruction adds 512 contiguous bytes: no staging through shared memory, no swizzle)
-//   2. arrive: fence (the warp's adds are performed at gpu scope), then lane 0 bumps the
-//      piece's arrival counter (atomic, acquire-release) and learns how many splits came before
-//   3. the split that sees splits - 1 earlier arrivals is the last: after a fence it reads the
-//      complete sum back (L2-only loads) into its accumulators, writes zeros over the piece
-//      and resets the counter (so the NEXT call finds both zero: nothing to clear per call),
-//      and stores the values like the plain product (stmatrix staging, TMA store, no reduce)
-//   Every other split is done after step 2. No CTA ever waits for another: a split arrives
-//   only after its own adds, and whoever arrives last finishes, so there is no order to keep
-//   and nothing to deadlock on in a persistent grid.
-// The summation order of the splits varies from run to run (as with the TMA reduce-add before):
-// results agree with an fp32 reference to rounding, not bit for bit between runs.
+// How, per consumer warp and tile (each warp owns 16 rows of each 64-row slab of its tile; its
+// share of the workspace is its "piece"):
+//   1. send: the warp's accumulators go to shared memory in ACCUMULATOR order (thread t's 4
+//      values j at [j][t]: 512 contiguous bytes per warp instruction, no swizzle, no bank
+//      conflicts), 2 KB at a time through the warp's staging buffers, and each 2 KB leaves by
+//      one bulk reduce-add (cp.reduce.async.bulk .add.f32) into the same place of the piece.
+//      Nothing waits for them here.
+//   2. arrive, ONE TILE LATER: when the warp sends its next tile, lane 0 waits until all but
+//      that tile's newest bulk groups are complete (they finished long ago: the wait is free),
+//      and announces the previous tile (proxy fence, then an acquire-release atomic add on the
+//      piece's arrival counter, which returns how many splits arrived before it)
+//   3. the split that sees splits - 1 earlier arrivals is the last: it reads the complete sum
+//      back (L2-only loads, coalesced: the same accumulator order) into the accumulator
+//      registers (free again: their values were sent in step 1), writes zeros over the piece,
+//      resets the counter (so the NEXT call finds both zero: nothing to clear per call), and
+//      stores the values like the plain product (stmatrix staging, TMA store, no reduce)
+//   The last tile of a warp arrives after the warp's last main loop (end_tiles).
+// No CTA ever waits for another (a split arrives only after its own adds are complete, and
+// whoever arrives last finishes), so there is no order to keep and nothing to deadlock on in a
+// persistent grid. The summation order of the splits varies from run to run (as with the TMA
+// reduce-add before): results agree with an fp32 reference to rounding, not bit for bit.
+//
+// Why one tile later (call 2, session 7, kernels/NOTES.md): a first version added with
+// red.global.add.v4.f32 from registers and arrived at once (a gpu-scope fence waiting for its
+// adds): correct, but 12-17% slower than the old split-K kernel. Deferring the arrival takes the
+// wait for completion off the epilogue's path; bulk reduce-adds move 2 KB per instruction.
 //
 // The workspace: sums = tiles x BM x BN floats, arrivals = tiles x 4 ints, zero at allocation
 // (kernels/gemm.py keeps one pair per device and shape and documents its lifetime: one product of
@@ -35,21 +46,25 @@
 
 namespace gemm4 {
 
-// One warp instruction adds 32 x 16 contiguous bytes into L2 (sm_90's vector red).
-__device__ __forceinline__ void red_add_v4(float4* p, float4 v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};"
-                 :: "l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
-#else
-    atomicAdd(&p->x, v.x); atomicAdd(&p->y, v.y); atomicAdd(&p->z, v.z); atomicAdd(&p->w, v.w);
+// Bulk (non-tensor) reduce-add of `bytes` contiguous bytes of shared memory into global memory,
+// fp32 elementwise, completing in the issuing thread's bulk async-groups (as TMA stores do).
+__device__ __forceinline__ void bulk_reduce_add_f32(float4* dst, const void* src, uint32_t bytes) {
+#ifdef TK_SM90
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+                 :: "l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
 #endif
 }
-
+// Orders this thread's async-proxy accesses to global memory (completed bulk copies) with its
+// later generic ones, and the reverse.
+__device__ __forceinline__ void fence_proxy_async_global() {
+#ifdef TK_SM90
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+#endif
+}
 // A gpu-scope acquire-release fence (__threadfence() is the heavier sequentially consistent one).
 __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-
-// atomicAdd with acquire-release semantics at gpu scope: it publishes what this warp wrote before
-// it (release) and, for the last arriver, makes the others' published writes visible (acquire).
+// atomicAdd with acquire-release semantics at gpu scope: it publishes what this thread made
+// visible before it (release) and, in the last arriver, acquires what the others published.
 __device__ __forceinline__ int atomic_add_acq_rel_gpu(int* p, int v) {
     int old;
     asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
@@ -60,64 +75,111 @@ template <typename OutT>
 struct splitk_epilogue : plain_epilogue<OutT> {
     using base = plain_epilogue<OutT>;
     static constexpr bool STORES_TILE = true;   // gemm5's kernel hands a consumer's whole tile to store_tile
-    float4* sums;        // [tile][warp][slab][float4 j][lane]: the running fp32 sums, zero between calls
-    int* arrivals;       // [tile][warp]: splits whose partial is in sums, zero between calls
+    float4* sums;        // [piece][float4 j][lane]: the running fp32 sums, zero between calls
+    int* arrivals;       // [piece]: splits whose partial is in sums, zero between calls
+
+    // What a consumer warp carries from one tile to the next: the tile that still has to arrive.
+    template <int SLABS> struct consumer_state {
+        int piece = -1;          // -1: none
+        tile_pos pos[SLABS];
+    };
 
     // Consumer warp `warp` of a tile of SLABS x 64 rows by Acc::cols: all its slabs at once.
     template <int NBUF, typename CTile, typename Acc, int SLABS>
     __device__ __forceinline__ void store_tile(CTile (&bufs)[NBUF], Acc (&acc)[SLABS], const tile_pos (&pos)[SLABS],
-                                               const shape& sh, int lane) const {
-        if (sh.splits > 1 && !finish_sum(acc, pos, sh, lane)) return;   // another split stores this tile
+                                               const shape& sh, int lane, consumer_state<SLABS>& cs) const {
+        if (sh.splits == 1) {             // no split-K: the plain product's stores
+#pragma unroll
+            for (int h = 0; h < SLABS; ++h) base::store_slab(bufs, acc[h], pos[h], sh, lane);
+            return;
+        }
+        constexpr int BM = 64 * SLABS;
+        const int warp = (pos[0].slab_row % 64) / 16;
+        const int piece = ((pos[0].slab_row / BM) * sh.tiles_n + pos[0].tile_col / Acc::cols) * 4 + warp;
+        send(bufs, acc, piece, lane);                                       // 1.
+        if (cs.piece >= 0) arrive<chunks<Acc, SLABS>()>(bufs, acc, cs, sh, lane);   // 2., 3. for the previous tile
+        cs.piece = piece;
+#pragma unroll
+        for (int h = 0; h < SLABS; ++h) cs.pos[h] = pos[h];
+    }
+
+    // After the warp's last tile: its pending tile arrives (acc: free registers to finish it in).
+    template <int NBUF, typename CTile, typename Acc, int SLABS>
+    __device__ __forceinline__ void end_tiles(CTile (&bufs)[NBUF], Acc (&acc)[SLABS], consumer_state<SLABS>& cs,
+                                              const shape& sh, int lane) const {
+        if (cs.piece >= 0) arrive<0>(bufs, acc, cs, sh, lane);
+        cs.piece = -1;
+    }
+
+    // ---- the pieces ----
+    template <typename Acc, int SLABS> __host__ __device__ static constexpr int chunks() {   // 2 KB reduce-adds per piece
+        return SLABS * Acc::cols / 32;                                  // (Acc::cols / 8 float4s a thread per slab) / 4
+    }
+    __device__ __forceinline__ float4* piece_sums(int piece, int floats4_per_piece, int lane) const {
+        return sums + size_t(piece) * floats4_per_piece + lane;        // + 32 j: float4 j of this lane
+    }
+
+    // 1. The warp's accumulators into its piece: chunk k = float4s 4k..4k+3 of every lane.
+    template <int NBUF, typename CTile, typename Acc, int SLABS>
+    __device__ __forceinline__ void send(CTile (&bufs)[NBUF], const Acc (&acc)[SLABS], int piece, int lane) const {
+        static_assert(sizeof(CTile) == 2048, "a staging buffer holds one 2 KB chunk");
+        constexpr int V = Acc::cols / 8;                                // float4s a thread per slab
+        constexpr int CHUNKS = chunks<Acc, SLABS>();
+        float4* dst = piece_sums(piece, SLABS * V * 32, 0);
+#pragma unroll
+        for (int k = 0; k < CHUNKS; ++k) {
+            CTile& buf = bufs[k % NBUF];
+            base::template wait_for_buffer<NBUF>(lane);
+            float4* staged = reinterpret_cast<float4*>(&buf);
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) {
+                const int j = 4 * k + jj, h = j / V, jv = j % V;
+                staged[32 * jj + lane] = make_float4(acc[h].d[4 * jv], acc[h].d[4 * jv + 1], acc[h].d[4 * jv + 2],
+                                                     acc[h].d[4 * jv + 3]);
+            }
+            fence_proxy_async();                                        // generic writes -> bulk copy reads
+            __syncwarp();
+            if (lane == 0) {
+                bulk_reduce_add_f32(dst + 128 * k, staged, 2048);
+                tma::store_commit_group();
+            }
+        }
+    }
+
+    // 2. and 3. for the tile in cs, once all but the NEWER newest bulk groups are complete.
+    template <int NEWER, int NBUF, typename CTile, typename Acc, int SLABS>
+    __device__ __forceinline__ void arrive(CTile (&bufs)[NBUF], Acc (&acc)[SLABS], const consumer_state<SLABS>& cs,
+                                           const shape& sh, int lane) const {
+        constexpr int V = Acc::cols / 8;
+        int before = 0;
+        if (lane == 0) {
+            tma::store_wait<NEWER>();         // the tile's reduce-adds are complete (performed in L2)
+            fence_proxy_async_global();       // ... and ordered before the generic release below
+            before = atomic_add_acq_rel_gpu(&arrivals[cs.piece], 1);
+        }
+        before = __shfl_sync(0xffffffffu, before, 0);
+        if (before != sh.splits - 1) return;          // others still to come: the last one stores
+        // the last split: every other split's adds were released with its arrival, which came
+        // before mine (acquired by lane 0; the warp barrier and each lane's fence pass it on)
+        __syncwarp();
+        fence_acq_rel_gpu();
+        fence_proxy_async_global();
+        const float4* mine = piece_sums(cs.piece, SLABS * V * 32, lane);
+#pragma unroll
+        for (int h = 0; h < SLABS; ++h)
+#pragma unroll
+            for (int j = 0; j < V; ++j) {             // .cg: from L2, never a stale L1 line
+                const float4 v = __ldcg(mine + 32 * (h * V + j));
+                acc[h].d[4 * j] = v.x; acc[h].d[4 * j + 1] = v.y; acc[h].d[4 * j + 2] = v.z; acc[h].d[4 * j + 3] = v.w;
+            }
+        float4* clear = piece_sums(cs.piece, SLABS * V * 32, lane);
+#pragma unroll
+        for (int j = 0; j < SLABS * V; ++j) __stcg(clear + 32 * j, make_float4(0.f, 0.f, 0.f, 0.f));
+        if (lane == 0) arrivals[cs.piece] = 0;
         shape whole = sh;
         whole.splits = 1;                 // the final values: plain_epilogue stores, it does not reduce-add
 #pragma unroll
-        for (int h = 0; h < SLABS; ++h) base::store_slab(bufs, acc[h], pos[h], whole, lane);
-    }
-
-    // Steps 1-3 above. Returns true in the last split, with acc holding the whole sum.
-    template <typename Acc, int SLABS>
-    __device__ __forceinline__ bool finish_sum(Acc (&acc)[SLABS], const tile_pos (&pos)[SLABS], const shape& sh,
-                                               int lane) const {
-        constexpr int V = Acc::cols / 8;                 // float4s per thread per slab
-        constexpr int BM = 64 * SLABS;
-        const int warp = (pos[0].slab_row % 64) / 16;
-        const int tile = (pos[0].slab_row / BM) * sh.tiles_n + pos[0].tile_col / Acc::cols;
-        const int piece = tile * 4 + warp;
-        float4* mine = sums + size_t(piece) * (SLABS * V * 32) + lane;   // [slab][j] strided by 32 lanes
-        // 1. add
-#pragma unroll
-        for (int h = 0; h < SLABS; ++h)
-#pragma unroll
-            for (int j = 0; j < V; ++j)
-                red_add_v4(mine + (h * V + j) * 32,
-                           make_float4(acc[h].d[4 * j], acc[h].d[4 * j + 1], acc[h].d[4 * j + 2], acc[h].d[4 * j + 3]));
-        // 2. arrive. The pattern of a CTA-wide semaphore (CUTLASS's: barrier, then one thread's
-        // release), at warp scope: each lane's fence waits for its adds; __syncwarp orders every
-        // lane's adds before lane 0's arrival, whose release makes them visible with it.
-        fence_acq_rel_gpu();
-        __syncwarp();
-        int before = 0;
-        if (lane == 0) before = atomic_add_acq_rel_gpu(&arrivals[piece], 1);
-        before = __shfl_sync(0xffffffffu, before, 0);
-        if (before != sh.splits - 1) return false;
-        // 3. the last split: every other split's adds were released with its arrival, which came
-        // before mine (acquire, then each lane's fence); read the sums from L2 (.cg: never a
-        // stale L1 line), then clear them
-        __syncwarp();
-        fence_acq_rel_gpu();
-#pragma unroll
-        for (int h = 0; h < SLABS; ++h)
-#pragma unroll
-            for (int j = 0; j < V; ++j) {
-                const float4 v = __ldcg(mine + (h * V + j) * 32);
-                acc[h].d[4 * j] = v.x; acc[h].d[4 * j + 1] = v.y; acc[h].d[4 * j + 2] = v.z; acc[h].d[4 * j + 3] = v.w;
-            }
-#pragma unroll
-        for (int h = 0; h < SLABS; ++h)
-#pragma unroll
-            for (int j = 0; j < V; ++j) __stcg(mine + (h * V + j) * 32, make_float4(0.f, 0.f, 0.f, 0.f));
-        if (lane == 0) arrivals[piece] = 0;
-        return true;
+        for (int h = 0; h < SLABS; ++h) base::store_slab(bufs, acc[h], cs.pos[h], whole, lane);
     }
 };
 

@@ -49,9 +49,11 @@ r = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)
 checks = []
 # dW with tails in M and N, K not a multiple of the split count's k-tiles; 2 calls each (the
 # second finds the workspace the first left), bf16 and fp32
-quick = sys.argv[1:] == ["quick"]          # racecheck: the first shape, one call per dtype
+# (1000, 4096, 528) with 9 splits: 360 / 432 units on 132 CTAs, so a consumer runs 2 tiles and the
+# deferred arrival (one tile later) runs inside store_tile as well as in end_tiles
+quick = sys.argv[1:] == ["quick"]          # racecheck: the second shape, one call per dtype
 for variant in (8, 9):
-    for (M, K, N, splits) in ((200, 1040, 144, 3), (256, 2048, 384, 4))[:1 if quick else 2]:
+    for (M, K, N, splits) in ((200, 1040, 144, 3), (1000, 4096, 528, 9))[1 if quick else 0:]:
         for dtype in (torch.bfloat16, torch.float32):
             for rep in range(1 if quick else 2):
                 dy, x = r(K, M), r(K, N)
