@@ -139,7 +139,9 @@ def host_table(a, b):
     p = gemm.plan(a, b, step=0)
     M, N = a.shape[0], b.shape[1]
     a_s, b_s = gemm._operands(p, a, b)
-    c_dtype = torch.float32 if p.splits > 1 else torch.bfloat16
+    fused = p.variant in gemm.FUSED_SPLITK.get(p.step, ())     # in-kernel split-K: bf16 out, no memset/conversion
+    old_split = p.splits > 1 and not fused
+    c_dtype = torch.float32 if old_split else torch.bfloat16
     c = torch.zeros((M, N), device=a.device, dtype=c_dtype)
     launch, _ = gemm.kernel_only(a, b, step=0)
     row = {"torch.matmul": host_us(lambda: torch.matmul(a, b)),
@@ -152,13 +154,13 @@ def host_table(a, b):
     row["  check_inputs (Python)"] = host_us(lambda: gemm.check_inputs(a, b, step=0))
     row["  plan, cached"] = host_us(lambda: gemm.plan(a, b, step=0))
     row["  operands (views)"] = host_us(lambda: gemm._operands(p, a, b))
-    row["  output: " + ("torch.zeros fp32 (split-K)" if p.splits > 1 else "torch.empty bf16")] = host_us(
-        lambda: torch.zeros((M, N), device=a.device, dtype=torch.float32) if p.splits > 1
+    row["  output: " + ("torch.zeros fp32 (split-K)" if old_split else "torch.empty bf16")] = host_us(
+        lambda: torch.zeros((M, N), device=a.device, dtype=torch.float32) if old_split
         else torch.empty((M, N), device=a.device, dtype=torch.bfloat16))
     row["  ext.check_run (C++ checks, no launch)"] = host_us(
         lambda: ext.check_run(p.step, a_s, b_s, c, p.a_t, p.b_mode == "c", None, False, p.splits, p.variant))
     row["  ext.run (checks + TMA encodes + launch)"] = host_us(launch)
-    if p.splits > 1:
+    if old_split:
         row["  c.to(bf16) (split-K conversion)"] = host_us(lambda: c.to(torch.bfloat16))
     return p, row
 
