@@ -95,20 +95,25 @@
 //      bar.sync of both consumers per query block (id 3) instead of one per consumer.
 //   4  (D = 64, default) 2 (D = 128: 1) with the CTAs in L2 groups of heads (block_at)
 //   5  (D = 128, default) 3 with the CTAs in L2 groups of heads (D = 64 runs 4)
-//   Session 7, opt-in, D = 64 (D = 128 runs 5 for each):
-//   6  4 with Di computed in the main kernel: producer warps 2-3 copy their O and dO pieces of
-//      each query block with cp.async and sum them (every key block recomputes the Di of the
-//      query blocks it visits; kernel 1 is not launched). The producer needs 32 registers for
-//      it, so the consumers get 232.
-//   7  6 with the dQ partials added from registers by red.global.add.v4.f32 (no dQ tile in
-//      shared memory, no bar.sync, no bulk copy; the chunk order in dq_accum is unchanged)
-//   8  4 with 7's atomics (Di by kernel 1)
-//   9  one consumer (64 keys) per CTA, 256 threads, two CTAs per SM; dQ by the atomics
-//  10  9 with dQ by bulk reduce-add (two buffers, as 2)
-//  11-14  4, 8, 9, 10 with kernel 1' (prep_kernel) in place of the memset and kernel 1 (D = 128:
-//      5 with it)
-//  15-18  13, 14, 12, 11 with kernel 3's conversion done by each head's last CTA
-//      (convert_head_if_last): no kernel 3, and the head's dq_accum is read back from L2
+//   Session 7, opt-in, D = 64 (figures in kernels/NOTES.md, session 7, B). Pieces (OPT bits):
+//   DQ_ATOMIC   the dQ partials added from registers by red.global.add.v4.f32 (no dQ tile in
+//               shared memory, no bar.sync, no bulk copy; the chunk order in dq_accum is kept)
+//   ONE_CONSUMER  one consumer (64 keys) per CTA, 256 threads, two CTAs per SM: one CTA's start
+//               and end run under the other's work (each CTA loads its own Q and dO)
+//   PREP        kernel 1' (prep_kernel) zeroes dq_accum and computes Di in one pass, one block
+//               per (head, query block), in place of the memset and kernel 1
+//   CONVERT     no kernel 3: each CTA counts itself in its head's counter when done, and the
+//               head's last CTA converts the head's dq_accum (from L2) to bf16 dQ
+//               (convert_head_if_last)
+//   LAZY_ZERO   no zeroing pass: producer warp 2 of each head's first CTA (a ticket) zeroes the
+//               head's chunks in L2 and raises a flag that the consumers wait for before their
+//               first dQ addition (prep_kernel then computes Di only)
+//   Variants: 8 = 4 + DQ_ATOMIC; 9 = ONE_CONSUMER + DQ_ATOMIC; 10 = ONE_CONSUMER; 11-14 = 4, 8, 9,
+//   10 + PREP; 15-18 = 13, 14, 12, 11 + CONVERT; 19-22 = 17, 16, 15, 18 + LAZY_ZERO; 23 = 12 +
+//   LAZY_ZERO. D = 128 runs 5 for 6-10 and 5 + PREP for 11-23 (its consumers have no registers
+//   to spare for the rest). Tried and removed in session 7: 6/7, Di computed inside the main
+//   kernel by producer warps 2-3 (cp.async of O and dO, 32 producer registers, consumers 232):
+//   the GPT-2 backward went from 548 to 843 us, the Di warps could not keep up (call 2).
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
@@ -127,9 +132,9 @@
 namespace attention_hopper_bwd {
 
 // ---- Configuration ---------------------------------------------------------------------------
-// OPT (session 7, variants 6 and 7): bit FUSED_DI computes Di inside the main kernel (producer
-// warps 2-3) instead of kernel 1; bit DQ_ATOMIC adds the dQ partials from registers with vector
-// atomics (red.global.add.v4.f32) instead of shared memory + one bulk reduce-add.
+// OPT (session 7): bits that select the pieces below; the variants list at the bottom combines
+// them. Bit DQ_ATOMIC adds the dQ partials from registers with vector atomics
+// (red.global.add.v4.f32) instead of shared memory + one bulk reduce-add.
 // Bit ONE_CONSUMER (variants 9, 10): one consumer warpgroup of 64 keys per CTA (256 threads, 232
 // registers each) and two CTAs per SM, so that one CTA's start (K, V, the first Q, dO) and end
 // (dK, dV stores, the last dQ adds) run while the other computes: 2x the CTAs, each loading its
@@ -138,12 +143,16 @@ namespace attention_hopper_bwd {
 // one block per (head, query block) chunk, instead of the memset and kernel 1.
 // Bit CONVERT (variants 15-18): no kernel 3. Each CTA, when done, counts itself in its head's
 // counter; the head's last CTA converts the head's whole dq_accum (still in L2) to bf16 dQ.
-constexpr int FUSED_DI = 1, DQ_ATOMIC = 2, ONE_CONSUMER = 4, PREP = 8, CONVERT = 16;
+// Bit LAZY_ZERO (variants 19-23): no memset of dq_accum. Producer warp 2 of the first CTA of each
+// head to start (a ticket per head) zeroes the head's chunks in L2 and raises the head's flag; the
+// consumers wait for the flag before their CTA's first dQ addition. The memset wrote 100 MB to
+// DRAM (GPT-2, per layer) that the first additions then read back; here the zeros go to L2 only.
+// prep_kernel computes Di and zeroes the counters only.
+constexpr int DQ_ATOMIC = 2, ONE_CONSUMER = 4, PREP = 8, CONVERT = 16, LAZY_ZERO = 32;
 
 template <int D, bool PIPELINED = false, bool SPLIT_DQ = false, int OPT = 0>
 struct config {
     static_assert(D == 64 || D == 128, "head_dim 64 or 128");
-    static constexpr bool fused_di = (OPT & FUSED_DI) != 0;
     static constexpr bool dq_atomic = (OPT & DQ_ATOMIC) != 0;
     static_assert(!SPLIT_DQ || (D == 128 && !PIPELINED), "variant 3 is D = 128's (its halves are whole 64-column blocks)");
     static constexpr bool one_consumer = (OPT & ONE_CONSUMER) != 0;
@@ -165,22 +174,16 @@ struct config {
     static constexpr int ds_off = do_off + stages * q_bytes;
     static constexpr int dq_off = ds_off + (SPLIT_DQ ? 2 : 1) * consumers * ds_bytes;
     static constexpr int vec_off = dq_off + (dq_atomic ? 0 : consumers * dq_buffers * dq_bytes);   // lse2[stages][64], di[stages][64]
-    // FUSED_DI: producer warps 2-3 copy O and dO rows of one query block here (cp.async, each
-    // thread its own 16-byte pieces of both) and sum them into Di
-    static constexpr int di_scratch_off = vec_off + 2 * stages * block_m * 4;
-    static constexpr int smem_bytes = di_scratch_off + (fused_di ? 2 * block_m * D * 2 : 0) + 1024;   // + alignment slack
+    static constexpr int smem_bytes = vec_off + 2 * stages * block_m * 4 + 1024;   // + alignment slack
     // setmaxnreg moves registers to the consumers: 128·(24 + 2·240) = 64512 (ptxas reports the
     // entry cap of __launch_bounds__(384, 1), 168, as the kernel's count).
-    // FUSED_DI: the Di warps (producer warps 2-3) need more than 24 registers (ptxas spilled).
-    // setmaxnreg.inc draws on what the producer gave back, (168 - 32)·128 = 17408 = 68 more per
-    // consumer thread: 232 (D = 64; D = 128's consumers serialize their wgmmas at 232: C7512).
     // ONE_CONSUMER: 2 CTAs x 256 threads, entry cap 128; 128·(24 + 232) = 32768 = half the SM.
-    static constexpr int producer_regs = fused_di ? 32 : 24, consumer_regs = (fused_di || one_consumer) ? 232 : 240;
-    static_assert(!(fused_di && one_consumer), "the Di warps' 32 registers would leave the one consumer 224");
+    static constexpr int producer_regs = 24, consumer_regs = one_consumer ? 232 : 240;
     static constexpr bool prep = (OPT & PREP) != 0;
-    static_assert(!(prep && fused_di), "Di is computed once: by prep_kernel or by the Di warps");
     static constexpr bool fused_convert = (OPT & CONVERT) != 0;
     static_assert(!fused_convert || (D == 64 && PIPELINED), "the in-kernel dQ conversion is D = 64's");
+    static constexpr bool lazy_zero = (OPT & LAZY_ZERO) != 0;
+    static_assert(!lazy_zero || (D == 64 && PIPELINED && prep), "LAZY_ZERO: D = 64 (its producer's warp 2), prep_kernel");
     // D = 128 (variant 1): dQ is issued only after dV and dK finished (frees P's and dS's A
     // operands; with all of them live ptxas ran out of registers and serialized: C7512).
     static constexpr bool dq_after_dk = D == 128 && !SPLIT_DQ;
@@ -198,10 +201,7 @@ struct kernel_params {
     int64_t dk_stride_batch, dk_stride_head, dk_stride_seq;
     int64_t dv_stride_batch, dv_stride_head, dv_stride_seq;
     const float* lse;                                   // (B, H, T), natural log
-    const float* d_rowsum;                              // (B, H, T), Di (kernel 1; unused with FUSED_DI)
-    const __nv_bfloat16 *o, *d_o;                       // FUSED_DI: Di's inputs, (B, H, T, D) strided
-    int64_t o_stride_batch, o_stride_head, o_stride_seq;
-    int64_t do_stride_batch, do_stride_head, do_stride_seq;
+    const float* d_rowsum;                              // (B, H, T), Di
     float* dq_accum;                                    // (B·H, query blocks, 64·D) fp32, zeroed
     int heads, seq_len, q_blocks;
     float scale, scale_log2;
@@ -211,6 +211,8 @@ struct kernel_params {
     __nv_bfloat16* dq;
     int64_t dq_stride_batch, dq_stride_head, dq_stride_seq;
     int* head_done;
+    // LAZY_ZERO: per head, a ticket (the first CTA to take it zeroes the head's chunks) and a flag
+    int *zero_ticket, *zero_flag;
 };
 
 // Which (batch, head, key block) CTA i takes. Every key block of a head reads that head's Q, dO,
@@ -226,11 +228,15 @@ __device__ inline block_item block_at(int i, const kernel_params& p) {
 }
 
 constexpr float LOG2E = 1.4426950408889634f;
-// The defaults (attention_hopper_backward_variant at the bottom), from session 4's first H200 call
-// (kernels/NOTES.md, H3): the op with backward 4 (D = 64) / 5 (D = 128) gave GPT-2 fwd+bwd 0.402 ms
-// (0.458 with 2) and (4, 16, 4096, 128) fwd+bwd 2.061 ms (2.661 with 1); cuDNN 0.509 / 2.311.
-constexpr int DEFAULT_VARIANT_D64 = 4;
-constexpr int DEFAULT_VARIANT_D128 = 5;
+// The defaults (attention_hopper_backward_variant at the bottom). Session 4 (kernels/NOTES.md, H3)
+// chose 4 (D = 64) / 5 (D = 128): GPT-2 fwd+bwd 0.402 ms (0.458 with 2) and (4, 16, 4096, 128)
+// 2.061 ms (2.661 with 1); cuDNN 0.509 / 2.311. Session 7 (B; call 2, the backward alone, graph
+// replays interleaved with the old default and cuDNN's): 12 = 4 + dQ by vector atomics + prep_kernel,
+// GPT-2 B=32 522.7 us vs 547.8 (cuDNN 527.4), shakespeare 89.8 vs 91.6 (cuDNN 92.3); D = 128
+// with prep_kernel ("11") 1589 vs 1606 us at (4, 16, 4096, 128) (cuDNN 1462). PROPOSED, to be
+// verified by call 3 (racecheck, D = 128's tests) before it stays.
+constexpr int DEFAULT_VARIANT_D64 = 12;
+constexpr int DEFAULT_VARIANT_D128 = 11;
 
 using tk::sm80::exp2_approx;   // ex2.approx.ftz
 using tk::sm80::pack_bf16x2;   // lo -> low 16 bits (lower address)
@@ -270,17 +276,6 @@ __device__ inline void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t by
                  :: "l"(dst), "r"(src), "r"(bytes) : "memory");
 #endif
     tk::tma::store_commit_group();
-}
-
-// 16 bytes global -> shared by cp.async at a shared-memory ADDRESS (zeros where !valid); and a
-// 16-byte shared load. (tk::sm80's cp_async_16 takes a generic pointer: 64-bit registers.)
-__device__ inline void cp_async_16(uint32_t dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ inline uint4 ld_shared_16(uint32_t addr) {
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
-    return v;
 }
 
 // One vector atomic add of four floats in L2 (sm_90: red.global.add.v4.f32; no return value).
@@ -326,16 +321,20 @@ __global__ void __launch_bounds__(256) rowsum_kernel(const AttentionBackwardPara
 // divisions per thread (kernel 1 divides its row index by T and H in every thread). Each thread
 // zeroes its float4s of the chunk and loads all its 16-byte pieces of O and dO (PASSES rows of
 // the block) before summing, so the loads are in flight together.
-template <int D>
+template <int D, bool ZERO_CHUNKS>
 __global__ void __launch_bounds__(256) prep_kernel(const AttentionBackwardParams p, int q_blocks) {
     constexpr int LANES = D / 8, ROWS = 256 / LANES, PASSES = 64 / ROWS;   // D = 64: 8, 32, 2
     const int T = p.shape.seq_len, H = p.shape.heads;
     const int bh = int(blockIdx.x / q_blocks), m = int(blockIdx.x % q_blocks), b = bh / H, h = bh % H;
-    float4* chunk = reinterpret_cast<float4*>(p.dq_accum) + int64_t(blockIdx.x) * (64 * D / 4);
+    if constexpr (ZERO_CHUNKS) {
+        float4* chunk = reinterpret_cast<float4*>(p.dq_accum) + int64_t(blockIdx.x) * (64 * D / 4);
 #pragma unroll
-    for (int f = threadIdx.x; f < 64 * D / 4; f += 256) chunk[f] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (m == 0 && threadIdx.x == 0)                      // CONVERT's counter of this head, after the chunks
-        reinterpret_cast<int*>(p.dq_accum + int64_t(gridDim.x) * (64 * D))[bh] = 0;
+        for (int f = threadIdx.x; f < 64 * D / 4; f += 256) chunk[f] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    if (m == 0 && threadIdx.x < 3) {   // this head's counters after the chunks: CONVERT's, LAZY_ZERO's two
+        const int bh4 = (int(gridDim.x / q_blocks) + 3) / 4 * 4;
+        reinterpret_cast<int*>(p.dq_accum + int64_t(gridDim.x) * (64 * D))[threadIdx.x * bh4 + bh] = 0;
+    }
     const int part = threadIdx.x % LANES, r0 = threadIdx.x / LANES;
     const auto* o = static_cast<const __nv_bfloat16*>(p.o.data) + b * p.o.stride_batch + h * p.o.stride_head + part * 8;
     const auto* g = static_cast<const __nv_bfloat16*>(p.d_o.data) + b * p.d_o.stride_batch + h * p.d_o.stride_head +
@@ -462,8 +461,7 @@ backward_kernel(const __grid_constant__ kernel_params p) {
     if (threadIdx.x == 0) {
         mbar::init(kv_full, 1);
         for (int s = 0; s < S; ++s) {
-            // TMA thread + the 32 lanes of warp 1 (+ the 64 threads of warps 2-3 with FUSED_DI)
-            mbar::init(full[s], 1 + 32 + (C::fused_di ? 64 : 0));
+            mbar::init(full[s], 1 + 32);                // TMA thread + the 32 lanes of warp 1
             mbar::init(empty[s], C::consumers * 128);   // every consumer thread (see release)
         }
         mbar::fence_init();
@@ -503,59 +501,25 @@ backward_kernel(const __grid_constant__ kernel_params p) {
                     const int q = m0 + r;
                     // a query past T: lse = +inf makes its P exactly 0
                     lse2_s[s * BM + r] = q < p.seq_len ? lse[q] * LOG2E : INFINITY;
-                    if constexpr (!C::fused_di) di_s[s * BM + r] = q < p.seq_len ? di[q] : 0.f;
+                    di_s[s * BM + r] = q < p.seq_len ? di[q] : 0.f;
                 }
                 mbar::arrive(full[s]);                  // release: the writes above are visible
                 if (++s == S) { s = 0; phase ^= 1; }
             }
-        } else if (C::fused_di && warp >= 2) {
-            // Di = rowsum(dO∘O) of each query block, here instead of kernel 1 (every key block
-            // of a head recomputes its query blocks' Di: L2 reads instead of a launch and a pass).
-            // LANES threads per row, 16 bytes each; thread j copies its pieces of O and dO for
-            // all STEPS row groups with cp.async (no registers held while the copies fly), waits
-            // for its own copies only, and sums them: no barrier among the 64 threads. After the
-            // shuffle, the thread with part == step keeps that step's row sum (STEPS == LANES).
-            constexpr int LANES = D / 8, ROWS = 64 / LANES, STEPS = BM / ROWS;
-            static_assert(STEPS == LANES, "one kept sum per thread");
-            const int j = threadIdx.x - 64, part = j % LANES, row_in_step = j / LANES;
-            // this thread's pieces: rows row_in_step + ROWS·step of each block, columns 8·part ..
-            const __nv_bfloat16* o_row = p.o + b * p.o_stride_batch + h * p.o_stride_head + part * 8 +
-                                         (int64_t(m_begin) * BM + row_in_step) * p.o_stride_seq;
-            const __nv_bfloat16* g_row = p.d_o + b * p.do_stride_batch + h * p.do_stride_head + part * 8 +
-                                         (int64_t(m_begin) * BM + row_in_step) * p.do_stride_seq;
-            const uint32_t mine = smem + C::di_scratch_off + j * 32;   // + step·64·32: O, dO pieces
-            for (int i = 0, s = 0, phase = 0, q0 = m_begin * BM + row_in_step; i < n_iter; ++i, q0 += BM) {
-#pragma unroll 1
-                for (int step = 0; step < STEPS; ++step) {
-                    const bool valid = q0 + step * ROWS < p.seq_len;   // past T: zeros, so Di = 0
-                    const int64_t row = i * BM + step * ROWS;    // an invalid copy reads nothing, but
-                    const __nv_bfloat16* o = valid ? o_row + row * p.o_stride_seq : p.o;   // gets a legal address
-                    const __nv_bfloat16* g = valid ? g_row + row * p.do_stride_seq : p.d_o;
-                    cp_async_16(mine + step * 64 * 32, o, valid);
-                    cp_async_16(mine + step * 64 * 32 + 16, g, valid);
-                }
-                sm80::cp_async_commit();
-                sm80::cp_async_wait<0>();
-                float kept = 0.f;
-#pragma unroll 1
-                for (int step = 0; step < STEPS; ++step) {
-                    const uint4 ov = ld_shared_16(mine + step * 64 * 32), gv = ld_shared_16(mine + step * 64 * 32 + 16);
-                    const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&ov);
-                    const __nv_bfloat162* g2 = reinterpret_cast<const __nv_bfloat162*>(&gv);
-                    float sum = 0.f;
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const float2 a = __bfloat1622float2(o2[e]), g = __bfloat1622float2(g2[e]);
-                        sum = fmaf(a.x, g.x, fmaf(a.y, g.y, sum));
-                    }
-#pragma unroll
-                    for (int w = LANES / 2; w > 0; w /= 2) sum += __shfl_xor_sync(0xffffffff, sum, w);
-                    if (part == step) kept = sum;
-                }
-                mbar::wait(empty[s], phase ^ 1);
-                di_s[s * BM + part * ROWS + row_in_step] = kept;   // row of step `part`
-                mbar::arrive(full[s]);
-                if (++s == S) { s = 0; phase ^= 1; }
+        } else if (C::lazy_zero && warp == 2) {
+            // The first CTA of the head zeroes its q_blocks chunks (plain 16-byte stores: they
+            // allocate in L2 without a DRAM read), each lane fences its own stores, then lane 0
+            // raises the flag after the warp's barrier.
+            int ticket = 0;
+            if (lane == 0) ticket = atomicAdd(p.zero_ticket + bh, 1);
+            ticket = __shfl_sync(0xffffffff, ticket, 0);
+            if (ticket == 0) {
+                float4* head = reinterpret_cast<float4*>(p.dq_accum) + int64_t(bh) * p.q_blocks * (BM * D / 4);
+                const int n = p.q_blocks * (BM * D / 4);
+                for (int f = lane; f < n; f += 32) head[f] = make_float4(0.f, 0.f, 0.f, 0.f);
+                __threadfence();
+                __syncwarp();
+                if (lane == 0) atomicExch(p.zero_flag + bh, 1);
             }
         }
         return;
@@ -729,6 +693,26 @@ backward_kernel(const __grid_constant__ kernel_params p) {
     // DQ_ATOMIC (variant 7): the same chunk, added from the registers by vector atomics, no
     // shared memory and no bar.sync: each red.global.add.v4.f32 adds one float4 in L2; a warp's
     // 32 of one jj cover 512 contiguous bytes (the chunk's register order).
+    // LAZY_ZERO: before this CTA's first dQ addition, the head's chunks must be zero: thread 0
+    // spins on the flag (acquire), then (atomics: every thread adds) the warpgroup's barrier.
+    auto wait_zeroed = [&](bool all_threads) {
+        if constexpr (C::lazy_zero) {
+            if (tid == 0) {
+                int f = 0;
+                while (true) {
+#ifdef TK_HOPPER
+                    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(f) : "l"(p.zero_flag + bh) : "memory");
+#endif
+                    if (f != 0) break;
+                    __nanosleep(100);
+                }
+#ifdef TK_HOPPER
+                asm volatile("fence.proxy.async.global;" ::: "memory");   // for the bulk reduce-add
+#endif
+            }
+            if (all_threads) named_sync<128>(1 + c);
+        }
+    };
     auto red_dq = [&](int i) {
         float4* dst = reinterpret_cast<float4*>(p.dq_accum + (int64_t(bh) * p.q_blocks + m_begin + i) * (BM * D) +
                                                 (SPLIT_DQ ? c * BM * C::dq_cols : 0));
@@ -785,11 +769,13 @@ backward_kernel(const __grid_constant__ kernel_params p) {
             wgmma::wait_group<0>();
             release(i);
             if constexpr (C::dq_atomic) {
+                if (i == i0) wait_zeroed(true);
                 red_dq(i);                               // variants 7, 8: no shared memory
             } else {
                 write_dq(i % 2);                         // buffer i % 2 was freed by the wait_read
                 named_sync<128>(1 + c);                  // of block i-1 (before the bar.sync of
                 if (tid == 0) {                          // this block's ds_dk_dq)
+                    if (i == i0) wait_zeroed(false);
                     reduce_dq(i % 2, i);
                     tma::store_wait_read<1>();           // block i-1's copy has read its buffer
                 }
@@ -858,12 +844,14 @@ __global__ void __launch_bounds__(256) convert_dq_kernel(const AttentionBackward
 // ---- Host side ---------------------------------------------------------------------------------
 inline int query_blocks(int seq_len) { return (seq_len + 63) / 64; }
 // Floats of the dQ accumulator: a 64 x D chunk per (head, query block), query blocks padded to 64.
-// CONVERT's per-head counters follow the chunks (ints, 4 per 16 bytes), zeroed with them.
+// Three arrays of per-head counters follow the chunks (ints, B·H rounded up to 4 each): CONVERT's
+// head_done, LAZY_ZERO's zero_ticket and zero_flag; zeroed with the chunks (memset) or by prep_kernel.
 inline int64_t dq_chunk_floats(int batch, int heads, int seq_len, int head_dim) {
     return int64_t(batch) * heads * query_blocks(seq_len) * 64 * head_dim;
 }
+inline int64_t head_counters(int batch, int heads) { return (int64_t(batch) * heads + 3) / 4 * 4; }
 inline int64_t dq_accum_floats(int batch, int heads, int seq_len, int head_dim) {
-    return dq_chunk_floats(batch, heads, seq_len, head_dim) + (int64_t(batch) * heads + 3) / 4 * 4;
+    return dq_chunk_floats(batch, heads, seq_len, head_dim) + 3 * head_counters(batch, heads);
 }
 
 template <int D, bool PIPELINED, bool SPLIT_DQ = false, int OPT = 0>
@@ -876,12 +864,12 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     const int64_t accum_floats = dq_accum_floats(sh.batch, sh.heads, sh.seq_len, D);
     cudaError_t err;
     if (C::prep) {
-        prep_kernel<D><<<unsigned(int64_t(sh.batch) * sh.heads * q_blocks), 256, 0, stream>>>(a, q_blocks);
+        prep_kernel<D, !C::lazy_zero><<<unsigned(int64_t(sh.batch) * sh.heads * q_blocks), 256, 0, stream>>>(a, q_blocks);
         if ((err = cudaGetLastError()) != cudaSuccess) return err;
     } else if ((err = cudaMemsetAsync(a.dq_accum, 0, size_t(accum_floats) * sizeof(float), stream)) != cudaSuccess) {
         return err;
     }
-    if (!C::fused_di && !C::prep) {
+    if (!C::prep) {
         rowsum_kernel<D><<<unsigned((rows + 256 / (D / 8) - 1) / (256 / (D / 8))), 256, 0, stream>>>(a);
         if ((err = cudaGetLastError()) != cudaSuccess) return err;
     }
@@ -902,10 +890,6 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     kp.dv_stride_batch = a.dv.stride_batch; kp.dv_stride_head = a.dv.stride_head; kp.dv_stride_seq = a.dv.stride_seq;
     kp.lse = a.lse;
     kp.d_rowsum = a.d_rowsum;
-    kp.o = static_cast<const __nv_bfloat16*>(a.o.data);
-    kp.d_o = static_cast<const __nv_bfloat16*>(a.d_o.data);
-    kp.o_stride_batch = a.o.stride_batch; kp.o_stride_head = a.o.stride_head; kp.o_stride_seq = a.o.stride_seq;
-    kp.do_stride_batch = a.d_o.stride_batch; kp.do_stride_head = a.d_o.stride_head; kp.do_stride_seq = a.d_o.stride_seq;
     kp.dq_accum = a.dq_accum;
     kp.heads = sh.heads;
     kp.seq_len = sh.seq_len;
@@ -917,8 +901,10 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     kp.dq = static_cast<__nv_bfloat16*>(a.dq.data);
     kp.dq_stride_batch = a.dq.stride_batch; kp.dq_stride_head = a.dq.stride_head; kp.dq_stride_seq = a.dq.stride_seq;
     kp.head_done = reinterpret_cast<int*>(a.dq_accum + dq_chunk_floats(sh.batch, sh.heads, sh.seq_len, D));
+    kp.zero_ticket = kp.head_done + head_counters(sh.batch, sh.heads);
+    kp.zero_flag = kp.zero_ticket + head_counters(sh.batch, sh.heads);
     kp.n_blocks = (sh.seq_len + C::block_n - 1) / C::block_n;
-    const int64_t bytes_per_head = int64_t(sh.seq_len) * D * (2 + 2 + 4 + (C::fused_di ? 2 : 0));   // Q, dO, dQ accumulator (, O)
+    const int64_t bytes_per_head = int64_t(sh.seq_len) * D * (2 + 2 + 4);   // Q, dO, dQ accumulator
     kp.heads_per_group = attention_l2::heads_per_group(l2_groups, bytes_per_head, kp.batch_heads);
 
     auto kernel = backward_kernel<D, PIPELINED, SPLIT_DQ, OPT>;
@@ -977,17 +963,14 @@ int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_
 //   3: D = 128: variant 1 with dQ split by columns over both consumers (D = 64 runs its default)
 //   4: the session-3 default (2 for D = 64, 1 for D = 128) with the CTAs in L2 groups of heads
 //   5: D = 128: 3 with L2 groups (D = 64 runs 4)
-//   6: D = 64: 4 with Di computed inside the main kernel (no kernel 1)
-//   7: D = 64: 6 with the dQ partials added by vector atomics from registers (no dQ shared
-//      memory, no bar.sync, no bulk copy)
-//   8: D = 64: 4 with the dQ partials added by vector atomics (Di by kernel 1)
+//   6, 7: removed (Di inside the main kernel: lost, see the opening comment)
+//   8: D = 64: 4 with the dQ partials added by vector atomics (DQ_ATOMIC)
 //   9: D = 64: one consumer (64 keys) per CTA, two CTAs per SM, dQ by vector atomics
 //  10: D = 64: 9 with the dQ partials by bulk reduce-add (4's two buffers)
-//  11-14: 4, 8, 9, 10 with prep_kernel (dq_accum zeroed and Di in one pass); D = 128: 5 with it
-//  15-18: 13, 14, 12, 11 with the dQ conversion in the main kernel (each head's last CTA; no
-//      kernel 3); D = 128: 5 with prep_kernel
-//   D = 128 runs 5 for 6-10 (and 5 with prep_kernel for 11-14): its consumers need the 240 registers that the Di warps would take
-//   (C7512 at 232), and with the atomics ptxas spilled its hoisted stmatrix addresses.
+//  11-14: D = 64: 4, 8, 9, 10 with prep_kernel (dq_accum zeroed and Di in one pass)
+//  15-18: D = 64: 13, 14, 12, 11 with the dQ conversion by each head's last CTA (no kernel 3)
+//  19-22: D = 64: 17, 16, 15, 18 with LAZY_ZERO (no dq_accum zeroing pass); 23: 12 with it
+//  D = 128 runs 5 for 8-10 and 5 with prep_kernel for 11-23.
 // 1-3 take the CTAs in session 3's order (block_at with one group of all heads).
 // (The file's opening comment says more about each.)
 // Runs the three kernels on `cuda_stream`; returns the CUDA error (0 = ok).
@@ -1002,8 +985,9 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
         case 3: return launch<128, false, true>(p, stream, false);
         case 4: return launch<128, false>(p, stream, true);
         case 5: return launch<128, false, true>(p, stream, true);
-        case 6: case 7: case 8: case 9: case 10: return launch<128, false, true>(p, stream, true);   // = 5 (see above)
+        case 8: case 9: case 10: return launch<128, false, true>(p, stream, true);   // = 5 (see above)
         case 11: case 12: case 13: case 14: case 15: case 16: case 17: case 18:
+        case 19: case 20: case 21: case 22: case 23:
             return launch<128, false, true, PREP>(p, stream, true);   // 5 + prep
         default: return cudaErrorInvalidValue;
         }
@@ -1013,8 +997,6 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
     case 1: return launch<64, false>(p, stream, false);
     case 2: case 3: return launch<64, true>(p, stream, false);
     case 4: case 5: return launch<64, true>(p, stream, true);
-    case 6: return launch<64, true, false, FUSED_DI>(p, stream, true);
-    case 7: return launch<64, true, false, FUSED_DI | DQ_ATOMIC>(p, stream, true);
     case 8: return launch<64, true, false, DQ_ATOMIC>(p, stream, true);
     case 9: return launch<64, true, false, ONE_CONSUMER | DQ_ATOMIC>(p, stream, true);
     case 10: return launch<64, true, false, ONE_CONSUMER>(p, stream, true);
@@ -1026,6 +1008,11 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
     case 16: return launch<64, true, false, CONVERT | PREP | ONE_CONSUMER>(p, stream, true);
     case 17: return launch<64, true, false, CONVERT | PREP | DQ_ATOMIC>(p, stream, true);
     case 18: return launch<64, true, false, CONVERT | PREP>(p, stream, true);
+    case 19: return launch<64, true, false, LAZY_ZERO | CONVERT | PREP | DQ_ATOMIC>(p, stream, true);
+    case 20: return launch<64, true, false, LAZY_ZERO | CONVERT | PREP | ONE_CONSUMER>(p, stream, true);
+    case 21: return launch<64, true, false, LAZY_ZERO | CONVERT | PREP | ONE_CONSUMER | DQ_ATOMIC>(p, stream, true);
+    case 22: return launch<64, true, false, LAZY_ZERO | CONVERT | PREP>(p, stream, true);
+    case 23: return launch<64, true, false, LAZY_ZERO | PREP | DQ_ATOMIC>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }

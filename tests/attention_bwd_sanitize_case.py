@@ -2,12 +2,13 @@
 racecheck). No checks here: tests/test_attention_hopper_bwd.py compares against float64.
 Run from the repository root:
 
-  python3 tests/attention_bwd_sanitize_case.py [V ...]     backward variants V (default: 0, 6-18)
+  python3 tests/attention_bwd_sanitize_case.py [V ...]     backward variants V (default: 0, 8-23)
 
-Shapes: D = 64 at T = 70 (one key block, a tail: rows past T in the Di warps' copies and the
-dQ atomics' chunk) and T = 300 (5 query blocks through 3 slots: every slot reused, consumer 1's
-skipped first block); D = 128 at T = 200 (6-10 run 5 there, 11-18 5 with prep_kernel). B = 2, H = 3, packed views as the
-model has them.
+Shapes: D = 64 at T = 70 (one key block per head, a tail past T in the last chunk: the head's
+only CTA zeroes, adds and converts) and T = 300 (5 query blocks through 3 slots: every slot
+reused, consumer 1's skipped first block, 3 key blocks counting in one head's counter); D = 128
+at T = 200 (8-10 run 5 there, 11-23 5 with prep_kernel). B = 2, H = 3, packed views as the model
+has them.
 """
 import sys
 
@@ -18,7 +19,7 @@ from kernels import attention_hopper as H  # noqa: E402
 
 
 def main(argv):
-    variants = [int(x) for x in argv[1:]] or [0] + list(range(6, 19))
+    variants = [int(x) for x in argv[1:]] or [0] + list(range(8, 24))
     ext = H._bwd_ext.module
     for B, T, nh, D in ((2, 70, 3, 64), (2, 300, 3, 64), (2, 200, 3, 128)):
         qkv = torch.randn(B, T, 3, nh, D, device="cuda").bfloat16()
@@ -28,6 +29,8 @@ def main(argv):
         for variant in variants:
             dqkv = torch.empty_like(qkv)
             ext.backward_into(d_o, q, k, v, o, lse, True, D ** -0.5, *dqkv.permute(2, 0, 3, 1, 4).unbind(0), variant)
+            torch.cuda.synchronize()
+            print(f"  T={T} D={D} variant {variant} ran", flush=True)   # a sanitizer cut by time shows how far
     torch.cuda.synchronize()
     print("sanitize case ran: variants", variants)
 
