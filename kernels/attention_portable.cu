@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 
@@ -140,10 +141,23 @@ __device__ __forceinline__ bf16* head_ptr_mut(const AttentionTensor& t, int b, i
 // so a block owns BLOCK_M = 16 * ROW_TILES * FWD_WARPS rows. Shared: the Q tile and 2 stages of
 // (K, V) tiles of BLOCK_N rows. With ROW_TILES = 2 every K/V fragment read from shared memory
 // feeds two mma instead of one, halving shared-memory traffic per flop (at the cost of registers).
-template <int D, int FWD_WARPS, int ROW_TILES, int BLOCK_N, bool CAUSAL>
+//
+// OPT: options of the opt-in variants (session 7), a sum of these bits:
+// FWD_SKIP_DEAD: on the diagonal (causal) tiles, a warp skips the 16-key chunks that lie entirely
+//   after the last row of one of its 16-row tiles: their scores would all be masked, so their mma,
+//   their K/V fragment loads and their exponentials are wasted work (~4% of the math at T = 1024
+//   with 128-row blocks and 64-key tiles, ~10% with 128-key tiles).
+// FWD_Q_FROM_SMEM: Q's fragments are read from shared memory at every K/V tile instead of being
+//   kept in registers (32 registers freed: what lets a warp hold 2 x 16 rows x 128 keys of S).
+// FWD_O_VIA_SMEM: O goes out through shared memory (the dead Q tile) in 16-byte row pieces,
+//   instead of 4-byte stores that write each 32-byte sector in two halves.
+constexpr int FWD_SKIP_DEAD = 1, FWD_Q_FROM_SMEM = 2, FWD_O_VIA_SMEM = 4;
+
+template <int D, int FWD_WARPS, int ROW_TILES, int BLOCK_N, bool CAUSAL, int OPT = 0>
 __global__ void __launch_bounds__(FWD_WARPS * 32)
 attention_forward_kernel(const AttentionForwardParams p) {
     constexpr int RT = ROW_TILES, WARP_ROWS = 16 * RT, BLOCK_M = WARP_ROWS * FWD_WARPS, NT = FWD_WARPS * 32;
+    constexpr bool SKIP_DEAD = CAUSAL && (OPT & FWD_SKIP_DEAD), Q_FROM_SMEM = OPT & FWD_Q_FROM_SMEM;
     extern __shared__ __align__(128) unsigned char smem[];
     bf16* q_tile = reinterpret_cast<bf16*>(smem);
     bf16* k_tiles = q_tile + BLOCK_M * D;       // [2][BLOCK_N * D]
@@ -172,7 +186,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
     // Per row tile mt of this warp (rows warp_row0 + 16 mt ..): its Q as A fragments, its output
     // accumulator, and the softmax state of the two rows this lane holds (g and g + 8).
     const float c = p.shape.scale * LOG2E;       // scores -> log2 units
-    uint32_t q_frag[RT][D / 16][4];
+    uint32_t q_frag[RT][D / 16][4];             // unused with Q_FROM_SMEM
     float o[RT][D / 8][4] = {};
     float row_max[RT][2], row_sum[RT][2];        // raw-score maximum; this lane's part of l
     #pragma unroll
@@ -193,15 +207,22 @@ attention_forward_kernel(const AttentionForwardParams p) {
             cp_async_wait<0>();
         }
         __syncthreads();
-        if (j == 0) {
-            #pragma unroll
-            for (int mt = 0; mt < RT; ++mt)
+        if constexpr (!Q_FROM_SMEM) {
+            if (j == 0) {
                 #pragma unroll
-                for (int kk = 0; kk < D / 16; ++kk)
-                    load_a<D>(q_frag[mt][kk], q_tile, WARP_ROWS * warp + 16 * mt, 16 * kk);
+                for (int mt = 0; mt < RT; ++mt)
+                    #pragma unroll
+                    for (int kk = 0; kk < D / 16; ++kk)
+                        load_a<D>(q_frag[mt][kk], q_tile, WARP_ROWS * warp + 16 * mt, 16 * kk);
+            }
         }
         const bf16* k_tile = k_tiles + (j % 2) * BLOCK_N * D;
         const bf16* v_tile = v_tiles + (j % 2) * BLOCK_N * D;
+        // SKIP_DEAD: chunk c (keys n0 + 16c ..) is live for row tile mt unless all its keys come
+        // after the tile's last row. Warp-uniform; always true off the diagonal.
+        auto live = [&](int mt, int chunk) {
+            return !SKIP_DEAD || n0 + 16 * chunk <= warp_row0 + 16 * mt + 15;
+        };
 
         // A warp whose rows all lie before this tile (causal) has nothing to add.
         if (!CAUSAL || n0 <= warp_row0 + WARP_ROWS - 1) {
@@ -209,14 +230,22 @@ attention_forward_kernel(const AttentionForwardParams p) {
             float s[RT][BLOCK_N / 8][4] = {};
             #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) {
+                uint32_t qa[RT][4];
+                if constexpr (Q_FROM_SMEM) {
+                    #pragma unroll
+                    for (int mt = 0; mt < RT; ++mt) load_a<D>(qa[mt], q_tile, WARP_ROWS * warp + 16 * mt, 16 * kk);
+                }
                 #pragma unroll
                 for (int nb = 0; nb < BLOCK_N / 16; ++nb) {
+                    if (!live(RT - 1, nb)) continue;   // the last row tile sees the most keys
                     uint32_t kb[4];
                     load_b_from_rows<D>(kb, k_tile, 16 * nb, 16 * kk);
                     #pragma unroll
                     for (int mt = 0; mt < RT; ++mt) {
-                        mma_bf16_16816(s[mt][2 * nb], q_frag[mt][kk], kb[0], kb[1]);
-                        mma_bf16_16816(s[mt][2 * nb + 1], q_frag[mt][kk], kb[2], kb[3]);
+                        if (!live(mt, nb)) continue;
+                        const uint32_t* a = Q_FROM_SMEM ? qa[mt] : q_frag[mt][kk];
+                        mma_bf16_16816(s[mt][2 * nb], a, kb[0], kb[1]);
+                        mma_bf16_16816(s[mt][2 * nb + 1], a, kb[2], kb[3]);
                     }
                 }
             }
@@ -252,12 +281,18 @@ attention_forward_kernel(const AttentionForwardParams p) {
                     row_sum[mt][r] *= scale_old[r];
                 }
                 #pragma unroll
-                for (int nb = 0; nb < BLOCK_N / 8; ++nb)
+                for (int nb = 0; nb < BLOCK_N / 8; ++nb) {
+                    if (!live(mt, nb / 2)) {   // masked to -inf: P is 0 without an exponential
+                        #pragma unroll
+                        for (int i = 0; i < 4; ++i) s[mt][nb][i] = 0.f;
+                        continue;
+                    }
                     #pragma unroll
                     for (int i = 0; i < 4; ++i) {
                         s[mt][nb][i] = exp2_approx(s[mt][nb][i] * c - max_c[i / 2]);  // now P (unnormalized)
                         row_sum[mt][i / 2] += s[mt][nb][i];
                     }
+                }
                 #pragma unroll
                 for (int db = 0; db < D / 8; ++db)
                     #pragma unroll
@@ -266,6 +301,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
             // O += P V: P straight from registers, V fragments from shared memory.
             #pragma unroll
             for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+                if (!live(RT - 1, kk)) continue;   // P is 0 on these keys for every row tile
                 uint32_t pa[RT][4];
                 #pragma unroll
                 for (int mt = 0; mt < RT; ++mt) acc_to_a(pa[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
@@ -275,6 +311,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
                     load_b_from_cols<D>(vb, v_tile, 16 * db, 16 * kk);
                     #pragma unroll
                     for (int mt = 0; mt < RT; ++mt) {
+                        if (!live(mt, kk)) continue;
                         mma_bf16_16816(o[mt][2 * db], pa[mt], vb[0], vb[1]);
                         mma_bf16_16816(o[mt][2 * db + 1], pa[mt], vb[2], vb[3]);
                     }
@@ -294,15 +331,35 @@ attention_forward_kernel(const AttentionForwardParams p) {
             const float l = quad_sum(row_sum[mt][r]);
             const float inv = l > 0.f ? 1.f / l : 0.f;
             const int row = warp_row0 + 16 * mt + g + 8 * r;
-            if (row < T) {
+            if constexpr (OPT & FWD_O_VIA_SMEM) {
+                // Into the Q tile (free: the loop ended on a barrier), same swizzle as the loads.
+                const int tile_row = row - m0;
                 #pragma unroll
-                for (int db = 0; db < D / 8; ++db) {
-                    uint32_t packed = pack_bf16x2(o[mt][db][2 * r] * inv, o[mt][db][2 * r + 1] * inv);
-                    *reinterpret_cast<uint32_t*>(out + (int64_t)row * p.o.stride_seq + 8 * db + 2 * t) = packed;
+                for (int db = 0; db < D / 8; ++db)
+                    *reinterpret_cast<uint32_t*>(q_tile + swizzled<D>(tile_row, 8 * db + 2 * t)) =
+                        pack_bf16x2(o[mt][db][2 * r] * inv, o[mt][db][2 * r + 1] * inv);
+            }
+            if (row < T) {
+                if constexpr (!(OPT & FWD_O_VIA_SMEM)) {
+                    #pragma unroll
+                    for (int db = 0; db < D / 8; ++db) {
+                        uint32_t packed = pack_bf16x2(o[mt][db][2 * r] * inv, o[mt][db][2 * r + 1] * inv);
+                        *reinterpret_cast<uint32_t*>(out + (int64_t)row * p.o.stride_seq + 8 * db + 2 * t) = packed;
+                    }
                 }
                 if (t == 0) lse[row] = l > 0.f ? row_max[mt][r] * p.shape.scale + logf(l) : -INFINITY;
             }
         }
+    if constexpr (OPT & FWD_O_VIA_SMEM) {
+        __syncthreads();
+        constexpr int CHUNKS = D / 8;   // 16-byte pieces per row
+        for (int i = threadIdx.x; i < BLOCK_M * CHUNKS; i += NT) {
+            const int r = i / CHUNKS, c8 = i % CHUNKS;
+            if (m0 + r < T)
+                *reinterpret_cast<uint4*>(out + (int64_t)(m0 + r) * p.o.stride_seq + 8 * c8) =
+                    *reinterpret_cast<const uint4*>(q_tile + swizzled<D>(r, 8 * c8));
+        }
+    }
 }
 
 // ============================== backward ================================================
@@ -327,13 +384,58 @@ attention_backward_rowsum_kernel(const AttentionBackwardParams p) {
     if (lane == 0) p.d_rowsum[row] = sum;
 }
 
+// Kernel 1 of the opt-in variants 3 and 4 (session 7): the same row sums, and dq_accum zeroed in
+// the same pass (in place of a separate memset). D / 8 threads per row, 16-byte loads of O and
+// dO, 16-byte stores of zeros; the row's partial sums meet by shuffles within those lanes.
+template <int D>
+__global__ void __launch_bounds__(256)
+attention_backward_prep_kernel(const AttentionBackwardParams p) {
+    constexpr int LANES = D / 8;   // threads per row: 8 (D = 64) or 16 (D = 128), within one warp
+    const int T = p.shape.seq_len;
+    const int64_t row = ((int64_t)blockIdx.x * 256 + threadIdx.x) / LANES;   // over B * H * T
+    const int piece = threadIdx.x % LANES, col = 8 * piece;
+    const int64_t rows = (int64_t)p.shape.batch * p.shape.heads * T;
+    float sum = 0.f;
+    if (row < rows) {
+        const int bh = row / T, tt = row % T, b = bh / p.shape.heads, h = bh % p.shape.heads;
+        const uint4 x = *reinterpret_cast<const uint4*>(head_ptr(p.o, b, h) + (int64_t)tt * p.o.stride_seq + col);
+        const uint4 y = *reinterpret_cast<const uint4*>(head_ptr(p.d_o, b, h) + (int64_t)tt * p.d_o.stride_seq + col);
+        __nv_bfloat162 xs[4], ys[4];   // memcpy, not a pointer cast: a cast breaks aliasing rules
+        memcpy(xs, &x, sizeof(x));
+        memcpy(ys, &y, sizeof(y));
+        #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float2 a = __bfloat1622float2(xs[i]), c = __bfloat1622float2(ys[i]);
+            sum += a.x * c.x + a.y * c.y;
+        }
+        float4* zero_to = reinterpret_cast<float4*>(p.dq_accum + row * D + col);
+        zero_to[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+        zero_to[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    // Every lane of the warp takes part (rows past the end add 0), so the full mask is right.
+    #pragma unroll
+    for (int offset = LANES / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (row < rows && piece == 0) p.d_rowsum[row] = sum;
+}
+
 // Kernel 2: dK, dV for the KEYS = 16 * BWD_WARPS rows of K/V of a block, and this block's
 // share of dQ. Each warp owns 16 keys; the block walks over query tiles of TILE rows.
 // Grid: (B * H, K/V tiles). Shared: K, V tiles; 2 x (Q, dO) tiles with their LSE and D; dS.
-template <int D, int BWD_WARPS, bool CAUSAL>
+//
+// OPT: options of the opt-in variants (session 7), a sum of these bits:
+// BWD_KV_IN_REGS: the warp's K and V fragments (the A operands of S^T = K Q^T and dP^T = V dO^T)
+//   are read from shared memory once, not at every query tile: ~8% of the kernel's shared-memory
+//   reads, which session 2 found to be its limit.
+// BWD_SKIP_DEAD: on the diagonal (causal) tiles, a warp skips the 16-query chunks that lie
+//   entirely before its first key (S, dP, dV, dK there are all zero: their mma and fragment
+//   loads are wasted), and the dQ product skips the 16-key chunks after its rows' last query.
+constexpr int BWD_KV_IN_REGS = 1, BWD_SKIP_DEAD = 2;
+
+template <int D, int BWD_WARPS, bool CAUSAL, int OPT = 0>
 __global__ void __launch_bounds__(BWD_WARPS * 32)
 attention_backward_kernel(const AttentionBackwardParams p) {
     constexpr int KEYS = 16 * BWD_WARPS, NT = 32 * BWD_WARPS;
+    constexpr bool KV_IN_REGS = OPT & BWD_KV_IN_REGS, SKIP_DEAD = CAUSAL && (OPT & BWD_SKIP_DEAD);
     extern __shared__ __align__(128) unsigned char smem[];
     bf16* k_tile = reinterpret_cast<bf16*>(smem);
     bf16* v_tile = k_tile + KEYS * D;
@@ -376,6 +478,7 @@ attention_backward_kernel(const AttentionBackwardParams p) {
 
     const float c = p.shape.scale * LOG2E;
     float dk[D / 8][4] = {}, dv[D / 8][4] = {};  // this warp's 16 keys x D
+    uint32_t k_frag[D / 16][4], v_frag[D / 16][4];   // KV_IN_REGS: read at the first step
 
     for (int j = 0; j < n_tiles; ++j) {
         const int m0 = m_first + j * TILE, stage = j % 2;
@@ -396,14 +499,32 @@ attention_backward_kernel(const AttentionBackwardParams p) {
         // A warp whose keys are all past T, or (causal) all after this tile's last query, has
         // nothing to add: its rows of dS are zeros.
         const bool active = warp_key0 < T && (!CAUSAL || warp_key0 <= m0 + TILE - 1);
+        if constexpr (KV_IN_REGS) {
+            if (j == 0) {
+                #pragma unroll
+                for (int kk = 0; kk < D / 16; ++kk) {
+                    load_a<D>(k_frag[kk], k_tile, 16 * warp, 16 * kk);
+                    load_a<D>(v_frag[kk], v_tile, 16 * warp, 16 * kk);
+                }
+            }
+        }
+        // SKIP_DEAD: query chunk c (m0 + 16c ..) is live unless all its queries come before this
+        // warp's first key. Warp-uniform; always true off the diagonal.
+        auto live = [&](int chunk) { return !SKIP_DEAD || m0 + 16 * chunk + 15 >= warp_key0; };
         if (active) {
             // S^T = K Q^T and dP^T = V dO^T: 16 keys (this warp) x 64 queries.
             float s[TILE / 8][4] = {}, dp[TILE / 8][4] = {};
             for (int kk = 0; kk < D / 16; ++kk) {
                 uint32_t ka[4], va[4];
-                load_a<D>(ka, k_tile, 16 * warp, 16 * kk);
-                load_a<D>(va, v_tile, 16 * warp, 16 * kk);
+                if constexpr (KV_IN_REGS) {
+                    #pragma unroll
+                    for (int i = 0; i < 4; ++i) ka[i] = k_frag[kk][i], va[i] = v_frag[kk][i];
+                } else {
+                    load_a<D>(ka, k_tile, 16 * warp, 16 * kk);
+                    load_a<D>(va, v_tile, 16 * warp, 16 * kk);
+                }
                 for (int nb = 0; nb < TILE / 16; ++nb) {
+                    if (!live(nb)) continue;
                     uint32_t qb[4], dob[4];
                     load_b_from_rows<D>(qb, q_tile, 16 * nb, 16 * kk);
                     load_b_from_rows<D>(dob, do_tile, 16 * nb, 16 * kk);
@@ -426,8 +547,9 @@ attention_backward_kernel(const AttentionBackwardParams p) {
             for (int kk = 0; kk < TILE / 16; ++kk) {
                 uint32_t pa[4], dsa[4];
                 acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-                acc_to_a(dsa, dp[2 * kk], dp[2 * kk + 1]);
+                acc_to_a(dsa, dp[2 * kk], dp[2 * kk + 1]);   // zeros on a dead chunk: stored below
                 for (int db = 0; db < D / 16; ++db) {
+                    if (!live(kk)) break;
                     uint32_t dob[4], qb[4];
                     load_b_from_cols<D>(dob, do_tile, 16 * db, 16 * kk);
                     load_b_from_cols<D>(qb, q_tile, 16 * db, 16 * kk);
@@ -458,10 +580,13 @@ attention_backward_kernel(const AttentionBackwardParams p) {
         const int dq_col0 = (warp % DQ_COL_GROUPS) * DQ_COLS, dq_row0 = (warp / DQ_COL_GROUPS) * DQ_ROWS;
         float dq[DQ_ROWS / 16][DQ_COLS / 8][4] = {};
         for (int kk = 0; kk < KEYS / 16; ++kk) {
+            // SKIP_DEAD: keys n0 + 16kk.. come after every query of this warp's dQ rows.
+            if (SKIP_DEAD && n0 + 16 * kk > m0 + dq_row0 + DQ_ROWS - 1) break;
             uint32_t kb[DQ_COLS / 16][4];
             for (int db = 0; db < DQ_COLS / 16; ++db)
                 load_b_from_cols<D>(kb[db], k_tile, dq_col0 + 16 * db, 16 * kk);
             for (int mt = 0; mt < DQ_ROWS / 16; ++mt) {
+                if (SKIP_DEAD && n0 + 16 * kk > m0 + dq_row0 + 16 * mt + 15) continue;
                 uint32_t dsa[4];
                 load_a_transposed<TILE>(dsa, ds_tile, dq_row0 + 16 * mt, 16 * kk);
                 for (int db = 0; db < DQ_COLS / 16; ++db) {
@@ -511,11 +636,30 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
     *reinterpret_cast<uint32_t*>(to) = pack_bf16x2(from[0] * p.shape.scale, from[1] * p.shape.scale);
 }
 
+// Kernel 3 of the opt-in variants 3 and 4: the same, one thread per 8 elements (two 16-byte
+// loads, one 16-byte store).
+template <int D>
+__global__ void __launch_bounds__(256)
+attention_backward_dq_wide_kernel(const AttentionBackwardParams p) {
+    const int T = p.shape.seq_len;
+    const int64_t piece = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (piece >= (int64_t)p.shape.batch * p.shape.heads * T * (D / 8)) return;
+    const int64_t row = piece / (D / 8);
+    const int col = 8 * (piece % (D / 8));
+    const int bh = row / T, tt = row % T, b = bh / p.shape.heads, h = bh % p.shape.heads;
+    const float4* from = reinterpret_cast<const float4*>(p.dq_accum + row * D + col);
+    const float4 lo = from[0], hi = from[1];
+    const float sc = p.shape.scale;
+    const uint4 packed = make_uint4(pack_bf16x2(lo.x * sc, lo.y * sc), pack_bf16x2(lo.z * sc, lo.w * sc),
+                                    pack_bf16x2(hi.x * sc, hi.y * sc), pack_bf16x2(hi.z * sc, hi.w * sc));
+    *reinterpret_cast<uint4*>(head_ptr_mut(p.dq, b, h) + (int64_t)tt * p.dq.stride_seq + col) = packed;
+}
+
 // ============================== launchers ===============================================
 
-template <int D, int FWD_WARPS, int ROW_TILES, int BLOCK_N, bool CAUSAL>
+template <int D, int FWD_WARPS, int ROW_TILES, int BLOCK_N, bool CAUSAL, int OPT = 0>
 cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream) {
-    const auto kernel = attention_forward_kernel<D, FWD_WARPS, ROW_TILES, BLOCK_N, CAUSAL>;
+    const auto kernel = attention_forward_kernel<D, FWD_WARPS, ROW_TILES, BLOCK_N, CAUSAL, OPT>;
     constexpr int BLOCK_M = 16 * ROW_TILES * FWD_WARPS;
     const int smem = (BLOCK_M + 4 * BLOCK_N) * D * 2;   // Q + 2 stages x (K, V)
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -546,13 +690,25 @@ cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream)
     if (variant == 2) return launch_forward<D, 4, 1, 128, CAUSAL>(p, stream);
     if constexpr (D == 64) {
         if (variant == 3) return launch_forward<D, 4, 2, 64, CAUSAL>(p, stream);
+        // Session 7 (opt-in until measured): 3 + the options of attention_forward_kernel.
+        if (variant == 5) return launch_forward<D, 4, 2, 64, CAUSAL, FWD_SKIP_DEAD>(p, stream);
+        if (variant == 6) return launch_forward<D, 4, 2, 64, CAUSAL, FWD_SKIP_DEAD | FWD_O_VIA_SMEM>(p, stream);
+        // 128-key tiles: causal only (without the causal skips the kernel spills registers).
+        if constexpr (CAUSAL) {
+            if (variant == 7)
+                return launch_forward<D, 4, 2, 128, CAUSAL, FWD_SKIP_DEAD | FWD_Q_FROM_SMEM | FWD_O_VIA_SMEM>(p, stream);
+            if (variant == 8) return launch_forward<D, 4, 2, 128, CAUSAL, FWD_SKIP_DEAD | FWD_Q_FROM_SMEM>(p, stream);
+        } else {
+            if (variant == 7) return launch_forward<D, 4, 2, 64, CAUSAL, FWD_O_VIA_SMEM>(p, stream);
+            if (variant == 8) return launch_forward<D, 4, 2, 64, CAUSAL>(p, stream);
+        }
     }
     return launch_forward<D, 4, 1, 64, CAUSAL>(p, stream);
 }
 
-template <int D, int BWD_WARPS, bool CAUSAL>
+template <int D, int BWD_WARPS, bool CAUSAL, int OPT = 0>
 cudaError_t launch_backward_main(const AttentionBackwardParams& p, cudaStream_t stream) {
-    const auto kernel = attention_backward_kernel<D, BWD_WARPS, CAUSAL>;
+    const auto kernel = attention_backward_kernel<D, BWD_WARPS, CAUSAL, OPT>;
     constexpr int KEYS = 16 * BWD_WARPS;
     // K, V + 2 stages x (Q, dO) + dS, in bf16; 2 stages x (LSE, D) in fp32.
     const int smem = (2 * KEYS * D + 4 * TILE * D + KEYS * TILE) * 2 + 4 * TILE * 4;
@@ -569,20 +725,45 @@ cudaError_t launch_backward_main(const AttentionBackwardParams& p, cudaStream_t 
 constexpr int DEFAULT_BWD_VARIANT = 1;   // H200: faster at all three benchmarked shapes
 
 template <int D, bool CAUSAL>
-cudaError_t launch_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
-    const int64_t rows = (int64_t)p.shape.batch * p.shape.heads * p.shape.seq_len;
-    cudaError_t err = cudaMemsetAsync(p.dq_accum, 0, rows * D * sizeof(float), stream);
-    if (err != cudaSuccess) return err;
-    attention_backward_rowsum_kernel<D><<<(rows + 7) / 8, 256, 0, stream>>>(p);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+cudaError_t launch_backward_main_variant(int variant, const AttentionBackwardParams& p, cudaStream_t stream) {
+    if (variant == 0) return launch_backward_main<D, 4, CAUSAL>(p, stream);
+    if constexpr (D == 64) {
+        if (variant == 2 || variant == 3) return launch_backward_main<D, 8, CAUSAL, BWD_KV_IN_REGS>(p, stream);
+        if (variant == 4) return launch_backward_main<D, 8, CAUSAL, BWD_KV_IN_REGS | BWD_SKIP_DEAD>(p, stream);
+    }
+    return launch_backward_main<D, 8, CAUSAL>(p, stream);   // 1, and 2-4 at D = 128
+}
 
+// Session 7 (opt-in until measured), 8 warps like 1: 2 = K/V fragments in registers (D = 64;
+// D = 128 runs 1's main kernel); 3 = 2 with the wide kernels 1 and 3 (memset fused into the row
+// sums); 4 = 3 with the causal skips of dead chunks (D = 64).
+template <int D, bool CAUSAL>
+cudaError_t launch_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
     const char* env = getenv("TK_ATTENTION_BWD_VARIANT");
     const int variant = env ? atoi(env) : DEFAULT_BWD_VARIANT;
-    err = variant == 1 ? launch_backward_main<D, 8, CAUSAL>(p, stream) : launch_backward_main<D, 4, CAUSAL>(p, stream);
+    const bool wide = variant == 3 || variant == 4;
+
+    const int64_t rows = (int64_t)p.shape.batch * p.shape.heads * p.shape.seq_len;
+    cudaError_t err;
+    if (wide) {
+        attention_backward_prep_kernel<D><<<(rows * (D / 8) + 255) / 256, 256, 0, stream>>>(p);
+    } else {
+        err = cudaMemsetAsync(p.dq_accum, 0, rows * D * sizeof(float), stream);
+        if (err != cudaSuccess) return err;
+        attention_backward_rowsum_kernel<D><<<(rows + 7) / 8, 256, 0, stream>>>(p);
+    }
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+
+    err = launch_backward_main_variant<D, CAUSAL>(variant, p, stream);
     if (err != cudaSuccess) return err;
 
-    const int64_t pairs = rows * (D / 2);
-    attention_backward_dq_kernel<D><<<(pairs + 255) / 256, 256, 0, stream>>>(p);
+    if (wide) {
+        const int64_t pieces = rows * (D / 8);
+        attention_backward_dq_wide_kernel<D><<<(pieces + 255) / 256, 256, 0, stream>>>(p);
+    } else {
+        const int64_t pairs = rows * (D / 2);
+        attention_backward_dq_kernel<D><<<(pairs + 255) / 256, 256, 0, stream>>>(p);
+    }
     return cudaGetLastError();
 }
 

@@ -178,6 +178,91 @@ def test_backward_block_shape_variant(monkeypatch, B, H, T, D, causal):
     assert rel_err(dq, dq_ref) < 2e-2 and rel_err(dk, dk_ref) < 2e-2 and rel_err(dv, dv_ref) < 2e-2
 
 
+# Session 7's opt-in variants (attention_portable.cu): forward 5-8 (5 = 3 + causal skips of dead
+# 16-key chunks, 6 = 5 + O through shared memory, 7 = 128-key tiles + skips + Q from shared memory
+# + O through shared memory, 8 = 7 without the O staging; D = 128 runs variant 0, non-causal 7/8
+# run 64-key tiles), backward 2-4 (2 = 1 + K/V fragments in registers, 3 = 2 + the fused
+# memset/row-sum kernel and the wide dQ conversion, 4 = 3 + causal skips; D = 128 runs 1's main
+# kernel). Every T of the issue, D 64 and 128, causal and not, outputs poisoned, vs float64.
+S7_CASES = [(1, 1, 1, 64, True), (2, 3, 17, 64, True), (1, 2, 64, 64, True), (2, 1, 255, 64, True),
+            (1, 3, 256, 64, True), (1, 2, 1000, 64, True), (2, 2, 1024, 64, True), (1, 1, 4096, 64, True),
+            (1, 2, 17, 128, True), (1, 1, 1000, 128, True), (2, 1, 300, 64, False), (1, 2, 1024, 64, False),
+            (1, 1, 255, 128, False)]
+
+
+@cuda
+@pytest.mark.parametrize("variant", ["5", "6", "7", "8"])
+@pytest.mark.parametrize("B,H,T,D,causal", S7_CASES)
+def test_session7_forward_variants(monkeypatch, variant, B, H, T, D, causal):
+    monkeypatch.setenv("TK_ATTENTION_FWD_VARIANT", variant)
+    _, q, k, v = qkv_views(B, H, T, D, seed=int(variant) * 7 + T + D)
+    scale = 1.0 / math.sqrt(D)
+    o_ref, lse_ref, _ = reference(q, k, v, causal, scale)
+    poison(B, H, T, D)
+    o, lse = A.attention_fwd(q, k, v, causal, scale, BACKEND, BACKEND)
+    torch.cuda.synchronize()
+    assert not o.isnan().any() and not lse.isnan().any()
+    assert rel_err(o, o_ref) < 1e-2
+    assert rel_err(lse, lse_ref) < 1e-4
+    # The same bits as the default forward where the arithmetic is the same: the skipped chunks
+    # only ever added exact zeros, so 5-8 must agree with 3 to bf16 rounding of the same sums.
+    monkeypatch.setenv("TK_ATTENTION_FWD_VARIANT", "3" if D == 64 else "0")
+    o3, _ = A.attention_fwd(q, k, v, causal, scale, BACKEND, BACKEND)
+    assert rel_err(o, o3.double()) < 1e-2
+
+
+@cuda
+@pytest.mark.parametrize("variant", ["2", "3", "4"])
+@pytest.mark.parametrize("B,H,T,D,causal", S7_CASES)
+def test_session7_backward_variants(monkeypatch, variant, B, H, T, D, causal):
+    monkeypatch.setenv("TK_ATTENTION_BWD_VARIANT", variant)
+    qkv, q, k, v = qkv_views(B, H, T, D, seed=int(variant) * 5 + T + D + B, requires_grad=True)
+    scale = 1.0 / math.sqrt(D)
+    grad_out = torch.randn(B, H, T, D, device="cuda").to(torch.bfloat16)
+    _, _, (dq_ref, dk_ref, dv_ref) = reference(q, k, v, causal, scale, grad_out)
+    o, _ = A.attention_fwd(q, k, v, causal, scale, BACKEND, BACKEND)
+    poison(B, H, T, D)   # dq_accum too: variants 3, 4 zero it in their own row-sum kernel
+    o.backward(grad_out)
+    torch.cuda.synchronize()
+    dq, dk, dv = qkv.grad.permute(2, 0, 3, 1, 4)
+    assert not qkv.grad.isnan().any()
+    assert rel_err(dv, dv_ref) < 2e-2
+    if T == 1:
+        assert dq.abs().max() < 1e-2 and dk.abs().max() < 1e-2
+    else:
+        assert rel_err(dq, dq_ref) < 2e-2 and rel_err(dk, dk_ref) < 2e-2
+
+
+@cuda
+@pytest.mark.parametrize("fwd,bwd", [("5", "3"), ("7", "4")])
+def test_session7_variants_under_cuda_graph(monkeypatch, fwd, bwd):
+    # The launcher reads the variant at capture time; replays must keep producing the same result
+    # on new inputs written into the captured buffers (the fused kernel 1 re-zeroes dq_accum).
+    monkeypatch.setenv("TK_ATTENTION_FWD_VARIANT", fwd)
+    monkeypatch.setenv("TK_ATTENTION_BWD_VARIANT", bwd)
+    B, H, T, D = 2, 3, 333, 64
+    scale = 1.0 / math.sqrt(D)
+    _, q, k, v = qkv_views(B, H, T, D, seed=21)
+    q, k, v = (t.contiguous() for t in (q, k, v))
+    g = torch.randn(B, H, T, D, device="cuda").to(torch.bfloat16)
+    ext = A._portable.module
+    o, lse = ext.forward(q, k, v, True, scale)   # warm up outside the capture
+    ext.backward(g, q, k, v, o, lse, True, scale)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o_g, lse_g = ext.forward(q, k, v, True, scale)
+        dq_g, dk_g, dv_g = ext.backward(g, q, k, v, o_g, lse_g, True, scale)
+    for seed in (1, 2):
+        _, q2, k2, v2 = qkv_views(B, H, T, D, seed=100 + seed)
+        q.copy_(q2), k.copy_(k2), v.copy_(v2)
+        graph.replay()
+        torch.cuda.synchronize()
+        o_ref, _, (dq_ref, dk_ref, dv_ref) = reference(q, k, v, True, scale, g)
+        assert rel_err(o_g, o_ref) < 1e-2
+        assert rel_err(dq_g, dq_ref) < 2e-2 and rel_err(dk_g, dk_ref) < 2e-2 and rel_err(dv_g, dv_ref) < 2e-2
+
+
 @cuda
 def test_explicit_scale_and_contiguous_inputs():
     B, H, T, D = 2, 2, 300, 64

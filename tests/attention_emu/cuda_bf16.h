@@ -23,3 +23,5 @@ inline float __bfloat162float(__nv_bfloat16 b) {
     return f;
 }
 inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) { return {__float2bfloat16(lo), __float2bfloat16(hi)}; }
+struct alignas(8) float2 { float x, y; };
+inline float2 __bfloat1622float2(__nv_bfloat162 v) { return {__bfloat162float(v.x), __bfloat162float(v.y)}; }

@@ -114,3 +114,10 @@ inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) {
     std::memset(p, v, n);
     return cudaSuccess;
 }
+
+// The vector types of 16-byte loads and stores (session 7's wide kernels), as plain structs
+// (float2 is in cuda_bf16.h, beside __bfloat1622float2).
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
