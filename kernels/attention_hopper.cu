@@ -3,8 +3,8 @@
 // two consumer warpgroups (setmaxnreg moves registers from the first to the others), wgmma for
 // S = Q·Kᵀ (both operands in shared memory) and O += P·V (P in registers).
 // Two kernels share that pipeline: forward_kernel (one CTA per query block; variants 2, 4, 5) and
-// persistent_kernel (one CTA per SM walks over many query blocks; variants 8, 11-13, 21), which
-// runs by default: variant 21 for head_dim 64 and 128 (DEFAULT_VARIANT_D64 / _D128).
+// persistent_kernel (one CTA per SM walks over many query blocks; variants 8, 11-13, 21, 26, 30),
+// which runs by default: variant 30 for head_dim 64 and 128 (DEFAULT_VARIANT_D64 / _D128).
 // Read kernels/attention_portable.cu first: same algorithm, plainer machinery.
 // Read in order: the algorithm and the pipeline picture (this comment), config, item_at,
 // softmax_tile, forward_kernel (producer branch, consumer branch, epilogue: the pipeline for one
@@ -101,12 +101,13 @@
 //   21 12 (D=64) / 11 (D=128) with a lean per-item epilogue (persistent_kernel's LEAN_EPILOGUE:
 //     items decoded by the producer, approximate 1/l and log2 l, O through shared memory and one
 //     TMA store per warpgroup instead of 16-32 scattered 4-byte stores per thread); the default
-//     for both head dims since session 6 (GPT-2 shape 0.0795 ms against 12's 0.0914).
-//   26-29 (session 7, opt-in until measured): 21 launched as a programmatic dependent (PDL: its start
-//     overlaps the end of the kernel before it); 27 = 26 + the first item's tiles asked of L2 before
-//     the dependency wait; 28, 29 = 27 + every 8th / 4th exponential on the FMA pipe (exp2_poly);
-//     30 = 21 without the per-call zeroing of its work counter (a measurement of that cost), 31 = 21
-//     with the counter zeroed by a memset instead of a fill kernel (the same measurement).
+//     for both head dims in session 6 (GPT-2 shape 0.0795 ms against 12's 0.0914).
+//   26 21 launched as a programmatic dependent (PDL: its start overlaps the end of the kernel before
+//     it; session 7: the noise, 0.0792 against 21's 0.0794)
+//   30 21 whose work counter sets itself back to 0 (persistent_kernel's SELF_RESET), so a call needs
+//     no zeroing kernel before it: the default for both head dims since session 7 (GPT-2 shape
+//     0.0782 ms against 21's 0.0794 and cuDNN's 0.0864)
+//   31 21's kernel with its counter zeroed by a memset node instead of a fill kernel (a measurement)
 // Taken out after session 5 (the code is in git at 65e8c26; figures in kernels/NOTES.md,
 //   "Session 4: H3 attention" and sessions 2-3's "H200 runs"): 1 = 2 with exp2f and sequential
 //   row max / sum (GPT-2 shape 221 against 2's 225 TFLOP/s), 3 = 2 without ping-pong (203: -10%),
@@ -173,11 +174,11 @@ struct config {
 
 // Which variant runs by default (see attention_hopper_forward_variant at the bottom): the fastest
 // that passed its tests on the H200, timed beside the others in one run (kernels/NOTES.md,
-// "Session 6: A", call 2, in turns with cuDNN): variant 21 for both head dims (persistent, dynamic
-// scheduling, half diagonal tile, the lean epilogue; lazy rescaling at D = 128): GPT-2 shape
-// 0.0795 ms, shakespeare-char 0.0268, (4, 16, 4096, 128) 0.4876, against 0.0914 / 0.0315 / 0.5245
-// for session 4's defaults 12 / 11 and cuDNN's 0.0865 / 0.0271 / 0.5611.
-constexpr int DEFAULT_VARIANT_D64 = 21, DEFAULT_VARIANT_D128 = 21;
+// "Session 7: A", call 2, in turns with cuDNN): variant 30 for both head dims (persistent, dynamic
+// scheduling with a self-resetting counter, half diagonal tile, the lean epilogue; lazy rescaling
+// at D = 128): GPT-2 shape 0.0782 ms, shakespeare-char 0.0250, (4, 16, 4096, 128) 0.4811, against
+// 0.0794 / 0.0265 / 0.4790 for session 6's default 21 and cuDNN's 0.0864 / 0.0269 / 0.5516.
+constexpr int DEFAULT_VARIANT_D64 = 30, DEFAULT_VARIANT_D128 = 30;
 
 struct kernel_params {
     CUtensorMap q_map, k_map, v_map;                    // 4-D maps {dim, seq, heads, batch}
@@ -236,25 +237,6 @@ __device__ inline void tree_sum(float (&t)[LEN]) {
     for (int j = 0; j < W; ++j) t[j] += t[j + W];
     if constexpr (W > 1) tree_sum<W / 2>(t);
 }
-// POLY_EXP (variants 28, 29): exp2 on the FMA pipe instead of the MUFU, for x <= 0 (FlashAttention-4's
-// trick; session 5's variant 17 tried it on every 4th score). The MUFU does 16 exponentials per
-// clock per SM, a quarter of the FMA pipe's rate, and the loop's softmax is MUFU-bound (~64 MUFU.EX2
-// per thread per tile, 43% of the stall samples in session 6's ncu); moving a few of them to the
-// idle FMA/ALU pipes shortens that phase if the extra ~8 instructions each fit in free issue slots.
-// Cody-Waite: x = j + f with j = floor(x) and f in [0, 1); 2^f by a cubic (minimax in relative
-// error with p(0) = 1 exactly: max rel. error 8.6e-5, against bf16 P's 2^-9 rounding); 2^j by
-// adding j to p's exponent field. floor without a conversion instruction: x + 1.5·2^23 rounded
-// down puts floor(x) into the low mantissa bits of t, and (t's bits << 23) is j << 23 (1.5·2^23's
-// own bits vanish in the shift). x is clamped to -127 first, where p = 1 and the sum is +0: so
-// exp2(-inf) (a masked score) is exactly 0, as ex2.approx.ftz gives.
-__device__ inline float exp2_poly(float x) {
-    x = fmaxf(x, -127.f);
-    const float t = __fadd_rd(x, 12582912.f);            // 1.5·2^23 + floor(x), exactly
-    const float f = x - (t - 12582912.f);                // in [0, 1), exactly
-    const float p = fmaf(fmaf(fmaf(0.07706602f, f, 0.22764611f), f, 0.69511654f), f, 1.f);
-    return __uint_as_float(__float_as_uint(p) + (__float_as_uint(t) << 23));
-}
-
 // Index of the j-th of this thread's N/4 accumulator elements in row half r (0: row0, 1: row0+8).
 __device__ constexpr int row_element(int r, int j) { return 4 * (j >> 1) + 2 * r + (j & 1); }
 
@@ -262,8 +244,7 @@ __device__ constexpr int row_element(int r, int j) { return 4 * (j >> 1) + 2 * r
 // it in log2 units of the scaled scores. The exponentials then stay <= 2^8, rescale is exactly 1 and
 // O need not be multiplied (the caller skips it when no row of the warp moved); O / l and the LSE
 // stay exact because O and l always share one max.
-// POLY (POLY_EXP): every POLY-th exponential of a row by exp2_poly (0: none).
-template <int N, bool LAZY = false, int POLY = 0>
+template <int N, bool LAZY = false>
 __device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)[2], float (&rescale)[2],
                                     bool mask, bool causal, int row0, int col0, int seq_len,
                                     float scale_log2) {
@@ -302,10 +283,7 @@ __device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)
             float t[N / 4];
 #pragma unroll
             for (int j = 0; j < N / 4; ++j) {
-                const float x = fmaf(s[row_element(r, j)], scale_log2, -m_scaled);
-                float e;
-                if constexpr (POLY > 0) e = j % POLY == POLY - 1 ? exp2_poly(x) : exp2_ftz(x);
-                else e = exp2_ftz(x);
+                float e = exp2_ftz(fmaf(s[row_element(r, j)], scale_log2, -m_scaled));
                 s[row_element(r, j)] = e;
                 t[j] = e;
             }
@@ -590,11 +568,6 @@ __device__ inline void store_box_4d(const CUtensorMap* map, uint32_t src, int d,
 // PDL: wait until the kernel before this one in the stream has completed and its writes are visible
 // (returns at once when this kernel was launched without the programmatic attribute).
 __device__ inline void wait_for_previous_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-// WARM_L2: ask L2 for one box of a 4-D tensor (no shared memory, no barrier: a hint).
-__device__ inline void prefetch_box_l2_4d(const CUtensorMap* map, int d, int t, int h, int b) {
-    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];"
-                 :: "l"(map), "r"(d), "r"(t), "r"(h), "r"(b) : "memory");
-}
 
 // CONSUMERS = 1 (variant 8, D = 64): the same with one consumer, two CTAs per SM (grid 2 x SMs)
 // and no ping-pong, as variant 4; its K/V ring has 2 slots, so that two CTAs fit in shared memory.
@@ -645,23 +618,29 @@ struct persistent_config : config<D, CONSUMERS> {
 // 0.0800 against 21's 0.0797, shakespeare-char 0.0278 against 0.0269 (t4096-d128 0.4785 against
 // 0.4887, inside that shape's spread).
 //
-// PDL (session 7; variants 26-29): launched as a programmatic dependent of the kernel before it in
-// the stream (cudaLaunchAttributeProgrammaticStreamSerialization, see launch_persistent), the CTAs
-// may start while that kernel still finishes: the barrier setup and the tensor-map fetches overlap
-// its end, and every thread waits (griddepcontrol.wait) for it to complete and flush before
-// anything touches global memory: q, k, v may be what it wrote, o's and lse's memory may be what
-// it still reads, the work counter is what the zeroing kernel just before this one writes. In a
-// CUDA graph of one forward (the bench's), that kernel is the counter's zeroing; in training, the
-// c_attn GEMM. WARM_L2 (variants 27-29) also asks L2 for the CTA's first item (its Q, the first two
-// K and V tiles) before the wait: only a hint, which cannot bring in stale data (L2 is where every
-// SM's stores land), so the first loads after the wait find L2 instead of DRAM.
-// POLY_EXP (variants 28, 29): every POLY_EXP-th exponential of a row on the FMA pipe (exp2_poly).
-// SELF_RESET (variant 30, a measurement: what the per-call zeroing of the work counter costs): the
-// counter's last ticket (n_items - 1: each CTA takes exactly one ticket per item it runs, so a
-// launch hands out exactly n_items) sets it back to 0, so the caller can give a counter that is
-// already zero instead of zeroing one per call (the bindings keep a ring of them for variant 30).
+// SELF_RESET (session 7; variant 30, the default since then): the work counter need not be zeroed
+// for each call. Each CTA takes exactly one ticket (atomicAdd) per item it runs, so a launch hands
+// out exactly n_items tickets, and the one that takes the last (n_items - 1) sets the counter back
+// to 0: no other ticket of this launch can follow it. The caller gives a counter that is zero and
+// that no other launch uses meanwhile (the bindings: one per CUDA stream, one of its own for each
+// launch captured into a CUDA graph). H200, session 7's call 2, timed in turns: GPT-2 shape
+// 0.0782 ms against 21's 0.0794 (cuDNN 0.0864), shakespeare-char 0.0250 against 0.0265: the
+// zeroing kernel before every launch (at::zeros, a FillFunctor<int> node) and its dependency
+// cost ~1.2 us a call.
+// PDL (variant 26): launched as a programmatic dependent of the kernel before it in the stream
+// (cudaLaunchAttributeProgrammaticStreamSerialization, see launch_persistent), the CTAs may start
+// while that kernel still finishes: the barrier setup and the tensor-map fetches overlap its end,
+// and every thread waits (griddepcontrol.wait) for it to complete and flush before anything
+// touches global memory (q, k, v may be what it wrote; o's memory may be what it still reads; the
+// work counter is what a zeroing kernel just before writes). Call 2: 0.0792 against 21's 0.0794
+// with the counter's zeroing kernel before it (the noise).
+// Tried beside them in call 2 and taken out (code in git at 0178bd2): 27 = 26 + the first item's
+// Q, K and V asked of L2 (cp.async.bulk.prefetch.tensor) before the wait: 0.0804 (slower; the
+// prefetches only doubled the first requests); 28 / 29 = 27 + every 8th / 4th exponential by a
+// cubic on the FMA pipe (Cody-Waite, FA4's trick): 0.0817 / 0.0833, the more the slower, as
+// session 5's variant 17: the consumer warps are issue- and latency-bound, not MUFU-bound.
 template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool LEAN_EPILOGUE = false,
-          bool PDL = false, bool WARM_L2 = false, int POLY_EXP = 0, bool SELF_RESET = false>
+          bool PDL = false, bool SELF_RESET = false>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
@@ -689,17 +668,6 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         tma::prefetch(&p.k_map);
         tma::prefetch(&p.v_map);
         if constexpr (LEAN_EPILOGUE) tma::prefetch(&p.o_map);
-        if constexpr (WARM_L2) {                        // blockIdx.x < n_items: the grid is at most n_items
-            const work_item w = item_at(blockIdx.x, p);
-#pragma unroll
-            for (int cb = 0; cb < C::col_blocks; ++cb) {
-                prefetch_box_l2_4d(&p.q_map, cb * 64, w.m_block * BM, w.h, w.b);
-                for (int n = 0; n < min(tiles_of(w.m_block), 2); ++n) {
-                    prefetch_box_l2_4d(&p.k_map, cb * 64, n * BN, w.h, w.b);
-                    prefetch_box_l2_4d(&p.v_map, cb * 64, n * BN, w.h, w.b);
-                }
-            }
-        }
     }
     if (threadIdx.x == 0) {
         for (int s = 0; s < QS; ++s) {
@@ -866,11 +834,11 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         auto scores_to_probabilities = [&](int n, bool half) {   // mask, online softmax (P stays in s_acc)
             if (half) {
                 if (needs_mask(n)) mask_tile<BN / 2>(first_half(s_acc.d), p.causal, row0, n * BN, p.seq_len);
-                softmax_tile<BN / 2, LAZY, POLY_EXP>(first_half(s_acc.d), m, l, rescale, false, p.causal, row0,
+                softmax_tile<BN / 2, LAZY>(first_half(s_acc.d), m, l, rescale, false, p.causal, row0,
                                                  n * BN, p.seq_len, p.scale_log2);
             } else {
                 if (needs_mask(n)) mask_tile<BN>(s_acc.d, p.causal, row0, n * BN, p.seq_len);
-                softmax_tile<BN, LAZY, POLY_EXP>(s_acc.d, m, l, rescale, false, p.causal, row0, n * BN,
+                softmax_tile<BN, LAZY>(s_acc.d, m, l, rescale, false, p.causal, row0, n * BN,
                                              p.seq_len, p.scale_log2);
             }
         };
@@ -1044,7 +1012,7 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 // L2 groups of heads.
 // PDL etc.: see persistent_kernel; with PDL the launch carries the programmatic-serialization attribute.
 template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY, bool DYNAMIC, bool LEAN_EPILOGUE = false,
-          bool PDL = false, bool WARM_L2 = false, int POLY_EXP = 0, bool SELF_RESET = false>
+          bool PDL = false, bool SELF_RESET = false>
 cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, unsigned int* work_counter) {
     using C = persistent_config<D, CONSUMERS>;
     if (DYNAMIC && work_counter == nullptr) return cudaErrorInvalidValue;   // see work_counter
@@ -1057,7 +1025,7 @@ cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stre
                                                         a.o.stride_batch, a.o.stride_head, a.o.stride_seq, 64);
         if (!why.empty()) return cudaErrorInvalidValue;
     }
-    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, LEAN_EPILOGUE, PDL, WARM_L2, POLY_EXP, SELF_RESET>;
+    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, LEAN_EPILOGUE, PDL, SELF_RESET>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -1124,16 +1092,16 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //  21: 12 (D = 64) / 11 (D = 128) with LEAN_EPILOGUE: O through shared memory and a TMA store,
 //      items decoded by the producer, 1/l and log2(l) approximate (the default, session 6)
 //  26: 21 with PDL (launched as a programmatic dependent of the kernel before it; see persistent_kernel)
-//  27: 26 with WARM_L2 (the CTA's first item asked of L2 before the dependency wait)
-//  28: 27 with POLY_EXP 8 (every 8th exponential of a row on the FMA pipe), 29: with POLY_EXP 4
-//  30: 21 with SELF_RESET (a measurement: the counter sets itself back to 0; the bindings give this
-//      variant an already-zero counter from a ring instead of zeroing one per call)
+//  30: 21 with SELF_RESET (the counter sets itself back to 0 after the launch's last ticket; the
+//      bindings give it a counter that is zero and that no other launch uses meanwhile: see
+//      attention_hopper_counter_resets). The default since session 7
 //  31: 21's kernel; the bindings zero its counter with cudaMemsetAsync (a memset node in a CUDA graph)
 //      instead of at::zeros (a fill kernel): a measurement beside 30
 // 2 and 4 take the query blocks in the first kernels' order (item_at with one group of all heads).
-// work_counter: one uint32 in device memory, zeroed, used by this launch alone (the bindings
-// allocate it per call; variant 30 takes one from a ring of counters that reset themselves); the
-// dynamically scheduled variants (11-13, 21, 26-30, the default) refuse nullptr.
+// work_counter: one uint32 in device memory, zero, used by this launch alone (the bindings zero one
+// per call, or, where attention_hopper_counter_resets says the kernel sets it back to 0 itself,
+// hand out one they own); the dynamically scheduled variants (11-13, 21, 26, 30, 31, the default)
+// refuse nullptr.
 int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant,
                                      unsigned int* work_counter) {
     using namespace attention_hopper;
@@ -1157,18 +1125,20 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, true, true, true>(p, stream, work_counter);
     case 26: return d64 ? launch_persistent<64, 2, true, false, true, true, true>(p, stream, work_counter)
                         : launch_persistent<128, 2, true, true, true, true, true>(p, stream, work_counter);
-    case 27: return d64 ? launch_persistent<64, 2, true, false, true, true, true, true>(p, stream, work_counter)
-                        : launch_persistent<128, 2, true, true, true, true, true, true>(p, stream, work_counter);
-    case 28: return d64 ? launch_persistent<64, 2, true, false, true, true, true, true, 8>(p, stream, work_counter)
-                        : launch_persistent<128, 2, true, true, true, true, true, true, 8>(p, stream, work_counter);
-    case 29: return d64 ? launch_persistent<64, 2, true, false, true, true, true, true, 4>(p, stream, work_counter)
-                        : launch_persistent<128, 2, true, true, true, true, true, true, 4>(p, stream, work_counter);
-    case 30: return d64 ? launch_persistent<64, 2, true, false, true, true, false, false, 0, true>(p, stream, work_counter)
-                        : launch_persistent<128, 2, true, true, true, true, false, false, 0, true>(p, stream, work_counter);
+    case 30: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true>(p, stream, work_counter)
+                        : launch_persistent<128, 2, true, true, true, true, false, true>(p, stream, work_counter);
     case 31: return attention_hopper_forward_variant(p, cuda_stream, 21, work_counter);   // (the bindings zero
                                                                                            // its counter by a memset)
-    default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20, 22-25) too
+    default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20, 22-25, 27-29) too
     }
+}
+
+// Does `variant` (0: the default for p's head_dim) leave its work counter at 0 when it ends
+// (SELF_RESET)? Then the caller may reuse one counter for launches that never run at the same time.
+bool attention_hopper_counter_resets(const AttentionForwardParams& p, int variant) {
+    if (variant == 0) variant = p.shape.head_dim == 64 ? attention_hopper::DEFAULT_VARIANT_D64
+                                                       : attention_hopper::DEFAULT_VARIANT_D128;
+    return variant == 30;
 }
 
 // The launcher E1's dispatch calls on sm_90 (see kernels/NOTES.md, attention / Hopper forward).

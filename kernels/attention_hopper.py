@@ -11,12 +11,15 @@ table. See kernels/NOTES.md, attention / Hopper forward and Session 3 (Hopper ba
 Nothing here builds at import; `why_not` builds the extension only after every cheap check
 passed on CUDA tensors of a Hopper GPU.
 
-Streams: the default forward (variants 11-13 and 21, "dynamic scheduling") hands out its work items
-through a counter, one zeroed uint32 that the bindings allocate for each call (on the caller's
-stream, so a CUDA graph captures its zeroing too). Two forwards in flight at once on two streams
-therefore have two counters and cannot take each other's items (until session 5 there was one
-self-resetting counter per GPU, and they could; tests/test_attention_hopper.py::
-test_two_streams_at_once checks this). The backward has no counter.
+Streams: the persistent forwards (variants 11-13, 21, 26, 30, 31, "dynamic scheduling") hand out
+their work items through a counter that must be zero at the start and used by no other launch in
+flight. Variants 11-31 but 30 get one zeroed for each call (a fill kernel before the forward, ~1.2
+us on the H200). The default, 30, sets its counter back to 0 itself when it hands out its last
+item, so the bindings keep one per CUDA stream (launches on a stream run one after the other) and
+give each launch captured into a CUDA graph one of its own (attention_hopper_bindings.cpp,
+owned_counter). Until session 5 there was one self-resetting counter per GPU, which two forwards in
+flight on two streams shared: they took each other's items (tests/test_attention_hopper.py::
+test_two_streams_at_once checks that this cannot happen). The backward has no counter.
 """
 import math
 import os
@@ -70,7 +73,7 @@ def why_not(q, k, v, causal=True, dropout_p=0.0, scale=None):
 # default, the fastest measured. Tests run all of them, bench.py times all of them. The missing
 # numbers lost on the H200 and were removed (the .cu's opening comment: what they measured and
 # the commit that still has them); kernels/NOTES.md's figures use these numbers.
-VARIANTS = {0: "default (21 for D=64 and D=128)",
+VARIANTS = {0: "default (30 for D=64 and D=128)",
             2: "2 consumers, ping-pong, one CTA per query block",
             4: "1 consumer, 2 CTAs/SM (D=64; D=128 runs 2)",
             5: "session 3's default (4 for D=64, 2 for D=128) with L2 groups of heads",
@@ -84,11 +87,8 @@ VARIANTS = {0: "default (21 for D=64 and D=128)",
                 "producer, approximate 1/l and log2(l)",
             26: "21 launched as a programmatic dependent (PDL): its start overlaps the end of the kernel "
                 "before it (griddepcontrol.wait before any global memory access)",
-            27: "26 with the first item's Q and first K/V tiles asked of L2 before that wait",
-            28: "27 with every 8th exponential of a row on the FMA pipe (a cubic, Cody-Waite) instead of the MUFU",
-            29: "27 with every 4th exponential of a row on the FMA pipe",
-            30: "21 without the per-call zeroing of its work counter (the kernel resets a counter from a ring): "
-                "a measurement of that cost, not safe with graphs and streams mixed",
+            30: "21 whose work counter sets itself back to 0, so a call needs no zeroing kernel (the bindings "
+                "give it a counter owned by the stream, or by the CUDA graph that captured the call)",
             31: "21 with its work counter zeroed by a memset (cudaMemsetAsync) instead of a fill kernel: the same measurement"}
 
 

@@ -20,6 +20,7 @@
 const char* attention_hopper_why_not(const AttentionForwardParams& p);
 int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant,
                                      unsigned int* work_counter);
+bool attention_hopper_counter_resets(const AttentionForwardParams& p, int variant);
 
 namespace {
 
@@ -30,7 +31,7 @@ using tk_bindings::device_name;
 
 // 0 (the default) and the variants that remain (attention_hopper.cu's opening comment says where the
 // removed numbers went); kernels/attention_hopper.py names them.
-constexpr int VARIANTS[] = {0, 2, 4, 5, 8, 11, 12, 13, 21, 26, 27, 28, 29, 30, 31};
+constexpr int VARIANTS[] = {0, 2, 4, 5, 8, 11, 12, 13, 21, 26, 30, 31};
 constexpr int LAST_VARIANT = VARIANTS[sizeof(VARIANTS) / sizeof(VARIANTS[0]) - 1];
 bool is_variant(int64_t v) {
     for (int k : VARIANTS)
@@ -106,31 +107,52 @@ Problem forward_problem(const at::Tensor& q, const at::Tensor& k, const at::Tens
     return {};
 }
 
-// Variant 30 (a measurement, not a default): its counter comes from a ring of RING counters per
-// device, zeroed once, which the kernel sets back to 0 itself (SELF_RESET), so a call launches no
-// zeroing kernel. Only safe while no two launches that use one counter are in flight at once (a
-// launch RING calls later on another stream could meet a CUDA graph's captured one): why this is
-// a measurement of what the per-call zeroing costs and not the default's scheme. The ring is made
-// outside any CUDA-graph capture (the first variant-30 call must not be captured) and never freed.
-constexpr int RING = 1024;
-unsigned int* ring_counter(const at::Tensor& q) {
+// The work counter of a kernel that sets it back to 0 itself (attention_hopper_counter_resets: the
+// default, variant 30) need not be zeroed for each call, only owned: no two launches that use one
+// counter may be in flight at once. So each device has a pool of COUNTERS zeroed once, and
+//   - an eager launch takes its stream's counter (the first launch on a stream assigns one):
+//     launches on one stream run one after the other;
+//   - a launch captured into a CUDA graph takes a counter of its own for good: the graph's replays
+//     run one after the other (a graph is never launched alongside itself), and nothing else ever
+//     uses that counter, whichever stream the graph is replayed on;
+//   - where the pool cannot serve (its first use would be inside a capture, where it cannot be
+//     zeroed; or it is used up: 4096 streams plus captured launches), nullptr: the caller zeroes a
+//     counter of the call's own, as every call did until session 7.
+// Why: that zeroing (at::zeros, a fill kernel before every forward) cost ~1.2 us a call on the H200
+// (kernels/NOTES.md, "Session 7: A"). The hole left: a stream destroyed with launches still pending,
+// whose handle a new stream gets, would share their counter (torch's own streams are pooled and
+// never destroyed; a torch.cuda.ExternalStream could be).
+constexpr int COUNTERS = 4096;
+struct CounterPool {
+    at::Tensor* memory = nullptr;                      // COUNTERS zeroed uint32; never freed (exit order)
+    int handed_out = 0;
+    std::map<cudaStream_t, int> of_stream;
+};
+unsigned int* owned_counter(const at::Tensor& q, cudaStream_t stream) {
     static std::mutex mutex;
-    static std::map<int, at::Tensor*> rings;                // per device; leaked on purpose (exit order)
-    static uint32_t next = 0;
+    static std::map<int, CounterPool> pools;             // per device
     const std::lock_guard<std::mutex> lock(mutex);
-    at::Tensor*& ring = rings[q.get_device()];
-    if (ring == nullptr) {
-        cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-        cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(q.get_device()).stream(), &capturing);
-        if (capturing != cudaStreamCaptureStatusNone)
-            tk_bindings::raise_if(tk_bindings::value_problem(
-                "tk Hopper attention: variant 30 must run once outside CUDA-graph capture before it is captured"));
-        ring = new at::Tensor(at::zeros({RING}, q.options().dtype(at::kInt)));
-        const cudaError_t e = cudaDeviceSynchronize();   // zero before any stream uses it
-        tk_bindings::raise_if_failed(e == cudaSuccess ? nullptr : cudaGetErrorString(e), "tk Hopper attention",
-                                     "zeroing variant 30's counters");
+    CounterPool& pool = pools[q.get_device()];
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) return nullptr;
+    const bool captured = capture != cudaStreamCaptureStatusNone;
+    if (pool.memory == nullptr) {
+        if (captured) return nullptr;
+        at::Tensor zeros = at::zeros({COUNTERS}, q.options().dtype(at::kInt));
+        // zero before any launch on any stream reads it: those are issued after this returns
+        if (cudaStreamSynchronize(stream) != cudaSuccess) return nullptr;
+        pool.memory = new at::Tensor(std::move(zeros));
     }
-    return reinterpret_cast<unsigned int*>(ring->data_ptr<int>()) + (next++ % RING);
+    int index = -1;
+    if (captured) {
+        if (pool.handed_out < COUNTERS) index = pool.handed_out++;
+    } else {
+        auto it = pool.of_stream.find(stream);
+        if (it != pool.of_stream.end()) index = it->second;
+        else if (pool.handed_out < COUNTERS) index = pool.of_stream[stream] = pool.handed_out++;
+    }
+    if (index < 0) return nullptr;
+    return reinterpret_cast<unsigned int*>(pool.memory->data_ptr<int>()) + index;
 }
 
 }  // namespace
@@ -152,27 +174,24 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
     const c10::cuda::CUDAGuard guard(q.device());
     at::Tensor o = at::empty({B, T, H, D}, q.options()).transpose(1, 2);
     at::Tensor lse = at::empty({B, H, T}, q.options().dtype(at::kFloat));
-    // The dynamically scheduled variants' work counter: this call's own, zeroed on this stream
-    // (one 4-byte memset), so forwards on several streams at once never share one.
-    // (Variant 30: one from ring_counter instead, already zero. Variant 31: zeroed by cudaMemsetAsync,
-    // a memset node in a CUDA graph where at::zeros is a fill kernel: a measurement beside 30.)
+    // The dynamically scheduled variants' work counter. A kernel that sets it back to 0 itself (the
+    // default) takes one the bindings own (owned_counter); otherwise the call has its own, zeroed on
+    // this stream (at::zeros, a fill kernel; variant 31: cudaMemsetAsync, a memset node in a CUDA
+    // graph, a measurement beside 30), so forwards on several streams at once never share one.
+    auto stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
+    unsigned int* counter = attention_hopper_counter_resets(params_of(q, k, v, q, nullptr, causal, scale), int(variant))
+                                ? owned_counter(q, stream) : nullptr;
     at::Tensor work_counter;
-    unsigned int* counter = nullptr;
-    if (variant == 30) {
-        counter = ring_counter(q);
-    } else if (variant == 31) {
-        work_counter = at::empty({1}, q.options().dtype(at::kInt));
+    if (counter == nullptr) {
+        work_counter = variant == 31 ? at::empty({1}, q.options().dtype(at::kInt)) : at::zeros({1}, q.options().dtype(at::kInt));
         counter = reinterpret_cast<unsigned int*>(work_counter.data_ptr<int>());
-        const cudaError_t e = cudaMemsetAsync(counter, 0, sizeof(unsigned int),
-                                              c10::cuda::getCurrentCUDAStream(q.get_device()).stream());
-        tk_bindings::raise_if_failed(e == cudaSuccess ? nullptr : cudaGetErrorString(e), "tk Hopper attention",
-                                     "zeroing the work counter");
-    } else {
-        work_counter = at::zeros({1}, q.options().dtype(at::kInt));
-        counter = reinterpret_cast<unsigned int*>(work_counter.data_ptr<int>());
+        if (variant == 31) {
+            const cudaError_t e = cudaMemsetAsync(counter, 0, sizeof(unsigned int), stream);
+            tk_bindings::raise_if_failed(e == cudaSuccess ? nullptr : cudaGetErrorString(e), "tk Hopper attention",
+                                         "zeroing the work counter");
+        }
     }
     const AttentionForwardParams p = params_of(q, k, v, o, lse.data_ptr<float>(), causal, scale);
-    auto stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
     const int err = attention_hopper_forward_variant(p, stream, int(variant), counter);
     tk_bindings::raise_if_failed(err == 0 ? nullptr : cudaGetErrorString(static_cast<cudaError_t>(err)),
                                  "tk Hopper attention", "forward launch");

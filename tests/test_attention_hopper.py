@@ -170,13 +170,14 @@ def test_two_streams_at_once():
 
 @pytest.mark.skipif(bool(os.environ.get("TK_ATTENTION_HOPPER_LIB")),
                     reason="captures the torch extension's forward in a CUDA graph")
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", [0] + VARIANTS)
 def test_in_a_cuda_graph_after_the_kernels_that_write_its_inputs(variant):
-    """The forward captured in one CUDA graph behind the copies that write q, k, v (and its own
-    counter's zeroing), replayed with new inputs each time, as training with graphs runs it. The
-    PDL variants (26-29) may start while the kernel before them finishes and must wait for it
-    (griddepcontrol.wait) before reading anything: each replay must give the float64 answer for
-    ITS inputs, not the previous replay's (the two input sets differ everywhere)."""
+    """The forward captured in one CUDA graph behind the copies that write q, k, v (and, but for
+    the default, its counter's zeroing), replayed with new inputs each time, as training with
+    graphs runs it. The PDL variant (26) may start while the kernel before it finishes and must
+    wait for it (griddepcontrol.wait) before reading anything; the default (30) runs on a counter
+    of the graph's own that it sets back to 0 after each replay: each replay must give the float64
+    answer for ITS inputs, not the previous replay's (the two input sets differ everywhere)."""
     from kernels import attention_hopper
     B, H, T, D = 2, 12, 1000, 64
     sets = [make_qkv(B, H, T, D, seed=41), make_qkv(B, H, T, D, seed=42)]
@@ -212,6 +213,64 @@ def test_in_a_cuda_graph_after_the_kernels_that_write_its_inputs(variant):
         assert ((lse.double() - lse_ref).abs() <= LSE_ATOL + LSE_RTOL * lse_ref.abs()).all()
 
 
+@pytest.mark.skipif(bool(os.environ.get("TK_ATTENTION_HOPPER_LIB")),
+                    reason="the counters the bindings own are the torch extension's")
+def test_default_counter_is_back_at_zero_for_the_next_call():
+    """The default (30) reuses one counter per stream, which each launch sets back to 0 when it
+    hands out its last item. Calls of different sizes back to back (no synchronisation between
+    them; fewer and more work items than SMs, D 64 and 128): a counter left at any other value
+    would make the next call skip items, whose rows stay NaN (poisoned) or wrong."""
+    shapes = [(2, 3, 1000, 64), (1, 1, 17, 64), (3, 50, 1000, 64), (1, 2, 255, 128), (3, 50, 300, 128),
+              (2, 3, 1000, 64)]
+    inputs = [make_qkv(*shape, seed=60 + i) for i, shape in enumerate(shapes)]
+    outputs = [hopper_forward(*x) for x in inputs]       # each poisons the free memory first
+    torch.cuda.synchronize()
+    for (q, k, v), (o, lse) in zip(inputs, outputs):
+        o_ref, lse_ref = reference(q, k, v, True, 1 / math.sqrt(q.shape[-1]))
+        assert not torch.isnan(o).any() and not torch.isnan(lse).any()
+        assert ((o.double() - o_ref).norm() / o_ref.norm()).item() < O_TOL
+        assert ((lse.double() - lse_ref).abs() <= LSE_ATOL + LSE_RTOL * lse_ref.abs()).all()
+
+
+@pytest.mark.skipif(bool(os.environ.get("TK_ATTENTION_HOPPER_LIB")),
+                    reason="captures the torch extension's forward in a CUDA graph")
+def test_graph_replays_beside_eager_calls_on_another_stream():
+    """A CUDA graph of the default forward replayed on one stream while eager default forwards run
+    on another, at once: the graph's launch has a counter of its own, the eager stream another
+    (with one shared counter each would take the other's items)."""
+    from kernels import attention_hopper
+    x_graph, x_eager = make_qkv(8, 16, 1024, 64, seed=71), make_qkv(8, 16, 1024, 64, seed=72)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        attention_hopper.forward(*x_graph)                # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o_graph, lse_graph = attention_hopper.forward(*x_graph)
+    o_want, lse_want = attention_hopper.forward(*x_eager)
+    torch.cuda.synchronize()
+    graph.replay()
+    torch.cuda.synchronize()
+    o_graph_want, lse_graph_want = o_graph.clone(), lse_graph.clone()
+    ref_graph = reference(*x_graph, True, 1 / 8)
+    assert ((o_graph_want.double() - ref_graph[0]).norm() / ref_graph[0].norm()).item() < O_TOL
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    for _ in range(3):
+        o_graph.fill_(float("nan"))
+        torch.cuda.synchronize()
+        with torch.cuda.stream(streams[0]):
+            graph.replay()
+        with torch.cuda.stream(streams[1]):
+            got = [attention_hopper.forward(*x_eager) for _ in range(2)]
+        torch.cuda.synchronize()
+        assert torch.equal(o_graph, o_graph_want) and torch.equal(lse_graph, lse_graph_want)
+        for o, lse in got:
+            assert torch.equal(o, o_want) and torch.equal(lse, lse_want)
+
+
 def test_batch_head_one_and_many():
     check(*make_qkv(1, 1, 300, 64, seed=1))
     check(*make_qkv(5, 7, 130, 64, seed=2))
@@ -242,12 +301,12 @@ def test_removed_variants_are_refused():
     # must give the clear error, in Python and in the bindings, never a launch
     from kernels import attention_hopper
     q, k, v = make_qkv(1, 1, 64, 64)
-    for variant in (1, 3, 6, 7, 9, 10, 14, 15, 19, 20, 22, 23, 24, 25, -1):
+    for variant in (1, 3, 6, 7, 9, 10, 14, 15, 19, 20, 22, 23, 24, 25, 27, 28, 29, -1):
         with pytest.raises(ValueError, match="variant must be one of"):
             attention_hopper.forward(q, k, v, True, None, variant)
         why = attention_hopper._ext.module.check_forward(q, k, v, True, 0.125, variant)
         assert why == (f"tk Hopper attention: variant must be 0 (the default) .. 31 and one of 0, 2, 4, 5, 8, "
-                       f"11, 12, 13, 21, 26, 27, 28, 29, 30, 31 (the others were removed), got {variant}"), why
+                       f"11, 12, 13, 21, 26, 30, 31 (the others were removed), got {variant}"), why
 
 
 @pytest.mark.skipif(bool(os.environ.get("TK_ATTENTION_HOPPER_LIB")),
