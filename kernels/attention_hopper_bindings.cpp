@@ -116,8 +116,9 @@ Problem forward_problem(const at::Tensor& q, const at::Tensor& k, const at::Tens
 //     run one after the other (a graph is never launched alongside itself), and nothing else ever
 //     uses that counter, whichever stream the graph is replayed on;
 //   - where the pool cannot serve (its first use would be inside a capture, where it cannot be
-//     zeroed; or it is used up: 4096 streams plus captured launches), nullptr: the caller zeroes a
-//     counter of the call's own, as every call did until session 7.
+//     zeroed; it is used up: 4096 streams plus captured launches; or the stream is the handle
+//     cudaStreamPerThread, which names another stream in each thread), nullptr: the caller zeroes
+//     a counter of the call's own, as every call did until session 7.
 // Why: that zeroing (at::zeros, a fill kernel before every forward) cost ~1.2 us a call on the H200
 // (kernels/NOTES.md, "Session 7: A"). The hole left: a stream destroyed with launches still pending,
 // whose handle a new stream gets, would share their counter (torch's own streams are pooled and
@@ -133,6 +134,7 @@ unsigned int* owned_counter(const at::Tensor& q, cudaStream_t stream) {
     static std::map<int, CounterPool> pools;             // per device
     const std::lock_guard<std::mutex> lock(mutex);
     CounterPool& pool = pools[q.get_device()];
+    if (stream == cudaStreamPerThread) return nullptr;   // one handle, a different stream in each thread
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) return nullptr;
     const bool captured = capture != cudaStreamCaptureStatusNone;
