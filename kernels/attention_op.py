@@ -16,9 +16,10 @@ log. So the forward and the backward may even come from different backends. A ba
 registered with `register_backend(Backend(...), prefer=True|False)`; for each call the first
 backend (in order of preference) that can take the inputs runs. `set_backend(name)` or the
 environment variable TK_ATTENTION_BACKEND=<name> pins one (tests and bench.py use this).
-Streams: the Hopper forward hands out its work through a counter that the bindings allocate for
-each call, so calls may run at once on several CUDA streams (kernels/attention_hopper.py; until
-session 5 there was one counter per GPU and they could not).
+Streams: the Hopper forward hands out its work through a counter that no other launch in flight
+shares (the default's: one per CUDA stream and one per launch captured into a CUDA graph; the other
+variants': one zeroed per call), so calls may run at once on several CUDA streams
+(kernels/attention_hopper.py; until session 5 there was one counter per GPU and they could not).
 
 The ops: `tk::attention_fwd(q, k, v, causal, scale, fwd_backend, bwd_backend) -> (o, lse)`
 with `register_fake` and `register_autograd` (its backward is the op `tk::attention_bwd`), so
