@@ -251,8 +251,11 @@ def environment():
                "sms": 0, "l2_bytes": 0, "driver": "none"}
     return {**gpu,
             "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
-            "git_commit": sh(["git", "rev-parse", "HEAD"]) or os.environ.get("GIT_COMMIT", "unknown"),
-            "git_dirty": bool(sh(["git", "status", "--porcelain", "--untracked-files=no"])),
+            # GIT_COMMIT first: a tree copied from `git archive` onto a machine whose own .git is
+            # stale (the GPU machine) names its commit there, and is then exactly that commit
+            "git_commit": os.environ.get("GIT_COMMIT") or sh(["git", "rev-parse", "HEAD"]) or "unknown",
+            "git_dirty": not os.environ.get("GIT_COMMIT")
+                         and bool(sh(["git", "status", "--porcelain", "--untracked-files=no"])),
             "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
 
 
