@@ -59,10 +59,12 @@
 //               DEFERS_STORE hook): pre = bf16(acc + b1) held as bf16 pairs at the tile's end, then
 //               per box pre and h = GELU(bf16 pre) staged and stored while the tensor cores work;
 //               the evaluation twin computes h from the bf16 pre too.
-//   dgelu_parts, bias_gelu_parts  (fast=3/4 and fcfast=4, session 7, opt-in; kernels/mlp_deferred.cuh,
+//   dgelu_parts, bias_gelu_parts  (fast=3/4, opt-in, and fcfast=4, the default since session 7; kernels/mlp_deferred.cuh,
 //               mlp_dgelu_deferred.cu, mlp_fc_deferred.cu) the dGELU and c_fc epilogues under the next
 //               tile's math in half boxes, on step 4's tile; dGELU's pre by TMA into shared memory
-//               ~10 k-steps ahead, dh held as bf16 pairs.
+//               ~10 k-steps ahead, dh held as bf16 pairs. fcfast=5: c_fc saves gelu'(pre) (bf16, from
+//               the tanh it computes for h anyway) in place of pre, and the dGELU epilogue is one
+//               product per value, dpre = dh·gelu'(pre) (the lead's idea, session 7).
 //   bias_deferred  (defer=1, session 6, opt-in, step 4 only) c_proj's and dx's bias policy with the
 //               same deferral: bias added and values packed at the tile's end, stores under the
 //               next tile's first k-steps; the same bf16 values as bias.
@@ -136,7 +138,12 @@ namespace tk_mlp {
 const char* linear_bias_gelu(const gemm_args& g) {
     if (!g.c2) return "tk_mlp: linear_bias_gelu needs the output h (c2)";
     if (!g.c) return linear_bias_gelu_h_only(g);     // evaluation: h only, no pre (kernels/mlp_inference.cu)
-    if (g.fast_gelu == 4 && valid_schedule(g.schedule)) {       // session 7, opt-in: in half boxes on step 4's tile
+    if (g.fast_gelu == 5) {                          // session 7, opt-in: gelu'(pre) saved in place of pre, step 4 only
+        if (g.schedule != 0 && g.schedule != SCHEDULE_STEP4)
+            return "tk_mlp: fcfast=5 (gelu'(pre) saved in place of pre) runs c_fc and the dGELU GEMM on schedule 4 only";
+        return linear_bias_gelu_parts(g);            // (kernels/mlp_fc_deferred.cu)
+    }
+    if (g.fast_gelu == 4 && valid_schedule(g.schedule)) {       // session 7 (the default): in half boxes on step 4's tile
         const int schedule = g.schedule ? g.schedule : fc_auto_schedule(g.M, g.N, g.K, g.splits, g.fast_gelu);
         if (schedule == SCHEDULE_STEP4) return linear_bias_gelu_parts(g);   // (kernels/mlp_fc_deferred.cu; elsewhere as 3)
     }
@@ -158,6 +165,11 @@ const char* linear_dgelu(const gemm_args& g) {
     if (!g.bias_grad_partial && !g.fast_dgelu)       // session 5's fast policies may skip db1
         return "tk_mlp: linear_dgelu needs bias_grad_partial (only the fast policies run without)";
     const int schedule = resolved_schedule(g, true);
+    if (g.fast_dgelu == 5) {                         // session 7's fcfast=5: g.pre holds gelu'(pre)
+        if (schedule != SCHEDULE_STEP4 || g.splits > 1)
+            return "tk_mlp: fcfast=5 (gelu'(pre) saved in place of pre) runs c_fc and the dGELU GEMM on schedule 4 only";
+        return linear_dgelu_deferred(g);
+    }
     if ((g.fast_dgelu == 3 || g.fast_dgelu == 4) && schedule == SCHEDULE_STEP4 && g.splits <= 1)   // session 7, opt-in
         return linear_dgelu_deferred(g);             // (kernels/mlp_dgelu_deferred.cu; elsewhere as fast=1)
     const bool pre_tma = g.pre_tma && schedule != SCHEDULE_PINGPONG_128x128_CLUSTER2 && schedule != SCHEDULE_PINGPONG_64x256_DEEP;

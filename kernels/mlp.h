@@ -34,14 +34,17 @@ struct gemm_args {
     int fast_dgelu;             // linear_dgelu only: 1 = the same policy with session 5's cheaper
                                 //   epilogue (dgelu_fast / dgelu_pre_tma_fast, kernels/mlp_epilogues.cuh);
                                 //   3, 4 = on step 4's tile, that epilogue under the next tile's math with
-                                //   pre by TMA (session 7, kernels/mlp_dgelu_deferred.cu), elsewhere as 1
+                                //   pre by TMA (session 7, kernels/mlp_dgelu_deferred.cu), elsewhere as 1;
+                                //   5 = the same with pre holding gelu'(pre) (fcfast=5's forward; schedule 4 only)
     int fast_gelu;              // linear_bias_gelu only: 1 = c_fc's epilogue with session 6's cheaper GELU
                                 //   and bias (bias_gelu_fast / bias_gelu_h_only_fast, kernels/mlp_epilogues.cuh);
                                 //   2 = the same values staged by stmatrix, one fence per box (bias_gelu_stmatrix;
                                 //   evaluation as 1); 3 = on step 4, deferred under the next tile's math with h
                                 //   from the bf16 pre (bias_gelu_deferred / bias_gelu_h_only_rounded), elsewhere as 2;
                                 //   4 = 3's values on step 4's tile in half boxes (session 7, kernels/mlp_fc_deferred.cu),
-                                //   on step 4 in clusters as 3, elsewhere as 2
+                                //   on step 4 in clusters as 3, elsewhere as 2; 5 = as 4, but c holds gelu'(pre)
+                                //   instead of pre (schedule 4 only; the backward's linear_dgelu then gets
+                                //   fast_dgelu = 5 and reads gelu'(pre) from pre)
     int defer_store;            // linear_bias / linear_grad_input only: 1 = on step 4, the tile's stores
                                 //   under the next tile's math (bias_deferred, session 6); elsewhere as 0
     cudaStream_t stream;

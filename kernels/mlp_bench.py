@@ -56,7 +56,7 @@ DEFAULT_SCHEDULES = ("0", "pre=1", "dgelu=6,pre=1", "dgelu=6", "0,side=0", "dw=1
                      "fast=0", "finish=1", "dw=10,finish=1",   # fast=1 is the default since session 5
                      "fcfast=1", "fcfast=2", "fcfast=2,finish=1", "fcfast=2,finish=1,dw=10",   # session 6's opt-ins
                      "defer=1", "fc=4,fcfast=3", "fc=4,fcfast=3,finish=1,defer=1",
-                     "fast=3", "fast=4", "fcfast=4", "fast=3,fcfast=4")   # session 7's opt-ins
+                     "fast=3", "fast=4", "fcfast=5", "finish=0,fcfast=0")   # session 7's (finish=1,fcfast=4 the default since)
 
 
 def main(argv=None):

@@ -119,15 +119,17 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // session 5 M; so was session 6's fast=2, the dGELU epilogue deferred on step 4: NOTES.md, session 6 M.)
 // Session 7 (opt-in): fast=3 / fast=4, the dGELU epilogue deferred on step 4's tile in half boxes with pre
 // by TMA (kernels/mlp_dgelu_deferred.cu; 3 peeled, 4 one loop; on other schedules as fast=1), and
-// fcfast=4, c_fc's the same way (kernels/mlp_fc_deferred.cu; fcfast=3's values).
+// fcfast=4, c_fc's the same way (kernels/mlp_fc_deferred.cu; fcfast=3's values); fcfast=5, as 4 but
+// the forward saves gelu'(pre) where pre was and the backward's dGELU multiplies by it (step 4 only;
+// the backward follows the fcfast flag set when it runs, so set it before the forward).
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
 constexpr int FLAG_VALUES = 6;                 // side, pre, fast, finish, fcfast, defer
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
 bool side_jobs = true;
 bool pre_tma = false;
 int fast_dgelu = 1;                            // default since session 5 (calls 2 and 3: dGELU -8% under ncu); 3, 4: session 7, opt-in
-bool finish_kernel = false;
-int fast_gelu = 0;                             // session 6 (fcfast=1, 2 or 3) and 7 (4), opt-in until an H200 run says otherwise
+bool finish_kernel = true;                     // default since session 7 (was false: two torch reductions and four casts)
+int fast_gelu = 4;                             // session 6 (fcfast=1, 2 or 3) and 7 (4, 5); 4 the default since session 7 (was 0)
 bool defer_store = false;                      // session 6 (defer=1), opt-in
 
 void set_schedule(const std::vector<int64_t>& s) {
@@ -150,8 +152,11 @@ void set_schedule(const std::vector<int64_t>& s) {
         raise_if(value_problem("tk_mlp: the fast-dGELU flag is 0, 1, 3 or 4 (2 was removed), got " + std::to_string(s[PRODUCTS + 2])));
     if (s[PRODUCTS + 3] != 0 && s[PRODUCTS + 3] != 1)
         raise_if(value_problem("tk_mlp: the finish-kernel flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 3])));
-    if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 4)
-        raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0, 1, 2, 3 or 4, got " + std::to_string(s[PRODUCTS + 4])));
+    if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 5)
+        raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0, 1, 2, 3, 4 or 5, got " + std::to_string(s[PRODUCTS + 4])));
+    if (s[PRODUCTS + 4] == 5 && ((s[FC] != 0 && s[FC] != 4) || (s[DGELU] != 0 && s[DGELU] != 4) || s[PRODUCTS + 1] != 0))
+        raise_if(value_problem("tk_mlp: fcfast=5 (gelu'(pre) saved in place of pre) runs c_fc and the dGELU GEMM on "
+                               "schedule 4 only (fc and dgelu 0 or 4, pre=0)"));
     if (s[PRODUCTS + 5] != 0 && s[PRODUCTS + 5] != 1)
         raise_if(value_problem("tk_mlp: the deferred-stores flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 5])));
     for (int i = 0; i < PRODUCTS; ++i) schedules[i] = int(s[i]);
@@ -255,7 +260,7 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     Tensor dpre = at::empty({M, H}, x.options());
     // db1's partials: session 5's fast policies skip them when no bias gradient is wanted;
     // sessions 3-4's always write them
-    const bool partials = bias_grads || !fast_dgelu;
+    const bool partials = bias_grads || !(fast_dgelu || fast_gelu == 5);
     Tensor partial = partials ? at::empty({(M + 15) / 16, H}, x.options().dtype(at::kFloat)) : Tensor();
     tk_mlp::gemm_args g = base_args(x, DGELU);
     const bool dy_sums = side_jobs && bias_grads;     // the side job's column sums of dy, for db_proj
@@ -264,7 +269,7 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     g.M = int(M); g.N = int(H); g.K = int(C); g.pre = pre.data_ptr();
     g.bias_grad_partial = partials ? partial.data_ptr<float>() : nullptr;
     g.pre_tma = pre_tma ? 1 : 0;
-    g.fast_dgelu = fast_dgelu;
+    g.fast_dgelu = fast_gelu == 5 ? 5 : fast_dgelu;   // fcfast=5's forward saved gelu'(pre) in pre's place
     if (side_jobs) {
         g.zero = dw_buf.data_ptr<float>(); g.zero_floats = 2 * HC;
         if (dy_sums) g.a_colsum = colsum.data_ptr<float>();
@@ -326,7 +331,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("set_schedule", &set_schedule,
           "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma, fast_dgelu, finish, fast_gelu, defer]): schedules 0 (auto) or "
           "4..10 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1, fast dGELU epilogue 0/1/3/4 (3, 4: deferred, pre by TMA, step 4), finish kernel 0/1, "
-          "fast c_fc epilogue 0/1/2/3/4 (2: staged by stmatrix; 3: deferred on step 4; 4: in half boxes), deferred c_proj/dx stores on step 4 0/1",
+          "fast c_fc epilogue 0/1/2/3/4/5 (2: staged by stmatrix; 3: deferred on step 4; 4: in half boxes; 5: 4 saving gelu'(pre) for the backward), deferred c_proj/dx stores on step 4 0/1",
           py::arg("schedules"));
     m.def("get_schedule", &get_schedule, "the eleven values set_schedule last set");
     m.def("forward", &forward, "y, pre, h = forward(x, w_fc, b_fc|None, w_proj, b_proj|None)",

@@ -21,14 +21,18 @@
 // The policy interface (besides gemm4's begin_tile/side_job, of which only side_job is used):
 //   NBUF                       staging buffers per consumer warp (16 x 64 bf16 each), each with an
 //                              mbarrier for an input box landing in it
-//   PARTS                      parts per held tile (run after k-steps 0 .. PARTS-1 of the next tile)
+//   PARTS                      parts per held tile
+//   PEEL_STEPS, part_at_step(s)   PEELED: the first PEEL_STEPS k-steps are written out, and after
+//                              k-step s the held tile's part part_at_step(s) runs (-1: none)
+//                              (PEELED = false: part s after k-step s, s < PARTS)
 //   struct held                what a tile leaves in registers for its parts (e.g. bf16 pairs)
-//   hold(held, acc, pos, phase)          at a tile's end (phase: parity of its input loads)
+//   hold(held, acc, pos, phase)          at a tile's end (phase: parity of the tile, 0/1)
 //   run_part<P>(bufs, bars, held, sh, lane)   part P of the held tile (P a compile-time number)
 //   run_part_at(..., part, ...)          the same with a run-time part (PEELED = false only)
-//   INPUT_BOXES                number of input boxes a tile loads (0: none); box b is requested
-//   input_step(b)              after k-step input_step(b)'s issue (or after the k-loop when K is
-//                              short), into buffer b: load_input_box(buf, bar, b, pos, sh), lane 0
+//   INPUT_BOXES                input boxes the KERNEL requests per tile (0: none); input i is
+//   input_step(i)              requested after k-step input_step(i) (or after the k-loop when K is
+//                              short): load_input_box(bufs, bars, i, pos, sh), lane 0. (A policy
+//                              may request more itself, from its parts.)
 //
 // PEELED = true: the first PARTS k-steps of a tile are written out one by one (a compile-time
 // part index, so the held registers are addressed by constants; ~8 copies of a half box's code,
@@ -111,31 +115,35 @@ parts_kernel(const __grid_constant__ typename gemm4::layout<Cfg, major::K, MB, E
                                             wgmma::desc<MB>(s.b[stage], 0, k), kt > w.k_begin || k > 0);
             wgmma::commit_group();
         };
-        // after k-step kt's issue (and its part): the input box due now, then free the previous stage
+        // after k-step kt's issue and its part: the input box due now (policy's choice of step), then,
+        // once the previous k-step's wgmmas are done, free its stage. (Freeing it before the part was
+        // considered: in steady state the stage is freed at the same time either way while a part is
+        // shorter than a k-step, and the part would lose the slack of the previous k-step's tail.)
         auto after = [&](int kt) {
             if constexpr (Epi::INPUT_BOXES > 0) {
                 const int step = kt - w.k_begin;
                 if (requested < Epi::INPUT_BOXES && step == Epi::input_step(requested)) {
-                    if (lane == 0) p.epi.load_input_box(bufs[requested], bars[requested], requested, pos, p.sh);
+                    if (lane == 0) p.epi.load_input_box(bufs, bars, requested, pos, p.sh);
                     __syncwarp();                      // (wgmma's wait below is .aligned: the warp converged)
                     ++requested;
                 }
             }
-            if (kt > w.k_begin) {                      // the previous stage's wgmmas are done: free it
+            if (kt > w.k_begin) {
                 wgmma::wait_group<1>();
                 if (lane == 0) mbar::arrive(s.empty[(it - 1) % STAGES]);
             }
         };
         int kt = w.k_begin;
         if constexpr (PEELED) {
-            [&]<int... P>(std::integer_sequence<int, P...>) {
+            [&]<int... S>(std::integer_sequence<int, S...>) {
                 ([&] {
                     const bool step_here = kt < w.k_end;
                     if (step_here) issue(kt);
-                    if (holding) p.epi.template run_part<P>(bufs, bars, held, p.sh, lane);   // (no k-step: K is short)
+                    if constexpr (Epi::part_at_step(S) >= 0)   // (no k-step when K is short: the part still runs)
+                        if (holding) p.epi.template run_part<Epi::part_at_step(S)>(bufs, bars, held, p.sh, lane);
                     if (step_here) { after(kt); ++kt; ++it; }
                 }(), ...);
-            }(std::make_integer_sequence<int, PARTS>{});
+            }(std::make_integer_sequence<int, Epi::PEEL_STEPS>{});
         }
         for (; kt < w.k_end; ++kt, ++it) {
             issue(kt);
@@ -152,7 +160,7 @@ parts_kernel(const __grid_constant__ typename gemm4::layout<Cfg, major::K, MB, E
         wgmma::fence_operand(acc);
         if constexpr (Epi::INPUT_BOXES > 0) {          // a short K loop: the input boxes not yet requested
             if (lane == 0)
-                for (int b = requested; b < Epi::INPUT_BOXES; ++b) p.epi.load_input_box(bufs[b], bars[b], b, pos, p.sh);
+                for (int b = requested; b < Epi::INPUT_BOXES; ++b) p.epi.load_input_box(bufs, bars, b, pos, p.sh);
             __syncwarp();
         }
         p.epi.hold(held, acc, pos, phase);

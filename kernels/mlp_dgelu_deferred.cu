@@ -40,13 +40,35 @@
 namespace tk_mlp::detail {
 namespace {
 constexpr int BOXES = gemm4::BN / CC;          // 16 x 64 boxes per warp slab (4)
-using cfg = gemm4::config<3, 64, false, BOXES>;
+// fast=4: 3 stages of K = 64 and a staging buffer per box (208 KB); fast=3 and fcfast=5: step 4's
+// 4 stages and 2 buffers per warp (224 KB), each taking two of a tile's pre boxes in turn.
+using cfg_4buf = gemm4::config<3, 64, false, BOXES>;
+using cfg_2buf = gemm4::config<4, 64, false, 2>;
 
 // dgelu_fast's values and side jobs, plus pre's TMA view, the held tile and its half boxes.
+// GP = true (fcfast=5): the forward saved gelu'(pre) (bf16) where pre was, so a value's epilogue
+// is one product, dpre = dh·gp.
+// NBUF_ = 4: box b of a tile in buffer b, requested by the kernel after k-step 2b + 2 (its buffer's
+// last box left after part 2b + 1); parts after k-steps 0-7; one barrier phase per tile.
+// NBUF_ = 2: box b in buffer b % 2. The kernel requests boxes 0 and 1 after k-steps 6 and 8 (their
+// buffers' last boxes, 2 and 3 of the held tile, left in the parts after k-steps 6 and 8); the held
+// tile's boxes 2 and 3 are requested by its own parts 1 and 3, right after boxes 0 and 1 leave, and
+// used 4 k-steps later: parts after k-steps 0, 1, 2, 3, then 5, 6, 7, 8. Every load has >= 4
+// k-steps (~2 µs) before its use. Each buffer's barrier sees two phases per tile, box b's with
+// parity b / 2.
+template <bool GP, int NBUF_>
 struct dgelu_parts_epilogue : dgelu_fast_epilogue {
-    static constexpr int NBUF = BOXES, PARTS = 2 * BOXES, INPUT_BOXES = BOXES;
-    // box b's buffer is free once its dpre has left (part 2b + 1, after k-step 2b + 1)
-    __host__ __device__ static constexpr int input_step(int b) { return 2 * b + 2; }
+    static_assert(NBUF_ == 4 || NBUF_ == 2, "a buffer per box, or two in turn");
+    static constexpr int NBUF = NBUF_, PARTS = 2 * BOXES, INPUT_BOXES = NBUF_ == 4 ? BOXES : 2;
+    static constexpr int PEEL_STEPS = NBUF_ == 4 ? PARTS : PARTS + 1;
+    __host__ __device__ static constexpr int part_at_step(int s) {
+        if constexpr (NBUF_ == 4) return s < PARTS ? s : -1;
+        else return s < 4 ? s : s == 4 ? -1 : s < PEEL_STEPS ? s - 1 : -1;
+    }
+    __host__ __device__ static constexpr int input_step(int b) {
+        if constexpr (NBUF_ == 4) return 2 * b + 2;
+        else return b == 0 ? 6 : 8;
+    }
     gemm4::out_gl<bf16> pre_view;                      // pre [M][N] in output-sized boxes
     static dgelu_parts_epilogue make(const gemm_args& g) {
         return {dgelu_fast_epilogue::make(g), out_view<bf16>(const_cast<void*>(g.pre), g)};
@@ -55,7 +77,7 @@ struct dgelu_parts_epilogue : dgelu_fast_epilogue {
     struct held {
         uint32_t dh[gemm4::BN / 4];   // bf16 pairs: dh[2·blk + h] = 8-column block blk, row g + 8h
         tile_pos pos;
-        uint32_t phase;               // parity of its pre loads' phase on the warp's barriers
+        uint32_t phase;               // parity of the tile (NBUF 4: of its pre loads' phase)
     };
     __device__ __forceinline__ void hold(held& hd, const wgmma::accumulator<gemm4::BN>& acc, const tile_pos& pos,
                                          uint32_t phase) const {
@@ -64,15 +86,17 @@ struct dgelu_parts_epilogue : dgelu_fast_epilogue {
         hd.pos = pos;
         hd.phase = phase;
     }
+    __device__ static __forceinline__ uint32_t parity(int b, const held& hd) { return NBUF == 4 ? hd.phase : (b >> 1) & 1; }
 
-    // Lane 0: pre's box b of the tile at `pos` into buf, completing on bar (0 bytes, i.e. at once,
-    // for a box wholly outside pre; partly outside ones read zeros there). The buffer's last TMA
-    // store must have read it first.
-    __device__ __forceinline__ void load_input_box(tile& buf, mbarrier& bar, int b, const tile_pos& pos, const shape& sh) const {
+    // Lane 0: pre's box b of the tile at `pos` into its buffer, completing on the buffer's barrier
+    // (0 bytes, i.e. at once, for a box wholly outside pre; partly outside ones read zeros there).
+    // The buffer's last TMA store must have read it first.
+    __device__ __forceinline__ void load_input_box(tile (&bufs)[NBUF], mbarrier (&bars)[NBUF], int b, const tile_pos& pos,
+                                                   const shape& sh) const {
         tma::store_wait_read<0>();
         const bool in = pos.slab_row < sh.M && pos.tile_col + b * CC < sh.N;
-        mbar::arrive_expect_bytes(bar, in ? tma::bytes<tile> : 0u);
-        if (in) tma::load_async(buf, pre_view, pos.slab_row / 16, pos.tile_col / CC + b, bar);
+        mbar::arrive_expect_bytes(bars[b % NBUF], in ? tma::bytes<tile> : 0u);
+        if (in) tma::load_async(bufs[b % NBUF], pre_view, pos.slab_row / 16, pos.tile_col / CC + b, bars[b % NBUF]);
     }
 
     // Part P (box P / 2, half P % 2): its 8 held registers are dh[8P .. 8P + 7] (blocks
@@ -83,7 +107,7 @@ struct dgelu_parts_epilogue : dgelu_fast_epilogue {
         uint32_t dh8[8];
 #pragma unroll
         for (int k = 0; k < 8; ++k) dh8[k] = hd.dh[8 * P + k];
-        run_half(bufs[P / 2], bars[P / 2], dh8, P / 2, P % 2, hd, sh, lane);
+        run_half(bufs, bars, dh8, P / 2, P % 2, hd, sh, lane);
     }
     // ... with a run-time part (fast=4): the 8 registers by a tree of selects on its bits (56 SEL;
     // an indexed register array would live in local memory)
@@ -97,16 +121,17 @@ struct dgelu_parts_epilogue : dgelu_fast_epilogue {
         for (int k = 0; k < 16; ++k) h[k] = b1 ? q[16 + k] : q[k];
 #pragma unroll
         for (int k = 0; k < 8; ++k) dh8[k] = b0 ? h[8 + k] : h[k];
-        run_half(bufs[part / 2], bars[part / 2], dh8, part / 2, part % 2, hd, sh, lane);
+        run_half(bufs, bars, dh8, part / 2, part % 2, hd, sh, lane);
     }
 
     // Half `half` of box b of the held tile, dh8 its 8 held pairs (blocks 4·half .. +3 of the box,
     // rows g and g + 8, in dh's order): pre by ldmatrix, dpre = dh·GELU'(pre), db1's sums, dpre by
     // stmatrix in place of pre; after the second half the box leaves.
-    __device__ __forceinline__ void run_half(tile& buf, mbarrier& bar, const uint32_t (&dh8)[8], int b, int half,
-                                             const held& hd, const shape& sh, int lane) const {
+    __device__ __forceinline__ void run_half(tile (&bufs)[NBUF], mbarrier (&bars)[NBUF], const uint32_t (&dh8)[8], int b,
+                                             int half, const held& hd, const shape& sh, int lane) const {
         const tile_pos& pos = hd.pos;
-        if (half == 0) mbar::wait(bar, hd.phase);      // pre's box has landed
+        tile& buf = bufs[b % NBUF];
+        if (half == 0) mbar::wait(bars[b % NBUF], parity(b, hd));   // pre's box has landed
         const int row = 8 * ((lane / 8) & 1) + lane % 8;
         float v[8];                                    // [2jj + p]: column 8jj + 2t + p of the half, rows g + g8
 #pragma unroll
@@ -118,7 +143,7 @@ struct dgelu_parts_epilogue : dgelu_fast_epilogue {
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
                 const float2 x = unpack_bf16x2(pre4[k]), d = unpack_bf16x2(dh8[4 * qq + k]);
-                const float d0 = d.x * gelu_grad_fast(x.x), d1 = d.y * gelu_grad_fast(x.y);
+                const float d0 = d.x * (GP ? x.x : gelu_grad_fast(x.x)), d1 = d.y * (GP ? x.y : gelu_grad_fast(x.y));
                 out[k] = stmatrix_staging::pack_bf16(d0, d1);
                 const int jj = 2 * qq + k / 2;         // block of the half
                 if (k % 2 == 0) { v[2 * jj] = d0; v[2 * jj + 1] = d1; } else { v[2 * jj] += d0; v[2 * jj + 1] += d1; }
@@ -133,7 +158,10 @@ struct dgelu_parts_epilogue : dgelu_fast_epilogue {
                 const int box_row = pos.slab_row / 16, box_col = pos.tile_col / CC + b;
                 if (inside(box_row, box_col, sh)) tma::store_async(C, buf, box_row, box_col);
                 tma::store_commit_group();             // (an empty group keeps store_wait_read's count in step)
+                // two buffers: the held tile's box b + 2 follows box b into this buffer
+                if constexpr (NBUF == 2) if (b < 2) load_input_box(bufs, bars, b + 2, pos, sh);
             }
+            if constexpr (NBUF == 2) __syncwarp();
         }
     }
     __device__ static __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
@@ -165,11 +193,13 @@ struct dgelu_parts_epilogue : dgelu_fast_epilogue {
 }  // namespace
 
 // dpre = (dy·W2) ⊙ GELU'(pre) with db1's partials and the side jobs, on step 4's tile:
-// g.fast_dgelu 3 = the peeled kernel, 4 = the one-loop kernel (kernels/mlp_deferred.cuh).
+// g.fast_dgelu 3 = the peeled kernel with 4 stages and 2 buffers, 4 = the one-loop kernel with 3
+// stages and 4 buffers (kernels/mlp_deferred.cuh); 5 = as 3 with g.pre holding gelu'(pre) (fcfast=5).
 const char* linear_dgelu_deferred(const gemm_args& g) {
-    if (g.fast_dgelu == 3) return deferred::launch<cfg, major::MN, dgelu_parts_epilogue, true>(g);
-    if (g.fast_dgelu == 4) return deferred::launch<cfg, major::MN, dgelu_parts_epilogue, false>(g);
-    return "tk_mlp: the deferred dGELU GEMM is fast=3 or fast=4";
+    if (g.fast_dgelu == 3) return deferred::launch<cfg_2buf, major::MN, dgelu_parts_epilogue<false, 2>, true>(g);
+    if (g.fast_dgelu == 4) return deferred::launch<cfg_4buf, major::MN, dgelu_parts_epilogue<false, 4>, false>(g);
+    if (g.fast_dgelu == 5) return deferred::launch<cfg_2buf, major::MN, dgelu_parts_epilogue<true, 2>, true>(g);
+    return "tk_mlp: the deferred dGELU GEMM is fast=3 or fast=4 (or fcfast=5's gelu' form)";
 }
 
 }  // namespace tk_mlp::detail

@@ -14,10 +14,24 @@
 
 namespace tk_mlp::detail {
 namespace {
+// (h, gelu'(x)) from one tanh: h is gelu_fast(x) bit for bit, gelu'(x) gelu_grad_fast(x)'s formula.
+__device__ __forceinline__ float2 gelu_and_grad(float x) {
+    constexpr float K0 = SQRT_2_OVER_PI, K1 = SQRT_2_OVER_PI * GELU_C;
+    const float x2 = x * x;
+    const float T = tanh_approx(x * fmaf(K1, x2, K0));
+    const float half_x = 0.5f * x;
+    const float du = fmaf(3.0f * K1, x2, K0), s = fmaf(-T, T, 1.0f);
+    return make_float2(fmaf(half_x, T, half_x), fmaf(fmaf(x * s, du, T), 0.5f, 0.5f));
+}
 using cfg = gemm4::config<4, 64, false, 2>;   // step 4's MLP pipeline (4 stages) and two staging buffers per warp
 
+// GP = true (fcfast=5): output 0 is gelu'(pre) instead of pre (the backward's dGELU then needs one
+// product per value, kernels/mlp_dgelu_deferred.cu): from the same tanh as h, 5 more operations.
+template <bool GP>
 struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
     static constexpr int NBUF = 2, PARTS = 2 * gemm4::BN / CC, INPUT_BOXES = 0;   // buffers: pre, h
+    static constexpr int PEEL_STEPS = PARTS;                                         // part s after k-step s
+    __host__ __device__ static constexpr int part_at_step(int s) { return s < PARTS ? s : -1; }
     __host__ __device__ static constexpr int input_step(int) { return 0; }          // (no input boxes)
     static bias_gelu_parts_epilogue make(const gemm_args& g) { return {bias_gelu_deferred_epilogue::make(g)}; }
     using tile = gemm4::out_tile<bf16>;
@@ -25,7 +39,7 @@ struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
     __device__ __forceinline__ void hold(held& hd, const wgmma::accumulator<gemm4::BN>& acc, const tile_pos& pos, uint32_t) const {
         bias_gelu_deferred_epilogue::hold(hd, acc, pos);
     }
-    __device__ void load_input_box(tile&, mbarrier&, int, const tile_pos&, const shape&) const {}
+    __device__ void load_input_box(tile (&)[NBUF], mbarrier (&)[NBUF], int, const tile_pos&, const shape&) const {}
 
     // Part P: half P % 2 (blocks 4·(P % 2) .. +3) of box P / 2. The first half waits for the last
     // box's two stores to have read the buffers; the second sends the box (one fence, two stores).
@@ -41,13 +55,20 @@ struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
         for (int qq = 0; qq < 2; ++qq) {
             const int q = 2 * HALF + qq;
             const int i = 2 * (B * CC / 8 + 2 * q);    // blocks 2q, 2q + 1 of box B, rows g and g + 8
-            stmatrix_staging::stage_blocks(bufs[0], q, {hd.pre[i], hd.pre[i + 1], hd.pre[i + 2], hd.pre[i + 3]}, lane);
-            uint32_t hr[4];
+            uint32_t hr[4], gr[4];
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
                 const float2 x = unpack_bf16x2(hd.pre[i + k]);
-                hr[k] = stmatrix_staging::pack_bf16(gelu_fast(x.x), gelu_fast(x.y));
+                if constexpr (GP) {
+                    const float2 h0 = gelu_and_grad(x.x), h1 = gelu_and_grad(x.y);
+                    hr[k] = stmatrix_staging::pack_bf16(h0.x, h1.x);
+                    gr[k] = stmatrix_staging::pack_bf16(h0.y, h1.y);
+                } else {
+                    hr[k] = stmatrix_staging::pack_bf16(gelu_fast(x.x), gelu_fast(x.y));
+                }
             }
+            if constexpr (GP) stmatrix_staging::stage_blocks(bufs[0], q, gr, lane);
+            else stmatrix_staging::stage_blocks(bufs[0], q, {hd.pre[i], hd.pre[i + 1], hd.pre[i + 2], hd.pre[i + 3]}, lane);
             stmatrix_staging::stage_blocks(bufs[1], q, hr, lane);
         }
         if constexpr (HALF == 1) {
@@ -63,9 +84,11 @@ struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
 };
 }  // namespace
 
-// pre and h of c_fc on step 4's tile with the epilogue in half boxes under the next tile's k-steps.
+// pre (fcfast=4) or gelu'(pre) (fcfast=5) and h of c_fc on step 4's tile with the epilogue in half
+// boxes under the next tile's k-steps.
 const char* linear_bias_gelu_parts(const gemm_args& g) {
-    return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue, true>(g);
+    if (g.fast_gelu == 5) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true>, true>(g);
+    return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<false>, true>(g);
 }
 
 }  // namespace tk_mlp::detail

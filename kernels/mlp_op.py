@@ -121,9 +121,12 @@ SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 # fast=3 (session 7, opt-in): the dGELU epilogue deferred on step 4's tile with pre by TMA, half a box
 # after each of the next tile's first 8 k-steps (kernels/mlp_dgelu_deferred.cu); elsewhere as fast=1;
 # fast=4 the same in one k-loop (the half picked at run time). fcfast=4 (session 7, opt-in): c_fc's
-# fcfast=3 values the same way, half boxes on step 4's tile (kernels/mlp_fc_deferred.cu).
+# fcfast=3 values the same way, half boxes on step 4's tile (kernels/mlp_fc_deferred.cu). fcfast=5: as 4,
+# but the forward saves gelu'(pre) in pre's place and the backward's dGELU multiplies by it (step 4 only).
 FLAGS = ("side", "pre", "fast", "finish", "fcfast", "defer")
-FLAG_DEFAULTS = (1, 0, 1, 0, 0, 0)     # fast=1 by default since session 5 (kernels/NOTES.md, session 5 M)
+FLAG_DEFAULTS = (1, 0, 1, 1, 4, 0)     # fast=1 by default since session 5; finish=1 and fcfast=4 since session 7
+                                       # (kernels/NOTES.md, session 7 M: call 3 decides; the old default is
+                                       # 'finish=0,fcfast=0')
 
 
 def parse_schedule(spec):
@@ -138,7 +141,8 @@ def parse_schedule(spec):
     box without per-column checks; the evaluation forward follows it) or 'fcfast=2' (the same
     values, staged by stmatrix with one fence per box) or 'fcfast=3' (with fc=4: c_fc's epilogue
     under the next tile's math on step 4, h from the bf16 pre as eager computes it) or 'fcfast=4'
-    (session 7: fcfast=3's values in half boxes on step 4's tile) and 'defer=1' (session 6, opt-in: c_proj's
+    (session 7: fcfast=3's values in half boxes on step 4's tile) or 'fcfast=5' (as 4, saving gelu'(pre)
+    in pre's place for the backward; fc and dgelu on 0 or 4) and 'defer=1' (session 6, opt-in: c_proj's
     and dx's stores under the next tile's math on step 4)
     -> eleven ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
     (defaults FLAG_DEFAULTS)."""
@@ -158,8 +162,13 @@ def parse_schedule(spec):
     if bad:
         raise ValueError(f"{OP}: schedule {spec!r}: each value must be one of {sorted(SCHEDULES)} "
                          f"({'; '.join(f'{k} {v}' for k, v in SCHEDULES.items())}), got {bad[0]}")
+    if out[len(PRODUCTS) + FLAGS.index("fcfast")] == 5 and (out[PRODUCTS.index("fc")] not in (0, 4) or
+                                                           out[PRODUCTS.index("dgelu")] not in (0, 4) or
+                                                           out[len(PRODUCTS) + FLAGS.index("pre")] != 0):
+        raise ValueError(f"{OP}: schedule {spec!r}: fcfast=5 (gelu'(pre) saved in place of pre) runs c_fc and the "
+                         f"dGELU GEMM on schedule 4 only (fc and dgelu 0 or 4, pre=0)")
     for name, value in zip(FLAGS, out[len(PRODUCTS):]):
-        allowed = (0, 1, 2, 3, 4) if name == "fcfast" else (0, 1, 3, 4) if name == "fast" else (0, 1)
+        allowed = (0, 1, 2, 3, 4, 5) if name == "fcfast" else (0, 1, 3, 4) if name == "fast" else (0, 1)
         if value not in allowed:
             raise ValueError(f"{OP}: schedule {spec!r}: {name} must be {' or '.join(map(str, allowed))}, got {value}")
     return out

@@ -147,10 +147,19 @@ def test_session6_schedules_vs_float64(mlp, schedule, M, C):
 @pytest.mark.parametrize("schedule", ["fast=3", "fast=3,finish=1", "fast=3,side=0", "dgelu=4,fast=3,finish=1,dw=10",
                                       "dgelu=6,fast=3", "fast=4", "fast=4,side=0",
                                       # c_fc in half boxes (fcfast=4; on ping-pong it is fcfast=2), and both
-                                      "fcfast=4", "fc=6,fcfast=4", "fcfast=4,fast=3,finish=1"])
+                                      "fcfast=4", "fc=6,fcfast=4", "fcfast=4,fast=3,finish=1",
+                                      # gelu'(pre) saved in place of pre (fcfast=5), with side jobs off
+                                      "fcfast=5", "4,fcfast=5,finish=1,side=0", "fcfast=5,finish=1,dw=10"])
 @pytest.mark.parametrize("M,C", SCHEDULE_SHAPES + [(1000, 64), (517, 128), (4099, 384)])
 def test_session7_schedules_vs_float64(mlp, schedule, M, C):
     check_schedule_vs_float64(mlp, schedule, M, C)
+
+
+def gelu_grad64(x):
+    """GELU(tanh)'s derivative in float64."""
+    k, a = (2 / torch.pi) ** 0.5, 0.044715
+    t = torch.tanh(k * (x + a * x ** 3))
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * a * x * x)
 
 
 def check_schedule_vs_float64(mlp, schedule, M, C):
@@ -168,7 +177,10 @@ def check_schedule_vs_float64(mlp, schedule, M, C):
     finally:
         mlp.set_schedule("0")
     pre64 = F.linear(x.double(), w_fc.double(), None if b_fc is None else b_fc.double())
-    errs = {"pre": rel_err(pre, pre64), "h": rel_err(h, F.gelu(pre64, approximate="tanh")), "y": rel_err(y, ref[0]),
+    if mlp.parse_schedule(schedule)[len(mlp.PRODUCTS) + mlp.FLAGS.index("fcfast")] == 5:
+        pre64 = gelu_grad64(pre64)                     # fcfast=5 saves gelu'(pre) in pre's place
+    h64 = F.gelu(F.linear(x.double(), w_fc.double(), None if b_fc is None else b_fc.double()), approximate="tanh")
+    errs = {"pre": rel_err(pre, pre64), "h": rel_err(h, h64), "y": rel_err(y, ref[0]),
             "dx": rel_err(dx, ref[1]), "dw_fc": rel_err(dw_fc, ref[2]), "dw_proj": rel_err(dw_proj, ref[4])}
     if bias:
         errs.update(db_fc=rel_err(db_fc, ref[3]), db_proj=rel_err(db_proj, ref[5]))
@@ -184,7 +196,7 @@ INFERENCE_SHAPES = [(M, C) for M in (1, 17, 1000, 16384 + 5) for C in (384, 768)
 
 
 @pytest.mark.parametrize("schedule", ["0", "4", "fcfast=1", "fcfast=2", "4,fcfast=3", "fcfast=3",   # fcfast: session 6's twins
-                                      "fcfast=4", "4,fcfast=4"])                                     # and session 7's
+                                      "fcfast=4", "4,fcfast=4", "fcfast=5"])                         # and session 7's
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("M,C", INFERENCE_SHAPES)
 def test_inference_forward_matches_training_forward(mlp, M, C, bias, schedule):
@@ -265,7 +277,11 @@ def test_set_schedule_refuses_bad_values(mlp):
     with pytest.raises(ValueError, match="finish"):
         mlp.set_schedule("finish=-1")
     with pytest.raises(ValueError, match="fcfast"):
-        mlp.set_schedule("fcfast=5")
+        mlp.set_schedule("fcfast=6")
+    with pytest.raises(ValueError, match="fcfast=5"):
+        mlp.set_schedule("fcfast=5,fc=6")                            # gelu'(pre) in pre's place: schedule 4 only
+    with pytest.raises(ValueError, match="fcfast=5"):
+        mlp._ext.module.set_schedule([0, 0, 6, 0, 0, 1, 0, 1, 0, 5, 0])
     with pytest.raises(ValueError, match="gprime"):
         mlp.set_schedule("gprime=1")                                 # session 5's gprime: removed (lost)
     with pytest.raises(ValueError, match="defer"):
@@ -289,10 +305,11 @@ def test_set_schedule_refuses_bad_values(mlp):
     with pytest.raises(ValueError, match="finish-kernel flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 2, 0, 0])
     with pytest.raises(ValueError, match="fast-c_fc-epilogue flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 5, 0])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 6, 0])
     with pytest.raises(ValueError, match="deferred-stores flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 0, 2])
-    assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0]   # fast=1 by default (session 5)
+    assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0, 1, 1, 4, 0]   # fast=1 (session 5), finish=1, fcfast=4 (session 7)
+    assert mlp._ext.module.get_schedule() == mlp.parse_schedule("0")              # C++ and Python agree on the default
 
 
 def test_intermediates_pre_and_h(mlp):
@@ -428,7 +445,7 @@ def test_deferred_fc_epilogue(mlp, fc, M, C, bias, H):
 
 
 # session 5: the fast dGELU epilogue and the one-kernel tail (finish=1) keep a fixed order too
-@pytest.mark.parametrize("schedule", ["0", "fast=1,finish=1", "dgelu=6,pre=1,fast=1,finish=1", "fast=3"])   # fast=3: session 7
+@pytest.mark.parametrize("schedule", ["0", "fast=1,finish=1", "dgelu=6,pre=1,fast=1,finish=1", "fast=3", "fcfast=5"])   # session 7
 def test_backward_is_deterministic(mlp, schedule):
     x, w_fc, b_fc, w_proj, b_proj, dy = make(3000, 768, seed=3)
     mlp.set_schedule(schedule)
@@ -481,7 +498,7 @@ def test_session5_opt_ins_match_default(mlp, spec):
 # Session 5: bias_grads=False (a model without biases, GPT-2's bias=False): db_fc and db_proj come
 # back empty and their work is skipped; dx is bit-identical to the full backward's (its dpre is the
 # same), the weight gradients equal within split-K's order. (Autograd passes it for a model without biases.)
-@pytest.mark.parametrize("spec", ["0", "finish=1", "dgelu=6,finish=1", "side=0", "pre=1", "fast=0", "fast=3"])
+@pytest.mark.parametrize("spec", ["0", "finish=1", "dgelu=6,finish=1", "side=0", "pre=1", "fast=0", "fast=3", "fcfast=5"])
 def test_no_bias_grads(mlp, spec):
     M, C = 1000, 768
     x, w_fc, _, w_proj, _, dy = make(M, C, seed=13, bias=False)
@@ -726,3 +743,43 @@ def test_fc_parts_matches_fcfast3(mlp, fc, M, C, bias, H):
     assert torch.equal(y4, y3), f"fcfast=4 changed y (fc={fc})"
     pre64 = F.linear(x.double(), w_fc.double(), None if b_fc is None else b_fc.double())
     assert rel_err(pre4, pre64) < 1e-2 and rel_err(h4, F.gelu(pre64, approximate="tanh")) < 1e-2
+
+
+# Session 7's fcfast=5: c_fc saves gelu'(pre) (bf16, from the tanh it computes for h) in pre's place
+# and the dGELU epilogue multiplies by it. Forward: y and h bit-identical to fcfast=3's (same h);
+# the saved tensor is gelu' of fcfast=3's pre within a bf16 rounding and tanh.approx's error. Backward:
+# every gradient at the default's float64 error and within a few bf16 roundings of fast=1's; tails
+# in M and N (H = 2880), with and without bias, poisoned outputs.
+@pytest.mark.parametrize("M,C,bias,H", [(4099, 768, True, 3072), (16384 + 77, 768, False, 3072), (1000, 768, True, 2880),
+                                        (517, 128, True, 512)])
+def test_gelu_grad_saved_in_forward(mlp, M, C, bias, H):
+    x, w_fc, b_fc, w_proj, b_proj, dy = make(M, C, seed=7 * M + C, bias=bias)
+    w_fc, w_proj = w_fc[:H].contiguous(), w_proj[:, :H].contiguous()
+    b_fc = None if b_fc is None else b_fc[:H].contiguous()
+    ref = reference64(x, w_fc, b_fc, w_proj, b_proj, dy)
+    mlp.set_schedule("fcfast=3")
+    try:
+        y3, pre3, h3 = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+        base = mlp.mlp_bwd(dy, x, pre3, h3, w_fc, w_proj, bias_grads=bias)
+        mlp.set_schedule("fcfast=5")
+        poison_allocator(2 * M * H, 2 * M * H, 2 * M * C)
+        y5, gp5, h5 = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+        poison_allocator(2 * M * H, 4 * H * C, 2 * M * C)
+        new = mlp.mlp_bwd(dy, x, gp5, h5, w_fc, w_proj, bias_grads=bias)
+        torch.cuda.synchronize()
+    finally:
+        mlp.set_schedule("0")
+    assert torch.equal(h5, h3) and torch.equal(y5, y3), "fcfast=5 changed h or y"
+    p = pre3.double()
+    g64 = gelu_grad64(p)
+    excess = ((gp5.double() - g64).abs() - (2.0 ** -8 * g64.abs() + 2e-3 * (1 + p.abs()))).max().item()
+    assert excess <= 0, f"fcfast=5's saved tensor is not gelu'(pre) to a bf16 rounding (excess {excess:.2e})"
+    names = ("dx", "dw_fc", "db_fc", "dw_proj", "db_proj")
+    for i, name in enumerate(names):
+        if ref[i + 1] is None:
+            continue
+        assert not torch.isnan(new[i]).any(), f"fcfast=5 {name}: NaN (an element never written)"
+        e64, e_base = rel_err(new[i], ref[i + 1]), rel_err(new[i], base[i])
+        print(f"fcfast=5 M={M} H={H} bias={bias} {name}: vs float64 {e64:.2e}, vs fcfast=3 {e_base:.2e}")
+        assert e64 < 6e-3, f"fcfast=5 {name}: relative error {e64:.2e} vs float64"
+        assert e_base < 6e-3, f"fcfast=5 {name}: differs from fcfast=3's backward by {e_base:.2e}"
