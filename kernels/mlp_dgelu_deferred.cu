@@ -50,24 +50,27 @@ using cfg_2buf = gemm4::config<4, 64, false, 2>;
 // is one product, dpre = dh·gp.
 // NBUF_ = 4: box b of a tile in buffer b, requested by the kernel after k-step 2b + 2 (its buffer's
 // last box left after part 2b + 1); parts after k-steps 0-7; one barrier phase per tile.
-// NBUF_ = 2: box b in buffer b % 2. The kernel requests boxes 0 and 1 after k-steps 6 and 8 (their
-// buffers' last boxes, 2 and 3 of the held tile, left in the parts after k-steps 6 and 8); the held
-// tile's boxes 2 and 3 are requested by its own parts 1 and 3, right after boxes 0 and 1 leave, and
-// used 4 k-steps later: parts after k-steps 0, 1, 2, 3, then 5, 6, 7, 8. Every load has >= 4
-// k-steps (~2 µs) before its use. Each buffer's barrier sees two phases per tile, box b's with
-// parity b / 2.
+// NBUF_ = 2: box b in buffer b % 2; parts after k-steps 0-3, 5, 6, 8, 9. The kernel requests a
+// tile's boxes 0 and 1 after k-steps 7 and 10 (one k-step after their buffers' last boxes, 2 and 3
+// of the held tile, left: a load waits for that store to have read the buffer); the held tile's
+// boxes 2 and 3 are requested by its own parts 2 and 4 (k-steps 2 and 5), a k-step or two after
+// boxes 0 and 1 left. Every pre box has >= 3 k-steps (~1.5 µs) between its request and its use.
+// Each buffer's barrier sees two phases per tile, box b's with parity b / 2.
 template <bool GP, int NBUF_>
 struct dgelu_parts_epilogue : dgelu_fast_epilogue {
     static_assert(NBUF_ == 4 || NBUF_ == 2, "a buffer per box, or two in turn");
     static constexpr int NBUF = NBUF_, PARTS = 2 * BOXES, INPUT_BOXES = NBUF_ == 4 ? BOXES : 2;
-    static constexpr int PEEL_STEPS = NBUF_ == 4 ? PARTS : PARTS + 1;
+    static constexpr int PEEL_STEPS = NBUF_ == 4 ? PARTS : PARTS + 2;
     __host__ __device__ static constexpr int part_at_step(int s) {
         if constexpr (NBUF_ == 4) return s < PARTS ? s : -1;
-        else return s < 4 ? s : s == 4 ? -1 : s < PEEL_STEPS ? s - 1 : -1;
+        else {
+            constexpr int parts[PARTS + 2] = {0, 1, 2, 3, -1, 4, 5, -1, 6, 7};
+            return s < PARTS + 2 ? parts[s] : -1;
+        }
     }
     __host__ __device__ static constexpr int input_step(int b) {
         if constexpr (NBUF_ == 4) return 2 * b + 2;
-        else return b == 0 ? 6 : 8;
+        else return b == 0 ? 7 : 10;
     }
     gemm4::out_gl<bf16> pre_view;                      // pre [M][N] in output-sized boxes
     static dgelu_parts_epilogue make(const gemm_args& g) {
@@ -131,6 +134,11 @@ struct dgelu_parts_epilogue : dgelu_fast_epilogue {
                                              int half, const held& hd, const shape& sh, int lane) const {
         const tile_pos& pos = hd.pos;
         tile& buf = bufs[b % NBUF];
+        if constexpr (NBUF == 2)                       // two buffers: the held tile's box b + 1 (2 or 3) into the
+            if (half == 0 && (b == 1 || b == 2)) {     // other one, whose box b - 1 left a part or two ago
+                if (lane == 0) load_input_box(bufs, bars, b + 1, pos, sh);
+                __syncwarp();
+            }
         if (half == 0) mbar::wait(bars[b % NBUF], parity(b, hd));   // pre's box has landed
         const int row = 8 * ((lane / 8) & 1) + lane % 8;
         float v[8];                                    // [2jj + p]: column 8jj + 2t + p of the half, rows g + g8
@@ -158,10 +166,7 @@ struct dgelu_parts_epilogue : dgelu_fast_epilogue {
                 const int box_row = pos.slab_row / 16, box_col = pos.tile_col / CC + b;
                 if (inside(box_row, box_col, sh)) tma::store_async(C, buf, box_row, box_col);
                 tma::store_commit_group();             // (an empty group keeps store_wait_read's count in step)
-                // two buffers: the held tile's box b + 2 follows box b into this buffer
-                if constexpr (NBUF == 2) if (b < 2) load_input_box(bufs, bars, b + 2, pos, sh);
             }
-            if constexpr (NBUF == 2) __syncwarp();
         }
     }
     __device__ static __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
