@@ -63,9 +63,9 @@
 // kernel instances of their own, EARLY_PDL and FIRST_STEPS; with bwd_reverse they are in the
 // default plan since session 6's call 3); its memory hints that lost (rows ahead in L2 inside the
 // loops, evict-first loads, fewer forward blocks an SM) are in kernels/NOTES.md ("Session 6: L").
-// Session 7's (opt-in until measured): smaller forward blocks (fwd_warps1/2/4), an evenly split
-// backward grid (bwd_even) and a column sum with all its loads in flight at once (colsum_fast);
-// kernels/NOTES.md ("Session 7: L").
+// Session 7 measured and removed smaller forward blocks (1, 2, 4 warps, like torch.compile's
+// one-warp rows), an evenly split backward grid and a column sum in one L2 round trip: none was
+// faster (kernels/NOTES.md, "Session 7: L").
 //
 // DROPOUT of the branch (session 4): training drops elements of each residual branch (attention
 // and MLP outputs) before adding them to the stream. Done by kernels of its own, dropout costs a
@@ -104,20 +104,19 @@ constexpr int MAX_CHUNKS = 4;   // chunks per thread per row: at most 32 bf16 or
 // Elements widen to float on use (exact for bf16: a float's top half).
 template <typename T, int E> using Chunk = tk::chunk<T, E>;
 
-// A block's warps (8, or for the forward 1, 2 or 4 with the fwd_warps flags) split into row
-// groups of G warps; each group normalizes one row at a time, so a block of W warps steps over
-// W/G rows at once. Thread t of a group holds chunks t, t + 32G, t + 64G, ... of the row: at each
-// step the group's threads cover a contiguous span (coalesced).
+// A block's 8 warps split into row groups of G warps; each group normalizes one row at a time,
+// so a block steps over 8/G rows at once. Thread t of a group holds chunks t, t + 32G,
+// t + 64G, ... of the row: at each step the group's threads cover a contiguous span (coalesced).
 struct RowGroup {
     int G;               // warps per row: 1 for C <= 1024 (bf16 h), up to 8 for C = 4096 fp32 h
     int threads;         // 32 * G
     int t;               // this thread's rank in its group
-    int slot;            // which of the block's rows (0 .. W/G - 1) this group takes
-    int rows_per_step;   // W / G
+    int slot;            // which of the block's rows (0 .. 8/G - 1) this group takes
+    int rows_per_step;   // 8 / G
     int chunks;          // chunks in a row: cols / E
-    __device__ RowGroup(int G_, int chunks_, int warps = BLOCK_WARPS)
+    __device__ RowGroup(int G_, int chunks_)
         : G(G_), threads(32 * G_), t(threadIdx.x % (32 * G_)), slot(threadIdx.x / (32 * G_)),
-          rows_per_step(warps / G_), chunks(chunks_) {}
+          rows_per_step(BLOCK_WARPS / G_), chunks(chunks_) {}
     __device__ bool has(int i) const { return t + i * threads < chunks; }   // chunk i exists?
     __device__ int col(int i, int elems) const { return (t + i * threads) * elems; }
 };
@@ -127,26 +126,26 @@ __device__ __forceinline__ float2 add(float2 a, float2 b) { return make_float2(a
 
 // Waits for the G warps of this thread's row group only: named barrier 1 + slot (barrier 0 is
 // __syncthreads'), so the block's other groups keep streaming their own rows meanwhile.
-// ONE_GROUP: the block is one row group, so the group's barrier is the block's (__syncthreads).
-// Why that matters (session 7, ncu): a barrier id known only at run time makes ptxas reserve all
-// 16 named barriers for the kernel, and an SM holds 4 such blocks at most ("Block Limit Barriers
-// 4"): right for 8-warp blocks, ruinous for 1-warp ones (4 warps an SM).
-template <bool ONE_GROUP = false> __device__ __forceinline__ void group_barrier(const RowGroup& g) {
-    if constexpr (ONE_GROUP) __syncthreads();
-    else asm volatile("bar.sync %0, %1;" ::"r"(1 + g.slot), "r"(g.threads) : "memory");
+// A cost to know (session 7, ncu "Block Limit Barriers"): with a barrier id known only at run time,
+// ptxas reserves all 16 named barriers for the kernel ("used 16 barriers" in ptxas -v), and an SM
+// then holds at most 4 of its blocks, whatever their size. Harmless here (the forward's registers
+// allow 4 blocks of 8 warps anyway, the backward's 2), ruinous for small blocks (1-warp blocks: 4
+// warps an SM). Blocks of 1, 2 or 4 warps without named barriers were measured too: no faster.
+__device__ __forceinline__ void group_barrier(const RowGroup& g) {
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + g.slot), "r"(g.threads) : "memory");
 }
 
 // The sum of v over the row group's G warps, returned to every thread of the group. Every thread
 // of the group must call it at the same time: with G > 1 it crosses warps through shared memory
 // and the group's barrier. Each thread adds the G warp sums in the same order, so all agree exactly.
-template <bool ONE_GROUP = false, typename V> __device__ V group_sum(V v, const RowGroup& g, V* scratch /* [BLOCK_WARPS] */) {
+template <typename V> __device__ V group_sum(V v, const RowGroup& g, V* scratch /* [BLOCK_WARPS] */) {
     v = tk::warp_sum(v);
     if (g.G == 1) return v;
     if (tk::laneid() == 0) scratch[threadIdx.x / 32] = v;
-    group_barrier<ONE_GROUP>(g);
+    group_barrier(g);
     V total = scratch[g.slot * g.G];
     for (int w = 1; w < g.G; ++w) total = add(total, scratch[g.slot * g.G + w]);
-    group_barrier<ONE_GROUP>(g);   // scratch is reused by the next call
+    group_barrier(g);   // scratch is reused by the next call
     return total;
 }
 
@@ -277,12 +276,7 @@ template <typename TH, typename TR, int E, int CHUNKS> struct ForwardRow {
 // soon as it starts (griddepcontrol.launch_dependents), not when it ends, so the backward's blocks
 // take the SMs the forward's last blocks leave and can start asking L2 for their rows
 // (bwd_l2_first) while the forward finishes. They still wait for all of it (wait_for_previous_grid).
-// SMALL (flags fwd_warps1/2/4, session 7; instances without dropout only): blocks of fewer than 8
-// warps, read from blockDim: one row group (G > 1: G warps, a row) or one-warp groups (G = 1: 1, 2
-// or 4 rows), so no named barrier is needed (group_barrier<ONE_GROUP>) and an SM holds 32 blocks
-// (registers <= 64, as for 8-warp blocks: 32 warps). A one-warp block is replaced as soon as its
-// row is done; an 8-warp block holds its slot until its slowest row is.
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, bool EARLY_PDL = false, bool SMALL = false>
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, bool EARLY_PDL = false>
 __global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 4 : 1)
 forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* __restrict__ w,
                const void* __restrict__ b, bool params_bf16, TY* __restrict__ y, TH* __restrict__ h,
@@ -291,7 +285,7 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
                const int64_t* __restrict__ seed, uint32_t threshold, float scale) {
     constexpr int E = 16 / int(sizeof(TH));   // columns per chunk
     __shared__ float scratch[BLOCK_WARPS];
-    const RowGroup g(G, cols / E, SMALL ? int(blockDim.x / 32) : BLOCK_WARPS);
+    const RowGroup g(G, cols / E);
     const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
     wait_for_previous_grid();   // pdl: x and r (and the seed) are written by kernels before this one
     if constexpr (EARLY_PDL) allow_next_grid();
@@ -325,7 +319,7 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
         }
 
         // 2. mean, then 3. variance from the same registers (missing chunks are zeros: skip them).
-        const float mean = group_sum<SMALL>(s, g, scratch) / cols;
+        const float mean = group_sum(s, g, scratch) / cols;
         float q = 0.0f;
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i) {
@@ -333,7 +327,7 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
 #pragma unroll
             for (int e = 0; e < E; ++e) q += (v[i][e] - mean) * (v[i][e] - mean);
         }
-        const float rstd = rsqrtf(group_sum<SMALL>(q, g, scratch) / cols + eps);   // rsqrt.approx: 2^-22.9
+        const float rstd = rsqrtf(group_sum(q, g, scratch) / cols + eps);   // rsqrt.approx: 2^-22.9
 
         // 4. The one write: h (in TH), then y = xhat * w + b, rounded once to TY.
         if (live) {
@@ -555,17 +549,8 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
 // adds partial rows k, k + 32, ... with four independent accumulators, so a thread has several
 // loads in flight instead of waiting out DRAM latency once per row. Warp 0 then adds the 32
 // warp sums from shared memory, in a fixed order, and writes fp32 or bf16.
-// FAST (flag colsum_fast, session 7): (1) a thread loads up to FAST_ROWS partial rows before it
-// adds any (missing ones read as 0): one round trip to L2, where the backward has just written
-// them, for up to 32 x FAST_ROWS = 384 blocks (the H200's backward has 264), instead of three;
-// (2) the 32 warp sums of a column are added by a warp of their own with a butterfly (warp k
-// takes column k: lane j reads warp j's sum), not one after another by warp 0's lanes (32
-// dependent shared-memory loads). The sum's order differs from the plain kernel's: still fixed.
-// (Call 2 timed (1) alone as colsum_wide: the column sum 4.58 -> 4.35 us in ncu, fwd+bwd no faster.)
 constexpr int COLSUM_WARPS = 32;
-constexpr int FAST_ROWS = 12;
 
-template <bool FAST = false>
 __global__ void __launch_bounds__(COLSUM_WARPS * 32)
 column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void* __restrict__ dw,
                   void* __restrict__ db, bool params_bf16) {
@@ -574,18 +559,7 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int c = blockIdx.x * 32 + lane;   // 0 .. 2*cols-1: dw columns, then db columns
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (FAST && c < 2 * cols) {
-        for (int p = warp; p < blocks; p += FAST_ROWS * COLSUM_WARPS) {
-            float v[FAST_ROWS];
-#pragma unroll
-            for (int k = 0; k < FAST_ROWS; ++k) {
-                const int q = p + k * COLSUM_WARPS;
-                v[k] = q < blocks ? partial[int64_t(q) * 2 * cols + c] : 0.0f;
-            }
-#pragma unroll
-            for (int k = 0; k < FAST_ROWS; ++k) acc[k % 4] += v[k];
-        }
-    } else if (c < 2 * cols) {
+    if (c < 2 * cols) {
         int p = warp;
         for (; p + 3 * COLSUM_WARPS < blocks; p += 4 * COLSUM_WARPS)
 #pragma unroll
@@ -594,16 +568,6 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
     }
     sums[warp][lane] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     __syncthreads();
-    if constexpr (FAST) {
-        const float total = tk::warp_sum(sums[lane][warp]);   // column blockIdx.x * 32 + warp (row 33: no bank conflicts)
-        const int cw = blockIdx.x * 32 + warp;
-        if (lane != 0 || cw >= 2 * cols) return;
-        void* out = cw < cols ? dw : db;
-        const int col = cw < cols ? cw : cw - cols;
-        if (params_bf16) static_cast<bf16*>(out)[col] = tk::convert<bf16>(total);
-        else static_cast<float*>(out)[col] = total;
-        return;
-    }
     if (warp != 0 || c >= 2 * cols) return;
     float total = 0.0f;
     for (int k = 0; k < COLSUM_WARPS; ++k) total += sums[k][lane];
@@ -630,15 +594,6 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //   bwd_l2_first2    the same for its first two row steps (FIRST_STEPS 2; wins over bwd_l2_first)
 //                    (the three: session 6, instances without dropout only, so with dropout the
 //                    plain kernels run; fwd_early_pdl and bwd_l2_first2 are in the default plan)
-//   fwd_warps1, fwd_warps2, fwd_warps4 (session 7) forward blocks of 1, 2 or 4 warps for G = 1
-//                    (the smallest asked wins), one row group of G warps for G > 1: with fwd_full
-//                    and C = 768 bf16, 16384 rows are 16384 one-warp blocks, as torch.compile's
-//                    Triton forward has them (forward_kernel<..., SMALL>; without dropout only)
-//   bwd_even     (session 7) the backward's persistent grid sized so every block takes the same
-//                    number of row steps (e.g. 256 blocks instead of 264 at 65536 x 768, where 8
-//                    blocks would otherwise take a 32nd step alone)
-//   colsum_fast  (session 7) the column sum loads all of a thread's partial rows before adding
-//                    them, and adds each column's warp sums with a butterfly (column_sum_kernel<FAST>)
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -649,12 +604,7 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"pdl", &Variant::pdl},
                           {"fwd_early_pdl", &Variant::fwd_early_pdl},
                           {"bwd_l2_first", &Variant::bwd_l2_first},
-                          {"bwd_l2_first2", &Variant::bwd_l2_first2},
-                          {"fwd_warps1", &Variant::fwd_warps1},
-                          {"fwd_warps2", &Variant::fwd_warps2},
-                          {"fwd_warps4", &Variant::fwd_warps4},
-                          {"bwd_even", &Variant::bwd_even},
-                          {"colsum_fast", &Variant::colsum_fast}};
+                          {"bwd_l2_first2", &Variant::bwd_l2_first2}};
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
 // Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan. Session 6's
@@ -724,36 +674,18 @@ int sm_count_and_cc(int* cc_major) {
 }
 
 // Blocks of the persistent grid: as many as fit on the GPU at once, but no more than there are
-// row steps (all of them when `full`). Occupancy is asked of the runtime once per kernel and
-// block size (registers decide it). `even` (bwd_even): no more blocks than it takes for every
-// block to have the same number of row steps (the last block may have fewer rows).
-template <auto kernel> int grid_for(int64_t rows, int G, int warps = BLOCK_WARPS, bool full = false, bool even = false) {
-    static int per_sm[BLOCK_WARPS + 1] = {};   // one set per kernel instance (the template argument), by warps
-    if (per_sm[warps] == 0) {
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[warps], kernel, warps * 32, 0);
-        if (per_sm[warps] < 1) per_sm[warps] = 1;
+// row steps (all of them when `full`). Occupancy is asked of the runtime once per kernel
+// (registers decide it).
+template <auto kernel> int grid_for(int64_t rows, int G, bool full = false) {
+    static int per_sm = 0;   // one per kernel instance (the template argument)
+    if (per_sm == 0) {
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, BLOCK_THREADS, 0);
+        if (per_sm < 1) per_sm = 1;
     }
-    const int rows_per_step = warps / G;
-    const int64_t steps = (rows + rows_per_step - 1) / rows_per_step;
-    const int64_t resident = int64_t(sm_count_and_cc(nullptr)) * per_sm[warps];
+    const int64_t steps = (rows + BLOCK_WARPS / G - 1) / (BLOCK_WARPS / G);
+    const int64_t resident = int64_t(sm_count_and_cc(nullptr)) * per_sm;
     if (full) return int(steps < int64_t(1) << 30 ? steps : int64_t(1) << 30);   // the loop takes the rest
-    if (steps <= resident) return int(steps);
-    if (!even) return int(resident);
-    const int64_t steps_per_block = (steps + resident - 1) / resident;
-    return int((steps + steps_per_block - 1) / steps_per_block);
-}
-
-// The fwd_warps flags pick the forward's SMALL instances (no dropout: the dropout instances keep
-// 8-warp blocks, as their named barriers would allow only 4 small blocks an SM).
-bool small_forward_blocks(const Variant& v) { return v.fwd_warps1 || v.fwd_warps2 || v.fwd_warps4; }
-
-// The forward's block: 8 warps; with a fwd_warps flag (SMALL instances), one row group of G > 1
-// warps, or for G = 1 the flag's 1, 2 or 4 warps (the smallest asked wins).
-int forward_warps(int G, bool small) {
-    if (!small) return BLOCK_WARPS;
-    const Variant& v = current_variant();
-    if (G > 1) return G;
-    return v.fwd_warps1 ? 1 : v.fwd_warps2 ? 2 : 4;
+    return int(steps < resident ? steps : resident);
 }
 
 // Every launch goes through here: kernel<<<grid, block, 0, stream>>>(args...), and with the pdl
@@ -784,12 +716,7 @@ float keep_scale_of(const Dropout& d) { return float(1.0 / (1.0 - d.p)); }
 // 6's flags have instances without dropout only; with dropout the plain instances run.
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, typename F> auto with_forward_kernel(F&& f) {
     if constexpr (!DROP) {
-        const Variant& v = current_variant();
-        if (small_forward_blocks(v)) {
-            if (v.fwd_early_pdl) return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP, true, true>>();
-            return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP, false, true>>();
-        }
-        if (v.fwd_early_pdl) return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP, true>>();
+        if (current_variant().fwd_early_pdl) return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP, true>>();
     }
     return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP>>();
 }
@@ -806,16 +733,14 @@ template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, typename
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
     return with_forward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() {
-        const int warps = forward_warps(G, !DROP && small_forward_blocks(current_variant()));
-        return launch(kernel, grid_for<kernel>(a.rows, G, warps, current_variant().fwd_full_grid), warps * 32, stream, a.x,
+        return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, stream, a.x,
                       a.residual, a.weight, a.bias, a.params_bf16, a.y, a.h, a.mean, a.rstd, a.rows, a.cols, G, a.eps,
                       a.dropout.seed, drop_threshold(a.dropout), keep_scale_of(a.dropout));
     });
 }
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> int backward_grid(const BackwardArgs& a, int G) {
-    return with_backward_kernel<TH, TR, TY, CHUNKS, DROP>(
-        [&]<auto kernel>() { return grid_for<kernel>(a.rows, G, BLOCK_WARPS, false, current_variant().bwd_even); });
+    return with_backward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() { return grid_for<kernel>(a.rows, G); });
 }
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
@@ -827,8 +752,8 @@ cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
                       current_variant().bwd_tree, a.dropout.seed, drop_threshold(a.dropout), keep_scale_of(a.dropout));
     });
     if (err != cudaSuccess) return err;
-    return launch(current_variant().colsum_fast ? column_sum_kernel<true> : column_sum_kernel<false>, (2 * a.cols + 31) / 32,
-                  COLSUM_WARPS * 32, stream, a.partial, blocks, a.cols, a.dweight, a.dbias, a.params_bf16);
+    return launch(column_sum_kernel, (2 * a.cols + 31) / 32, COLSUM_WARPS * 32, stream, a.partial, blocks, a.cols, a.dweight, a.dbias,
+                  a.params_bf16);
 }
 
 // The dtype combinations there are kernels for: fp32 h with a float or bf16 residual and y, or

@@ -82,11 +82,6 @@ struct Variant {
     bool fwd_early_pdl = false;   // "fwd_early_pdl" (session 6: opt-in, kernels without dropout)
     bool bwd_l2_first = false;    // "bwd_l2_first"
     bool bwd_l2_first2 = false;   // "bwd_l2_first2"
-    bool fwd_warps1 = false;      // "fwd_warps1" (session 7: opt-in) forward blocks of 1 warp
-    bool fwd_warps2 = false;      // "fwd_warps2"                     ... of 2 warps
-    bool fwd_warps4 = false;      // "fwd_warps4"                     ... of 4 warps
-    bool bwd_even = false;        // "bwd_even" (session 7: opt-in) the same row steps for every backward block
-    bool colsum_fast = false;     // "colsum_fast" (session 7: opt-in) the column sum in one L2 round trip + butterflies
 };
 
 // Set the plan from a comma-separated list of flag names ("none" or "": no flag; "default": the

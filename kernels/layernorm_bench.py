@@ -386,15 +386,11 @@ def print_s5_rows(rows, header=True):
 # or of its neighbour's load over the run falls on all of them alike. The figure is the median of
 # all rounds' replays; the spread is the range of the per-round medians.
 INTERLEAVED_ROWS = [16384, 32768, 65536]
-# Session 7: the default (since session 6's call 3: fwd_full,bwd_tree,pdl,fwd_early_pdl,
-# bwd_l2_first2,bwd_reverse) against session 7's candidates: forward blocks of 1, 2 or 4 warps
-# without named barriers (fwd_warps*), the column sum in one L2 round trip with butterfly sums
-# (colsum_fast), and the evenly split backward grid (bwd_even). (Call 2 timed the fwd_warps flags
-# on blocks with named barriers, 4 an SM: 2.4x slower; bwd_l2_first vs first2, the persistent
-# 1-warp forward and the loads-only column sum: NOTES, "Session 7: L".) Every plan here is in
-# tests/test_layernorm_variants.py's VARIANTS (float64 tests).
-INTERLEAVED_PLANS = ["default", "default,fwd_warps1", "default,fwd_warps2", "default,fwd_warps4", "default,colsum_fast",
-                     "default,fwd_warps1,colsum_fast", "default,fwd_warps1,bwd_even"]
+# the default (since session 6's call 3: session 5's fwd_full,bwd_tree,pdl + fwd_early_pdl,
+# bwd_l2_first2, bwd_reverse) against session 5's default, that with bwd_reverse only, and with
+# bwd_l2_first (one row step asked of L2 before the wait: the backward alone costs less than with two)
+INTERLEAVED_PLANS = ["default", "fwd_full,bwd_tree,pdl", "fwd_full,bwd_tree,pdl,bwd_reverse",
+                     "fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first,bwd_reverse"]
 
 
 def interleaved_rows(args, ln, l2_bytes, plans, rows_list, cols=768):
