@@ -4,7 +4,8 @@
 // Read kernels/attention_portable.cu (the same arithmetic on mma.sync) and
 // kernels/attention_hopper.cu (the forward: the same machinery) first.
 // Read in order: the algorithm and the picture (this comment), config, block_at (the CTAs'
-// order), the three kernels (rowsum, main, dQ conversion) and the launcher at the bottom.
+// order), the kernels (rowsum, or prep_kernel = zeroing + rowsum; main; dQ conversion) and the
+// launcher at the bottom.
 //
 // ---- The algorithm ----------------------------------------------------------------------------
 // Forward: S = Q·Kᵀ, P = softmax(scale·S) (causal), O = P·V, and LSE_i = ln Σ_j exp(scale·S_ij).
@@ -27,12 +28,15 @@
 // (cp.reduce.async.bulk .add.f32: the addition happens in L2, no atomic instructions on the SM,
 // and the copy runs while the warpgroup goes on to the next query block). Kernel 3 converts the
 // buffer (times scale) to bf16 dQ in dQ's own strides (three slices of one packed gradient).
-// Why a reduce-add buffer and not atomics from registers: a 64 x 64 fp32 partial is 4096
-// red.global per warpgroup per query block (32 per thread, each a separate L2 transaction of
-// 8 bytes at best), against one 16 KB bulk operation; and the buffer's layout is ours to choose:
-// each (head, query block) chunk is contiguous and ordered as the accumulator registers are
-// ([register/4][thread][4] floats), so the shared-memory writes are conflict-free float4 stores
-// and the bulk copy is one contiguous range. Kernel 3 undoes that order.
+// The buffer's layout is ours to choose: each (head, query block) chunk is contiguous and ordered
+// as the accumulator registers are ([register/4][thread][4] floats), so the shared-memory writes
+// are conflict-free float4 stores and the bulk copy is one contiguous range. Kernel 3 undoes that
+// order. Atomics from registers instead (DQ_ATOMIC, D = 64's default since session 7): in that
+// order each thread's 32 floats are 8 red.global.add.v4.f32 of 16 bytes, a warp's 32 of one
+// register group 512 contiguous bytes, so the L2 sees whole lines; and the warpgroup skips the
+// 16 KB shared-memory round trip, its fence and bar.sync, and the wait for the bulk copy's read:
+// -23 us (-4.3%) of the GPT-2 backward (session 7). Session 3 had expected the opposite
+// (4096 separate 4-byte atomics per partial against one bulk operation) without measuring.
 //
 // Masks and tails: Q and dO boxes past T read zeros (TMA), and those queries get LSE = +inf in
 // shared memory, so their P is exp2(-inf) = 0 and they contribute nothing. Keys past T (zero
@@ -41,9 +45,9 @@
 // warpgroup's diagonal (or the last key block, non-causal) test element by element.
 //
 // ---- The pipeline -------------------------------------------------------------------------------
-// As pictured: variant 1. The defaults are its refinements: 4 (D = 64) = variant 2 (3 slots, two
-// dQ buffers) and 5 (D = 128) = variant 3 (dQ split by columns), both with the CTAs in L2 groups
-// of heads (block_at); the variants list below says what each changes.
+// As pictured: variant 1. The defaults are its refinements: 12 (D = 64) = variant 2 (3 slots)
+// with the dQ atomics and prep_kernel, and 5 (D = 128) = variant 3 (dQ split by columns), both
+// with the CTAs in L2 groups of heads (block_at); the variants list below says what each changes.
 // Warpgroup 0 = producer (24 registers/thread): warp 0's elected thread issues the TMA copies,
 // warp 1's 32 lanes copy LSE·log2(e) and Di of the query block into shared memory.
 // Warpgroups 1, 2 = consumers (240 registers/thread), warpgroup c owns keys 64c .. 64c+63.
@@ -93,7 +97,7 @@
 //      the bulk reduce-add traffic (each column half is added once per key block, not twice),
 //      32 dQ accumulators instead of 64 (so dQ need not wait for dV and dK), at the price of a
 //      bar.sync of both consumers per query block (id 3) instead of one per consumer.
-//   4  (D = 64, default) 2 (D = 128: 1) with the CTAs in L2 groups of heads (block_at)
+//   4  (D = 64, the default until session 7) 2 (D = 128: 1) with the CTAs in L2 groups of heads
 //   5  (D = 128, default) 3 with the CTAs in L2 groups of heads (D = 64 runs 4)
 //   Session 7, opt-in, D = 64 (figures in kernels/NOTES.md, session 7, B). Pieces (OPT bits):
 //   DQ_ATOMIC   the dQ partials added from registers by red.global.add.v4.f32 (no dQ tile in
@@ -102,18 +106,19 @@
 //               and end run under the other's work (each CTA loads its own Q and dO)
 //   PREP        kernel 1' (prep_kernel) zeroes dq_accum and computes Di in one pass, one block
 //               per (head, query block), in place of the memset and kernel 1
-//   CONVERT     no kernel 3: each CTA counts itself in its head's counter when done, and the
-//               head's last CTA converts the head's dq_accum (from L2) to bf16 dQ
-//               (convert_head_if_last)
-//   LAZY_ZERO   no zeroing pass: producer warp 2 of each head's first CTA (a ticket) zeroes the
-//               head's chunks in L2 and raises a flag that the consumers wait for before their
-//               first dQ addition (prep_kernel then computes Di only)
 //   Variants: 8 = 4 + DQ_ATOMIC; 9 = ONE_CONSUMER + DQ_ATOMIC; 10 = ONE_CONSUMER; 11-14 = 4, 8, 9,
-//   10 + PREP; 15-18 = 13, 14, 12, 11 + CONVERT; 19-22 = 17, 16, 15, 18 + LAZY_ZERO; 23 = 12 +
-//   LAZY_ZERO. D = 128 runs 5 for 6-10 and 5 + PREP for 11-23 (its consumers have no registers
-//   to spare for the rest). Tried and removed in session 7: 6/7, Di computed inside the main
-//   kernel by producer warps 2-3 (cp.async of O and dO, 32 producer registers, consumers 232):
-//   the GPT-2 backward went from 548 to 843 us, the Di warps could not keep up (call 2).
+//   10 + PREP; 12 is D = 64's default since session 7. D = 128 runs 5 for 8-10 and 5 + PREP for
+//   11-14 (its consumers have no registers to spare for the rest).
+//   Tried in session 7 and removed (code at commit b31b295; figures in kernels/NOTES.md):
+//   6/7  Di computed inside the main kernel by producer warps 2-3 (cp.async of O and dO; 32
+//        producer registers, consumers 232): GPT-2 backward 843 us against 548, the Di warps
+//        could not keep ahead of the consumers.
+//   15-18  no kernel 3: each CTA counted itself in its head's counter after a fence, and the
+//        head's last CTA converted the head's dq_accum from L2 (+33 us on 12 at GPT-2: the
+//        conversions and the per-CTA fence sit in CTA tails with one CTA per SM).
+//   19-23  no zeroing pass: the head's first CTA (a ticket) zeroed its chunks in L2 from producer
+//        warp 2 and raised a flag the consumers waited for before their first dQ addition
+//        (+24 us on 12 at GPT-2, -1.7 us at shakespeare).
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
@@ -141,14 +146,7 @@ namespace attention_hopper_bwd {
 // own Q and dO (2x those L2 -> SM bytes).
 // Bit PREP (variants 11-14): kernel 1' (prep_kernel) zeroes dq_accum AND computes Di in one pass,
 // one block per (head, query block) chunk, instead of the memset and kernel 1.
-// Bit CONVERT (variants 15-18): no kernel 3. Each CTA, when done, counts itself in its head's
-// counter; the head's last CTA converts the head's whole dq_accum (still in L2) to bf16 dQ.
-// Bit LAZY_ZERO (variants 19-23): no memset of dq_accum. Producer warp 2 of the first CTA of each
-// head to start (a ticket per head) zeroes the head's chunks in L2 and raises the head's flag; the
-// consumers wait for the flag before their CTA's first dQ addition. The memset wrote 100 MB to
-// DRAM (GPT-2, per layer) that the first additions then read back; here the zeros go to L2 only.
-// prep_kernel computes Di and zeroes the counters only.
-constexpr int DQ_ATOMIC = 2, ONE_CONSUMER = 4, PREP = 8, CONVERT = 16, LAZY_ZERO = 32;
+constexpr int DQ_ATOMIC = 2, ONE_CONSUMER = 4, PREP = 8;
 
 template <int D, bool PIPELINED = false, bool SPLIT_DQ = false, int OPT = 0>
 struct config {
@@ -180,10 +178,6 @@ struct config {
     // ONE_CONSUMER: 2 CTAs x 256 threads, entry cap 128; 128·(24 + 232) = 32768 = half the SM.
     static constexpr int producer_regs = 24, consumer_regs = one_consumer ? 232 : 240;
     static constexpr bool prep = (OPT & PREP) != 0;
-    static constexpr bool fused_convert = (OPT & CONVERT) != 0;
-    static_assert(!fused_convert || (D == 64 && PIPELINED), "the in-kernel dQ conversion is D = 64's");
-    static constexpr bool lazy_zero = (OPT & LAZY_ZERO) != 0;
-    static_assert(!lazy_zero || (D == 64 && PIPELINED && prep), "LAZY_ZERO: D = 64 (its producer's warp 2), prep_kernel");
     // D = 128 (variant 1): dQ is issued only after dV and dK finished (frees P's and dS's A
     // operands; with all of them live ptxas ran out of registers and serialized: C7512).
     static constexpr bool dq_after_dk = D == 128 && !SPLIT_DQ;
@@ -207,12 +201,6 @@ struct kernel_params {
     float scale, scale_log2;
     int causal;
     int batch_heads, n_blocks, heads_per_group;         // the CTA order: see block_at
-    // CONVERT: bf16 dQ (B, H, T, D) strided, and one counter per head (zeroed with dq_accum)
-    __nv_bfloat16* dq;
-    int64_t dq_stride_batch, dq_stride_head, dq_stride_seq;
-    int* head_done;
-    // LAZY_ZERO: per head, a ticket (the first CTA to take it zeroes the head's chunks) and a flag
-    int *zero_ticket, *zero_flag;
 };
 
 // Which (batch, head, key block) CTA i takes. Every key block of a head reads that head's Q, dO,
@@ -230,13 +218,13 @@ __device__ inline block_item block_at(int i, const kernel_params& p) {
 constexpr float LOG2E = 1.4426950408889634f;
 // The defaults (attention_hopper_backward_variant at the bottom). Session 4 (kernels/NOTES.md, H3)
 // chose 4 (D = 64) / 5 (D = 128): GPT-2 fwd+bwd 0.402 ms (0.458 with 2) and (4, 16, 4096, 128)
-// 2.061 ms (2.661 with 1); cuDNN 0.509 / 2.311. Session 7 (B; call 2, the backward alone, graph
-// replays interleaved with the old default and cuDNN's): 12 = 4 + dQ by vector atomics + prep_kernel,
-// GPT-2 B=32 522.7 us vs 547.8 (cuDNN 527.4), shakespeare 89.8 vs 91.6 (cuDNN 92.3); D = 128
-// with prep_kernel ("11") 1589 vs 1606 us at (4, 16, 4096, 128) (cuDNN 1462). PROPOSED, to be
-// verified by call 3 (racecheck, D = 128's tests) before it stays.
+// 2.061 ms (2.661 with 1); cuDNN 0.509 / 2.311. Session 7 (B), the backward alone in graph replays
+// interleaved with the old default and cuDNN's, GPT-2 at the training step's B = 32: D = 64 takes
+// 12 (4 + dQ by vector atomics + prep_kernel): 520.8 us vs 547.5 (cuDNN 523.8), shakespeare 89.5
+// vs 91.5 (cuDNN 91.4) in call 3; 522.7 vs 547.8 and 89.8 vs 91.6 in call 2. D = 128 keeps 5: with
+// prep_kernel it measured 1.0% faster in call 2 and 2.0% slower in call 3 (noise of +-10%).
 constexpr int DEFAULT_VARIANT_D64 = 12;
-constexpr int DEFAULT_VARIANT_D128 = 11;
+constexpr int DEFAULT_VARIANT_D128 = 5;
 
 using tk::sm80::exp2_approx;   // ex2.approx.ftz
 using tk::sm80::pack_bf16x2;   // lo -> low 16 bits (lower address)
@@ -321,20 +309,14 @@ __global__ void __launch_bounds__(256) rowsum_kernel(const AttentionBackwardPara
 // divisions per thread (kernel 1 divides its row index by T and H in every thread). Each thread
 // zeroes its float4s of the chunk and loads all its 16-byte pieces of O and dO (PASSES rows of
 // the block) before summing, so the loads are in flight together.
-template <int D, bool ZERO_CHUNKS>
+template <int D>
 __global__ void __launch_bounds__(256) prep_kernel(const AttentionBackwardParams p, int q_blocks) {
     constexpr int LANES = D / 8, ROWS = 256 / LANES, PASSES = 64 / ROWS;   // D = 64: 8, 32, 2
     const int T = p.shape.seq_len, H = p.shape.heads;
     const int bh = int(blockIdx.x / q_blocks), m = int(blockIdx.x % q_blocks), b = bh / H, h = bh % H;
-    if constexpr (ZERO_CHUNKS) {
-        float4* chunk = reinterpret_cast<float4*>(p.dq_accum) + int64_t(blockIdx.x) * (64 * D / 4);
+    float4* chunk = reinterpret_cast<float4*>(p.dq_accum) + int64_t(blockIdx.x) * (64 * D / 4);
 #pragma unroll
-        for (int f = threadIdx.x; f < 64 * D / 4; f += 256) chunk[f] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    if (m == 0 && threadIdx.x < 3) {   // this head's counters after the chunks: CONVERT's, LAZY_ZERO's two
-        const int bh4 = (int(gridDim.x / q_blocks) + 3) / 4 * 4;
-        reinterpret_cast<int*>(p.dq_accum + int64_t(gridDim.x) * (64 * D))[threadIdx.x * bh4 + bh] = 0;
-    }
+    for (int f = threadIdx.x; f < 64 * D / 4; f += 256) chunk[f] = make_float4(0.f, 0.f, 0.f, 0.f);
     const int part = threadIdx.x % LANES, r0 = threadIdx.x / LANES;
     const auto* o = static_cast<const __nv_bfloat16*>(p.o.data) + b * p.o.stride_batch + h * p.o.stride_head + part * 8;
     const auto* g = static_cast<const __nv_bfloat16*>(p.d_o.data) + b * p.d_o.stride_batch + h * p.d_o.stride_head +
@@ -363,73 +345,6 @@ __global__ void __launch_bounds__(256) prep_kernel(const AttentionBackwardParams
         for (int w = LANES / 2; w > 0; w /= 2) sum += __shfl_xor_sync(0xffffffff, sum, w);
         const int t = m * 64 + k * ROWS + r0;
         if (part == 0 && t < T) p.d_rowsum[int64_t(bh) * T + t] = sum;
-    }
-}
-
-// ---- CONVERT: the head's last CTA turns its dq_accum into bf16 dQ (kernel 3's work, per head) ----
-// Run by the consumer threads (NT) at the very end, after every dQ addition of this CTA was issued.
-// 1. Make this CTA's additions visible GPU-wide: the atomics' threads fence (membar.gl waits for
-//    their reds); for the bulk copies, thread 0 of each consumer waited for them (store_wait<0>)
-//    and fences the async proxy. 2. A barrier of the consumers, then one thread fences and counts
-//    the CTA; the count that reaches n_blocks (every key block of the head) makes this CTA the
-//    last: the others' additions are visible to it (they fenced before counting). 3. It converts
-//    the head's q_blocks chunks G at a time: 16 float4 per thread in flight (L2 loads, .cg: this
-//    SM's L1 never held these lines, and must not serve them), scaled and packed to bf16 rows in
-//    shared memory (K, V, Q, dO tiles are dead by now), then whole rows out, as kernel 3 does.
-template <class C>
-__device__ inline void convert_head_if_last(const kernel_params& p, uint8_t* smem_ptr) {
-    const block_item item = block_at(blockIdx.x, p);   // recomputed: kept live from the start, it spilled
-    const int bh = item.b * p.heads + item.h;
-    constexpr int NT = 128 * C::consumers, D = 64, PER_CHUNK = 64 * D / 4, PITCH = D / 2 + 4, SEGS = D / 8;
-    constexpr int LOADS = 16;                            // float4s per thread per round
-    constexpr int G = LOADS * NT / PER_CHUNK;            // chunks per round: 4 (NT = 256) or 2
-    constexpr int CHUNK_WORDS = 64 * PITCH;
-    static_assert(G * CHUNK_WORDS * 4 <= C::ds_off, "the staging rows fit in the dead K, V, Q, dO tiles");
-    __shared__ int last;
-    const int ct = threadIdx.x - 128;                    // 0 .. NT-1
-    if constexpr (C::dq_atomic) {
-        __threadfence();
-    } else if (ct % 128 == 0) {
-#ifdef TK_HOPPER
-        asm volatile("fence.proxy.async.global;" ::: "memory");
-#endif
-        __threadfence();
-    }
-    tk::named_sync<NT>(4);
-    if (ct == 0) {
-        __threadfence();
-        last = atomicAdd(p.head_done + bh, 1) == p.n_blocks - 1;
-    }
-    tk::named_sync<NT>(4);
-    if (!last) return;
-    __threadfence();
-    uint32_t* rows = reinterpret_cast<uint32_t*>(smem_ptr);
-    const float4* head = reinterpret_cast<const float4*>(p.dq_accum) + int64_t(bh) * p.q_blocks * PER_CHUNK;
-    __nv_bfloat16* dq = p.dq + item.b * p.dq_stride_batch + item.h * p.dq_stride_head;
-    const float sc = p.scale;
-    for (int m0 = 0; m0 < p.q_blocks; m0 += G) {
-        float4 v[LOADS];
-#pragma unroll
-        for (int k = 0; k < LOADS; ++k) {                  // float4 f of chunk m0 + f / PER_CHUNK
-            const int f = k * NT + ct;
-            v[k] = m0 + f / PER_CHUNK < p.q_blocks ? __ldcg(head + int64_t(m0) * PER_CHUNK + f) : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int k = 0; k < LOADS; ++k) {               // register order -> row-major bf16 (kernel 3's map)
-            const int f = k * NT + ct, g = f / PER_CHUNK, fc = f % PER_CHUNK;
-            const int tid = fc % 128, jj = fc / 128;
-            const int row = 16 * (tid / 32) + (tid % 32) / 4, word = 4 * jj + tid % 4;
-            rows[g * CHUNK_WORDS + row * PITCH + word] = pack_bf16x2(v[k].x * sc, v[k].y * sc);
-            rows[g * CHUNK_WORDS + (row + 8) * PITCH + word] = pack_bf16x2(v[k].z * sc, v[k].w * sc);
-        }
-        tk::named_sync<NT>(4);
-        for (int x = ct; x < G * 64 * SEGS; x += NT) {
-            const int g = x / (64 * SEGS), row = (x / SEGS) % 64, seg = x % SEGS, t = (m0 + g) * 64 + row;
-            if (m0 + g < p.q_blocks && t < p.seq_len)
-                *reinterpret_cast<uint4*>(dq + int64_t(t) * p.dq_stride_seq + 8 * seg) =
-                    *reinterpret_cast<const uint4*>(&rows[g * CHUNK_WORDS + row * PITCH + 4 * seg]);
-        }
-        tk::named_sync<NT>(4);                           // the rows are read before the next round
     }
 }
 
@@ -505,21 +420,6 @@ backward_kernel(const __grid_constant__ kernel_params p) {
                 }
                 mbar::arrive(full[s]);                  // release: the writes above are visible
                 if (++s == S) { s = 0; phase ^= 1; }
-            }
-        } else if (C::lazy_zero && warp == 2) {
-            // The first CTA of the head zeroes its q_blocks chunks (plain 16-byte stores: they
-            // allocate in L2 without a DRAM read), each lane fences its own stores, then lane 0
-            // raises the flag after the warp's barrier.
-            int ticket = 0;
-            if (lane == 0) ticket = atomicAdd(p.zero_ticket + bh, 1);
-            ticket = __shfl_sync(0xffffffff, ticket, 0);
-            if (ticket == 0) {
-                float4* head = reinterpret_cast<float4*>(p.dq_accum) + int64_t(bh) * p.q_blocks * (BM * D / 4);
-                const int n = p.q_blocks * (BM * D / 4);
-                for (int f = lane; f < n; f += 32) head[f] = make_float4(0.f, 0.f, 0.f, 0.f);
-                __threadfence();
-                __syncwarp();
-                if (lane == 0) atomicExch(p.zero_flag + bh, 1);
             }
         }
         return;
@@ -693,26 +593,6 @@ backward_kernel(const __grid_constant__ kernel_params p) {
     // DQ_ATOMIC (variant 7): the same chunk, added from the registers by vector atomics, no
     // shared memory and no bar.sync: each red.global.add.v4.f32 adds one float4 in L2; a warp's
     // 32 of one jj cover 512 contiguous bytes (the chunk's register order).
-    // LAZY_ZERO: before this CTA's first dQ addition, the head's chunks must be zero: thread 0
-    // spins on the flag (acquire), then (atomics: every thread adds) the warpgroup's barrier.
-    auto wait_zeroed = [&](bool all_threads) {
-        if constexpr (C::lazy_zero) {
-            if (tid == 0) {
-                int f = 0;
-                while (true) {
-#ifdef TK_HOPPER
-                    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(f) : "l"(p.zero_flag + bh) : "memory");
-#endif
-                    if (f != 0) break;
-                    __nanosleep(100);
-                }
-#ifdef TK_HOPPER
-                asm volatile("fence.proxy.async.global;" ::: "memory");   // for the bulk reduce-add
-#endif
-            }
-            if (all_threads) named_sync<128>(1 + c);
-        }
-    };
     auto red_dq = [&](int i) {
         float4* dst = reinterpret_cast<float4*>(p.dq_accum + (int64_t(bh) * p.q_blocks + m_begin + i) * (BM * D) +
                                                 (SPLIT_DQ ? c * BM * C::dq_cols : 0));
@@ -769,13 +649,11 @@ backward_kernel(const __grid_constant__ kernel_params p) {
             wgmma::wait_group<0>();
             release(i);
             if constexpr (C::dq_atomic) {
-                if (i == i0) wait_zeroed(true);
                 red_dq(i);                               // variants 7, 8: no shared memory
             } else {
                 write_dq(i % 2);                         // buffer i % 2 was freed by the wait_read
                 named_sync<128>(1 + c);                  // of block i-1 (before the bar.sync of
                 if (tid == 0) {                          // this block's ds_dk_dq)
-                    if (i == i0) wait_zeroed(false);
                     reduce_dq(i % 2, i);
                     tma::store_wait_read<1>();           // block i-1's copy has read its buffer
                 }
@@ -800,7 +678,6 @@ backward_kernel(const __grid_constant__ kernel_params p) {
     store(p.dv, p.dv_stride_batch, p.dv_stride_head, p.dv_stride_seq, dv_acc.d, 1.f);
     store(p.dk, p.dk_stride_batch, p.dk_stride_head, p.dk_stride_seq, dk_acc.d, p.scale);
     if (tid == 0) tma::store_wait<0>();                  // the last reduce-add has landed
-    if constexpr (C::fused_convert) convert_head_if_last<C>(p, smem_ptr);
 }
 
 // ---- Kernel 3: dQ = scale · dq_accum, from register order to bf16 in dQ's strides ---------------
@@ -844,14 +721,8 @@ __global__ void __launch_bounds__(256) convert_dq_kernel(const AttentionBackward
 // ---- Host side ---------------------------------------------------------------------------------
 inline int query_blocks(int seq_len) { return (seq_len + 63) / 64; }
 // Floats of the dQ accumulator: a 64 x D chunk per (head, query block), query blocks padded to 64.
-// Three arrays of per-head counters follow the chunks (ints, B·H rounded up to 4 each): CONVERT's
-// head_done, LAZY_ZERO's zero_ticket and zero_flag; zeroed with the chunks (memset) or by prep_kernel.
-inline int64_t dq_chunk_floats(int batch, int heads, int seq_len, int head_dim) {
-    return int64_t(batch) * heads * query_blocks(seq_len) * 64 * head_dim;
-}
-inline int64_t head_counters(int batch, int heads) { return (int64_t(batch) * heads + 3) / 4 * 4; }
 inline int64_t dq_accum_floats(int batch, int heads, int seq_len, int head_dim) {
-    return dq_chunk_floats(batch, heads, seq_len, head_dim) + 3 * head_counters(batch, heads);
+    return int64_t(batch) * heads * query_blocks(seq_len) * 64 * head_dim;
 }
 
 template <int D, bool PIPELINED, bool SPLIT_DQ = false, int OPT = 0>
@@ -864,7 +735,7 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     const int64_t accum_floats = dq_accum_floats(sh.batch, sh.heads, sh.seq_len, D);
     cudaError_t err;
     if (C::prep) {
-        prep_kernel<D, !C::lazy_zero><<<unsigned(int64_t(sh.batch) * sh.heads * q_blocks), 256, 0, stream>>>(a, q_blocks);
+        prep_kernel<D><<<unsigned(int64_t(sh.batch) * sh.heads * q_blocks), 256, 0, stream>>>(a, q_blocks);
         if ((err = cudaGetLastError()) != cudaSuccess) return err;
     } else if ((err = cudaMemsetAsync(a.dq_accum, 0, size_t(accum_floats) * sizeof(float), stream)) != cudaSuccess) {
         return err;
@@ -898,11 +769,6 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     kp.scale_log2 = sh.scale * LOG2E;
     kp.causal = sh.causal ? 1 : 0;
     kp.batch_heads = sh.batch * sh.heads;
-    kp.dq = static_cast<__nv_bfloat16*>(a.dq.data);
-    kp.dq_stride_batch = a.dq.stride_batch; kp.dq_stride_head = a.dq.stride_head; kp.dq_stride_seq = a.dq.stride_seq;
-    kp.head_done = reinterpret_cast<int*>(a.dq_accum + dq_chunk_floats(sh.batch, sh.heads, sh.seq_len, D));
-    kp.zero_ticket = kp.head_done + head_counters(sh.batch, sh.heads);
-    kp.zero_flag = kp.zero_ticket + head_counters(sh.batch, sh.heads);
     kp.n_blocks = (sh.seq_len + C::block_n - 1) / C::block_n;
     const int64_t bytes_per_head = int64_t(sh.seq_len) * D * (2 + 2 + 4);   // Q, dO, dQ accumulator
     kp.heads_per_group = attention_l2::heads_per_group(l2_groups, bytes_per_head, kp.batch_heads);
@@ -919,8 +785,7 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     kernel<<<kp.batch_heads * kp.n_blocks, C::threads, C::smem_bytes, stream>>>(kp);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
 
-    if (!C::fused_convert)
-        convert_dq_kernel<D><<<unsigned(int64_t(sh.batch) * sh.heads * q_blocks), 256, 0, stream>>>(a, q_blocks);
+    convert_dq_kernel<D><<<unsigned(int64_t(sh.batch) * sh.heads * q_blocks), 256, 0, stream>>>(a, q_blocks);
     return cudaGetLastError();
 }
 
@@ -968,9 +833,8 @@ int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_
 //   9: D = 64: one consumer (64 keys) per CTA, two CTAs per SM, dQ by vector atomics
 //  10: D = 64: 9 with the dQ partials by bulk reduce-add (4's two buffers)
 //  11-14: D = 64: 4, 8, 9, 10 with prep_kernel (dq_accum zeroed and Di in one pass)
-//  15-18: D = 64: 13, 14, 12, 11 with the dQ conversion by each head's last CTA (no kernel 3)
-//  19-22: D = 64: 17, 16, 15, 18 with LAZY_ZERO (no dq_accum zeroing pass); 23: 12 with it
-//  D = 128 runs 5 for 8-10 and 5 with prep_kernel for 11-23.
+//  15-23: removed (see the opening comment)
+//  D = 128 runs 5 for 8-10 and 5 with prep_kernel for 11-14.
 // 1-3 take the CTAs in session 3's order (block_at with one group of all heads).
 // (The file's opening comment says more about each.)
 // Runs the three kernels on `cuda_stream`; returns the CUDA error (0 = ok).
@@ -986,9 +850,7 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
         case 4: return launch<128, false>(p, stream, true);
         case 5: return launch<128, false, true>(p, stream, true);
         case 8: case 9: case 10: return launch<128, false, true>(p, stream, true);   // = 5 (see above)
-        case 11: case 12: case 13: case 14: case 15: case 16: case 17: case 18:
-        case 19: case 20: case 21: case 22: case 23:
-            return launch<128, false, true, PREP>(p, stream, true);   // 5 + prep
+        case 11: case 12: case 13: case 14: return launch<128, false, true, PREP>(p, stream, true);   // 5 + prep
         default: return cudaErrorInvalidValue;
         }
     }
@@ -1004,15 +866,6 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
     case 12: return launch<64, true, false, PREP | DQ_ATOMIC>(p, stream, true);
     case 13: return launch<64, true, false, PREP | ONE_CONSUMER | DQ_ATOMIC>(p, stream, true);
     case 14: return launch<64, true, false, PREP | ONE_CONSUMER>(p, stream, true);
-    case 15: return launch<64, true, false, CONVERT | PREP | ONE_CONSUMER | DQ_ATOMIC>(p, stream, true);
-    case 16: return launch<64, true, false, CONVERT | PREP | ONE_CONSUMER>(p, stream, true);
-    case 17: return launch<64, true, false, CONVERT | PREP | DQ_ATOMIC>(p, stream, true);
-    case 18: return launch<64, true, false, CONVERT | PREP>(p, stream, true);
-    case 19: return launch<64, true, false, LAZY_ZERO | CONVERT | PREP | DQ_ATOMIC>(p, stream, true);
-    case 20: return launch<64, true, false, LAZY_ZERO | CONVERT | PREP | ONE_CONSUMER>(p, stream, true);
-    case 21: return launch<64, true, false, LAZY_ZERO | CONVERT | PREP | ONE_CONSUMER | DQ_ATOMIC>(p, stream, true);
-    case 22: return launch<64, true, false, LAZY_ZERO | CONVERT | PREP>(p, stream, true);
-    case 23: return launch<64, true, false, LAZY_ZERO | PREP | DQ_ATOMIC>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }

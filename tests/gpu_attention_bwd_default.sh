@@ -1,5 +1,7 @@
 #!/bin/bash
 # tests/gpu_attention_bwd_default.sh OUT — engineer B, session 7, call 3 (issue 7). Verifies the
+# [as run in call 3 at commit b31b295; variants 15-23 were removed after it (they lost), so their
+# smoke now fails by design, and D = 128's default stayed 5]
 # Hopper attention backward's proposed defaults (kernels/attention_hopper_bwd.cu: D = 64 -> 12 =
 # 4 + dQ by vector atomics + prep_kernel, D = 128 -> 11 = 5 + prep_kernel; the old ones 4 / 5) and
 # runs, for the first time, the candidates that may replace 12: 15-18 (dQ conversion by each
