@@ -429,20 +429,27 @@ attention_backward_prep_kernel(const AttentionBackwardParams p) {
 // BWD_SKIP_DEAD: on the diagonal (causal) tiles, a warp skips the 16-query chunks that lie
 //   entirely before its first key (S, dP, dV, dK there are all zero: their mma and fragment
 //   loads are wasted), and the dQ product skips the 16-key chunks after its rows' last query.
-constexpr int BWD_KV_IN_REGS = 1, BWD_SKIP_DEAD = 2;
+// BWD_ONE_BARRIER: one block-wide barrier per query tile instead of two. dS goes to one of two
+//   shared buffers and step j computes the dQ product of tile j - 1 (whose dS the barrier at the
+//   top of step j completed), so no warp waits in the middle of a step for the slowest one; one
+//   extra step at the end does the last tile's dQ. The next Q/dO tile is prefetched after the
+//   barrier (its stage was last read in the previous step, before it).
+constexpr int BWD_KV_IN_REGS = 1, BWD_SKIP_DEAD = 2, BWD_ONE_BARRIER = 4;
 
 template <int D, int BWD_WARPS, bool CAUSAL, int OPT = 0>
 __global__ void __launch_bounds__(BWD_WARPS * 32)
 attention_backward_kernel(const AttentionBackwardParams p) {
     constexpr int KEYS = 16 * BWD_WARPS, NT = 32 * BWD_WARPS;
     constexpr bool KV_IN_REGS = OPT & BWD_KV_IN_REGS, SKIP_DEAD = CAUSAL && (OPT & BWD_SKIP_DEAD);
+    constexpr bool ONE_BARRIER = OPT & BWD_ONE_BARRIER;
+    constexpr int DS_TILES = ONE_BARRIER ? 2 : 1;
     extern __shared__ __align__(128) unsigned char smem[];
     bf16* k_tile = reinterpret_cast<bf16*>(smem);
     bf16* v_tile = k_tile + KEYS * D;
     bf16* q_tiles = v_tile + KEYS * D;          // [2][TILE * D]
     bf16* do_tiles = q_tiles + 2 * TILE * D;    // [2][TILE * D]
-    bf16* ds_tile = do_tiles + 2 * TILE * D;    // [KEYS keys][TILE queries]
-    float* lse_tiles = reinterpret_cast<float*>(ds_tile + KEYS * TILE);  // [2][TILE]
+    bf16* ds_tiles = do_tiles + 2 * TILE * D;   // [DS_TILES][KEYS keys][TILE queries]
+    float* lse_tiles = reinterpret_cast<float*>(ds_tiles + DS_TILES * KEYS * TILE);  // [2][TILE]
     float* rowsum_tiles = lse_tiles + 2 * TILE;                          // [2][TILE]
 
     const int T = p.shape.seq_len;
@@ -480,17 +487,29 @@ attention_backward_kernel(const AttentionBackwardParams p) {
     float dk[D / 8][4] = {}, dv[D / 8][4] = {};  // this warp's 16 keys x D
     uint32_t k_frag[D / 16][4], v_frag[D / 16][4];   // KV_IN_REGS: read at the first step
 
-    for (int j = 0; j < n_tiles; ++j) {
+    for (int j = 0; j < n_tiles + (ONE_BARRIER ? 1 : 0); ++j) {
         const int m0 = m_first + j * TILE, stage = j % 2;
-        // The other stage was last read before the mid-loop barrier of the previous step.
-        if (j + 1 < n_tiles) {
-            load_query_tile((j + 1) % 2, m0 + TILE);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
+        if constexpr (ONE_BARRIER) {
+            // Tile j's Q, dO have landed and tile j - 1's dS is complete; stage (j + 1) % 2 (read
+            // in step j - 1) and dS buffer j % 2 (read by step j - 1's dQ of tile j - 2) are free.
             cp_async_wait<0>();
+            __syncthreads();
+            if (j + 1 < n_tiles) {
+                load_query_tile((j + 1) % 2, m0 + TILE);
+                cp_async_commit();
+            }
+        } else {
+            // The other stage was last read before the mid-loop barrier of the previous step.
+            if (j + 1 < n_tiles) {
+                load_query_tile((j + 1) % 2, m0 + TILE);
+                cp_async_commit();
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+            __syncthreads();
         }
-        __syncthreads();
+        bf16* ds_tile = ds_tiles + (ONE_BARRIER ? stage : 0) * KEYS * TILE;
         const bf16* q_tile = q_tiles + stage * TILE * D;
         const bf16* do_tile = do_tiles + stage * TILE * D;
         const float* lse_c = lse_tiles + stage * TILE;
@@ -498,7 +517,7 @@ attention_backward_kernel(const AttentionBackwardParams p) {
 
         // A warp whose keys are all past T, or (causal) all after this tile's last query, has
         // nothing to add: its rows of dS are zeros.
-        const bool active = warp_key0 < T && (!CAUSAL || warp_key0 <= m0 + TILE - 1);
+        const bool active = warp_key0 < T && (!CAUSAL || warp_key0 <= m0 + TILE - 1) && (!ONE_BARRIER || j < n_tiles);
         if constexpr (KV_IN_REGS) {
             if (j == 0) {
                 #pragma unroll
@@ -566,11 +585,18 @@ attention_backward_kernel(const AttentionBackwardParams p) {
                     *reinterpret_cast<uint32_t*>(ds_tile + swizzled<TILE>(key_row + 8, col)) = dsa[2 * half + 1];
                 }
             }
-        } else {
+        } else if (!ONE_BARRIER || j < n_tiles) {
             for (int i = lane; i < 16 * TILE / 2; i += 32)   // 16 rows x TILE bf16, 2 per store
                 reinterpret_cast<uint32_t*>(ds_tile + 16 * warp * TILE)[i] = 0u;
         }
-        __syncthreads();  // dS complete; also: every warp is done with this stage's Q, dO
+        if constexpr (ONE_BARRIER) {
+            if (j == 0) continue;   // no dS yet: tile 0's dQ is step 1's
+        } else {
+            __syncthreads();  // dS complete; also: every warp is done with this stage's Q, dO
+        }
+        // The tile whose dQ this step adds: this one, or with ONE_BARRIER the previous one.
+        const int dq_m0 = ONE_BARRIER ? m0 - TILE : m0;
+        const bf16* dq_ds = ONE_BARRIER ? ds_tiles + (1 - stage) * KEYS * TILE : ds_tile;
 
         // dQ (TILE queries x D) += dS K over this block's KEYS keys. The warps split dQ into
         // DQ_ROW_GROUPS x DQ_COL_GROUPS pieces of DQ_ROWS x DQ_COLS.
@@ -581,14 +607,14 @@ attention_backward_kernel(const AttentionBackwardParams p) {
         float dq[DQ_ROWS / 16][DQ_COLS / 8][4] = {};
         for (int kk = 0; kk < KEYS / 16; ++kk) {
             // SKIP_DEAD: keys n0 + 16kk.. come after every query of this warp's dQ rows.
-            if (SKIP_DEAD && n0 + 16 * kk > m0 + dq_row0 + DQ_ROWS - 1) break;
+            if (SKIP_DEAD && n0 + 16 * kk > dq_m0 + dq_row0 + DQ_ROWS - 1) break;
             uint32_t kb[DQ_COLS / 16][4];
             for (int db = 0; db < DQ_COLS / 16; ++db)
                 load_b_from_cols<D>(kb[db], k_tile, dq_col0 + 16 * db, 16 * kk);
             for (int mt = 0; mt < DQ_ROWS / 16; ++mt) {
-                if (SKIP_DEAD && n0 + 16 * kk > m0 + dq_row0 + 16 * mt + 15) continue;
+                if (SKIP_DEAD && n0 + 16 * kk > dq_m0 + dq_row0 + 16 * mt + 15) continue;
                 uint32_t dsa[4];
-                load_a_transposed<TILE>(dsa, ds_tile, dq_row0 + 16 * mt, 16 * kk);
+                load_a_transposed<TILE>(dsa, dq_ds, dq_row0 + 16 * mt, 16 * kk);
                 for (int db = 0; db < DQ_COLS / 16; ++db) {
                     mma_bf16_16816(dq[mt][2 * db], dsa, kb[db][0], kb[db][1]);
                     mma_bf16_16816(dq[mt][2 * db + 1], dsa, kb[db][2], kb[db][3]);
@@ -598,7 +624,7 @@ attention_backward_kernel(const AttentionBackwardParams p) {
         for (int mt = 0; mt < DQ_ROWS / 16; ++mt)
             for (int nb = 0; nb < DQ_COLS / 8; ++nb)
                 for (int i = 0; i < 4; ++i) {
-                    const int query = m0 + dq_row0 + 16 * mt + g + 8 * (i / 2);
+                    const int query = dq_m0 + dq_row0 + 16 * mt + g + 8 * (i / 2);
                     const int col = dq_col0 + 8 * nb + 2 * t + i % 2;
                     if (query < T) atomicAdd(dq_accum + (int64_t)query * D + col, dq[mt][nb][i]);
                 }
@@ -710,8 +736,9 @@ template <int D, int BWD_WARPS, bool CAUSAL, int OPT = 0>
 cudaError_t launch_backward_main(const AttentionBackwardParams& p, cudaStream_t stream) {
     const auto kernel = attention_backward_kernel<D, BWD_WARPS, CAUSAL, OPT>;
     constexpr int KEYS = 16 * BWD_WARPS;
-    // K, V + 2 stages x (Q, dO) + dS, in bf16; 2 stages x (LSE, D) in fp32.
-    const int smem = (2 * KEYS * D + 4 * TILE * D + KEYS * TILE) * 2 + 4 * TILE * 4;
+    // K, V + 2 stages x (Q, dO) + dS (two with ONE_BARRIER), in bf16; 2 stages x (LSE, D) in fp32.
+    constexpr int DS_TILES = OPT & BWD_ONE_BARRIER ? 2 : 1;
+    const int smem = (2 * KEYS * D + 4 * TILE * D + DS_TILES * KEYS * TILE) * 2 + 4 * TILE * 4;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
     dim3 grid(p.shape.batch * p.shape.heads, (p.shape.seq_len + KEYS - 1) / KEYS);
@@ -730,18 +757,21 @@ cudaError_t launch_backward_main_variant(int variant, const AttentionBackwardPar
     if constexpr (D == 64) {
         if (variant == 2 || variant == 3) return launch_backward_main<D, 8, CAUSAL, BWD_KV_IN_REGS>(p, stream);
         if (variant == 4) return launch_backward_main<D, 8, CAUSAL, BWD_KV_IN_REGS | BWD_SKIP_DEAD>(p, stream);
+        if (variant == 5)
+            return launch_backward_main<D, 8, CAUSAL, BWD_KV_IN_REGS | BWD_SKIP_DEAD | BWD_ONE_BARRIER>(p, stream);
     }
     return launch_backward_main<D, 8, CAUSAL>(p, stream);   // 1, and 2-4 at D = 128
 }
 
 // Session 7 (opt-in until measured), 8 warps like 1: 2 = K/V fragments in registers (D = 64;
 // D = 128 runs 1's main kernel); 3 = 2 with the wide kernels 1 and 3 (memset fused into the row
-// sums); 4 = 3 with the causal skips of dead chunks (D = 64).
+// sums); 4 = 3 with the causal skips of dead chunks (D = 64); 5 = 4 with one barrier per query tile
+// (two dS buffers, each tile's dQ product in the next step).
 template <int D, bool CAUSAL>
 cudaError_t launch_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
     const char* env = getenv("TK_ATTENTION_BWD_VARIANT");
     const int variant = env ? atoi(env) : DEFAULT_BWD_VARIANT;
-    const bool wide = variant == 3 || variant == 4;
+    const bool wide = variant >= 3 && variant <= 5;
 
     const int64_t rows = (int64_t)p.shape.batch * p.shape.heads * p.shape.seq_len;
     cudaError_t err;

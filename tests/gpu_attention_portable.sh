@@ -6,7 +6,8 @@
 #   shared memory (16-byte stores); 7 = 128-key tiles + skips + Q from shared memory + O through
 #   shared memory; 8 = 7 without the O staging (D = 64; D = 128 runs 0)
 #   backward 2 = 1 + K/V fragments in registers; 3 = 2 + memset fused into the row-sum kernel and
-#   a wide dQ conversion; 4 = 3 + causal skips of dead chunks (main kernel D = 64 only)
+#   a wide dQ conversion; 4 = 3 + causal skips of dead chunks; 5 = 4 + one barrier per query tile
+#   (two dS buffers, each tile's dQ in the next step) (main kernel changes D = 64 only)
 # ONE H200, within 120 s (LANE_LIMIT, default 115 s):
 #   0. in the background: tests/attention_emu/main.cpp built with nvcc (the kernels without torch,
 #      for compute-sanitizer)
@@ -17,7 +18,7 @@
 #      rounds of CUDA-graph replays), fwd and fwd+bwd, at gpt2, shakespeare-char, t4096-d128;
 #      then a per-kernel profile of one GPT-2 fwd+bwd
 #   4. compute-sanitizer memcheck and racecheck of the new variants on small cases
-#   5. ncu (time permitting): forward 3 vs 5 vs 7, backward main kernel 1 vs 2 at GPT-2
+#   5. ncu (time permitting): forward 3 vs 5 vs 7, backward main kernel 1 vs 2 vs 5 at GPT-2
 # Results: OUT/summary.txt, OUT/portable_bench.json, OUT/logs.tgz (every log).
 cd "$(dirname "$0")/.."
 export LANE_LIMIT=${LANE_LIMIT:-115}
@@ -44,7 +45,7 @@ grep -E "^FAILED|^ERROR" "$L/pytest.log" | head -12 | cut -c1-220 >> "$S"
 
 # 3. interleaved timing vs FA2 and the default, then the per-kernel profile
 step 45 bench.log python3 -m kernels.attention_portable_bench --shapes gpt2,shakespeare-char,t4096-d128 \
-    --fwd 5/1,6/1,7/1,8/1 --fwdbwd 3/2,3/3,3/4,5/3,6/3,7/3,7/4 --rounds 7 --reps 15 \
+    --fwd 5/1,6/1,7/1,8/1 --fwdbwd 3/2,3/3,3/4,3/5,5/4,6/5,7/4,7/5 --rounds 7 --reps 15 \
     --json "$OUT/portable_bench.json" --profile gpt2
 grep -vE "UserWarning|_warn_once|^===|^    +[0-9.]+ us x|^rc=" "$L/bench.log" | grep -vE "^\s*$" >> "$S"
 grep -E "^profile|^    +[0-9.]+ us x" "$L/bench.log" | awk '/^profile/{n=0} {n++; if (n <= 7) print}' | cut -c1-130 >> "$S"
@@ -53,13 +54,13 @@ grep -E "^profile|^    +[0-9.]+ us x" "$L/bench.log" | awk '/^profile/{n=0} {n++
 wait $HARNESS
 note "harness build: $(tail -1 "$L/harness_build.log")"
 if [ -x $EMU_BIN ]; then
-    for case in "7 4 1 2 300 64 1" "6 3 1 1 200 64 0" "5 2 1 2 130 64 1" "0 3 1 1 140 128 1"; do
+    for case in "7 5 1 2 300 64 1" "6 4 1 1 200 64 0" "5 2 1 2 130 64 1" "8 3 1 1 257 64 1" "0 5 1 1 140 128 1"; do
         set -- $case
         step 20 memcheck.log env TK_ATTENTION_FWD_VARIANT=$1 TK_ATTENTION_BWD_VARIANT=$2 \
             compute-sanitizer --tool memcheck $EMU_BIN $3 $4 $5 $6 $7 5
         note "memcheck fwd $1 bwd $2 ($3,$4,$5,$6 causal=$7): $(grep -E 'ERROR SUMMARY|^o=' "$L/memcheck.log" | tail -2 | tr '\n' ' ')"
     done
-    for case in "7 4 1 1 300 64 1" "6 3 1 1 130 64 0"; do
+    for case in "7 5 1 1 300 64 1" "6 4 1 1 130 64 0"; do
         set -- $case
         step 25 racecheck.log env TK_ATTENTION_FWD_VARIANT=$1 TK_ATTENTION_BWD_VARIANT=$2 \
             compute-sanitizer --tool racecheck $EMU_BIN $3 $4 $5 $6 $7 5
@@ -70,7 +71,7 @@ fi
 # 5. ncu: forward 3, 5, 7 and the backward's main kernel 1, 2 (one launch each)
 step 30 ncu.log ncu --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
     --section Occupancy -k regex:"attention_(forward|backward)_kernel" -c 6 \
-    python3 -m kernels.attention_portable_bench --ncu-once 3/1,5/2,7/1
+    python3 -m kernels.attention_portable_bench --ncu-once 3/1,5/2,7/5
 grep -E "attention_(forward|backward)_kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Cache Throughput|Shared|Warp Cycles Per Issued|Achieved Occupancy|Registers Per" \
     "$L/ncu.log" | cut -c1-150 >> "$S"
 pack

@@ -181,9 +181,9 @@ def test_backward_block_shape_variant(monkeypatch, B, H, T, D, causal):
 # Session 7's opt-in variants (attention_portable.cu): forward 5-8 (5 = 3 + causal skips of dead
 # 16-key chunks, 6 = 5 + O through shared memory, 7 = 128-key tiles + skips + Q from shared memory
 # + O through shared memory, 8 = 7 without the O staging; D = 128 runs variant 0, non-causal 7/8
-# run 64-key tiles), backward 2-4 (2 = 1 + K/V fragments in registers, 3 = 2 + the fused
-# memset/row-sum kernel and the wide dQ conversion, 4 = 3 + causal skips; D = 128 runs 1's main
-# kernel). Every T of the issue, D 64 and 128, causal and not, outputs poisoned, vs float64.
+# run 64-key tiles), backward 2-5 (2 = 1 + K/V fragments in registers, 3 = 2 + the fused
+# memset/row-sum kernel and the wide dQ conversion, 4 = 3 + causal skips, 5 = 4 + one barrier per
+# query tile; D = 128 runs 1's main kernel). Every T of the issue, D 64 and 128, causal and not, outputs poisoned, vs float64.
 S7_CASES = [(1, 1, 1, 64, True), (2, 3, 17, 64, True), (1, 2, 64, 64, True), (2, 1, 255, 64, True),
             (1, 3, 256, 64, True), (1, 2, 1000, 64, True), (2, 2, 1024, 64, True), (1, 1, 4096, 64, True),
             (1, 2, 17, 128, True), (1, 1, 1000, 128, True), (2, 1, 300, 64, False), (1, 2, 1024, 64, False),
@@ -212,7 +212,7 @@ def test_session7_forward_variants(monkeypatch, variant, B, H, T, D, causal):
 
 
 @cuda
-@pytest.mark.parametrize("variant", ["2", "3", "4"])
+@pytest.mark.parametrize("variant", ["2", "3", "4", "5"])
 @pytest.mark.parametrize("B,H,T,D,causal", S7_CASES)
 def test_session7_backward_variants(monkeypatch, variant, B, H, T, D, causal):
     monkeypatch.setenv("TK_ATTENTION_BWD_VARIANT", variant)
@@ -234,7 +234,7 @@ def test_session7_backward_variants(monkeypatch, variant, B, H, T, D, causal):
 
 
 @cuda
-@pytest.mark.parametrize("fwd,bwd", [("5", "3"), ("7", "4")])
+@pytest.mark.parametrize("fwd,bwd", [("5", "3"), ("7", "4"), ("6", "5")])
 def test_session7_variants_under_cuda_graph(monkeypatch, fwd, bwd):
     # The launcher reads the variant at capture time; replays must keep producing the same result
     # on new inputs written into the captured buffers (the fused kernel 1 re-zeroes dq_accum).
