@@ -18,25 +18,30 @@
 //      conflicts), 2 KB at a time through the warp's staging buffers, and each 2 KB leaves by
 //      one bulk reduce-add (cp.reduce.async.bulk .add.f32) into the same place of the piece.
 //      Nothing waits for them here.
-//   2. arrive, ONE TILE LATER: when the warp sends its next tile, lane 0 waits until all but
-//      that tile's newest bulk groups are complete (they finished long ago: the wait is free),
-//      and announces the previous tile (proxy fence, then an acquire-release atomic add on the
-//      piece's arrival counter, which returns how many splits arrived before it)
-//   3. the split that sees splits - 1 earlier arrivals is the last: it reads the complete sum
-//      back (L2-only loads, coalesced: the same accumulator order) into the accumulator
-//      registers (free again: their values were sent in step 1), writes zeros over the piece,
-//      resets the counter (so the NEXT call finds both zero: nothing to clear per call), and
-//      stores the values like the plain product (stmatrix staging, TMA store, no reduce)
-//   The last tile of a warp arrives after the warp's last main loop (end_tiles).
+//   2. arrive, ONE TILE LATER: at the start of the warp's next epilogue, before that tile's
+//      reduce-adds leave, lane 0 waits for all its bulk groups (the previous tile's: long
+//      complete, so the wait is free), fences the async proxy and announces the previous tile
+//      with a release atomic add on the piece's arrival counter, which returns how many splits
+//      arrived before it (read only after the new tile is sent: the round trip overlaps it)
+//   3. the split that sees splits - 1 earlier arrivals is the last: after an acquire fence it
+//      reads the complete sum back (L2-only loads, coalesced: the same accumulator order) into
+//      the accumulator registers (free again: the new tile's values were sent in step 1),
+//      writes zeros over the piece, resets the counter (so the NEXT call finds both zero:
+//      nothing to clear per call), and stores the values like the plain product (stmatrix
+//      staging, TMA store, no reduce)
+//   A warp's last tile arrives after its last main loop (end_tiles).
 // No CTA ever waits for another (a split arrives only after its own adds are complete, and
 // whoever arrives last finishes), so there is no order to keep and nothing to deadlock on in a
 // persistent grid. The summation order of the splits varies from run to run (as with the TMA
 // reduce-add before): results agree with an fp32 reference to rounding, not bit for bit.
 //
-// Why one tile later (call 2, session 7, kernels/NOTES.md): a first version added with
-// red.global.add.v4.f32 from registers and arrived at once (a gpu-scope fence waiting for its
-// adds): correct, but 12-17% slower than the old split-K kernel. Deferring the arrival takes the
-// wait for completion off the epilogue's path; bulk reduce-adds move 2 KB per instruction.
+// Why so (kernels/NOTES.md, session 7): the first version added with red.global.add.v4.f32 from
+// registers and arrived at once (a gpu-scope fence right after its adds); the second sent bulk
+// reduce-adds and arrived one tile later, but AFTER sending the new tile (its release fence came
+// right after 16 KB of fresh reduce-adds). Both were correct and 5-17% slower than the old
+// split-K kernel. Suspected: a gpu-scope fence that waits for this warp's fresh reductions, which
+// queue in L2 behind every SM's. Here nothing the warp issued recently is waited for, except at
+// its last tile.
 //
 // The workspace: sums = tiles x BM x BN floats, arrivals = tiles x 4 ints, zero at allocation
 // (kernels/gemm.py keeps one pair per device and shape and documents its lifetime: one product of
@@ -63,11 +68,11 @@ __device__ __forceinline__ void fence_proxy_async_global() {
 }
 // A gpu-scope acquire-release fence (__threadfence() is the heavier sequentially consistent one).
 __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-// atomicAdd with acquire-release semantics at gpu scope: it publishes what this thread made
-// visible before it (release) and, in the last arriver, acquires what the others published.
-__device__ __forceinline__ int atomic_add_acq_rel_gpu(int* p, int v) {
+// atomicAdd with release semantics at gpu scope: it publishes what this thread made visible
+// before it. (No acquire: only the last arriver needs one, and takes it with a fence.)
+__device__ __forceinline__ int atomic_add_release_gpu(int* p, int v) {
     int old;
-    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    asm volatile("atom.release.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
     return old;
 }
 
@@ -96,8 +101,11 @@ struct splitk_epilogue : plain_epilogue<OutT> {
         constexpr int BM = 64 * SLABS;
         const int warp = (pos[0].slab_row % 64) / 16;
         const int piece = ((pos[0].slab_row / BM) * sh.tiles_n + pos[0].tile_col / Acc::cols) * 4 + warp;
-        send(bufs, acc, piece, lane);                                       // 1.
-        if (cs.piece >= 0) arrive<chunks<Acc, SLABS>()>(bufs, acc, cs, sh, lane);   // 2., 3. for the previous tile
+        // 2. for the previous tile BEFORE this tile's reduce-adds leave: its own are long complete,
+        // so neither the wait nor the release fence has anything fresh to wait for
+        const int before = cs.piece >= 0 ? announce(cs.piece, lane) : 0;
+        send(bufs, acc, piece, lane);                                       // 1. for this tile
+        if (cs.piece >= 0 && is_last(before, sh)) finish(bufs, acc, cs, sh, lane);   // 3. (acc is free now)
         cs.piece = piece;
 #pragma unroll
         for (int h = 0; h < SLABS; ++h) cs.pos[h] = pos[h];
@@ -107,7 +115,7 @@ struct splitk_epilogue : plain_epilogue<OutT> {
     template <int NBUF, typename CTile, typename Acc, int SLABS>
     __device__ __forceinline__ void end_tiles(CTile (&bufs)[NBUF], Acc (&acc)[SLABS], consumer_state<SLABS>& cs,
                                               const shape& sh, int lane) const {
-        if (cs.piece >= 0) arrive<0>(bufs, acc, cs, sh, lane);
+        if (cs.piece >= 0 && is_last(announce(cs.piece, lane), sh)) finish(bufs, acc, cs, sh, lane);
         cs.piece = -1;
     }
 
@@ -146,24 +154,33 @@ struct splitk_epilogue : plain_epilogue<OutT> {
         }
     }
 
-    // 2. and 3. for the tile in cs, once all but the NEWER newest bulk groups are complete.
-    template <int NEWER, int NBUF, typename CTile, typename Acc, int SLABS>
-    __device__ __forceinline__ void arrive(CTile (&bufs)[NBUF], Acc (&acc)[SLABS], const consumer_state<SLABS>& cs,
-                                           const shape& sh, int lane) const {
-        constexpr int V = Acc::cols / 8;
+    // 2. Lane 0, once ALL its bulk groups are complete (the piece's reduce-adds are performed in
+    // L2): proxy fence (async-proxy writes before generic ops), then the release add. Returns, in
+    // lane 0 only, how many splits arrived before (read by is_last after the send, so the
+    // atomic's round trip overlaps it).
+    __device__ __forceinline__ int announce(int piece, int lane) const {
         int before = 0;
         if (lane == 0) {
-            tma::store_wait<NEWER>();         // the tile's reduce-adds are complete (performed in L2)
-            fence_proxy_async_global();       // ... and ordered before the generic release below
-            before = atomic_add_acq_rel_gpu(&arrivals[cs.piece], 1);
+            tma::store_wait<0>();
+            fence_proxy_async_global();
+            before = atomic_add_release_gpu(&arrivals[piece], 1);
         }
-        before = __shfl_sync(0xffffffffu, before, 0);
-        if (before != sh.splits - 1) return;          // others still to come: the last one stores
-        // the last split: every other split's adds were released with its arrival, which came
-        // before mine (acquired by lane 0; the warp barrier and each lane's fence pass it on)
-        __syncwarp();
+        return before;
+    }
+    __device__ __forceinline__ static bool is_last(int before, const shape& sh) {
+        return __shfl_sync(0xffffffffu, before, 0) == sh.splits - 1;
+    }
+
+    // 3. The last split of the tile in cs: acquire what every other split released with its
+    // arrival (lane 0 read the counter; its fence, then the warp barrier, order every lane's
+    // loads after it), read the sums, clear them, store the tile.
+    template <int NBUF, typename CTile, typename Acc, int SLABS>
+    __device__ __forceinline__ void finish(CTile (&bufs)[NBUF], Acc (&acc)[SLABS], const consumer_state<SLABS>& cs,
+                                           const shape& sh, int lane) const {
+        constexpr int V = Acc::cols / 8;
         fence_acq_rel_gpu();
         fence_proxy_async_global();
+        __syncwarp();
         const float4* mine = piece_sums(cs.piece, SLABS * V * 32, lane);
 #pragma unroll
         for (int h = 0; h < SLABS; ++h)
