@@ -86,8 +86,11 @@ for variant in (7, 8):
 torch.cuda.synchronize()
 print("ncu case ran")
 EOF
-step 20 ncu.log ncu --kernel-name regex:gemm_pingpong --launch-count 2 --section SpeedOfLight --section WarpStateStats \
-    python3 "$L/ncu_case.py"
-note "ncu: $(grep -cE '^  gemm5::gemm_pingpong|gemm_pingpong_kernel' "$L/ncu.log") kernel sections, $(tail -1 "$L/ncu.log")"
-{ echo "--- ncu (5v7, then 5v8; dW 3072x16384x768)"; grep -E "gemm_pingpong|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Warp Cycles Per Issued|Stall" "$L/ncu.log" | cut -c1-160 | head -40; } >> "$S"
+# (the section and metric names of session 6's ncu run, known to work on this ncu)
+step 20 ncu.log ncu --section SpeedOfLight --section WarpStateStats --print-details all \
+    --metrics "smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active" \
+    -k "regex:gemm_pingpong" python3 "$L/ncu_case.py"
+note "ncu: $(grep -cE 'gemm_pingpong_kernel' "$L/ncu.log") kernels profiled, $(grep -E 'case ran|rc=' "$L/ncu.log" | tr '\n' ' ')"
+{ echo "--- ncu (5v7, then 5v8; dW 3072x16384x768)"
+  grep -E "gemm_pingpong|Duration|Throughput|Stall|hmma|inst_executed|Warp Cycles Per Issued" "$L/ncu.log" | cut -c1-150 | head -60; } >> "$S"
 pack
