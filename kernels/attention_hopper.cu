@@ -107,7 +107,6 @@
 //   30 21 whose work counter sets itself back to 0 (persistent_kernel's SELF_RESET), so a call needs
 //     no zeroing kernel before it: the default for both head dims since session 7 (GPT-2 shape
 //     0.0782 ms against 21's 0.0794 and cuDNN's 0.0864)
-//   31 21's kernel with its counter zeroed by a memset node instead of a fill kernel (a measurement)
 // Taken out after session 5 (the code is in git at 65e8c26; figures in kernels/NOTES.md,
 //   "Session 4: H3 attention" and sessions 2-3's "H200 runs"): 1 = 2 with exp2f and sequential
 //   row max / sum (GPT-2 shape 221 against 2's 225 TFLOP/s), 3 = 2 without ping-pong (203: -10%),
@@ -626,7 +625,7 @@ struct persistent_config : config<D, CONSUMERS> {
 // launch captured into a CUDA graph). H200, session 7's call 2, timed in turns: GPT-2 shape
 // 0.0782 ms against 21's 0.0794 (cuDNN 0.0864), shakespeare-char 0.0250 against 0.0265: the
 // zeroing kernel before every launch (at::zeros, a FillFunctor<int> node) and its dependency
-// cost ~1.2 us a call.
+// cost ~1.2 us a call (zeroing by a memset node instead, variant 31 in call 3: 0.0794, no gain).
 // PDL (variant 26): launched as a programmatic dependent of the kernel before it in the stream
 // (cudaLaunchAttributeProgrammaticStreamSerialization, see launch_persistent), the CTAs may start
 // while that kernel still finishes: the barrier setup and the tensor-map fetches overlap its end,
@@ -634,7 +633,7 @@ struct persistent_config : config<D, CONSUMERS> {
 // touches global memory (q, k, v may be what it wrote; o's memory may be what it still reads; the
 // work counter is what a zeroing kernel just before writes). Call 2: 0.0792 against 21's 0.0794
 // with the counter's zeroing kernel before it (the noise).
-// Tried beside them in call 2 and taken out (code in git at 0178bd2): 27 = 26 + the first item's
+// Tried beside them in calls 2 and 3 and taken out (code in git at 0178bd2): 27 = 26 + the first item's
 // Q, K and V asked of L2 (cp.async.bulk.prefetch.tensor) before the wait: 0.0804 (slower; the
 // prefetches only doubled the first requests); 28 / 29 = 27 + every 8th / 4th exponential by a
 // cubic on the FMA pipe (Cody-Waite, FA4's trick): 0.0817 / 0.0833, the more the slower, as
@@ -1095,12 +1094,10 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //  30: 21 with SELF_RESET (the counter sets itself back to 0 after the launch's last ticket; the
 //      bindings give it a counter that is zero and that no other launch uses meanwhile: see
 //      attention_hopper_counter_resets). The default since session 7
-//  31: 21's kernel; the bindings zero its counter with cudaMemsetAsync (a memset node in a CUDA graph)
-//      instead of at::zeros (a fill kernel): a measurement beside 30
 // 2 and 4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zero, used by this launch alone (the bindings zero one
 // per call, or, where attention_hopper_counter_resets says the kernel sets it back to 0 itself,
-// hand out one they own); the dynamically scheduled variants (11-13, 21, 26, 30, 31, the default)
+// hand out one they own); the dynamically scheduled variants (11-13, 21, 26, 30, the default)
 // refuse nullptr.
 int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant,
                                      unsigned int* work_counter) {
@@ -1127,9 +1124,7 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, true, true, true, true>(p, stream, work_counter);
     case 30: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true>(p, stream, work_counter)
                         : launch_persistent<128, 2, true, true, true, true, false, true>(p, stream, work_counter);
-    case 31: return attention_hopper_forward_variant(p, cuda_stream, 21, work_counter);   // (the bindings zero
-                                                                                           // its counter by a memset)
-    default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20, 22-25, 27-29) too
+    default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20, 22-25, 27-29, 31) too
     }
 }
 

@@ -11,9 +11,9 @@ table. See kernels/NOTES.md, attention / Hopper forward and Session 3 (Hopper ba
 Nothing here builds at import; `why_not` builds the extension only after every cheap check
 passed on CUDA tensors of a Hopper GPU.
 
-Streams: the persistent forwards (variants 11-13, 21, 26, 30, 31, "dynamic scheduling") hand out
+Streams: the persistent forwards (variants 11-13, 21, 26, 30, "dynamic scheduling") hand out
 their work items through a counter that must be zero at the start and used by no other launch in
-flight. Variants 11-31 but 30 get one zeroed for each call (a fill kernel before the forward, ~1.2
+flight. Variants 11-26 get one zeroed for each call (a fill kernel before the forward, ~1.2
 us on the H200). The default, 30, sets its counter back to 0 itself when it hands out its last
 item, so the bindings keep one per CUDA stream (launches on a stream run one after the other) and
 give each launch captured into a CUDA graph one of its own (attention_hopper_bindings.cpp,
@@ -88,8 +88,7 @@ VARIANTS = {0: "default (30 for D=64 and D=128)",
             26: "21 launched as a programmatic dependent (PDL): its start overlaps the end of the kernel "
                 "before it (griddepcontrol.wait before any global memory access)",
             30: "21 whose work counter sets itself back to 0, so a call needs no zeroing kernel (the bindings "
-                "give it a counter owned by the stream, or by the CUDA graph that captured the call)",
-            31: "21 with its work counter zeroed by a memset (cudaMemsetAsync) instead of a fill kernel: the same measurement"}
+                "give it a counter owned by the stream, or by the CUDA graph that captured the call)"}
 
 
 OP = "tk Hopper attention"

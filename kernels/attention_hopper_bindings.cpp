@@ -31,7 +31,7 @@ using tk_bindings::device_name;
 
 // 0 (the default) and the variants that remain (attention_hopper.cu's opening comment says where the
 // removed numbers went); kernels/attention_hopper.py names them.
-constexpr int VARIANTS[] = {0, 2, 4, 5, 8, 11, 12, 13, 21, 26, 30, 31};
+constexpr int VARIANTS[] = {0, 2, 4, 5, 8, 11, 12, 13, 21, 26, 30};
 constexpr int LAST_VARIANT = VARIANTS[sizeof(VARIANTS) / sizeof(VARIANTS[0]) - 1];
 bool is_variant(int64_t v) {
     for (int k : VARIANTS)
@@ -178,20 +178,14 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
     at::Tensor lse = at::empty({B, H, T}, q.options().dtype(at::kFloat));
     // The dynamically scheduled variants' work counter. A kernel that sets it back to 0 itself (the
     // default) takes one the bindings own (owned_counter); otherwise the call has its own, zeroed on
-    // this stream (at::zeros, a fill kernel; variant 31: cudaMemsetAsync, a memset node in a CUDA
-    // graph, a measurement beside 30), so forwards on several streams at once never share one.
+    // this stream (at::zeros, a fill kernel), so forwards on several streams at once never share one.
     auto stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
     unsigned int* counter = attention_hopper_counter_resets(params_of(q, k, v, q, nullptr, causal, scale), int(variant))
                                 ? owned_counter(q, stream) : nullptr;
     at::Tensor work_counter;
     if (counter == nullptr) {
-        work_counter = variant == 31 ? at::empty({1}, q.options().dtype(at::kInt)) : at::zeros({1}, q.options().dtype(at::kInt));
+        work_counter = at::zeros({1}, q.options().dtype(at::kInt));
         counter = reinterpret_cast<unsigned int*>(work_counter.data_ptr<int>());
-        if (variant == 31) {
-            const cudaError_t e = cudaMemsetAsync(counter, 0, sizeof(unsigned int), stream);
-            tk_bindings::raise_if_failed(e == cudaSuccess ? nullptr : cudaGetErrorString(e), "tk Hopper attention",
-                                         "zeroing the work counter");
-        }
     }
     const AttentionForwardParams p = params_of(q, k, v, o, lse.data_ptr<float>(), causal, scale);
     const int err = attention_hopper_forward_variant(p, stream, int(variant), counter);

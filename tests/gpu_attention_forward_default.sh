@@ -2,29 +2,29 @@
 # tests/gpu_attention_forward_default.sh OUT_DIR — the Hopper forward's default (DEFAULT_VARIANT_D64 /
 # _D128 in kernels/attention_hopper.cu; NEW names its number for the parametrized tests) verified as
 # the default and timed beside the previous default(s), OLD (space-separated numbers, still
-# selectable), on ONE H200 in <= 110 s; MEASURE: variants timed beside them and checked on the
-# same parametrized tests (measurements, not default candidates). Session 6's call 3 ran it with NEW=21,
-# OLD="12 11"; session 7's defaults: NEW=30 (the counter that resets itself, kept per stream and per
-# captured graph launch by the bindings), OLD=21, MEASURE=31 (21 with its counter zeroed by a memset
-# node instead of a fill kernel).
+# selectable), on ONE H200 in <= 100 s. Session 6's call 3 ran it with NEW=21, OLD="12 11";
+# session 7's call 4: NEW=30 (21's kernel with a work counter that resets itself, owned per stream
+# and per captured graph launch by the bindings: no zeroing kernel per call), OLD=21.
 # (TORCH_EXTENSIONS_DIR=/tmp/ext; expects the caller's prebuild, else the smoke step builds;
 # LANE_LIMIT bounds every step, tests/gpu_lib.sh; logs in OUT/logs, packed into OUT/logs.tgz;
 # figures in OUT/summary.txt). Order, what decides first:
-#   1 smoke: the default, OLD and MEASURE with more work items than SMs, under a hard limit
-#   2 tests on the default path: tests/test_attention_hopper.py (variant 0: two streams at once, a
+#   1 smoke: the default and OLD with more work items than SMs, under a hard limit
+#   2 racecheck and memcheck of the default (Q-slot reuse), the two at once (each is mostly CPU;
+#     session 7's call 3 ran out of time with them one after the other)
+#   3 tests on the default path: tests/test_attention_hopper.py (variant 0: two streams at once, a
 #     CUDA graph replayed beside eager calls on another stream, calls of different sizes back to
-#     back on one counter; the parametrized float64 tests over the issue's T list, D 64/128, large
-#     logits, strided views, many items, a CUDA graph, with variant NEW = the default's kernel) and
-#     tests/test_attention.py's op-level tests with the Hopper backend pinned (forward + backward vs
-#     float64 over the issue's shapes, the packed qkv op, the model's loss and gradients tk vs
-#     torch, torch.compile, opcheck); MEASURE on the same parametrized list
-#   3 timing in turns (kernels.attention_bench --interleave, CUDA-graph replay): forward (the
-#     default = tk-hopper, OLD, MEASURE, cuDNN) at the issue's three shapes, racecheck of the
-#     default (Q-slot reuse), forward+backward (tk = the model's path, OLD, cuDNN), memcheck
+#     back on one counter, a CUDA graph behind the kernels that write its inputs; the parametrized
+#     float64 tests over the issue's T list, D 64/128, large logits, strided views, many items,
+#     with variant NEW = the default's kernel) and tests/test_attention.py's op-level tests with
+#     the Hopper backend pinned (forward + backward vs float64 over the issue's shapes, the packed
+#     qkv op, the model's loss and gradients tk vs torch, torch.compile, opcheck)
+#   4 timing in turns (kernels.attention_bench --interleave, CUDA-graph replay): forward (the
+#     default = tk-hopper, OLD, cuDNN) at the issue's three shapes; then, if time is left,
+#     forward+backward (tk = the model's path, OLD, cuDNN)
 # Checked here without a GPU: bash -n; LANE_LIMIT=20 runs every step to its failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-LANE_LIMIT=${LANE_LIMIT:-108}
+LANE_LIMIT=${LANE_LIMIT:-97}
 source tests/gpu_lib.sh "${1:?usage: tests/gpu_attention_forward_default.sh OUT_DIR}"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 PYT="python3 -m pytest -q -rf --tb=short -p no:cacheprovider"
@@ -32,37 +32,36 @@ XDIST=""; python3 -c "import xdist" 2>/dev/null && XDIST="-n 4"
 note "gpu_attention_forward_default.sh on $(nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 | head -1)"
 NEW=${NEW:-30}
 OLD=${OLD:-21}
-MEASURE=${MEASURE-31}
 
 summary() {   # pytest's last line and its FAILED lines into the summary
     note "$1: $(grep -E 'passed|failed|skipped|rc=' "$L/$2" | tail -2 | tr '\n' ' ')"
     grep -E "^FAILED" "$L/$2" | head -12 | while read -r line; do note "  $line"; done
 }
 
-# 1. smoke (builds the forward extension if the caller did not); the default first, so that a hang
-# of MEASURE (last) costs only this step's limit
-step 30 smoke.log python3 tests/attention_sanitize_case.py items 0 $OLD $MEASURE
+# 1. smoke (builds the forward extension if the caller did not)
+step 20 smoke.log python3 tests/attention_sanitize_case.py items 0 $OLD
 note "smoke: $(grep -oE '^variant [0-9]+ ok' "$L/smoke.log" | tr '\n' ' '); $(tail -1 "$L/smoke.log")"
 grep -q "^variant 0 ok" "$L/smoke.log" || { note "THE DEFAULT FORWARD FAILED ITS SMOKE RUN: stopping"; pack; exit 1; }
-PASSED=$(for v in $MEASURE; do grep -q "^variant $v ok" "$L/smoke.log" && printf "%s " $v; done)
 
-# 2. tests of the default path (and MEASURE's, on the same list: one process start less)
-TK_ATTENTION_HOPPER_VARIANTS="$NEW $PASSED" TK_ATTENTION_TEST_BACKEND=hopper step 45 tests.log $PYT $XDIST \
+# 2. sanitizers, both at once
+step 30 racecheck.log compute-sanitizer --tool racecheck python3 tests/attention_sanitize_case.py items 0 &
+step 30 memcheck.log compute-sanitizer --tool memcheck python3 tests/attention_sanitize_case.py items 0 &
+wait
+note "racecheck (forward default, many items): $(grep -E 'RACECHECK SUMMARY|attention case ran|rc=' "$L/racecheck.log" | tr '\n' ' ')"
+note "memcheck (forward default, many items): $(grep -E 'ERROR SUMMARY|attention case ran|rc=' "$L/memcheck.log" | tr '\n' ' ')"
+
+# 3. tests of the default path
+TK_ATTENTION_HOPPER_VARIANTS="$NEW" TK_ATTENTION_TEST_BACKEND=hopper step 38 tests.log $PYT $XDIST \
     tests/test_attention_hopper.py tests/test_attention.py \
     -k "not nvcc and not bindings_parse and not gpu_script and (not test_attention.py or forward_backward_vs_float64 or packed_qkv or opcheck or torch_compile or model_loss or explicit_scale or output_layout)"
-summary "tests (forward default + $NEW $PASSED; op-level on the Hopper backend)" tests.log
+summary "tests (forward default + $NEW; op-level on the Hopper backend)" tests.log
 
-# 3. timing in turns, sanitizers
+# 4. timing in turns
 OLD_IMPLS=$(for v in $OLD; do printf ",tk-hopper-v%s" $v; done)
-MEASURE_IMPLS=$(for v in $PASSED; do printf ",tk-hopper-v%s" $v; done)
-step 20 interleaved.log python3 -m kernels.attention_bench --interleave gpt2,shakespeare-char,t4096-d128 \
-    --impls "tk-hopper$OLD_IMPLS$MEASURE_IMPLS,sdpa-cudnn" --rounds 7 --reps 20 "$L/interleaved_fwd.json"
+step 16 interleaved.log python3 -m kernels.attention_bench --interleave gpt2,shakespeare-char,t4096-d128 \
+    --impls "tk-hopper$OLD_IMPLS,sdpa-cudnn" --rounds 9 --reps 20 "$L/interleaved_fwd.json"
 grep -E "interleaved,|ms  \(|skipped" "$L/interleaved.log" | while read -r line; do note "$line"; done
-step 15 racecheck.log compute-sanitizer --tool racecheck python3 tests/attention_sanitize_case.py items 0
-note "racecheck (forward default, many items): $(grep -E 'RACECHECK SUMMARY|attention case ran|rc=' "$L/racecheck.log" | tr '\n' ' ')"
-step 22 interleaved_fwdbwd.log python3 -m kernels.attention_bench --interleave gpt2,shakespeare-char,t4096-d128 \
+step 15 interleaved_fwdbwd.log python3 -m kernels.attention_bench --interleave gpt2,shakespeare-char,t4096-d128 \
     --direction fwd+bwd --impls "tk$OLD_IMPLS,sdpa-cudnn" --rounds 5 --reps 10 "$L/interleaved_fwdbwd.json"
 grep -E "interleaved,|ms  \(|skipped" "$L/interleaved_fwdbwd.log" | while read -r line; do note "$line"; done
-step 12 memcheck.log compute-sanitizer --tool memcheck python3 tests/attention_sanitize_case.py items 0
-note "memcheck (forward default): $(grep -E 'ERROR SUMMARY|attention case ran|rc=' "$L/memcheck.log" | tr '\n' ' ')"
 pack
