@@ -28,8 +28,8 @@ bit-identical results, far fewer epilogue instructions per tile (step 4 v8 also 
 tile's stores with the next tile's first k-steps). matmul(step=0) without bias/GELU runs 4v8,
 or 5v8 (below; 5v7 in session 6) for products with few output tiles (auto_step(plain=True));
 with bias/GELU, the rule above.
-Variants 8 and 9 of step 5 (session 7; kernels/gemm_splitk_epilogue.cuh) are 5v7 / 5v6 with the
-split-K finished in the kernel: the last split of a tile sums the others' partials from a
+Variants 8 and 9 of step 5 (session 7; kernels/gemm_splitk_epilogue.cuh) are 5v7 with the
+split-K finished in the kernel (9: one arrival per consumer instead of per warp): the last split of a tile sums the others' partials from a
 workspace the kernel keeps zeroed and stores the tile in the output dtype, so a weight gradient
 is one kernel (no memset of an fp32 buffer, no conversion kernel); see splitk_workspace for the
 workspace's lifetime (one per device and shape; not two same-shape products on two streams at once).
@@ -69,9 +69,9 @@ VARIANTS5 = {0: "128x128 per consumer, 6 stages", 1: "64x256 per consumer, 4 sta
              6: "64x256 per consumer, 4 stages, plain epilogue (no bias/GELU; stmatrix staging)",
              7: "128x128 per consumer, 6 stages, plain epilogue (no bias/GELU; stmatrix staging)",
              8: "128x128 per consumer, 6 stages, plain epilogue, split-K finished in the kernel (no memset, no conversion)",
-             9: "64x256 per consumer, 4 stages, plain epilogue, split-K finished in the kernel (no memset, no conversion)"}
+             9: "128x128 per consumer, 6 stages, plain epilogue, split-K finished in the kernel, one arrival per consumer"}
 TILES5 = {0: (128, 128), 1: (64, 256), 2: (128, 128), 3: (128, 128), 4: (64, 256), 5: (64, 256), 6: (64, 256), 7: (128, 128),
-          8: (128, 128), 9: (64, 256)}
+          8: (128, 128), 9: (128, 128)}
 PLAIN_VARIANTS = {4: (6, 7, 8), 5: (6, 7, 8, 9)}   # kernels/gemm_plain_epilogue.cuh (session 6): the plain product only
 # kernels/gemm_splitk_epilogue.cuh (session 7): split-K whose last split stores the tile (bf16 or
 # fp32) from a workspace the kernel keeps zeroed (splitk_workspace below)
@@ -282,7 +282,7 @@ def plan(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, split
 #     corrupt each other's sums: not supported (the training loop runs its GEMMs on one stream);
 #   - the first call of a shape must not be inside a CUDA graph capture (its allocation's zeroing
 #     would be captured, not run); such a call takes the old split-K path (memset + reduce-add +
-#     conversion; variant 7 or 6 of the same tile) instead. torch's usual warm-up before capture
+#     conversion; variant 7, the same tile) instead. torch's usual warm-up before capture
 #     (which gemm_bench's capture() does) makes the workspace first.
 _splitk_ws = {}
 
@@ -340,7 +340,7 @@ def matmul(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, spl
         _ext.module.run(p.step, a_store, b_store, c, p.a_t, p.b_mode == "c", None, False, p.splits, p.variant, *ws)
         return c
     if p.splits > 1 and p.variant in FUSED_SPLITK.get(p.step, ()):   # first call inside a capture
-        p = p._replace(variant={8: 7, 9: 6}[p.variant])
+        p = p._replace(variant=7)
     if p.splits > 1:                            # fp32 partials are reduce-added into zeros
         c = out.zero_() if out is not None and out_dtype == torch.float32 else \
             torch.zeros((M, N), device=a.device, dtype=torch.float32)

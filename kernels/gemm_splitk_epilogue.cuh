@@ -76,12 +76,25 @@ __device__ __forceinline__ int atomic_add_release_gpu(int* p, int v) {
     return old;
 }
 
-template <typename OutT>
+// Named barrier `id` over `threads` threads that also ORs a predicate across them (bar.red.or).
+template <int threads>
+__device__ __forceinline__ bool named_sync_or(int id, bool p) {
+    uint32_t r;
+    asm volatile("{\n\t.reg .pred p, q;\n\tsetp.ne.u32 p, %1, 0;\n\tbar.red.or.pred q, %2, %3, p;\n\tselp.u32 %0, 1, 0, q;\n\t}"
+                 : "=r"(r) : "r"(uint32_t(p)), "r"(id), "n"(threads) : "memory");
+    return r != 0;
+}
+
+// PER_CONSUMER = false (variant 8): each consumer warp arrives for its own piece (4 counters a
+// tile). PER_CONSUMER = true (variant 9): the consumer's 4 warps meet at a named barrier and ONE
+// thread arrives for the whole tile (one counter a tile; a quarter of the release fences and
+// atomics), and a barrier-with-OR tells all four warps whether they are the last split.
+template <typename OutT, bool PER_CONSUMER = false>
 struct splitk_epilogue : plain_epilogue<OutT> {
     using base = plain_epilogue<OutT>;
     static constexpr bool STORES_TILE = true;   // gemm5's kernel hands a consumer's whole tile to store_tile
     float4* sums;        // [piece][float4 j][lane]: the running fp32 sums, zero between calls
-    int* arrivals;       // [piece]: splits whose partial is in sums, zero between calls
+    int* arrivals;       // [piece] (per consumer: [4 x tile]): splits whose partial is in sums, zero between calls
 
     // What a consumer warp carries from one tile to the next: the tile that still has to arrive.
     template <int SLABS> struct consumer_state {
@@ -158,18 +171,33 @@ struct splitk_epilogue : plain_epilogue<OutT> {
     // L2): proxy fence (async-proxy writes before generic ops), then the release add. Returns, in
     // lane 0 only, how many splits arrived before (read by is_last after the send, so the
     // atomic's round trip overlaps it).
+    // Per consumer: every warp's lane 0 waits for its own groups, the 4 warps meet, and the
+    // consumer's first thread arrives for all of them (its release covers what the barrier ordered
+    // before it: CUTLASS's semaphore pattern).
     __device__ __forceinline__ int announce(int piece, int lane) const {
         int before = 0;
         if (lane == 0) {
             tma::store_wait<0>();
             fence_proxy_async_global();
-            before = atomic_add_release_gpu(&arrivals[piece], 1);
+            if constexpr (!PER_CONSUMER) before = atomic_add_release_gpu(&arrivals[piece], 1);
+        }
+        if constexpr (PER_CONSUMER) {
+            named_sync<128>(consumer_barrier());
+            if (threadIdx.x % 128 == 0) before = atomic_add_release_gpu(&arrivals[piece & ~3], 1);
         }
         return before;
     }
     __device__ __forceinline__ static bool is_last(int before, const shape& sh) {
-        return __shfl_sync(0xffffffffu, before, 0) == sh.splits - 1;
+        if constexpr (PER_CONSUMER) {
+            const bool last = threadIdx.x % 128 == 0 && before == sh.splits - 1;
+            if (last) fence_acq_rel_gpu();    // the acquire, before the barrier passes it on
+            return named_sync_or<128>(consumer_barrier(), last);
+        } else {
+            return __shfl_sync(0xffffffffu, before, 0) == sh.splits - 1;
+        }
     }
+    // the consumer warpgroup's named barrier: ids 1 and 2 (consumers are warpgroups 1 and 2; 0 is __syncthreads)
+    __device__ __forceinline__ static int consumer_barrier() { return int(threadIdx.x / 128); }
 
     // 3. The last split of the tile in cs: acquire what every other split released with its
     // arrival (lane 0 read the counter; its fence, then the warp barrier, order every lane's
@@ -192,7 +220,7 @@ struct splitk_epilogue : plain_epilogue<OutT> {
         float4* clear = piece_sums(cs.piece, SLABS * V * 32, lane);
 #pragma unroll
         for (int j = 0; j < SLABS * V; ++j) __stcg(clear + 32 * j, make_float4(0.f, 0.f, 0.f, 0.f));
-        if (lane == 0) arrivals[cs.piece] = 0;
+        if (PER_CONSUMER ? threadIdx.x % 128 == 0 : lane == 0) arrivals[PER_CONSUMER ? cs.piece & ~3 : cs.piece] = 0;
         shape whole = sh;
         whole.splits = 1;                 // the final values: plain_epilogue stores, it does not reduce-add
 #pragma unroll

@@ -5,8 +5,10 @@
 # kernel, kernels/gemm_splitk_epilogue.cuh) instead of 5v7 (memset + TMA reduce-add + conversion
 # kernel). Calls 2 and 3 ran earlier versions: correct (tests, memcheck, racecheck) but 5-17%
 # slower than 5v7; this version announces a tile BEFORE sending the next one, so no fence waits
-# for fresh reductions. The default stays only if this run shows its tests and sanitizers clean
-# AND it faster than 5v7 at every dW shape. ONE H200, within 100 s (LANE_LIMIT, default 97 s):
+# for fresh reductions; 5v9 (new) is the same with ONE arrival per consumer and tile (a named
+# barrier, one release) instead of one per warp. The default (5v8 as committed, or 5v9) stays only
+# if this run shows its tests and sanitizers clean AND it faster than 5v7 at every dW shape.
+# ONE H200, within 100 s (LANE_LIMIT, default 97 s):
 #   1. build tk_gemm (no-op when the call prebuilt it)
 #   2. compute-sanitizer memcheck, then racecheck, of 5v8 and 5v9 on small split-K products (tails,
 #      bf16 and fp32, repeated calls, consumers with 2 tiles: the arrival one tile later)
