@@ -39,19 +39,19 @@ summary() {   # pytest's last line and its FAILED lines into the summary
 }
 
 # 1. smoke (builds the forward extension if the caller did not)
-step 20 smoke.log python3 tests/attention_sanitize_case.py items 0 $OLD
+step 15 smoke.log python3 tests/attention_sanitize_case.py items 0 $OLD
 note "smoke: $(grep -oE '^variant [0-9]+ ok' "$L/smoke.log" | tr '\n' ' '); $(tail -1 "$L/smoke.log")"
 grep -q "^variant 0 ok" "$L/smoke.log" || { note "THE DEFAULT FORWARD FAILED ITS SMOKE RUN: stopping"; pack; exit 1; }
 
 # 2. sanitizers, both at once
-step 30 racecheck.log compute-sanitizer --tool racecheck python3 tests/attention_sanitize_case.py items 0 &
-step 30 memcheck.log compute-sanitizer --tool memcheck python3 tests/attention_sanitize_case.py items 0 &
+step 25 racecheck.log compute-sanitizer --tool racecheck python3 tests/attention_sanitize_case.py items 0 &
+step 25 memcheck.log compute-sanitizer --tool memcheck python3 tests/attention_sanitize_case.py items 0 &
 wait
 note "racecheck (forward default, many items): $(grep -E 'RACECHECK SUMMARY|attention case ran|rc=' "$L/racecheck.log" | tr '\n' ' ')"
 note "memcheck (forward default, many items): $(grep -E 'ERROR SUMMARY|attention case ran|rc=' "$L/memcheck.log" | tr '\n' ' ')"
 
 # 3. tests of the default path
-TK_ATTENTION_HOPPER_VARIANTS="$NEW" TK_ATTENTION_TEST_BACKEND=hopper step 38 tests.log $PYT $XDIST \
+TK_ATTENTION_HOPPER_VARIANTS="$NEW" TK_ATTENTION_TEST_BACKEND=hopper step 35 tests.log $PYT $XDIST \
     tests/test_attention_hopper.py tests/test_attention.py \
     -k "not nvcc and not bindings_parse and not gpu_script and (not test_attention.py or forward_backward_vs_float64 or packed_qkv or opcheck or torch_compile or model_loss or explicit_scale or output_layout)"
 summary "tests (forward default + $NEW; op-level on the Hopper backend)" tests.log
