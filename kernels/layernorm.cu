@@ -259,23 +259,25 @@ __device__ __forceinline__ DropoutMask read_mask(const int64_t* seed, uint32_t t
 // such loads eviction_policy='evict_first', which Triton lowers on sm_90 to
 // ld.global.L1::evict_first.L2::cache_hint with an L2 evict_first policy (createpolicy), so x and r
 // leave L1 and L2 first and the lines h and y were written to stay. (Session 6's ld.global.cs,
-// "streaming", lost 1-3 us; this is a different instruction.)
+// "streaming", lost 1-3 us; this is a different instruction.) The asm is volatile so that the
+// compiler keeps these loads after griddepcontrol.wait (pdl: x and r may be written by the kernel
+// before), as it does for tk::load's.
 template <int LOADS, typename T, int E>
 __device__ __forceinline__ void load_row_chunk(Chunk<T, E>& c, const T* src, uint64_t policy) {
     if constexpr (LOADS == 0) {
         tk::load(c, src);
     } else if constexpr (Chunk<T, E>::words == 4) {
         if constexpr (LOADS == 1)
-            asm("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+            asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                 : "=r"(c.word[0]), "=r"(c.word[1]), "=r"(c.word[2]), "=r"(c.word[3]) : "l"(src));
         else
-            asm("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+            asm volatile("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
                 : "=r"(c.word[0]), "=r"(c.word[1]), "=r"(c.word[2]), "=r"(c.word[3]) : "l"(src), "l"(policy));
     } else {
         if constexpr (LOADS == 1)
-            asm("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(c.word[0]), "=r"(c.word[1]) : "l"(src));
+            asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(c.word[0]), "=r"(c.word[1]) : "l"(src));
         else
-            asm("ld.global.L1::evict_first.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
+            asm volatile("ld.global.L1::evict_first.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
                 : "=r"(c.word[0]), "=r"(c.word[1]) : "l"(src), "l"(policy));
     }
 }
