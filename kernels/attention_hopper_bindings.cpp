@@ -120,9 +120,10 @@ Problem forward_problem(const at::Tensor& q, const at::Tensor& k, const at::Tens
 //     cudaStreamPerThread, which names another stream in each thread), nullptr: the caller zeroes
 //     a counter of the call's own, as every call did until session 7.
 // Why: that zeroing (at::zeros, a fill kernel before every forward) cost ~1.2 us a call on the H200
-// (kernels/NOTES.md, "Session 7: A"). The hole left: a stream destroyed with launches still pending,
-// whose handle a new stream gets, would share their counter (torch's own streams are pooled and
-// never destroyed; a torch.cuda.ExternalStream could be).
+// (kernels/NOTES.md, "Session 7: A"). The holes left: a stream destroyed with launches still
+// pending, whose handle a new stream gets, would share their counter (torch's own streams are pooled
+// and never destroyed; a torch.cuda.ExternalStream could be), and so would two executable graphs
+// instantiated from one capture and launched at once (torch instantiates each capture once).
 constexpr int COUNTERS = 4096;
 struct CounterPool {
     at::Tensor* memory = nullptr;                      // COUNTERS zeroed uint32; never freed (exit order)
@@ -136,7 +137,10 @@ unsigned int* owned_counter(const at::Tensor& q, cudaStream_t stream) {
     CounterPool& pool = pools[q.get_device()];
     if (stream == cudaStreamPerThread) return nullptr;   // one handle, a different stream in each thread
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) return nullptr;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+        (void)cudaGetLastError();                         // not the launch's error: clear it
+        return nullptr;
+    }
     const bool captured = capture != cudaStreamCaptureStatusNone;
     if (pool.memory == nullptr) {
         if (captured) return nullptr;
