@@ -127,7 +127,7 @@ def check_inputs(q, k, v, scale, variant=0, cuda=True):
 def forward(q, k, v, causal=True, scale=None, variant=0):
     """(o, lse): o (B, H, T, D) bf16 (a view of (B, T, H, D) memory), lse (B, H, T) fp32.
 
-    Each call has its own work counter, so calls may run on several streams at once (module docstring)."""
+    No two launches in flight share a work counter, so calls may run on several streams at once (module docstring)."""
     if scale is None and isinstance(q, torch.Tensor) and q.dim() > 0 and q.shape[-1] > 0:
         scale = 1.0 / math.sqrt(q.shape[-1])   # (otherwise check_inputs names what is wrong with q)
     check_inputs(q, k, v, scale, variant)
