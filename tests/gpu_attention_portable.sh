@@ -41,7 +41,7 @@ last_run() { tac "$1" | sed '/^===/q' | tac; }   # the log's last step only
 HARNESS=$!
 
 # 1. GPU tests (the extension loads from the prebuild, or builds here)
-step 28 pytest.log python3 -m pytest -q --maxfail=20 --tb=short -rf -p no:cacheprovider tests/test_attention.py \
+step 32 pytest.log python3 -m pytest -q --maxfail=20 --tb=short -rf -p no:cacheprovider tests/test_attention.py \
     -k "not torch_compile and not opcheck"
 note "pytest tests/test_attention.py (new defaults + variants): $(grep -E 'passed|failed|error|skipped' "$L/pytest.log" | tail -1)"
 grep -E "^FAILED|^ERROR" "$L/pytest.log" | head -12 | cut -c1-220 >> "$S"
