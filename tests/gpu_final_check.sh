@@ -8,7 +8,7 @@
 #           `bash SCRIPT OUT/logs/<name>` with its own limit); the GEMM bench (issue 3: eager,
 #           CUDA-graph and kernel-alone timing against torch.matmul); then the GPU tests of the model,
 #           training, layernorm, lm_head, the switch, attention, the MLP, the GEMM, the linear op and the input
-#           checks (PYTEST_SECONDS, default 150); GEMM_BENCH=0 leaves out the GEMM bench;
+#           checks (PYTEST_FILES to choose, PYTEST_SECONDS, default 150); GEMM_BENCH=0 leaves out the GEMM bench;
 #           SHK=1 first runs config/shakespeare.py with its standard evals, --kernels=torch then tk,
 #           back to back (issue 7's shakespeare comparison; ~200 s more)
 #   GPU 1:  tests/gpu_loss_curves.sh (500 iterations of GPT-2 124M, torch then tk); then the
@@ -59,11 +59,11 @@ lane0() {
     [ "${GEMM_BENCH:-1}" = 1 ] && step 45 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --modes eager,graph,kernel --host --trials 5 \
         --json "$L/gemm_bench.json"
     [ -f "$L/gemm_bench.log" ] && grep -E "x$|graph - kernel" "$L/gemm_bench.log" | tail -12 | tee -a "$S"
-    step ${PYTEST_SECONDS:-150} pytest.log python3 -m pytest -v -n ${PYTEST_WORKERS:-8} -p no:cacheprovider tests/test_model.py tests/test_train.py \
-        tests/test_layernorm.py tests/test_layernorm_model.py tests/test_layernorm_dropout.py tests/test_lm_head.py \
-        tests/test_dispatch.py tests/test_sample.py tests/test_attention.py tests/test_attention_hopper.py \
-        tests/test_attention_hopper_bwd.py tests/test_input_checks.py tests/test_mlp.py tests/test_gemm.py \
-        tests/test_gemm_plan.py tests/test_linear.py
+    local files=${PYTEST_FILES:-"tests/test_model.py tests/test_train.py tests/test_layernorm.py tests/test_layernorm_model.py
+        tests/test_layernorm_dropout.py tests/test_lm_head.py tests/test_dispatch.py tests/test_sample.py tests/test_attention.py
+        tests/test_attention_hopper.py tests/test_attention_hopper_bwd.py tests/test_input_checks.py tests/test_mlp.py
+        tests/test_gemm.py tests/test_gemm_plan.py tests/test_gemm_splitk.py tests/test_linear.py"}
+    step ${PYTEST_SECONDS:-150} pytest.log python3 -m pytest -v -n ${PYTEST_WORKERS:-8} -p no:cacheprovider $files
     local rc=$?   # 124: the step's time ran out, so the counts below miss the tests that never finished
     note "pytest: $(grep -cE ' PASSED' "$L/pytest.log") passed, $(grep -cE ' FAILED' "$L/pytest.log") failed" \
          "of $(grep -oE '[0-9]+ items' "$L/pytest.log" | head -1), status $rc$([ $rc = 124 ] && echo ' (TIMED OUT)');" \
