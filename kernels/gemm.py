@@ -26,13 +26,14 @@ C = A·B only (no bias, no GELU) with an epilogue compiled for exactly that
 (kernels/gemm_plain_epilogue.cuh): the same pipelines as step 4 v0 / v5 / v0 and step 5 v1 / v0,
 bit-identical results, far fewer epilogue instructions per tile (step 4 v8 also overlaps a
 tile's stores with the next tile's first k-steps). matmul(step=0) without bias/GELU runs 4v8,
-or 5v8 (below; 5v7 in session 6) for products with few output tiles (auto_step(plain=True));
-with bias/GELU, the rule above.
+or 5v7 for products with few output tiles (auto_step(plain=True)); with bias/GELU, the rule above.
 Variants 8 and 9 of step 5 (session 7; kernels/gemm_splitk_epilogue.cuh) are 5v7 with the
-split-K finished in the kernel (9: one arrival per consumer instead of per warp): the last split of a tile sums the others' partials from a
-workspace the kernel keeps zeroed and stores the tile in the output dtype, so a weight gradient
-is one kernel (no memset of an fp32 buffer, no conversion kernel); see splitk_workspace for the
-workspace's lifetime (one per device and shape; not two same-shape products on two streams at once).
+split-K finished in the kernel (9: one arrival per consumer instead of per warp): the last split
+of a tile sums the others' partials from a workspace the kernel keeps zeroed and stores the tile
+in the output dtype, so a weight gradient is one kernel (no memset of an fp32 buffer, no
+conversion kernel); see splitk_workspace for the workspace's lifetime (one per device and shape;
+not two same-shape products on two streams at once). Correct and sanitizer-clean on the H200, but
+1-5% slower than 5v7 with its memset and conversion (session 7, call 4): opt-in, not the default.
 
 Two environment variables, for experiments with the 2-CTA cluster variants (step 4 v5, step 5
 v3/v4; read at each launch by launch_pairs in kernels/gemm_4_warp_specialized.cuh):
@@ -83,14 +84,15 @@ def auto_step(M, N, K, plain=False, num_sms=132):
     plain=True (no bias, no GELU: the plain epilogue, kernels/gemm_plain_epilogue.cuh; session 6,
     call 2): step 4 v8 (cooperative 128x256, stores deferred into the next tile's k-steps:
     1.02-1.11x cuBLAS at 8192³ and every GPT-2 forward shape) unless the product has too few
-    128x256 tiles to fill the SMs twice (the weight gradients: split-K), where the ping-pong on
-    128x128 tiles wins: step 5 v8 since session 7 (the split-K finished in the kernel,
-    kernels/gemm_splitk_epilogue.cuh; before: v7, 0.91-1.05x with a memset and a conversion kernel).
+    128x256 tiles to fill the SMs twice (the weight gradients: split-K), where step 5 v7 (ping-pong
+    128x128, plain epilogue) wins (0.91-1.05x, CUDA-graph timing, with split-K's memset and
+    conversion kernel). Step 5 v8/v9 (the split-K finished in the kernel, session 7) ran 1-17%
+    slower than v7 WITH them in three H200 runs (three versions): opt-in (kernels/NOTES.md).
     plain=False (a fused bias/GELU; kernels/NOTES.md, session 3, call 2): step 5's ping-pong on
     64x256 consumer tiles when a tile's K loop is short (K <= 1024: its epilogue overlap pays,
     0.78-0.80x cuBLAS against step 4's 0.70-0.75x), step 4 otherwise."""
     if plain:
-        return (4, 8) if -(-M // TILE_M) * -(-N // TILE_N) >= 2 * num_sms else (5, 8)
+        return (4, 8) if -(-M // TILE_M) * -(-N // TILE_N) >= 2 * num_sms else (5, 7)
     return (5, 1) if K <= 1024 else (4, 0)
 
 
