@@ -71,7 +71,8 @@ using config5 = gemm5::config<1, 5, 1>;   // 64x256, 5 stages, ONE staging box p
 // (the last split of a tile stores it, bf16 or fp32; no memset, no conversion kernel), given a
 // workspace that the caller zeroes once and the kernel keeps zeroed; 8 arrives per consumer warp,
 // 9 once per consumer (a named barrier, one release). (Calls 2-3 of session 7 timed a 9 that was
-// config1's 64x256 tile with 8's protocol: no better than 8.)
+// config1's 64x256 tile with 8's protocol: no better than 8.) Both are correct and 1-5% slower
+// than variant 7 WITH its memset and conversion kernels (session 7, call 4): opt-in.
 
 template <typename Cfg, major MA, major MB, typename OutT, bool PLAIN>
 const char* launch(const gemm::args& g) {
