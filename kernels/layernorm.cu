@@ -64,9 +64,9 @@
 // default plan since session 6's call 3); its memory hints that lost (rows ahead in L2 inside the
 // loops, evict-first loads, fewer forward blocks an SM) are in kernels/NOTES.md ("Session 6: L").
 // Session 7 measured and removed smaller forward blocks (1, 2, 4 warps, like torch.compile's
-// one-warp rows), an evenly split backward grid and a column sum in one L2 round trip: none was
-// faster (kernels/NOTES.md, "Session 7: L"); its forward load forms (fwd_ld_plain, fwd_ld_hint:
-// LOADS below) are opt-in until measured.
+// one-warp rows), an evenly split backward grid, a column sum in one L2 round trip, and other
+// forms of the forward's loads (plain ld.global: the same; Triton's evict-first hints: slower):
+// none was faster (kernels/NOTES.md, "Session 7: L").
 //
 // DROPOUT of the branch (session 4): training drops elements of each residual branch (attention
 // and MLP outputs) before adding them to the stream. Done by kernels of its own, dropout costs a
@@ -253,58 +253,21 @@ __device__ __forceinline__ DropoutMask read_mask(const int64_t* seed, uint32_t t
     return {uint64_t(*seed), threshold, scale};
 }
 
-// ---- how the forward loads x and r (session 7: flags fwd_ld_plain, fwd_ld_hint) ------------------
-// LOADS 0: tk::load, the read-only path (ld.global.nc), no hint: the default. 1: a plain
-// ld.global. 2: what torch.compile's Triton forward issues for a read-once row: inductor marks
-// such loads eviction_policy='evict_first', which Triton lowers on sm_90 to
-// ld.global.L1::evict_first.L2::cache_hint with an L2 evict_first policy (createpolicy), so x and r
-// leave L1 and L2 first and the lines h and y were written to stay. (Session 6's ld.global.cs,
-// "streaming", lost 1-3 us; this is a different instruction.) The asm is volatile so that the
-// compiler keeps these loads after griddepcontrol.wait (pdl: x and r may be written by the kernel
-// before), as it does for tk::load's.
-template <int LOADS, typename T, int E>
-__device__ __forceinline__ void load_row_chunk(Chunk<T, E>& c, const T* src, uint64_t policy) {
-    if constexpr (LOADS == 0) {
-        tk::load(c, src);
-    } else if constexpr (Chunk<T, E>::words == 4) {
-        if constexpr (LOADS == 1)
-            asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                : "=r"(c.word[0]), "=r"(c.word[1]), "=r"(c.word[2]), "=r"(c.word[3]) : "l"(src));
-        else
-            asm volatile("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                : "=r"(c.word[0]), "=r"(c.word[1]), "=r"(c.word[2]), "=r"(c.word[3]) : "l"(src), "l"(policy));
-    } else {
-        if constexpr (LOADS == 1)
-            asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(c.word[0]), "=r"(c.word[1]) : "l"(src));
-        else
-            asm volatile("ld.global.L1::evict_first.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
-                : "=r"(c.word[0]), "=r"(c.word[1]) : "l"(src), "l"(policy));
-    }
-}
-
-// The L2 policy LOADS 2 attaches to its loads: evict first, for all of them (fraction 1.0).
-template <int LOADS> __device__ __forceinline__ uint64_t row_load_policy() {
-    uint64_t policy = 0;
-    if constexpr (LOADS == 2) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-    return policy;
-}
-
 // ---- forward: one read of x and r, one write of h and y ----------------------------------------
 // Occupancy asked of ptxas: up to 3 chunks (48 bytes of h) a thread, four blocks (32 warps) an
 // SM; more, no minimum.
-template <typename TH, typename TR, int E, int CHUNKS, int LOADS = 0> struct ForwardRow {
+template <typename TH, typename TR, int E, int CHUNKS> struct ForwardRow {
     Chunk<TH, E> x[CHUNKS];
     Chunk<TR, E> r[CHUNKS];
     // Issue every load of the row at `base` (zeros when !live): in flight until first used.
-    __device__ __forceinline__ void issue(const TH* xp, const TR* rp, int64_t base, bool live, const RowGroup& g,
-                                          uint64_t policy = 0) {
+    __device__ __forceinline__ void issue(const TH* xp, const TR* rp, int64_t base, bool live, const RowGroup& g) {
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i) {
             x[i].zero();
             r[i].zero();
             if (live && g.has(i)) {
-                load_row_chunk<LOADS>(x[i], xp + base + g.col(i, E), policy);
-                if (rp != nullptr) load_row_chunk<LOADS>(r[i], rp + base + g.col(i, E), policy);
+                tk::load(x[i], xp + base + g.col(i, E));
+                if (rp != nullptr) tk::load(r[i], rp + base + g.col(i, E));
             }
         }
     }
@@ -314,8 +277,7 @@ template <typename TH, typename TR, int E, int CHUNKS, int LOADS = 0> struct For
 // soon as it starts (griddepcontrol.launch_dependents), not when it ends, so the backward's blocks
 // take the SMs the forward's last blocks leave and can start asking L2 for their rows
 // (bwd_l2_first) while the forward finishes. They still wait for all of it (wait_for_previous_grid).
-// LOADS: how x and r are loaded (load_row_chunk above; instances without dropout only).
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, bool EARLY_PDL = false, int LOADS = 0>
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, bool EARLY_PDL = false>
 __global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 4 : 1)
 forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* __restrict__ w,
                const void* __restrict__ b, bool params_bf16, TY* __restrict__ y, TH* __restrict__ h,
@@ -328,7 +290,6 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
     const int64_t stride = int64_t(gridDim.x) * g.rows_per_step;
     wait_for_previous_grid();   // pdl: x and r (and the seed) are written by kernels before this one
     if constexpr (EARLY_PDL) allow_next_grid();
-    const uint64_t policy = row_load_policy<LOADS>();
     DropoutMask mask{};
     if constexpr (DROP) mask = read_mask(seed, threshold, scale);
     // Persistent loop (or one trip, when the grid has a block per row step). Its trip count
@@ -341,8 +302,8 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
         const int64_t base = row * cols;
 
         // 1. The one read: every load is issued before any is used, so they are all in flight.
-        ForwardRow<TH, TR, E, CHUNKS, LOADS> in;
-        in.issue(x, r, base, live, g, policy);
+        ForwardRow<TH, TR, E, CHUNKS> in;
+        in.issue(x, r, base, live, g);
         float v[CHUNKS][E];   // h = x + r in fp32, rounded to TH: exactly the h we store and the
         float s = 0.0f;       // backward reads, so forward and backward see the same input. A bf16
                               // r widens exactly, so for fp32 h this is torch's promoted x + r.
@@ -634,9 +595,6 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //   bwd_l2_first2    the same for its first two row steps (FIRST_STEPS 2; wins over bwd_l2_first)
 //                    (the three: session 6, instances without dropout only, so with dropout the
 //                    plain kernels run; fwd_early_pdl and bwd_l2_first2 are in the default plan)
-//   fwd_ld_plain     (session 7) the forward loads x and r with a plain ld.global (LOADS 1)
-//   fwd_ld_hint      (session 7) ... as torch.compile's Triton forward does: L1 and L2 evict-first
-//                    hints (LOADS 2; wins over fwd_ld_plain). Instances without dropout only.
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -647,9 +605,7 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"pdl", &Variant::pdl},
                           {"fwd_early_pdl", &Variant::fwd_early_pdl},
                           {"bwd_l2_first", &Variant::bwd_l2_first},
-                          {"bwd_l2_first2", &Variant::bwd_l2_first2},
-                          {"fwd_ld_plain", &Variant::fwd_ld_plain},
-                          {"fwd_ld_hint", &Variant::fwd_ld_hint}};
+                          {"bwd_l2_first2", &Variant::bwd_l2_first2}};
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
 // Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan. Session 6's
@@ -759,17 +715,9 @@ float keep_scale_of(const Dropout& d) { return float(1.0 / (1.0 - d.p)); }
 
 // The forward and backward instances the plan asks for: f.template operator()<kernel>(). Session
 // 6's flags have instances without dropout only; with dropout the plain instances run.
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, int LOADS, typename F> auto with_forward_early(F&& f) {
-    if (current_variant().fwd_early_pdl) return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP, true, LOADS>>();
-    return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP, false, LOADS>>();
-}
-
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, typename F> auto with_forward_kernel(F&& f) {
     if constexpr (!DROP) {
-        const Variant& v = current_variant();
-        if (v.fwd_ld_hint) return with_forward_early<TH, TR, TY, CHUNKS, DROP, 2>(f);
-        if (v.fwd_ld_plain) return with_forward_early<TH, TR, TY, CHUNKS, DROP, 1>(f);
-        return with_forward_early<TH, TR, TY, CHUNKS, DROP, 0>(f);
+        if (current_variant().fwd_early_pdl) return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP, true>>();
     }
     return f.template operator()<forward_kernel<TH, TR, TY, CHUNKS, DROP>>();
 }

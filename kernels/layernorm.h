@@ -82,8 +82,6 @@ struct Variant {
     bool fwd_early_pdl = false;   // "fwd_early_pdl" (session 6: opt-in, kernels without dropout)
     bool bwd_l2_first = false;    // "bwd_l2_first"
     bool bwd_l2_first2 = false;   // "bwd_l2_first2"
-    bool fwd_ld_plain = false;    // "fwd_ld_plain" (session 7: opt-in) the forward's x, r by plain ld.global
-    bool fwd_ld_hint = false;     // "fwd_ld_hint" (session 7: opt-in) ... with evict-first hints, as Triton
 };
 
 // Set the plan from a comma-separated list of flag names ("none" or "": no flag; "default": the

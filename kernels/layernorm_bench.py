@@ -386,12 +386,11 @@ def print_s5_rows(rows, header=True):
 # or of its neighbour's load over the run falls on all of them alike. The figure is the median of
 # all rounds' replays; the spread is the range of the per-round medians.
 INTERLEAVED_ROWS = [16384, 32768, 65536]
-# Session 7: the default (since session 6's call 3: fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first2,
-# bwd_reverse) against its forward's load forms: plain ld.global, and Triton's evict-first hints
-# (fwd_ld_plain, fwd_ld_hint). Every plan here is in tests/test_layernorm_variants.py's VARIANTS.
-# (Session 7's calls 2 and 3 timed smaller forward blocks, bwd_even, faster column sums and
-# bwd_l2_first here: none won; NOTES, "Session 7: L".)
-INTERLEAVED_PLANS = ["default", "default,fwd_ld_plain", "default,fwd_ld_hint"]
+# the default (since session 6's call 3: session 5's fwd_full,bwd_tree,pdl + fwd_early_pdl,
+# bwd_l2_first2, bwd_reverse) against session 5's default, that with bwd_reverse only, and with
+# bwd_l2_first (one row step asked of L2 before the wait: the backward alone costs less than with two)
+INTERLEAVED_PLANS = ["default", "fwd_full,bwd_tree,pdl", "fwd_full,bwd_tree,pdl,bwd_reverse",
+                     "fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first,bwd_reverse"]
 
 
 def interleaved_rows(args, ln, l2_bytes, plans, rows_list, cols=768):

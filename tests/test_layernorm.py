@@ -679,10 +679,9 @@ def test_cpu_checks_take_the_new_combinations():
 
 NVCC = shutil.which("nvcc") or next((p for p in ("/usr/local/bin/nvcc", "/usr/local/cuda/bin/nvcc") if os.path.exists(p)), None)
 # 5 dtype combinations x 4 chunk counts x (the forward with dropout, without it, and without it with
-# an early pdl trigger: 3, and session 7's two load forms without dropout, with and without the early
-# trigger: 4; the backward with dropout, without it, and without it asking L2 for its first 1 or 2
-# row steps: 4), and the column sum
-EXPECTED_KERNELS = 5 * 4 * (3 + 4 + 4) + 1
+# an early pdl trigger: 3; the backward with dropout, without it, and without it asking L2 for its
+# first 1 or 2 row steps: 4), and the column sum
+EXPECTED_KERNELS = 5 * 4 * (3 + 4) + 1
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")

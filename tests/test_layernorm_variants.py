@@ -25,12 +25,9 @@ BF16, F32 = base.BF16, base.F32
 # each flag alone; session 6's flags on the default plan (the candidates: each instance), with the
 # reversed backward (the first row steps are the last rows) and on the persistent forward grid; all.
 SEAM = ["fwd_early_pdl", "bwd_l2_first", "bwd_l2_first2"]
-# session 7's forward load forms: alone (their instances without the early trigger) and on the default.
-LOADS = ["fwd_ld_plain", "fwd_ld_hint"]
 VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", *SEAM, "default,fwd_early_pdl,bwd_l2_first",
             "default,fwd_early_pdl,bwd_l2_first2,bwd_reverse", "bwd_tree,pdl,fwd_early_pdl,bwd_l2_first",
-            *LOADS, "default,fwd_ld_plain", "default,fwd_ld_hint",
-            "fwd_full,bwd_reverse,bwd_tree,pdl," + ",".join(SEAM + LOADS)]
+            "fwd_full,bwd_reverse,bwd_tree,pdl," + ",".join(SEAM)]
 # (rows, cols): 1 and 7 rows (fewer rows than a block takes), a tail of a few rows past a
 # block step, widths with 1 to 4 chunks a thread and 1 to 8 warps a row (1600: idle lanes),
 # and more rows than one wave of blocks.
@@ -107,8 +104,7 @@ def launched(fn):
 def test_the_variant_is_what_launches(ln):
     """Every plan launches the same three kernels (the flags change the grid, the block sum, the row
     order and the launch, not the instance), except session 6's flags, which pick the instance of
-    the last template argument (the forward's EARLY_PDL, the backward's FIRST_STEPS), and session
-    7's load forms (the forward's LOADS): bf16 C=768 is one warp a row, 3 chunks a thread, no
+    the last template argument (the forward's EARLY_PDL, the backward's FIRST_STEPS): bf16 C=768 is one warp a row, 3 chunks a thread, no
     dropout; the flags in force are reported, in the FLAGS table's order. The instances are read
     from the kernels' names, template argument by template argument (session 4's DROP bool broke a
     regex that wanted the CHUNKS digit last)."""
@@ -123,10 +119,8 @@ def test_the_variant_is_what_launches(ln):
                 for n in names for args in re.findall(r"\b" + kernel + r"<([^<>]*)>", n)}
 
     bf16 = "__nv_bfloat16"
-    def fwd_instance(early, loads):   # <TH, TR, TY, CHUNKS, DROP, EARLY_PDL, LOADS>
-        return {(bf16, bf16, bf16, "3", "false", early, loads)}
-    fwd_plain, fwd_early = fwd_instance("false", "0"), fwd_instance("true", "0")
-    bwd_plain, bwd_first, bwd_first2 = ({(bf16, bf16, bf16, "3", "false", n)} for n in "012")  # <..., DROP, FIRST_STEPS>
+    fwd_plain, fwd_early = ({(bf16, bf16, bf16, "3", "false", e)} for e in ("false", "true"))   # <TH, TR, TY,
+    bwd_plain, bwd_first, bwd_first2 = ({(bf16, bf16, bf16, "3", "false", n)} for n in "012")  # CHUNKS, DROP, *>
 
     try:
         assert ln.set_variant("none") == "none" and ln.variant() == "none" and ln.set_variant("") == "none"
@@ -139,15 +133,8 @@ def test_the_variant_is_what_launches(ln):
                                         "fwd_full,bwd_tree,pdl,bwd_l2_first,bwd_l2_first2", fwd_plain, bwd_first2),
                                        ("fwd_full,pdl,bwd_l2_first,fwd_early_pdl", "fwd_full,pdl,fwd_early_pdl,bwd_l2_first",
                                         fwd_early, bwd_first),
-                                       ("fwd_ld_hint,pdl", "pdl,fwd_ld_hint", fwd_instance("false", "2"), bwd_plain),
-                                       ("fwd_ld_plain,fwd_early_pdl", "fwd_early_pdl,fwd_ld_plain", fwd_instance("true", "1"),
-                                        bwd_plain),
-                                       ("fwd_ld_plain,fwd_ld_hint", "fwd_ld_plain,fwd_ld_hint", fwd_instance("false", "2"),
-                                        bwd_plain),
                                        ("default", ",".join(f for f in ln.VARIANT_FLAGS if f in default_plan_flags()),
-                                        fwd_instance("true" if "fwd_early_pdl" in default_plan_flags() else "false",
-                                                     "2" if "fwd_ld_hint" in default_plan_flags() else
-                                                     "1" if "fwd_ld_plain" in default_plan_flags() else "0"),
+                                        fwd_early if "fwd_early_pdl" in default_plan_flags() else fwd_plain,
                                         bwd_first2 if "bwd_l2_first2" in default_plan_flags()
                                         else bwd_first if "bwd_l2_first" in default_plan_flags() else bwd_plain)):
             assert ln.set_variant(spec) == active == ln.variant()
@@ -161,9 +148,8 @@ def test_the_variant_is_what_launches(ln):
 
 @needs_cuda
 def test_session6_flags_leave_the_dropout_kernels_alone(ln):
-    """fwd_early_pdl, bwd_l2_first(2) and fwd_ld_plain/fwd_ld_hint have no dropout instances
-    (layernorm.cu, with_forward_kernel): with dropout on, the plain DROP instances run and give the
-    default plan's outputs, bitwise."""
+    """fwd_early_pdl and bwd_l2_first(2) have no dropout instances (layernorm.cu, with_forward_kernel):
+    with dropout on, the plain DROP instances run and give the default plan's outputs, bitwise."""
     ext = ln._ext.module
     x, r, w, b, dy, dh = base.make(1031, 768, base.KERNEL_COMBOS["bf16"], 5, param_dtype=BF16)
     seed = torch.tensor([1234], dtype=torch.int64, device="cuda")
@@ -175,23 +161,22 @@ def test_session6_flags_leave_the_dropout_kernels_alone(ln):
     try:
         ln.set_variant("default")
         expected = step()
-        ln.set_variant("default," + ",".join(SEAM + LOADS))
+        ln.set_variant("default," + ",".join(SEAM))
         got = step()
         assert len(got) == len(expected) == 8   # y, h, mean, rstd, dh_out, dw, db, dr
         for i, (a, c) in enumerate(zip(got, expected)):
             assert torch.equal(a, c), i
         names = launched(step)
-        for kernel, rest in (("forward_kernel", ("true", "false", "0")), ("backward_kernel", ("true", "0"))):
-            args = [tuple(a.strip() for a in found.split(",")) for n in names     # DROP, then no flag's instance
+        for kernel, last_two in (("forward_kernel", ("true", "false")), ("backward_kernel", ("true", "0"))):   # DROP,
+            args = [tuple(a.strip() for a in found.split(",")) for n in names                              # no flag
                     for found in re.findall(r"\b" + kernel + r"<([^<>]*)>", n)]
-            assert len(args) == 1 and args[0][4:] == rest, (kernel, names)
+            assert len(args) == 1 and args[0][-2:] == last_two, (kernel, names)
     finally:
         ln.set_variant("default")
 
 
 @needs_cuda
-@pytest.mark.parametrize("plan", ["pdl", "pdl,fwd_early_pdl", "pdl,fwd_early_pdl,bwd_l2_first2", "default",
-                                  "default,fwd_ld_hint"])
+@pytest.mark.parametrize("plan", ["pdl", "pdl,fwd_early_pdl", "pdl,fwd_early_pdl,bwd_l2_first2", "default"])
 def test_pdl_launches_inside_a_cuda_graph(ln, plan):
     """bench.py and train.py's cuda_graphs replay forward and backward from a graph: with pdl each
     kernel is captured as a programmatic dependent of the one before (forward -> backward ->
@@ -292,7 +277,6 @@ def test_cpu_flag_lists_agree():
         assert spec == "none" or set(spec.split(",")) <= set(cu_flags) | {"default"}, spec
     assert default_plan_flags() <= set(cu_flags)
     assert layernorm_bench.INTERLEAVED_PLANS[0] == "default"   # the plan every candidate is read against
-    assert set(layernorm_bench.INTERLEAVED_PLANS[1:]) <= set(VARIANTS)   # each timed plan has its float64 tests
     assert all(v.startswith("fwd") for v in layernorm_bench.FWD_VARIANTS[1:])
     assert all(not v.startswith("fwd") for v in layernorm_bench.BWD_VARIANTS)
 
