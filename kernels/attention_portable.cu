@@ -141,23 +141,10 @@ __device__ __forceinline__ bf16* head_ptr_mut(const AttentionTensor& t, int b, i
 // so a block owns BLOCK_M = 16 * ROW_TILES * FWD_WARPS rows. Shared: the Q tile and 2 stages of
 // (K, V) tiles of BLOCK_N rows. With ROW_TILES = 2 every K/V fragment read from shared memory
 // feeds two mma instead of one, halving shared-memory traffic per flop (at the cost of registers).
-//
-// OPT: options of the opt-in variants (session 7), a sum of these bits:
-// FWD_SKIP_DEAD: on the diagonal (causal) tiles, a warp skips the 16-key chunks that lie entirely
-//   after the last row of one of its 16-row tiles: their scores would all be masked, so their mma,
-//   their K/V fragment loads and their exponentials are wasted work (~4% of the math at T = 1024
-//   with 128-row blocks and 64-key tiles, ~10% with 128-key tiles).
-// FWD_Q_FROM_SMEM: Q's fragments are read from shared memory at every K/V tile instead of being
-//   kept in registers (32 registers freed: what lets a warp hold 2 x 16 rows x 128 keys of S).
-// FWD_O_VIA_SMEM: O goes out through shared memory (the dead Q tile) in 16-byte row pieces,
-//   instead of 4-byte stores that write each 32-byte sector in two halves.
-constexpr int FWD_SKIP_DEAD = 1, FWD_Q_FROM_SMEM = 2, FWD_O_VIA_SMEM = 4;
-
-template <int D, int FWD_WARPS, int ROW_TILES, int BLOCK_N, bool CAUSAL, int OPT = 0>
+template <int D, int FWD_WARPS, int ROW_TILES, int BLOCK_N, bool CAUSAL>
 __global__ void __launch_bounds__(FWD_WARPS * 32)
 attention_forward_kernel(const AttentionForwardParams p) {
     constexpr int RT = ROW_TILES, WARP_ROWS = 16 * RT, BLOCK_M = WARP_ROWS * FWD_WARPS, NT = FWD_WARPS * 32;
-    constexpr bool SKIP_DEAD = CAUSAL && (OPT & FWD_SKIP_DEAD), Q_FROM_SMEM = OPT & FWD_Q_FROM_SMEM;
     extern __shared__ __align__(128) unsigned char smem[];
     bf16* q_tile = reinterpret_cast<bf16*>(smem);
     bf16* k_tiles = q_tile + BLOCK_M * D;       // [2][BLOCK_N * D]
@@ -186,7 +173,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
     // Per row tile mt of this warp (rows warp_row0 + 16 mt ..): its Q as A fragments, its output
     // accumulator, and the softmax state of the two rows this lane holds (g and g + 8).
     const float c = p.shape.scale * LOG2E;       // scores -> log2 units
-    uint32_t q_frag[RT][D / 16][4];             // unused with Q_FROM_SMEM
+    uint32_t q_frag[RT][D / 16][4];
     float o[RT][D / 8][4] = {};
     float row_max[RT][2], row_sum[RT][2];        // raw-score maximum; this lane's part of l
     #pragma unroll
@@ -207,22 +194,15 @@ attention_forward_kernel(const AttentionForwardParams p) {
             cp_async_wait<0>();
         }
         __syncthreads();
-        if constexpr (!Q_FROM_SMEM) {
-            if (j == 0) {
+        if (j == 0) {
+            #pragma unroll
+            for (int mt = 0; mt < RT; ++mt)
                 #pragma unroll
-                for (int mt = 0; mt < RT; ++mt)
-                    #pragma unroll
-                    for (int kk = 0; kk < D / 16; ++kk)
-                        load_a<D>(q_frag[mt][kk], q_tile, WARP_ROWS * warp + 16 * mt, 16 * kk);
-            }
+                for (int kk = 0; kk < D / 16; ++kk)
+                    load_a<D>(q_frag[mt][kk], q_tile, WARP_ROWS * warp + 16 * mt, 16 * kk);
         }
         const bf16* k_tile = k_tiles + (j % 2) * BLOCK_N * D;
         const bf16* v_tile = v_tiles + (j % 2) * BLOCK_N * D;
-        // SKIP_DEAD: chunk c (keys n0 + 16c ..) is live for row tile mt unless all its keys come
-        // after the tile's last row. Warp-uniform; always true off the diagonal.
-        auto live = [&](int mt, int chunk) {
-            return !SKIP_DEAD || n0 + 16 * chunk <= warp_row0 + 16 * mt + 15;
-        };
 
         // A warp whose rows all lie before this tile (causal) has nothing to add.
         if (!CAUSAL || n0 <= warp_row0 + WARP_ROWS - 1) {
@@ -230,22 +210,14 @@ attention_forward_kernel(const AttentionForwardParams p) {
             float s[RT][BLOCK_N / 8][4] = {};
             #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) {
-                uint32_t qa[RT][4];
-                if constexpr (Q_FROM_SMEM) {
-                    #pragma unroll
-                    for (int mt = 0; mt < RT; ++mt) load_a<D>(qa[mt], q_tile, WARP_ROWS * warp + 16 * mt, 16 * kk);
-                }
                 #pragma unroll
                 for (int nb = 0; nb < BLOCK_N / 16; ++nb) {
-                    if (!live(RT - 1, nb)) continue;   // the last row tile sees the most keys
                     uint32_t kb[4];
                     load_b_from_rows<D>(kb, k_tile, 16 * nb, 16 * kk);
                     #pragma unroll
                     for (int mt = 0; mt < RT; ++mt) {
-                        if (!live(mt, nb)) continue;
-                        const uint32_t* a = Q_FROM_SMEM ? qa[mt] : q_frag[mt][kk];
-                        mma_bf16_16816(s[mt][2 * nb], a, kb[0], kb[1]);
-                        mma_bf16_16816(s[mt][2 * nb + 1], a, kb[2], kb[3]);
+                        mma_bf16_16816(s[mt][2 * nb], q_frag[mt][kk], kb[0], kb[1]);
+                        mma_bf16_16816(s[mt][2 * nb + 1], q_frag[mt][kk], kb[2], kb[3]);
                     }
                 }
             }
@@ -281,18 +253,12 @@ attention_forward_kernel(const AttentionForwardParams p) {
                     row_sum[mt][r] *= scale_old[r];
                 }
                 #pragma unroll
-                for (int nb = 0; nb < BLOCK_N / 8; ++nb) {
-                    if (!live(mt, nb / 2)) {   // masked to -inf: P is 0 without an exponential
-                        #pragma unroll
-                        for (int i = 0; i < 4; ++i) s[mt][nb][i] = 0.f;
-                        continue;
-                    }
+                for (int nb = 0; nb < BLOCK_N / 8; ++nb)
                     #pragma unroll
                     for (int i = 0; i < 4; ++i) {
                         s[mt][nb][i] = exp2_approx(s[mt][nb][i] * c - max_c[i / 2]);  // now P (unnormalized)
                         row_sum[mt][i / 2] += s[mt][nb][i];
                     }
-                }
                 #pragma unroll
                 for (int db = 0; db < D / 8; ++db)
                     #pragma unroll
@@ -301,7 +267,6 @@ attention_forward_kernel(const AttentionForwardParams p) {
             // O += P V: P straight from registers, V fragments from shared memory.
             #pragma unroll
             for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-                if (!live(RT - 1, kk)) continue;   // P is 0 on these keys for every row tile
                 uint32_t pa[RT][4];
                 #pragma unroll
                 for (int mt = 0; mt < RT; ++mt) acc_to_a(pa[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
@@ -311,7 +276,6 @@ attention_forward_kernel(const AttentionForwardParams p) {
                     load_b_from_cols<D>(vb, v_tile, 16 * db, 16 * kk);
                     #pragma unroll
                     for (int mt = 0; mt < RT; ++mt) {
-                        if (!live(mt, kk)) continue;
                         mma_bf16_16816(o[mt][2 * db], pa[mt], vb[0], vb[1]);
                         mma_bf16_16816(o[mt][2 * db + 1], pa[mt], vb[2], vb[3]);
                     }
@@ -331,35 +295,15 @@ attention_forward_kernel(const AttentionForwardParams p) {
             const float l = quad_sum(row_sum[mt][r]);
             const float inv = l > 0.f ? 1.f / l : 0.f;
             const int row = warp_row0 + 16 * mt + g + 8 * r;
-            if constexpr (OPT & FWD_O_VIA_SMEM) {
-                // Into the Q tile (free: the loop ended on a barrier), same swizzle as the loads.
-                const int tile_row = row - m0;
-                #pragma unroll
-                for (int db = 0; db < D / 8; ++db)
-                    *reinterpret_cast<uint32_t*>(q_tile + swizzled<D>(tile_row, 8 * db + 2 * t)) =
-                        pack_bf16x2(o[mt][db][2 * r] * inv, o[mt][db][2 * r + 1] * inv);
-            }
             if (row < T) {
-                if constexpr (!(OPT & FWD_O_VIA_SMEM)) {
-                    #pragma unroll
-                    for (int db = 0; db < D / 8; ++db) {
-                        uint32_t packed = pack_bf16x2(o[mt][db][2 * r] * inv, o[mt][db][2 * r + 1] * inv);
-                        *reinterpret_cast<uint32_t*>(out + (int64_t)row * p.o.stride_seq + 8 * db + 2 * t) = packed;
-                    }
+                #pragma unroll
+                for (int db = 0; db < D / 8; ++db) {
+                    uint32_t packed = pack_bf16x2(o[mt][db][2 * r] * inv, o[mt][db][2 * r + 1] * inv);
+                    *reinterpret_cast<uint32_t*>(out + (int64_t)row * p.o.stride_seq + 8 * db + 2 * t) = packed;
                 }
                 if (t == 0) lse[row] = l > 0.f ? row_max[mt][r] * p.shape.scale + logf(l) : -INFINITY;
             }
         }
-    if constexpr (OPT & FWD_O_VIA_SMEM) {
-        __syncthreads();
-        constexpr int CHUNKS = D / 8;   // 16-byte pieces per row
-        for (int i = threadIdx.x; i < BLOCK_M * CHUNKS; i += NT) {
-            const int r = i / CHUNKS, c8 = i % CHUNKS;
-            if (m0 + r < T)
-                *reinterpret_cast<uint4*>(out + (int64_t)(m0 + r) * p.o.stride_seq + 8 * c8) =
-                    *reinterpret_cast<const uint4*>(q_tile + swizzled<D>(r, 8 * c8));
-        }
-    }
 }
 
 // ============================== backward ================================================
@@ -384,9 +328,10 @@ attention_backward_rowsum_kernel(const AttentionBackwardParams p) {
     if (lane == 0) p.d_rowsum[row] = sum;
 }
 
-// Kernel 1 of the opt-in variants 3 and 4 (session 7): the same row sums, and dq_accum zeroed in
-// the same pass (in place of a separate memset). D / 8 threads per row, 16-byte loads of O and
-// dO, 16-byte stores of zeros; the row's partial sums meet by shuffles within those lanes.
+// Kernel 1 of variant 3 (the default since session 7): the same row sums, and dq_accum zeroed in
+// the same pass, in place of a separate memset. D / 8 threads per row, 16-byte loads of O and dO,
+// 16-byte stores of zeros; the row's partial sums meet by shuffles within those lanes. At the
+// GPT-2 shape: 26 us, where the memset and the one-warp-per-row kernel took 12 + 41 us.
 template <int D>
 __global__ void __launch_bounds__(256)
 attention_backward_prep_kernel(const AttentionBackwardParams p) {
@@ -421,35 +366,21 @@ attention_backward_prep_kernel(const AttentionBackwardParams p) {
 // Kernel 2: dK, dV for the KEYS = 16 * BWD_WARPS rows of K/V of a block, and this block's
 // share of dQ. Each warp owns 16 keys; the block walks over query tiles of TILE rows.
 // Grid: (B * H, K/V tiles). Shared: K, V tiles; 2 x (Q, dO) tiles with their LSE and D; dS.
-//
-// OPT: options of the opt-in variants (session 7), a sum of these bits:
-// BWD_KV_IN_REGS: the warp's K and V fragments (the A operands of S^T = K Q^T and dP^T = V dO^T)
-//   are read from shared memory once, not at every query tile: ~8% of the kernel's shared-memory
-//   reads, which session 2 found to be its limit.
-// BWD_SKIP_DEAD: on the diagonal (causal) tiles, a warp skips the 16-query chunks that lie
-//   entirely before its first key (S, dP, dV, dK there are all zero: their mma and fragment
-//   loads are wasted), and the dQ product skips the 16-key chunks after its rows' last query.
-// BWD_ONE_BARRIER: one block-wide barrier per query tile instead of two. dS goes to one of two
-//   shared buffers and step j computes the dQ product of tile j - 1 (whose dS the barrier at the
-//   top of step j completed), so no warp waits in the middle of a step for the slowest one; one
-//   extra step at the end does the last tile's dQ. The next Q/dO tile is prefetched after the
-//   barrier (its stage was last read in the previous step, before it).
-constexpr int BWD_KV_IN_REGS = 1, BWD_SKIP_DEAD = 2, BWD_ONE_BARRIER = 4;
-
-template <int D, int BWD_WARPS, bool CAUSAL, int OPT = 0>
+// KV_IN_REGS (variants 2, 3): the warp's K and V fragments (the A operands of S^T = K Q^T and
+// dP^T = V dO^T) are read from shared memory once, not at every query tile (the same speed on the
+// H200 in session 7: 444.6 vs 446.1 us at GPT-2; kept as variant 3's main kernel, which is what
+// was measured and tested).
+template <int D, int BWD_WARPS, bool CAUSAL, bool KV_IN_REGS = false>
 __global__ void __launch_bounds__(BWD_WARPS * 32)
 attention_backward_kernel(const AttentionBackwardParams p) {
     constexpr int KEYS = 16 * BWD_WARPS, NT = 32 * BWD_WARPS;
-    constexpr bool KV_IN_REGS = OPT & BWD_KV_IN_REGS, SKIP_DEAD = CAUSAL && (OPT & BWD_SKIP_DEAD);
-    constexpr bool ONE_BARRIER = OPT & BWD_ONE_BARRIER;
-    constexpr int DS_TILES = ONE_BARRIER ? 2 : 1;
     extern __shared__ __align__(128) unsigned char smem[];
     bf16* k_tile = reinterpret_cast<bf16*>(smem);
     bf16* v_tile = k_tile + KEYS * D;
     bf16* q_tiles = v_tile + KEYS * D;          // [2][TILE * D]
     bf16* do_tiles = q_tiles + 2 * TILE * D;    // [2][TILE * D]
-    bf16* ds_tiles = do_tiles + 2 * TILE * D;   // [DS_TILES][KEYS keys][TILE queries]
-    float* lse_tiles = reinterpret_cast<float*>(ds_tiles + DS_TILES * KEYS * TILE);  // [2][TILE]
+    bf16* ds_tile = do_tiles + 2 * TILE * D;    // [KEYS keys][TILE queries]
+    float* lse_tiles = reinterpret_cast<float*>(ds_tile + KEYS * TILE);  // [2][TILE]
     float* rowsum_tiles = lse_tiles + 2 * TILE;                          // [2][TILE]
 
     const int T = p.shape.seq_len;
@@ -487,29 +418,17 @@ attention_backward_kernel(const AttentionBackwardParams p) {
     float dk[D / 8][4] = {}, dv[D / 8][4] = {};  // this warp's 16 keys x D
     uint32_t k_frag[D / 16][4], v_frag[D / 16][4];   // KV_IN_REGS: read at the first step
 
-    for (int j = 0; j < n_tiles + (ONE_BARRIER ? 1 : 0); ++j) {
+    for (int j = 0; j < n_tiles; ++j) {
         const int m0 = m_first + j * TILE, stage = j % 2;
-        if constexpr (ONE_BARRIER) {
-            // Tile j's Q, dO have landed and tile j - 1's dS is complete; stage (j + 1) % 2 (read
-            // in step j - 1) and dS buffer j % 2 (read by step j - 1's dQ of tile j - 2) are free.
-            cp_async_wait<0>();
-            __syncthreads();
-            if (j + 1 < n_tiles) {
-                load_query_tile((j + 1) % 2, m0 + TILE);
-                cp_async_commit();
-            }
+        // The other stage was last read before the mid-loop barrier of the previous step.
+        if (j + 1 < n_tiles) {
+            load_query_tile((j + 1) % 2, m0 + TILE);
+            cp_async_commit();
+            cp_async_wait<1>();
         } else {
-            // The other stage was last read before the mid-loop barrier of the previous step.
-            if (j + 1 < n_tiles) {
-                load_query_tile((j + 1) % 2, m0 + TILE);
-                cp_async_commit();
-                cp_async_wait<1>();
-            } else {
-                cp_async_wait<0>();
-            }
-            __syncthreads();
+            cp_async_wait<0>();
         }
-        bf16* ds_tile = ds_tiles + (ONE_BARRIER ? stage : 0) * KEYS * TILE;
+        __syncthreads();
         const bf16* q_tile = q_tiles + stage * TILE * D;
         const bf16* do_tile = do_tiles + stage * TILE * D;
         const float* lse_c = lse_tiles + stage * TILE;
@@ -517,7 +436,7 @@ attention_backward_kernel(const AttentionBackwardParams p) {
 
         // A warp whose keys are all past T, or (causal) all after this tile's last query, has
         // nothing to add: its rows of dS are zeros.
-        const bool active = warp_key0 < T && (!CAUSAL || warp_key0 <= m0 + TILE - 1) && (!ONE_BARRIER || j < n_tiles);
+        const bool active = warp_key0 < T && (!CAUSAL || warp_key0 <= m0 + TILE - 1);
         if constexpr (KV_IN_REGS) {
             if (j == 0) {
                 #pragma unroll
@@ -527,9 +446,6 @@ attention_backward_kernel(const AttentionBackwardParams p) {
                 }
             }
         }
-        // SKIP_DEAD: query chunk c (m0 + 16c ..) is live unless all its queries come before this
-        // warp's first key. Warp-uniform; always true off the diagonal.
-        auto live = [&](int chunk) { return !SKIP_DEAD || m0 + 16 * chunk + 15 >= warp_key0; };
         if (active) {
             // S^T = K Q^T and dP^T = V dO^T: 16 keys (this warp) x 64 queries.
             float s[TILE / 8][4] = {}, dp[TILE / 8][4] = {};
@@ -543,7 +459,6 @@ attention_backward_kernel(const AttentionBackwardParams p) {
                     load_a<D>(va, v_tile, 16 * warp, 16 * kk);
                 }
                 for (int nb = 0; nb < TILE / 16; ++nb) {
-                    if (!live(nb)) continue;
                     uint32_t qb[4], dob[4];
                     load_b_from_rows<D>(qb, q_tile, 16 * nb, 16 * kk);
                     load_b_from_rows<D>(dob, do_tile, 16 * nb, 16 * kk);
@@ -566,9 +481,8 @@ attention_backward_kernel(const AttentionBackwardParams p) {
             for (int kk = 0; kk < TILE / 16; ++kk) {
                 uint32_t pa[4], dsa[4];
                 acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-                acc_to_a(dsa, dp[2 * kk], dp[2 * kk + 1]);   // zeros on a dead chunk: stored below
+                acc_to_a(dsa, dp[2 * kk], dp[2 * kk + 1]);
                 for (int db = 0; db < D / 16; ++db) {
-                    if (!live(kk)) break;
                     uint32_t dob[4], qb[4];
                     load_b_from_cols<D>(dob, do_tile, 16 * db, 16 * kk);
                     load_b_from_cols<D>(qb, q_tile, 16 * db, 16 * kk);
@@ -585,18 +499,11 @@ attention_backward_kernel(const AttentionBackwardParams p) {
                     *reinterpret_cast<uint32_t*>(ds_tile + swizzled<TILE>(key_row + 8, col)) = dsa[2 * half + 1];
                 }
             }
-        } else if (!ONE_BARRIER || j < n_tiles) {
+        } else {
             for (int i = lane; i < 16 * TILE / 2; i += 32)   // 16 rows x TILE bf16, 2 per store
                 reinterpret_cast<uint32_t*>(ds_tile + 16 * warp * TILE)[i] = 0u;
         }
-        if constexpr (ONE_BARRIER) {
-            if (j == 0) continue;   // no dS yet: tile 0's dQ is step 1's
-        } else {
-            __syncthreads();  // dS complete; also: every warp is done with this stage's Q, dO
-        }
-        // The tile whose dQ this step adds: this one, or with ONE_BARRIER the previous one.
-        const int dq_m0 = ONE_BARRIER ? m0 - TILE : m0;
-        const bf16* dq_ds = ONE_BARRIER ? ds_tiles + (1 - stage) * KEYS * TILE : ds_tile;
+        __syncthreads();  // dS complete; also: every warp is done with this stage's Q, dO
 
         // dQ (TILE queries x D) += dS K over this block's KEYS keys. The warps split dQ into
         // DQ_ROW_GROUPS x DQ_COL_GROUPS pieces of DQ_ROWS x DQ_COLS.
@@ -606,15 +513,12 @@ attention_backward_kernel(const AttentionBackwardParams p) {
         const int dq_col0 = (warp % DQ_COL_GROUPS) * DQ_COLS, dq_row0 = (warp / DQ_COL_GROUPS) * DQ_ROWS;
         float dq[DQ_ROWS / 16][DQ_COLS / 8][4] = {};
         for (int kk = 0; kk < KEYS / 16; ++kk) {
-            // SKIP_DEAD: keys n0 + 16kk.. come after every query of this warp's dQ rows.
-            if (SKIP_DEAD && n0 + 16 * kk > dq_m0 + dq_row0 + DQ_ROWS - 1) break;
             uint32_t kb[DQ_COLS / 16][4];
             for (int db = 0; db < DQ_COLS / 16; ++db)
                 load_b_from_cols<D>(kb[db], k_tile, dq_col0 + 16 * db, 16 * kk);
             for (int mt = 0; mt < DQ_ROWS / 16; ++mt) {
-                if (SKIP_DEAD && n0 + 16 * kk > dq_m0 + dq_row0 + 16 * mt + 15) continue;
                 uint32_t dsa[4];
-                load_a_transposed<TILE>(dsa, dq_ds, dq_row0 + 16 * mt, 16 * kk);
+                load_a_transposed<TILE>(dsa, ds_tile, dq_row0 + 16 * mt, 16 * kk);
                 for (int db = 0; db < DQ_COLS / 16; ++db) {
                     mma_bf16_16816(dq[mt][2 * db], dsa, kb[db][0], kb[db][1]);
                     mma_bf16_16816(dq[mt][2 * db + 1], dsa, kb[db][2], kb[db][3]);
@@ -624,7 +528,7 @@ attention_backward_kernel(const AttentionBackwardParams p) {
         for (int mt = 0; mt < DQ_ROWS / 16; ++mt)
             for (int nb = 0; nb < DQ_COLS / 8; ++nb)
                 for (int i = 0; i < 4; ++i) {
-                    const int query = dq_m0 + dq_row0 + 16 * mt + g + 8 * (i / 2);
+                    const int query = m0 + dq_row0 + 16 * mt + g + 8 * (i / 2);
                     const int col = dq_col0 + 8 * nb + 2 * t + i % 2;
                     if (query < T) atomicAdd(dq_accum + (int64_t)query * D + col, dq[mt][nb][i]);
                 }
@@ -662,8 +566,8 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
     *reinterpret_cast<uint32_t*>(to) = pack_bf16x2(from[0] * p.shape.scale, from[1] * p.shape.scale);
 }
 
-// Kernel 3 of the opt-in variants 3 and 4: the same, one thread per 8 elements (two 16-byte
-// loads, one 16-byte store).
+// Kernel 3 of variant 3: the same, one thread per 8 elements (two 16-byte loads, one 16-byte
+// store). At the GPT-2 shape: 20 us, where the kernel above took 32 us.
 template <int D>
 __global__ void __launch_bounds__(256)
 attention_backward_dq_wide_kernel(const AttentionBackwardParams p) {
@@ -683,9 +587,9 @@ attention_backward_dq_wide_kernel(const AttentionBackwardParams p) {
 
 // ============================== launchers ===============================================
 
-template <int D, int FWD_WARPS, int ROW_TILES, int BLOCK_N, bool CAUSAL, int OPT = 0>
+template <int D, int FWD_WARPS, int ROW_TILES, int BLOCK_N, bool CAUSAL>
 cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream) {
-    const auto kernel = attention_forward_kernel<D, FWD_WARPS, ROW_TILES, BLOCK_N, CAUSAL, OPT>;
+    const auto kernel = attention_forward_kernel<D, FWD_WARPS, ROW_TILES, BLOCK_N, CAUSAL>;
     constexpr int BLOCK_M = 16 * ROW_TILES * FWD_WARPS;
     const int smem = (BLOCK_M + 4 * BLOCK_N) * D * 2;   // Q + 2 stages x (K, V)
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -705,10 +609,13 @@ cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream)
 // as the Hopper kernels take theirs: 2-3% SLOWER on the H200 at the GPT-2 shape (forward 0.1390
 // ms = 0.97x FA2 in the same run, where this order ran 0.1354 = 0.99x FA2 in session 4; fwd+bwd
 // 0.6659 vs 0.6538; kernels/NOTES.md, session 5, A; the code is in git at ed08ab4).
-// Session 7: D = 64 takes variant 5 (3 + the causal skips) as the candidate default that the last
-// GPU call of the session verifies beside 3 (kernels/NOTES.md, session 7, P).
+// Tried in session 7 and taken out (code at 1e193c6; kernels/NOTES.md, session 7, P): variant 3
+// with the causal skips of dead 16-key chunks on the diagonal tiles (0.2047 ms at GPT-2 against
+// 0.1366: the warp-uniform branches between the unrolled mma.sync of every tile cost far more
+// than the ~4% of work skipped), + O through shared memory (0.2059), 128-key tiles with Q from
+// shared memory + skips (0.1992 / 0.2013 without the O staging).
 template <int D>
-constexpr int DEFAULT_FWD_VARIANT = D == 64 ? 5 : 0;
+constexpr int DEFAULT_FWD_VARIANT = D == 64 ? 3 : 0;
 
 template <int D, bool CAUSAL>
 cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream) {
@@ -718,29 +625,16 @@ cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream)
     if (variant == 2) return launch_forward<D, 4, 1, 128, CAUSAL>(p, stream);
     if constexpr (D == 64) {
         if (variant == 3) return launch_forward<D, 4, 2, 64, CAUSAL>(p, stream);
-        // Session 7 (opt-in until measured): 3 + the options of attention_forward_kernel.
-        if (variant == 5) return launch_forward<D, 4, 2, 64, CAUSAL, FWD_SKIP_DEAD>(p, stream);
-        if (variant == 6) return launch_forward<D, 4, 2, 64, CAUSAL, FWD_SKIP_DEAD | FWD_O_VIA_SMEM>(p, stream);
-        // 128-key tiles: causal only (without the causal skips the kernel spills registers).
-        if constexpr (CAUSAL) {
-            if (variant == 7)
-                return launch_forward<D, 4, 2, 128, CAUSAL, FWD_SKIP_DEAD | FWD_Q_FROM_SMEM | FWD_O_VIA_SMEM>(p, stream);
-            if (variant == 8) return launch_forward<D, 4, 2, 128, CAUSAL, FWD_SKIP_DEAD | FWD_Q_FROM_SMEM>(p, stream);
-        } else {
-            if (variant == 7) return launch_forward<D, 4, 2, 64, CAUSAL, FWD_O_VIA_SMEM>(p, stream);
-            if (variant == 8) return launch_forward<D, 4, 2, 64, CAUSAL>(p, stream);
-        }
     }
     return launch_forward<D, 4, 1, 64, CAUSAL>(p, stream);
 }
 
-template <int D, int BWD_WARPS, bool CAUSAL, int OPT = 0>
+template <int D, int BWD_WARPS, bool CAUSAL, bool KV_IN_REGS = false>
 cudaError_t launch_backward_main(const AttentionBackwardParams& p, cudaStream_t stream) {
-    const auto kernel = attention_backward_kernel<D, BWD_WARPS, CAUSAL, OPT>;
+    const auto kernel = attention_backward_kernel<D, BWD_WARPS, CAUSAL, KV_IN_REGS>;
     constexpr int KEYS = 16 * BWD_WARPS;
-    // K, V + 2 stages x (Q, dO) + dS (two with ONE_BARRIER), in bf16; 2 stages x (LSE, D) in fp32.
-    constexpr int DS_TILES = OPT & BWD_ONE_BARRIER ? 2 : 1;
-    const int smem = (2 * KEYS * D + 4 * TILE * D + DS_TILES * KEYS * TILE) * 2 + 4 * TILE * 4;
+    // K, V + 2 stages x (Q, dO) + dS, in bf16; 2 stages x (LSE, D) in fp32.
+    const int smem = (2 * KEYS * D + 4 * TILE * D + KEYS * TILE) * 2 + 4 * TILE * 4;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
     dim3 grid(p.shape.batch * p.shape.heads, (p.shape.seq_len + KEYS - 1) / KEYS);
@@ -748,37 +642,36 @@ cudaError_t launch_backward_main(const AttentionBackwardParams& p, cudaStream_t 
     return cudaGetLastError();
 }
 
-// Block shapes of the backward's main kernel: 0 = 4 warps (64 keys), 1 = 8 warps (128 keys:
-// each Q/dO tile and each dQ atomic serves twice the keys). DEFAULT_BWD_VARIANT is the fastest
-// measured on the H200 (kernels/NOTES.md); TK_ATTENTION_BWD_VARIANT overrides it (bench.py).
-// Variant 1 was the fastest of 0 and 1 at all three benchmarked shapes. Session 7: variant 5 (1 +
-// K/V fragments in registers, the fused row-sum pass and wide dQ conversion, the causal skips, one
-// barrier per query tile; D = 128: 1's main kernel with the wide kernels 1 and 3) is the candidate
-// default that the last GPU call of the session verifies beside 1.
-template <int D>
-constexpr int DEFAULT_BWD_VARIANT = 5;
+// Variants of the backward: 0 = 4 warps (64 keys per block), 1 = 8 warps (128 keys: each Q/dO tile
+// and each dQ atomic serves twice the keys; faster than 0 at all three benchmarked shapes), both
+// with a memset of dq_accum, the one-warp-per-row kernel 1 and the two-element kernel 3;
+// 2 = 1 with KV_IN_REGS (D = 64; D = 128 runs 1's main kernel); 3 = 2 with the wide kernels 1
+// (prep: memset fused in) and 3. DEFAULT_BWD_VARIANT is the fastest measured on the H200
+// (kernels/NOTES.md); TK_ATTENTION_BWD_VARIANT overrides it (bench.py).
+// Session 7 (kernels/NOTES.md, session 7, P; one interleaved run, CUDA graphs, 7 rounds): variant 3
+// against 1, fwd+bwd with forward 3: GPT-2 0.6234 vs 0.6562 ms (FA2 0.6509: 1.044x, was 0.992x),
+// shakespeare-char 0.1557 vs 0.1731, t4096-d128 5.121 vs 5.168. All of it from kernels 1 and 3:
+// 46 us where the memset, the row sums and the conversion took 84 us at GPT-2.
+// Tried in session 7 and taken out (code at 1e193c6): the causal skips of dead 16-query chunks on
+// the diagonal tiles (+29% main kernel: the per-chunk branches inside the unrolled mma loops cost
+// far more than the 4% of work they skip) and one barrier per query tile with two dS buffers (+2%
+// more on top of the skips).
+constexpr int DEFAULT_BWD_VARIANT = 3;
 
 template <int D, bool CAUSAL>
 cudaError_t launch_backward_main_variant(int variant, const AttentionBackwardParams& p, cudaStream_t stream) {
     if (variant == 0) return launch_backward_main<D, 4, CAUSAL>(p, stream);
     if constexpr (D == 64) {
-        if (variant == 2 || variant == 3) return launch_backward_main<D, 8, CAUSAL, BWD_KV_IN_REGS>(p, stream);
-        if (variant == 4) return launch_backward_main<D, 8, CAUSAL, BWD_KV_IN_REGS | BWD_SKIP_DEAD>(p, stream);
-        if (variant == 5)
-            return launch_backward_main<D, 8, CAUSAL, BWD_KV_IN_REGS | BWD_SKIP_DEAD | BWD_ONE_BARRIER>(p, stream);
+        if (variant == 2 || variant == 3) return launch_backward_main<D, 8, CAUSAL, true>(p, stream);
     }
-    return launch_backward_main<D, 8, CAUSAL>(p, stream);   // 1, and 2-4 at D = 128
+    return launch_backward_main<D, 8, CAUSAL>(p, stream);   // 1, and 2, 3 at D = 128
 }
 
-// Session 7 (opt-in until measured), 8 warps like 1: 2 = K/V fragments in registers (D = 64;
-// D = 128 runs 1's main kernel); 3 = 2 with the wide kernels 1 and 3 (memset fused into the row
-// sums); 4 = 3 with the causal skips of dead chunks (D = 64); 5 = 4 with one barrier per query tile
-// (two dS buffers, each tile's dQ product in the next step).
 template <int D, bool CAUSAL>
 cudaError_t launch_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
     const char* env = getenv("TK_ATTENTION_BWD_VARIANT");
-    const int variant = env ? atoi(env) : DEFAULT_BWD_VARIANT<D>;
-    const bool wide = variant >= 3 && variant <= 5;
+    const int variant = env ? atoi(env) : DEFAULT_BWD_VARIANT;
+    const bool wide = variant == 3;
 
     const int64_t rows = (int64_t)p.shape.batch * p.shape.heads * p.shape.seq_len;
     cudaError_t err;

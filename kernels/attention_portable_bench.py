@@ -196,8 +196,8 @@ def ncu_once(pairs, shape="gpt2"):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shapes", default="gpt2", help=f"comma-separated, from {', '.join(AB.SHAPES)}")
-    parser.add_argument("--fwd", default="5/1", help="forward rows: FWD/BWD variant pairs besides p-default")
-    parser.add_argument("--fwdbwd", default="5/3", help="fwd+bwd rows: FWD/BWD variant pairs besides p-default")
+    parser.add_argument("--fwd", default="3/1", help="forward rows: FWD/BWD variant pairs besides p-default")
+    parser.add_argument("--fwdbwd", default="3/1", help="fwd+bwd rows: FWD/BWD variant pairs besides p-default")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--json", default="", help="write {direction: {shape: {name: [ms per round]}}} here")

@@ -1,16 +1,17 @@
 #!/bin/bash
-# tests/gpu_attention_portable_default.sh OUT — engineer P, session 7, call 3: verifies the portable
-# attention kernel's new default variants (DEFAULT_FWD_VARIANT / DEFAULT_BWD_VARIANT in
-# kernels/attention_portable.cu; OLD_FWD/OLD_BWD below are the previous defaults, timed beside it).
+# tests/gpu_attention_portable_default.sh OUT — engineer P, session 7 (prepared, not run in session 7):
+# checks the portable attention kernel's defaults (DEFAULT_FWD_VARIANT / DEFAULT_BWD_VARIANT in
+# kernels/attention_portable.cu; since session 7 forward 3 (D = 64) / 0 (D = 128) and backward 3)
+# beside the previous ones (OLD_FWD/OLD_BWD, default 3/1: session 4's) and FA2.
 # ONE H200, within 110 s (LANE_LIMIT, default 105 s):
 #   0. in the background: tests/attention_emu/main.cpp built with nvcc (for compute-sanitizer)
 #   1. build tk_attention (a no-op when the call prebuilt it from this tree)
-#   2. every GPU test of tests/test_attention.py but the session-7 variant tests (call 2 ran those),
-#      with the new default: float64 reference at T 1..4096, D 64/128, poisoned outputs, packed
-#      qkv, opcheck, torch.compile, the model's loss and gradients tk vs torch, the block shapes
-#   3. kernels/attention_portable_bench.py: FA2, the new default (p-default) and the old one
+#   2. every GPU test of tests/test_attention.py but the session-7 variant tests, with the default:
+#      float64 reference at T 1..4096, D 64/128, poisoned outputs, packed qkv, opcheck,
+#      torch.compile, the model's loss and gradients tk vs torch, the block shapes
+#   3. kernels/attention_portable_bench.py: FA2, the default (p-default) and the old one
 #      (pOLD_FWD/OLD_BWD) interleaved, fwd and fwd+bwd, at gpt2, shakespeare-char, t4096-d128
-#   4. compute-sanitizer memcheck and racecheck of the new default (variables unset)
+#   4. compute-sanitizer memcheck and racecheck of the default (variables unset)
 # Results: OUT/summary.txt, OUT/portable_default.json, OUT/logs.tgz.
 cd "$(dirname "$0")/.."
 export LANE_LIMIT=${LANE_LIMIT:-105}
