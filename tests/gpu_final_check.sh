@@ -14,7 +14,8 @@
 #   GPU 1:  tests/gpu_loss_curves.sh (500 iterations of GPT-2 124M, torch then tk); then the
 #           closing scripts of the third argument
 #   then:   bench.py --e2e on GPT-2 124M (issue 7's comparison) on GPU 0 of an otherwise idle
-#           machine: torch.compile (default mode), tk, tk with CUDA graphs (E2E_VARIANTS to choose).
+#           machine: torch.compile (default mode), tk, tk with CUDA graphs (E2E_VARIANTS to choose;
+#           E2E_MODELS=gpt2,shakespeare-char adds the small model).
 #           Session 4's final ran it
 #           beside the other lane's tests: the eager tk path launches ~660 kernels per step from
 #           Python, and with the host's CPUs shared its steps ranged 59-78 ms (median 61.7) where
@@ -82,9 +83,9 @@ lane0 & P0=$!
 lane1 & P1=$!
 wait $P0 $P1
 LIMIT=$((LIMIT + 150))   # the part after the lanes
-CUDA_VISIBLE_DEVICES=0 step 140 e2e_gpt2.log python3 bench.py --e2e --models gpt2 --variants ${E2E_VARIANTS:-torch+compile,tk,tk+graphs} \
+CUDA_VISIBLE_DEVICES=0 step 140 e2e_gpt2.log python3 bench.py --e2e --models ${E2E_MODELS:-gpt2} --variants ${E2E_VARIANTS:-torch+compile,tk,tk+graphs} \
     --compile-modes default --json "$L/e2e_gpt2.json"
-note "e2e gpt2: $(grep -E '^  gpt2 .*ms/step' "$L/e2e_gpt2.log" | tr '\n' ' ')"
+note "e2e: $(grep -E '^  [a-z0-9-]+ .*ms/step' "$L/e2e_gpt2.log" | tr '\n' ' ')"
 if [ "${DDP:-0}" = 1 ]; then
     LIMIT=$((LIMIT + 80))
     CUDA_VISIBLE_DEVICES=0 step 40 gpt2_1gpu.log python3 train.py $G2
