@@ -146,6 +146,10 @@ unsigned int* owned_counter(const at::Tensor& q, cudaStream_t stream) {
         if (captured) return nullptr;
         at::Tensor zeros = at::zeros({COUNTERS}, q.options().dtype(at::kInt));
         // zero before any launch on any stream reads it: those are issued after this returns
+        // (review, session 7) A failed synchronise (e.g. under another thread's global-mode
+        // capture, where it is a prohibited call) leaves the runtime's last error set, and the
+        // launch check after the kernel would report it as the launch's (as cudaStreamIsCapturing's
+        // did before 8c0525a). Not mended (no GPU time left): (void)cudaGetLastError() before nullptr.
         if (cudaStreamSynchronize(stream) != cudaSuccess) return nullptr;
         pool.memory = new at::Tensor(std::move(zeros));
     }

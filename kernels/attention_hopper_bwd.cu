@@ -649,7 +649,19 @@ backward_kernel(const __grid_constant__ kernel_params p) {
             wgmma::wait_group<0>();
             release(i);
             if constexpr (C::dq_atomic) {
-                red_dq(i);                               // variants 7, 8: no shared memory
+                // (review, session 7) No bar.sync here, unlike the bulk path below, whose
+                // named_sync also ordered every warp's dQ wgmma reads of dS_c (all 64 query rows,
+                // all 4 warps' key columns) before any warp's stmatrix of the next block's dS_c
+                // into the SAME tile (one dS tile per consumer when !SPLIT_DQ). With atomics the
+                // only bar.sync of a block is the one after that stmatrix, so warp w may overwrite
+                // its key columns of dS_c while a slower warp's wgmma of this block still reads
+                // them: a WAR race across proxies (.sync.aligned is warp-level; wait_group only
+                // covers the executing warp's own wgmmas). racecheck need not see wgmma's async-
+                // proxy reads, so call 3's 0 hazards do not rule it out; a warp would have to lag
+                // most of a block (S, dP, softmax, dV) behind, so the tests never saw it. The fix, to time
+                // on the H200: alternate two dS tiles by i % 2 (the freed dQ smem holds them; the
+                // next block's bar.sync then orders the reuse) or a named_sync<128>(1 + c) here.
+                red_dq(i);                               // variants 8, 9, 12, 13: no shared memory
             } else {
                 write_dq(i % 2);                         // buffer i % 2 was freed by the wait_read
                 named_sync<128>(1 + c);                  // of block i-1 (before the bar.sync of
