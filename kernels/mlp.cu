@@ -59,7 +59,7 @@
 //               DEFERS_STORE hook): pre = bf16(acc + b1) held as bf16 pairs at the tile's end, then
 //               per box pre and h = GELU(bf16 pre) staged and stored while the tensor cores work;
 //               the evaluation twin computes h from the bf16 pre too.
-//   dgelu_parts, bias_gelu_parts  (fast=3/4, opt-in, and fcfast=4, the default since session 7; kernels/mlp_deferred.cuh,
+//   dgelu_parts, bias_gelu_parts  (fast=3, opt-in, and fcfast=4, the default since session 7; kernels/mlp_deferred.cuh,
 //               mlp_dgelu_deferred.cu, mlp_fc_deferred.cu) the dGELU and c_fc epilogues under the next
 //               tile's math in half boxes, on step 4's tile; dGELU's pre by TMA into shared memory
 //               ~10 k-steps ahead, dh held as bf16 pairs. fcfast=5: c_fc saves gelu'(pre) (bf16, from
@@ -170,7 +170,7 @@ const char* linear_dgelu(const gemm_args& g) {
             return "tk_mlp: fcfast=5 (gelu'(pre) saved in place of pre) runs c_fc and the dGELU GEMM on schedule 4 only";
         return linear_dgelu_deferred(g);
     }
-    if ((g.fast_dgelu == 3 || g.fast_dgelu == 4) && schedule == SCHEDULE_STEP4 && g.splits <= 1)   // session 7, opt-in
+    if (g.fast_dgelu == 3 && schedule == SCHEDULE_STEP4 && g.splits <= 1)   // session 7, opt-in
         return linear_dgelu_deferred(g);             // (kernels/mlp_dgelu_deferred.cu; elsewhere as fast=1)
     const bool pre_tma = g.pre_tma && schedule != SCHEDULE_PINGPONG_128x128_CLUSTER2 && schedule != SCHEDULE_PINGPONG_64x256_DEEP;
     if (pre_tma)

@@ -33,7 +33,7 @@ struct gemm_args {
                                 //   boxes per warp) always take 0.
     int fast_dgelu;             // linear_dgelu only: 1 = the same policy with session 5's cheaper
                                 //   epilogue (dgelu_fast / dgelu_pre_tma_fast, kernels/mlp_epilogues.cuh);
-                                //   3, 4 = on step 4's tile, that epilogue under the next tile's math with
+                                //   3 = on step 4's tile, that epilogue under the next tile's math with
                                 //   pre by TMA (session 7, kernels/mlp_dgelu_deferred.cu), elsewhere as 1;
                                 //   5 = the same with pre holding gelu'(pre) (fcfast=5's forward; schedule 4 only)
     int fast_gelu;              // linear_bias_gelu only: 1 = c_fc's epilogue with session 6's cheaper GELU

@@ -56,7 +56,7 @@ DEFAULT_SCHEDULES = ("0", "pre=1", "dgelu=6,pre=1", "dgelu=6", "0,side=0", "dw=1
                      "fast=0", "finish=1", "dw=10,finish=1",   # fast=1 is the default since session 5
                      "fcfast=1", "fcfast=2", "fcfast=2,finish=1", "fcfast=2,finish=1,dw=10",   # session 6's opt-ins
                      "defer=1", "fc=4,fcfast=3", "fc=4,fcfast=3,finish=1,defer=1",
-                     "fast=3", "fast=4", "fcfast=5", "finish=0,fcfast=0")   # session 7's (finish=1,fcfast=4 the default since)
+                     "fast=3", "fcfast=5", "finish=0,fcfast=0")   # session 7's (finish=1,fcfast=4 the default since)
 
 
 def main(argv=None):
@@ -91,8 +91,8 @@ def main(argv=None):
           f"fcfast=1: c_fc's epilogue's cheaper form (GELU in 5 operations, the bias without per-column checks), "
           f"fcfast=2: the same staged by stmatrix, one fence per box; "
           f"defer=1: c_proj's and dx's stores deferred under the next tile's math (step 4); fc=4,fcfast=3: c_fc deferred the same way; "
-          f"fast=3 / fast=4: the dGELU epilogue under the next tile's math in half boxes, pre by TMA (3: peeled, 4: one loop); "
-          f"fcfast=4: c_fc's the same way")
+          f"fast=3: the dGELU epilogue under the next tile's math in half boxes, pre by TMA; "
+          f"fcfast=4 (the default since session 7): c_fc's the same way; fcfast=5: 4 saving gelu'(pre) for the backward")
     for M in (int(m) for m in args.M.split(",")):
         g = torch.Generator(device="cuda").manual_seed(M)
         def t(*shape, scale=1.0, grad=True):
@@ -206,9 +206,9 @@ def short_kernel_name(name):
                  r"(?:tk_mlp::detail::)?([\w:<>]+)>", name)
     if not m:                                     # session 7's kernels/mlp_deferred.cuh
         d = re.match(r"void tk_mlp::detail::deferred::parts_kernel<gemm4::(config<[^>]*>), \(tk::wgmma::major\)(\d), "
-                     r"[\w:() ]*?(\w+_epilogue), (true|false)>", name)
+                     r"[\w:() ]*?(\w+_epilogue(?:<[^>]*>)?)>", name)
         if d:
-            return f"parts {d.group(1)} K,{'MN' if d.group(2) == '1' else 'K'} {d.group(3)}{' peeled' if d.group(4) == 'true' else ''}"
+            return f"parts {d.group(1)} K,{'MN' if d.group(2) == '1' else 'K'} {d.group(3)}"
         return name[:90]
     major = {"0": "K", "1": "MN"}
     return f"{m.group(1)} {m.group(2)} {major[m.group(3)]},{major[m.group(4)]} {m.group(5)}"

@@ -117,9 +117,10 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // from the bf16 pre; opt-in) and c_proj's and dx's stores
 // under the next tile's math on step 4 (defer: bias_deferred; opt-in). (Session 5's gprime flag lost on the H200 and was removed: NOTES.md,
 // session 5 M; so was session 6's fast=2, the dGELU epilogue deferred on step 4: NOTES.md, session 6 M.)
-// Session 7 (opt-in): fast=3 / fast=4, the dGELU epilogue deferred on step 4's tile in half boxes with pre
-// by TMA (kernels/mlp_dgelu_deferred.cu; 3 peeled, 4 one loop; on other schedules as fast=1), and
-// fcfast=4, c_fc's the same way (kernels/mlp_fc_deferred.cu; fcfast=3's values); fcfast=5, as 4 but
+// Session 7 (opt-in): fast=3, the dGELU epilogue deferred on step 4's tile in half boxes with pre
+// by TMA (kernels/mlp_dgelu_deferred.cu; on other schedules as fast=1; its one-loop form fast=4 lost
+// on the H200 and was removed), and fcfast=4 (the default since session 7), c_fc's the same way
+// (kernels/mlp_fc_deferred.cu; fcfast=3's values); fcfast=5, as 4 but
 // the forward saves gelu'(pre) where pre was and the backward's dGELU multiplies by it (step 4 only;
 // the backward follows the fcfast flag set when it runs, so set it before the forward).
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
@@ -127,7 +128,7 @@ constexpr int FLAG_VALUES = 6;                 // side, pre, fast, finish, fcfas
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
 bool side_jobs = true;
 bool pre_tma = false;
-int fast_dgelu = 1;                            // default since session 5 (calls 2 and 3: dGELU -8% under ncu); 3, 4: session 7, opt-in
+int fast_dgelu = 1;                            // default since session 5 (calls 2 and 3: dGELU -8% under ncu); 3: session 7, opt-in
 bool finish_kernel = true;                     // default since session 7 (was false: two torch reductions and four casts)
 int fast_gelu = 4;                             // session 6 (fcfast=1, 2 or 3) and 7 (4, 5); 4 the default since session 7 (was 0)
 bool defer_store = false;                      // session 6 (defer=1), opt-in
@@ -148,8 +149,8 @@ void set_schedule(const std::vector<int64_t>& s) {
         raise_if(value_problem("tk_mlp: the side-jobs flag is 0 or 1, got " + std::to_string(s[PRODUCTS])));
     if (s[PRODUCTS + 1] != 0 && s[PRODUCTS + 1] != 1)
         raise_if(value_problem("tk_mlp: the pre-by-TMA flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 1])));
-    if (s[PRODUCTS + 2] != 0 && s[PRODUCTS + 2] != 1 && s[PRODUCTS + 2] != 3 && s[PRODUCTS + 2] != 4)
-        raise_if(value_problem("tk_mlp: the fast-dGELU flag is 0, 1, 3 or 4 (2 was removed), got " + std::to_string(s[PRODUCTS + 2])));
+    if (s[PRODUCTS + 2] != 0 && s[PRODUCTS + 2] != 1 && s[PRODUCTS + 2] != 3)
+        raise_if(value_problem("tk_mlp: the fast-dGELU flag is 0, 1 or 3 (2 and 4 were removed), got " + std::to_string(s[PRODUCTS + 2])));
     if (s[PRODUCTS + 3] != 0 && s[PRODUCTS + 3] != 1)
         raise_if(value_problem("tk_mlp: the finish-kernel flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 3])));
     if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 5)
@@ -330,7 +331,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"));
     m.def("set_schedule", &set_schedule,
           "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma, fast_dgelu, finish, fast_gelu, defer]): schedules 0 (auto) or "
-          "4..10 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1, fast dGELU epilogue 0/1/3/4 (3, 4: deferred, pre by TMA, step 4), finish kernel 0/1, "
+          "4..10 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1, fast dGELU epilogue 0/1/3 (3: deferred, pre by TMA, step 4), finish kernel 0/1, "
           "fast c_fc epilogue 0/1/2/3/4/5 (2: staged by stmatrix; 3: deferred on step 4; 4: in half boxes; 5: 4 saving gelu'(pre) for the backward), deferred c_proj/dx stores on step 4 0/1",
           py::arg("schedules"));
     m.def("get_schedule", &get_schedule, "the eleven values set_schedule last set");

@@ -2,8 +2,8 @@
 // in parts, on step 4's cooperative 128x256 tile. One kernel template (a variant of
 // gemm4::gemm_ws_kernel, kernels/gemm_4_warp_specialized.cuh: same producer, same work order,
 // same wgmmas; only the consumer's loop differs) and its launcher; the two policies that use it
-// live in kernels/mlp_dgelu_deferred.cu (the backward's dGELU, "fast=3/4") and
-// kernels/mlp_fc_deferred.cu (c_fc's bias + GELU, "fcfast=4"). Read kernels/gemm_4_warp_specialized.cuh
+// live in kernels/mlp_dgelu_deferred.cu (the backward's dGELU, "fast=3", opt-in) and
+// kernels/mlp_fc_deferred.cu (c_fc's bias + GELU, "fcfast=4", the default since session 7). Read kernels/gemm_4_warp_specialized.cuh
 // and kernels/gemm_plain_epilogue.cuh (stmatrix staging, G's deferred plain stores, variant 8) first.
 //
 // Why: in the cooperative kernel both consumer warpgroups finish a tile together, so the tensor
@@ -22,22 +22,21 @@
 //   NBUF                       staging buffers per consumer warp (16 x 64 bf16 each), each with an
 //                              mbarrier for an input box landing in it
 //   PARTS                      parts per held tile
-//   PEEL_STEPS, part_at_step(s)   PEELED: the first PEEL_STEPS k-steps are written out, and after
+//   PEEL_STEPS, part_at_step(s)   the first PEEL_STEPS k-steps are written out, and after
 //                              k-step s the held tile's part part_at_step(s) runs (-1: none)
-//                              (PEELED = false: part s after k-step s, s < PARTS)
 //   struct held                what a tile leaves in registers for its parts (e.g. bf16 pairs)
-//   hold(held, acc, pos, phase)          at a tile's end (phase: parity of the tile, 0/1)
+//   hold(held, acc, pos)       at a tile's end
 //   run_part<P>(bufs, bars, held, sh, lane)   part P of the held tile (P a compile-time number)
-//   run_part_at(..., part, ...)          the same with a run-time part (PEELED = false only)
 //   INPUT_BOXES                input boxes the KERNEL requests per tile (0: none); input i is
 //   input_step(i)              requested after k-step input_step(i) (or after the k-loop when K is
 //                              short): load_input_box(bufs, bars, i, pos, sh), lane 0. (A policy
 //                              may request more itself, from its parts.)
 //
-// PEELED = true: the first PARTS k-steps of a tile are written out one by one (a compile-time
-// part index, so the held registers are addressed by constants; ~8 copies of a half box's code,
-// each run once per tile in a straight line), then the rest of the k-loop. PEELED = false: one
-// k-loop, the part picked at run time (the policy selects the registers; one copy of the code).
+// The first PEEL_STEPS k-steps of a tile are written out one by one (a compile-time part index,
+// so the held registers are addressed by constants; ~8 copies of a half box's code, each run once
+// per tile in a straight line), then the rest of the k-loop. (Session 7's other form, one k-loop
+// with the part picked at run time by selects, "fast=4", was no faster on the H200 and was
+// removed: kernels/NOTES.md, session 7 M; code at 777f4c7.)
 //
 // Read in order: the shared memory, the kernel, the launcher.
 #pragma once
@@ -61,10 +60,10 @@ template <typename Cfg, major MB, typename Epi> struct smem_t {
     mbarrier input_full[gemm4::CONSUMERS][4][Epi::NBUF];       // an input box has landed in c[..][..][b]
 };
 
-template <typename Cfg, major MB, typename Epi, bool PEELED>
+template <typename Cfg, major MB, typename Epi>
 __global__ void __launch_bounds__(gemm4::THREADS, 1)
 parts_kernel(const __grid_constant__ typename gemm4::layout<Cfg, major::K, MB, Epi>::params p) {
-    constexpr int STAGES = Cfg::STAGES, NBUF = Epi::NBUF, PARTS = Epi::PARTS;
+    constexpr int STAGES = Cfg::STAGES, NBUF = Epi::NBUF;
     using S = smem_t<Cfg, MB, Epi>;
     extern __shared__ char smem_raw[];
     shared_allocator alloc(smem_raw);
@@ -95,10 +94,9 @@ parts_kernel(const __grid_constant__ typename gemm4::layout<Cfg, major::K, MB, E
     wgmma::accumulator<BN> acc;
     typename Epi::held held{};
     bool holding = false;
-    uint32_t phase = 0;                                // parity of the current tile's input loads
     int it = 0;                                        // k-steps run so far (the ring's position)
     // One pass per tile of this CTA, plus a last pass without a tile for the last held tile's parts.
-    for (int unit = blockIdx.x;; unit += gridDim.x, phase ^= 1) {
+    for (int unit = blockIdx.x;; unit += gridDim.x) {
         const bool tile = unit < p.sh.units;
         if (!tile && !holding) break;
         const gemm4::work w = tile ? gemm4::unit_work(p.sh, unit) : gemm4::work{0, 0, 0, 0};   // no tile: no k-steps
@@ -134,27 +132,20 @@ parts_kernel(const __grid_constant__ typename gemm4::layout<Cfg, major::K, MB, E
             }
         };
         int kt = w.k_begin;
-        if constexpr (PEELED) {
-            [&]<int... S>(std::integer_sequence<int, S...>) {
-                ([&] {
-                    const bool step_here = kt < w.k_end;
-                    if (step_here) issue(kt);
-                    if constexpr (Epi::part_at_step(S) >= 0)   // (no k-step when K is short: the part still runs)
-                        if (holding) p.epi.template run_part<Epi::part_at_step(S)>(bufs, bars, held, p.sh, lane);
-                    if (step_here) { after(kt); ++kt; ++it; }
-                }(), ...);
-            }(std::make_integer_sequence<int, Epi::PEEL_STEPS>{});
-        }
+        [&]<int... S>(std::integer_sequence<int, S...>) {
+            ([&] {
+                const bool step_here = kt < w.k_end;
+                if (step_here) issue(kt);
+                if constexpr (Epi::part_at_step(S) >= 0)   // (no k-step when K is short: the part still runs)
+                    if (holding) p.epi.template run_part<Epi::part_at_step(S)>(bufs, bars, held, p.sh, lane);
+                if (step_here) { after(kt); ++kt; ++it; }
+            }(), ...);
+        }(std::make_integer_sequence<int, Epi::PEEL_STEPS>{});
         for (; kt < w.k_end; ++kt, ++it) {
             issue(kt);
-            if constexpr (!PEELED)
-                if (holding && kt - w.k_begin < PARTS) p.epi.run_part_at(bufs, bars, held, kt - w.k_begin, p.sh, lane);
             after(kt);
         }
         wgmma::wait_group<0>();                        // (also on the pass without a tile: ptxas cannot tell it issued nothing)
-        if constexpr (!PEELED)                         // a short K loop (or no tile): the held tile's remaining parts
-            if (holding)
-                for (int part = w.k_end - w.k_begin; part < PARTS; ++part) p.epi.run_part_at(bufs, bars, held, part, p.sh, lane);
         if (!tile) break;
         if (lane == 0) mbar::arrive(s.empty[(it - 1) % STAGES]);
         wgmma::fence_operand(acc);
@@ -163,7 +154,7 @@ parts_kernel(const __grid_constant__ typename gemm4::layout<Cfg, major::K, MB, E
                 for (int b = requested; b < Epi::INPUT_BOXES; ++b) p.epi.load_input_box(bufs, bars, b, pos, p.sh);
             __syncwarp();
         }
-        p.epi.hold(held, acc, pos, phase);
+        p.epi.hold(held, acc, pos);
         holding = true;
     }
     if (lane == 0) tma::store_wait<0>();
@@ -171,7 +162,7 @@ parts_kernel(const __grid_constant__ typename gemm4::layout<Cfg, major::K, MB, E
 
 // C[M][N] = A·B through policy Epi on parts_kernel (no split-K). A is [M][K] K-major; B is [N][K]
 // (MB = K) or [K][N] (MB = MN). Returns nullptr or a message.
-template <typename Cfg, major MB, typename Epi, bool PEELED>
+template <typename Cfg, major MB, typename Epi>
 const char* launch(const gemm_args& g) {
     using L = gemm4::layout<Cfg, major::K, MB, Epi>;
     using P = typename L::params;
@@ -181,7 +172,7 @@ const char* launch(const gemm_args& g) {
     static bool configured = false;
     if (g.M <= 0 || g.N <= 0 || g.K <= 0) return "tk_mlp: empty GEMM";
     if (g.splits > 1) return "tk_mlp: the deferred-epilogue kernels do not split K";
-    auto kernel = parts_kernel<Cfg, MB, Epi, PEELED>;
+    auto kernel = parts_kernel<Cfg, MB, Epi>;
     if (!configured) {
         if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes) != cudaSuccess)
             return "tk_mlp: could not reserve shared memory for a deferred-epilogue kernel (needs a Hopper GPU)";

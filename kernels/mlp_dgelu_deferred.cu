@@ -1,5 +1,5 @@
 // kernels/mlp_dgelu_deferred.cu — the backward's dGELU GEMM with its epilogue UNDER the next
-// tile's math ("fast=3", session 7, opt-in): dpre = (dy·W2) ⊙ GELU'(pre), pre brought into shared
+// tile's math ("fast=3", session 7, opt-in; also fcfast=5's gelu' form): dpre = (dy·W2) ⊙ GELU'(pre), pre brought into shared
 // memory by TMA long before it is needed. Read kernels/mlp.cu's opening comment (what the dGELU
 // product is) and kernels/mlp_deferred.cuh (the kernel and why) first; then this file: the policy,
 // then the launcher.
@@ -15,24 +15,25 @@
 //
 // What it does differently (on kernels/mlp_deferred.cuh's kernel, step 4's with its own consumer
 // loop, since the deferral's timing is not step 4's hook's):
-//   - pre arrives by TMA into the warp's 4 staging buffers (one per 16 x 64 box of its 16 x 256
-//     slab), one mbarrier per buffer. Box b of tile n is requested at tile n's k-step 2b + 2, as
-//     soon as the buffer's previous content (box b of tile n-1's dpre) has been read by its TMA
-//     store: ~10 k-steps (~5 µs) before it is needed, so the load's latency is off the path.
+//   - pre arrives by TMA into the warp's 2 staging buffers (each takes two of the 4 16 x 64 boxes
+//     of its 16 x 256 slab in turn), one mbarrier per buffer, each box requested a k-step or more
+//     after the store that frees its buffer and >= 3 k-steps before it is needed (the policy's
+//     comment says when), so the load's latency is off the path.
 //   - at a tile's end dh = acc is rounded to bf16 pairs and held in 64 registers (eager PyTorch
 //     also rounds dh to bf16 before its GELU backward), and the next tile's wgmmas start at once.
-//   - the held tile's epilogue runs in 8 HALF boxes (32 columns), one after each of the next
-//     tile's first 8 k-steps' wgmma issue: per half, pre by 2 ldmatrix.x4 from the staging buffer
+//   - the held tile's epilogue runs in 8 HALF boxes (32 columns), one after each of 8 of the next
+//     tile's first 10 k-steps' wgmma issue: per half, pre by 2 ldmatrix.x4 from the staging buffer
 //     (ldmatrix hands each lane the accumulator's positions, as stmatrix takes them), 16 GELU'
 //     and products, db1's sums (a reduce-scatter of 8 values, one 128-byte store per warp), dpre
 //     by 2 stmatrix.x4 IN PLACE over pre; after the second half, one fence and one TMA store. Half
 //     a box is ~250 instructions per warp: two warps share a scheduler, so ~500 issue slots per
 //     k-step against ~1000 cycles of tensor work (whole boxes would fill it).
-//   - fast=3: the first 8 k-steps of a tile written out, each with its half box at constant
-//     register indices (kernels/mlp_deferred.cuh, PEELED); fast=4: one k-loop, the half picked at
-//     run time by a tree of 56 selects (one copy of the code; G's finding was that long code in
-//     the tile loop can stall the warps on instruction fetch, so both are timed).
-// 3 stages of K = 64 (the 4 staging buffers per warp take the fourth's room: 208 KB).
+//   - the first 10 k-steps of a tile are written out, each with its half box at constant
+//     register indices (kernels/mlp_deferred.cuh).
+// Step 4's 4 stages of K = 64 and 2 staging buffers per warp (224 KB). (Session 7's fast=4, the
+// same with 4 buffers, one per box, on 3 stages, in one k-loop with the half picked at run time
+// by 56 selects, was no faster than the default on the H200 and was removed: kernels/NOTES.md,
+// session 7 M; its code is in git at 777f4c7.)
 // Values: dpre = bf16(bf16(acc) · GELU'(pre)), within one bf16 rounding of the default's
 // bf16(acc · GELU'(pre)); db1's partials sum the fp32 products of the bf16 dh.
 #include "mlp_deferred.cuh"
@@ -40,38 +41,27 @@
 namespace tk_mlp::detail {
 namespace {
 constexpr int BOXES = gemm4::BN / CC;          // 16 x 64 boxes per warp slab (4)
-// fast=4: 3 stages of K = 64 and a staging buffer per box (208 KB); fast=3 and fcfast=5: step 4's
-// 4 stages and 2 buffers per warp (224 KB), each taking two of a tile's pre boxes in turn.
-using cfg_4buf = gemm4::config<3, 64, false, BOXES>;
-using cfg_2buf = gemm4::config<4, 64, false, 2>;
+// step 4's 4 stages and 2 buffers per warp (224 KB), each taking two of a tile's pre boxes in turn
+using cfg = gemm4::config<4, 64, false, 2>;
 
 // dgelu_fast's values and side jobs, plus pre's TMA view, the held tile and its half boxes.
 // GP = true (fcfast=5): the forward saved gelu'(pre) (bf16) where pre was, so a value's epilogue
 // is one product, dpre = dh·gp.
-// NBUF_ = 4: box b of a tile in buffer b, requested by the kernel after k-step 2b + 2 (its buffer's
-// last box left after part 2b + 1); parts after k-steps 0-7; one barrier phase per tile.
-// NBUF_ = 2: box b in buffer b % 2; parts after k-steps 0-3, 5, 6, 8, 9. The kernel requests a
+// Box b in buffer b % 2; parts after k-steps 0-3, 5, 6, 8, 9. The kernel requests a
 // tile's boxes 0 and 1 after k-steps 7 and 10 (one k-step after their buffers' last boxes, 2 and 3
 // of the held tile, left: a load waits for that store to have read the buffer); the held tile's
 // boxes 2 and 3 are requested by its own parts 2 and 4 (k-steps 2 and 5), a k-step or two after
 // boxes 0 and 1 left. Every pre box has >= 3 k-steps (~1.5 µs) between its request and its use.
 // Each buffer's barrier sees two phases per tile, box b's with parity b / 2.
-template <bool GP, int NBUF_>
+template <bool GP>
 struct dgelu_parts_epilogue : dgelu_fast_epilogue {
-    static_assert(NBUF_ == 4 || NBUF_ == 2, "a buffer per box, or two in turn");
-    static constexpr int NBUF = NBUF_, PARTS = 2 * BOXES, INPUT_BOXES = NBUF_ == 4 ? BOXES : 2;
-    static constexpr int PEEL_STEPS = NBUF_ == 4 ? PARTS : PARTS + 2;
+    static constexpr int NBUF = 2, PARTS = 2 * BOXES, INPUT_BOXES = 2;
+    static constexpr int PEEL_STEPS = PARTS + 2;
     __host__ __device__ static constexpr int part_at_step(int s) {
-        if constexpr (NBUF_ == 4) return s < PARTS ? s : -1;
-        else {
-            constexpr int parts[PARTS + 2] = {0, 1, 2, 3, -1, 4, 5, -1, 6, 7};
-            return s < PARTS + 2 ? parts[s] : -1;
-        }
+        constexpr int parts[PARTS + 2] = {0, 1, 2, 3, -1, 4, 5, -1, 6, 7};
+        return s < PARTS + 2 ? parts[s] : -1;
     }
-    __host__ __device__ static constexpr int input_step(int b) {
-        if constexpr (NBUF_ == 4) return 2 * b + 2;
-        else return b == 0 ? 7 : 10;
-    }
+    __host__ __device__ static constexpr int input_step(int b) { return b == 0 ? 7 : 10; }
     gemm4::out_gl<bf16> pre_view;                      // pre [M][N] in output-sized boxes
     static dgelu_parts_epilogue make(const gemm_args& g) {
         return {dgelu_fast_epilogue::make(g), out_view<bf16>(const_cast<void*>(g.pre), g)};
@@ -80,16 +70,13 @@ struct dgelu_parts_epilogue : dgelu_fast_epilogue {
     struct held {
         uint32_t dh[gemm4::BN / 4];   // bf16 pairs: dh[2·blk + h] = 8-column block blk, row g + 8h
         tile_pos pos;
-        uint32_t phase;               // parity of the tile (NBUF 4: of its pre loads' phase)
     };
-    __device__ __forceinline__ void hold(held& hd, const wgmma::accumulator<gemm4::BN>& acc, const tile_pos& pos,
-                                         uint32_t phase) const {
+    __device__ __forceinline__ void hold(held& hd, const wgmma::accumulator<gemm4::BN>& acc, const tile_pos& pos) const {
 #pragma unroll
         for (int i = 0; i < gemm4::BN / 4; ++i) hd.dh[i] = stmatrix_staging::pack_bf16(acc.d[2 * i], acc.d[2 * i + 1]);
         hd.pos = pos;
-        hd.phase = phase;
     }
-    __device__ static __forceinline__ uint32_t parity(int b, const held& hd) { return NBUF == 4 ? hd.phase : (b >> 1) & 1; }
+    __device__ static __forceinline__ uint32_t parity(int b) { return (b >> 1) & 1; }   // box b's phase of its buffer
 
     // Lane 0: pre's box b of the tile at `pos` into its buffer, completing on the buffer's barrier
     // (0 bytes, i.e. at once, for a box wholly outside pre; partly outside ones read zeros there).
@@ -112,21 +99,6 @@ struct dgelu_parts_epilogue : dgelu_fast_epilogue {
         for (int k = 0; k < 8; ++k) dh8[k] = hd.dh[8 * P + k];
         run_half(bufs, bars, dh8, P / 2, P % 2, hd, sh, lane);
     }
-    // ... with a run-time part (fast=4): the 8 registers by a tree of selects on its bits (56 SEL;
-    // an indexed register array would live in local memory)
-    __device__ __forceinline__ void run_part_at(tile (&bufs)[NBUF], mbarrier (&bars)[NBUF], const held& hd, int part,
-                                                const shape& sh, int lane) const {
-        uint32_t q[32], h[16], dh8[8];
-        const bool b2 = part & 4, b1 = part & 2, b0 = part & 1;
-#pragma unroll
-        for (int k = 0; k < 32; ++k) q[k] = b2 ? hd.dh[32 + k] : hd.dh[k];
-#pragma unroll
-        for (int k = 0; k < 16; ++k) h[k] = b1 ? q[16 + k] : q[k];
-#pragma unroll
-        for (int k = 0; k < 8; ++k) dh8[k] = b0 ? h[8 + k] : h[k];
-        run_half(bufs, bars, dh8, part / 2, part % 2, hd, sh, lane);
-    }
-
     // Half `half` of box b of the held tile, dh8 its 8 held pairs (blocks 4·half .. +3 of the box,
     // rows g and g + 8, in dh's order): pre by ldmatrix, dpre = dh·GELU'(pre), db1's sums, dpre by
     // stmatrix in place of pre; after the second half the box leaves.
@@ -134,12 +106,12 @@ struct dgelu_parts_epilogue : dgelu_fast_epilogue {
                                              int half, const held& hd, const shape& sh, int lane) const {
         const tile_pos& pos = hd.pos;
         tile& buf = bufs[b % NBUF];
-        if constexpr (NBUF == 2)                       // two buffers: the held tile's box b + 1 (2 or 3) into the
-            if (half == 0 && (b == 1 || b == 2)) {     // other one, whose box b - 1 left a part or two ago
-                if (lane == 0) load_input_box(bufs, bars, b + 1, pos, sh);
-                __syncwarp();
-            }
-        if (half == 0) mbar::wait(bars[b % NBUF], parity(b, hd));   // pre's box has landed
+        if (half == 0 && (b == 1 || b == 2)) {         // the held tile's box b + 1 (2 or 3) into the other
+                                                       // buffer, whose box b - 1 left a part or two ago
+            if (lane == 0) load_input_box(bufs, bars, b + 1, pos, sh);
+            __syncwarp();
+        }
+        if (half == 0) mbar::wait(bars[b % NBUF], parity(b));   // pre's box has landed
         const int row = 8 * ((lane / 8) & 1) + lane % 8;
         float v[8];                                    // [2jj + p]: column 8jj + 2t + p of the half, rows g + g8
 #pragma unroll
@@ -197,14 +169,12 @@ struct dgelu_parts_epilogue : dgelu_fast_epilogue {
 };
 }  // namespace
 
-// dpre = (dy·W2) ⊙ GELU'(pre) with db1's partials and the side jobs, on step 4's tile:
-// g.fast_dgelu 3 = the peeled kernel with 4 stages and 2 buffers, 4 = the one-loop kernel with 3
-// stages and 4 buffers (kernels/mlp_deferred.cuh); 5 = as 3 with g.pre holding gelu'(pre) (fcfast=5).
+// dpre = (dy·W2) ⊙ GELU'(pre) with db1's partials and the side jobs, on step 4's tile
+// (kernels/mlp_deferred.cuh): g.fast_dgelu 3, or 5 with g.pre holding gelu'(pre) (fcfast=5).
 const char* linear_dgelu_deferred(const gemm_args& g) {
-    if (g.fast_dgelu == 3) return deferred::launch<cfg_2buf, major::MN, dgelu_parts_epilogue<false, 2>, true>(g);
-    if (g.fast_dgelu == 4) return deferred::launch<cfg_4buf, major::MN, dgelu_parts_epilogue<false, 4>, false>(g);
-    if (g.fast_dgelu == 5) return deferred::launch<cfg_2buf, major::MN, dgelu_parts_epilogue<true, 2>, true>(g);
-    return "tk_mlp: the deferred dGELU GEMM is fast=3 or fast=4 (or fcfast=5's gelu' form)";
+    if (g.fast_dgelu == 3) return deferred::launch<cfg, major::MN, dgelu_parts_epilogue<false>>(g);
+    if (g.fast_dgelu == 5) return deferred::launch<cfg, major::MN, dgelu_parts_epilogue<true>>(g);
+    return "tk_mlp: the deferred dGELU GEMM is fast=3 (or fcfast=5's gelu' form)";
 }
 
 }  // namespace tk_mlp::detail

@@ -1,5 +1,5 @@
 // kernels/mlp_fc_deferred.cu — c_fc's forward (pre = x·W1ᵀ + b1, h = GELU(pre)) with its epilogue
-// under the next tile's math in half boxes ("fcfast=4", session 7, opt-in), on kernels/mlp_deferred.cuh's
+// under the next tile's math in half boxes ("fcfast=4", session 7, the default since), on kernels/mlp_deferred.cuh's
 // kernel. Read that header first (the kernel and why), then session 6's bias_gelu_deferred
 // (kernels/mlp_epilogues.cuh, fcfast=3), whose values and held registers this reuses.
 //
@@ -36,7 +36,7 @@ struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
     static bias_gelu_parts_epilogue make(const gemm_args& g) { return {bias_gelu_deferred_epilogue::make(g)}; }
     using tile = gemm4::out_tile<bf16>;
     using held = bias_gelu_deferred_epilogue::held<gemm4::BN>;   // pre as bf16 pairs, and where the tile goes
-    __device__ __forceinline__ void hold(held& hd, const wgmma::accumulator<gemm4::BN>& acc, const tile_pos& pos, uint32_t) const {
+    __device__ __forceinline__ void hold(held& hd, const wgmma::accumulator<gemm4::BN>& acc, const tile_pos& pos) const {
         bias_gelu_deferred_epilogue::hold(hd, acc, pos);
     }
     __device__ void load_input_box(tile (&)[NBUF], mbarrier (&)[NBUF], int, const tile_pos&, const shape&) const {}
@@ -87,8 +87,8 @@ struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
 // pre (fcfast=4) or gelu'(pre) (fcfast=5) and h of c_fc on step 4's tile with the epilogue in half
 // boxes under the next tile's k-steps.
 const char* linear_bias_gelu_parts(const gemm_args& g) {
-    if (g.fast_gelu == 5) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true>, true>(g);
-    return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<false>, true>(g);
+    if (g.fast_gelu == 5) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true>>(g);
+    return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<false>>(g);
 }
 
 }  // namespace tk_mlp::detail

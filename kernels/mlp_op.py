@@ -119,9 +119,10 @@ SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 # defer=1: c_proj's and dx's stores deferred the same way on step 4 (session 6). (Session 6's fast=2,
 # the dGELU epilogue deferred on step 4, lost on the H200 and was removed: kernels/NOTES.md, session 6 M.)
 # fast=3 (session 7, opt-in): the dGELU epilogue deferred on step 4's tile with pre by TMA, half a box
-# after each of the next tile's first 8 k-steps (kernels/mlp_dgelu_deferred.cu); elsewhere as fast=1;
-# fast=4 the same in one k-loop (the half picked at run time). fcfast=4 (session 7, opt-in): c_fc's
-# fcfast=3 values the same way, half boxes on step 4's tile (kernels/mlp_fc_deferred.cu). fcfast=5: as 4,
+# after each of 8 of the next tile's first 10 k-steps (kernels/mlp_dgelu_deferred.cu); elsewhere as
+# fast=1 (its one-loop form, fast=4, lost on the H200 and was removed: kernels/NOTES.md, session 7 M).
+# fcfast=4 (session 7, the default since): c_fc's fcfast=3 values the same way, half boxes on step 4's
+# tile (kernels/mlp_fc_deferred.cu). fcfast=5 (opt-in): as 4,
 # but the forward saves gelu'(pre) in pre's place and the backward's dGELU multiplies by it (step 4 only).
 FLAGS = ("side", "pre", "fast", "finish", "fcfast", "defer")
 FLAG_DEFAULTS = (1, 0, 1, 1, 4, 0)     # fast=1 by default since session 5; finish=1 and fcfast=4 since session 7
@@ -134,14 +135,15 @@ def parse_schedule(spec):
     dGELU GEMM's side jobs off: separate fill and dy reduction kernels) and 'pre=1' (session 4,
     opt-in: the dGELU epilogue gets pre by TMA instead of per-thread loads, and its side job
     pipelines dy's column sums), 'fast=0' (session 5's fast=1 is the default: the dGELU epilogue's
-    cheaper form; fast=0 restores sessions 3-4's; 'fast=3' or 'fast=4', session 7, opt-in: its
+    cheaper form; fast=0 restores sessions 3-4's; 'fast=3', session 7, opt-in: its
     epilogue deferred under the next tile's math in half boxes with pre by TMA, on step 4's tile) and
-    'finish=1' (session 5, opt-in: one kernel for the backward's bias sums and dW casts) and
+    'finish=1' (session 5, the default since session 7: one kernel for the backward's bias sums and
+    dW casts; finish=0 restores the separate reductions and casts) and
     'fcfast=1' (session 6, opt-in: c_fc's epilogue with GELU in 5 operations and the bias of a
     box without per-column checks; the evaluation forward follows it) or 'fcfast=2' (the same
     values, staged by stmatrix with one fence per box) or 'fcfast=3' (with fc=4: c_fc's epilogue
     under the next tile's math on step 4, h from the bf16 pre as eager computes it) or 'fcfast=4'
-    (session 7: fcfast=3's values in half boxes on step 4's tile) or 'fcfast=5' (as 4, saving gelu'(pre)
+    (session 7, the default since: fcfast=3's values in half boxes on step 4's tile) or 'fcfast=5' (as 4, saving gelu'(pre)
     in pre's place for the backward; fc and dgelu on 0 or 4) and 'defer=1' (session 6, opt-in: c_proj's
     and dx's stores under the next tile's math on step 4)
     -> eleven ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
@@ -168,7 +170,7 @@ def parse_schedule(spec):
         raise ValueError(f"{OP}: schedule {spec!r}: fcfast=5 (gelu'(pre) saved in place of pre) runs c_fc and the "
                          f"dGELU GEMM on schedule 4 only (fc and dgelu 0 or 4, pre=0)")
     for name, value in zip(FLAGS, out[len(PRODUCTS):]):
-        allowed = (0, 1, 2, 3, 4, 5) if name == "fcfast" else (0, 1, 3, 4) if name == "fast" else (0, 1)
+        allowed = (0, 1, 2, 3, 4, 5) if name == "fcfast" else (0, 1, 3) if name == "fast" else (0, 1)
         if value not in allowed:
             raise ValueError(f"{OP}: schedule {spec!r}: {name} must be {' or '.join(map(str, allowed))}, got {value}")
     return out
