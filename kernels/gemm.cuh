@@ -27,7 +27,7 @@ struct args {
     int num_sms;          // persistent grid size (step 4)
     int variant;          // step 4 pipeline configuration (0 = default; see gemm_4_warp_specialized.cu)
     cudaStream_t stream;
-    // Split-K finished in the kernel (step 5 variants 8, 9: kernels/gemm_splitk_epilogue.cuh): fp32
+    // Split-K finished in the kernel (step 5 variant 8: kernels/gemm_splitk_epilogue.cuh): fp32
     // running sums and per-(tile, warp) arrival counters, both all zero between calls (the kernel
     // leaves them so), and how many of each the caller allocated. Unused otherwise (nullptr).
     float* splitk_sums = nullptr;

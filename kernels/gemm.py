@@ -27,8 +27,8 @@ C = A·B only (no bias, no GELU) with an epilogue compiled for exactly that
 bit-identical results, far fewer epilogue instructions per tile (step 4 v8 also overlaps a
 tile's stores with the next tile's first k-steps). matmul(step=0) without bias/GELU runs 4v8,
 or 5v7 for products with few output tiles (auto_step(plain=True)); with bias/GELU, the rule above.
-Variants 8 and 9 of step 5 (session 7; kernels/gemm_splitk_epilogue.cuh) are 5v7 with the
-split-K finished in the kernel (9: one arrival per consumer instead of per warp): the last split
+Variant 8 of step 5 (session 7; kernels/gemm_splitk_epilogue.cuh) is 5v7 with the
+split-K finished in the kernel: the last split
 of a tile sums the others' partials from a workspace the kernel keeps zeroed and stores the tile
 in the output dtype, so a weight gradient is one kernel (no memset of an fp32 buffer, no
 conversion kernel); see splitk_workspace for the workspace's lifetime (one per device and shape;
@@ -69,14 +69,13 @@ VARIANTS5 = {0: "128x128 per consumer, 6 stages", 1: "64x256 per consumer, 4 sta
              5: "64x256 per consumer, 5 stages, 1 output staging box per warp",
              6: "64x256 per consumer, 4 stages, plain epilogue (no bias/GELU; stmatrix staging)",
              7: "128x128 per consumer, 6 stages, plain epilogue (no bias/GELU; stmatrix staging)",
-             8: "128x128 per consumer, 6 stages, plain epilogue, split-K finished in the kernel (no memset, no conversion)",
-             9: "128x128 per consumer, 6 stages, plain epilogue, split-K finished in the kernel, one arrival per consumer"}
+             8: "128x128 per consumer, 6 stages, plain epilogue, split-K finished in the kernel (no memset, no conversion)"}
 TILES5 = {0: (128, 128), 1: (64, 256), 2: (128, 128), 3: (128, 128), 4: (64, 256), 5: (64, 256), 6: (64, 256), 7: (128, 128),
-          8: (128, 128), 9: (128, 128)}
-PLAIN_VARIANTS = {4: (6, 7, 8), 5: (6, 7, 8, 9)}   # kernels/gemm_plain_epilogue.cuh (session 6): the plain product only
+          8: (128, 128)}
+PLAIN_VARIANTS = {4: (6, 7, 8), 5: (6, 7, 8)}   # kernels/gemm_plain_epilogue.cuh (session 6): the plain product only
 # kernels/gemm_splitk_epilogue.cuh (session 7): split-K whose last split stores the tile (bf16 or
 # fp32) from a workspace the kernel keeps zeroed (splitk_workspace below)
-FUSED_SPLITK = {5: (8, 9)}
+FUSED_SPLITK = {5: (8,)}   # (session 7's 5v9, one arrival per consumer, timed as 5v8 and was removed)
 
 
 def auto_step(M, N, K, plain=False, num_sms=132):
@@ -86,7 +85,7 @@ def auto_step(M, N, K, plain=False, num_sms=132):
     1.02-1.11x cuBLAS at 8192³ and every GPT-2 forward shape) unless the product has too few
     128x256 tiles to fill the SMs twice (the weight gradients: split-K), where step 5 v7 (ping-pong
     128x128, plain epilogue) wins (0.91-1.05x, CUDA-graph timing, with split-K's memset and
-    conversion kernel). Step 5 v8/v9 (the split-K finished in the kernel, session 7) ran 1-17%
+    conversion kernel). Step 5 v8 (the split-K finished in the kernel, session 7) ran 1-17%
     slower than v7 WITH them in three H200 runs (three versions): opt-in (kernels/NOTES.md).
     plain=False (a fused bias/GELU; kernels/NOTES.md, session 3, call 2): step 5's ping-pong on
     64x256 consumer tiles when a tile's K loop is short (K <= 1024: its epilogue overlap pays,
@@ -271,7 +270,7 @@ def plan(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, split
     return p
 
 
-# ---- the workspace of the in-kernel split-K (step 5 variants 8, 9) ----
+# ---- the workspace of the in-kernel split-K (step 5 variant 8) ----
 # fp32 running sums (tiles x BM x BN, in accumulator order) and int32 arrival counters (tiles x 4:
 # one per consumer warp of a tile), zero when allocated; each call's last split of a tile reads
 # its sums, writes zeros back and resets its counters, so they are zero again when the kernel
@@ -360,7 +359,7 @@ def kernel_only(a, b, *, step=0, variant=0):
     timing it leaves out the host path (checks, plan, allocation) and, for split-K, the zeroing
     and the fp32 -> bf16 conversion. With split-K, c (fp32, zeroed once) then holds the sum of
     all launches: launch() is for timing, not for results (with the in-kernel split-K of step 5
-    variants 8, 9 each launch is a whole product into a bf16 c: there is nothing left out). launch holds the prepared operands
+    variant 8 each launch is a whole product into a bf16 c: there is nothing left out). launch holds the prepared operands
     and c: keep it alive as long as any CUDA graph that captured it (kernels/gemm_bench.py)."""
     p = plan(a, b, step=step, variant=variant)
     a_store, b_store = _operands(p, a, b)

@@ -66,13 +66,13 @@ using config5 = gemm5::config<1, 5, 1>;   // 64x256, 5 stages, ONE staging box p
 // Variants 6 and 7 (session 6) = config1's 64x256 and config0's 128x128 tiles with
 // gemm4::plain_epilogue (kernels/gemm_plain_epilogue.cuh): the plain product only (no bias, no
 // GELU), boxes staged by stmatrix with no per-value branches.
-// Variants 8 and 9 (session 7) = config0's 128x128 tile with gemm4::splitk_epilogue
+// Variant 8 (session 7) = config0's 128x128 tile with gemm4::splitk_epilogue
 // (kernels/gemm_splitk_epilogue.cuh): the plain product whose split-K is finished in the kernel
 // (the last split of a tile stores it, bf16 or fp32; no memset, no conversion kernel), given a
-// workspace that the caller zeroes once and the kernel keeps zeroed; 8 arrives per consumer warp,
-// 9 once per consumer (a named barrier, one release). (Calls 2-3 of session 7 timed a 9 that was
-// config1's 64x256 tile with 8's protocol: no better than 8.) Both are correct and 1-5% slower
-// than variant 7 WITH its memset and conversion kernels (session 7, call 4): opt-in.
+// workspace that the caller zeroes once and the kernel keeps zeroed; each consumer warp arrives
+// for its own piece. Correct and 1-5% slower than variant 7 WITH its memset and conversion
+// kernels (session 7, call 4): opt-in. (Session 7's variant 9, the same with one arrival per
+// consumer, measured the same as 8 and was removed after the session; code at 777f4c7.)
 
 template <typename Cfg, major MA, major MB, typename OutT, bool PLAIN>
 const char* launch(const gemm::args& g) {
@@ -91,15 +91,15 @@ const char* launch(const gemm::args& g) {
     }
 }
 
-// Variants 8, 9: the split-K workspace is checked here, where the tile is known.
-template <typename Cfg, major MA, major MB, typename OutT, bool PER_CONSUMER>
+// Variant 8: the split-K workspace is checked here, where the tile is known.
+template <typename Cfg, major MA, major MB, typename OutT>
 const char* launch_splitk(const gemm::args& g) {
-    using Epi = gemm4::splitk_epilogue<OutT, PER_CONSUMER>;
+    using Epi = gemm4::splitk_epilogue<OutT>;
     if (g.splits > 1) {
         const long long tiles = (long long)((g.M + Cfg::BM - 1) / Cfg::BM) * ((g.N + Cfg::BN - 1) / Cfg::BN);
         if (!g.splitk_sums || !g.splitk_arrivals || g.splitk_sums_count < tiles * Cfg::BM * Cfg::BN ||
             g.splitk_arrivals_count < tiles * 4)
-            return "gemm step 5: variants 8 and 9 with splits > 1 need a zeroed workspace of tiles x BM x BN fp32 sums "
+            return "gemm step 5: variant 8 with splits > 1 needs a zeroed workspace of tiles x BM x BN fp32 sums "
                    "and tiles x 4 int32 arrival counters (kernels/gemm.py splitk_workspace makes it)";
     }
     return gemm5::launch<Cfg, MA, MB, Epi>(
@@ -109,16 +109,16 @@ const char* launch_splitk(const gemm::args& g) {
         });
 }
 
-template <typename Cfg, bool PER_CONSUMER>
+template <typename Cfg>
 const char* dispatch_splitk(const gemm::args& g) {
     if (g.c_fp32) {
-        if (!g.a_mn_major && !g.b_mn_major) return launch_splitk<Cfg, major::K, major::K, float, PER_CONSUMER>(g);
-        if (!g.a_mn_major) return launch_splitk<Cfg, major::K, major::MN, float, PER_CONSUMER>(g);
-        return launch_splitk<Cfg, major::MN, major::MN, float, PER_CONSUMER>(g);
+        if (!g.a_mn_major && !g.b_mn_major) return launch_splitk<Cfg, major::K, major::K, float>(g);
+        if (!g.a_mn_major) return launch_splitk<Cfg, major::K, major::MN, float>(g);
+        return launch_splitk<Cfg, major::MN, major::MN, float>(g);
     }
-    if (!g.a_mn_major && !g.b_mn_major) return launch_splitk<Cfg, major::K, major::K, bf16, PER_CONSUMER>(g);
-    if (!g.a_mn_major) return launch_splitk<Cfg, major::K, major::MN, bf16, PER_CONSUMER>(g);
-    return launch_splitk<Cfg, major::MN, major::MN, bf16, PER_CONSUMER>(g);
+    if (!g.a_mn_major && !g.b_mn_major) return launch_splitk<Cfg, major::K, major::K, bf16>(g);
+    if (!g.a_mn_major) return launch_splitk<Cfg, major::K, major::MN, bf16>(g);
+    return launch_splitk<Cfg, major::MN, major::MN, bf16>(g);
 }
 
 template <typename Cfg, bool PLAIN = false>
@@ -137,12 +137,12 @@ const char* dispatch(const gemm::args& g) {
 const char* gemm::step5_pingpong(const gemm::args& g) {
     if (g.a_mn_major && !g.b_mn_major) return "gemm step 5: A M-major with B K-major is not instantiated; pass B N-major";
     if (g.splits > 1 && !g.c_fp32 && g.variant < 8)
-        return "gemm step 5: split-K reduce-adds fp32 partials; ask for an fp32 output (or use variant 8 or 9)";
+        return "gemm step 5: split-K reduce-adds fp32 partials; ask for an fp32 output (or use variant 8)";
     if (g.variant >= 6 && (g.bias || g.gelu))
-        return "gemm step 5: variants 6-9 are the plain product (no bias, no GELU); use variant 1 for a fused epilogue";
+        return "gemm step 5: variants 6-8 are the plain product (no bias, no GELU); use variant 1 for a fused epilogue";
 #ifdef GEMM_DEFAULT_VARIANT_ONLY   // the CPU compile test: one configuration and the plain epilogues keep it quick
     if (g.variant != 0 && g.variant != 6 && g.variant != 8) return "gemm step 5: built with GEMM_DEFAULT_VARIANT_ONLY";
-    return g.variant == 6 ? dispatch<config1, true>(g) : g.variant == 8 ? dispatch_splitk<config0, false>(g) : dispatch<config0>(g);
+    return g.variant == 6 ? dispatch<config1, true>(g) : g.variant == 8 ? dispatch_splitk<config0>(g) : dispatch<config0>(g);
 #endif
     switch (g.variant) {
         case 0: return dispatch<config0>(g);
@@ -153,8 +153,7 @@ const char* gemm::step5_pingpong(const gemm::args& g) {
         case 5: return dispatch<config5>(g);
         case 6: return dispatch<config1, true>(g);
         case 7: return dispatch<config0, true>(g);
-        case 8: return dispatch_splitk<config0, false>(g);
-        case 9: return dispatch_splitk<config0, true>(g);
-        default: return "gemm step 5: variant must be 0..9";
+        case 8: return dispatch_splitk<config0>(g);
+        default: return "gemm step 5: variant must be 0..8";
     }
 }

@@ -8,7 +8,7 @@
     python -m kernels.gemm_bench --steps 0,4 --modes eager,graph,kernel --host   # launch cost vs kernel (session 5)
     python -m kernels.gemm_bench --steps 0,4 --variants4 6 --variants5 6 --modes eager,graph,kernel   # plain epilogue (session 6)
     python -m kernels.gemm_bench --steps 0 --old-auto --modes eager,graph,kernel   # the default vs the one before it
-    python -m kernels.gemm_bench --steps 0 --variants5 8,9 --prev-auto --shapes dW --modes graph,kernel   # in-kernel split-K (session 7)
+    python -m kernels.gemm_bench --steps 0 --variants5 8 --prev-auto --shapes dW --modes graph,kernel   # in-kernel split-K (session 7)
 
 Timing modes (--modes; each trial runs every mode of every implementation, interleaved):
   eager   CUDA events around `iters` back-to-back calls launched from Python. The GPU waits for

@@ -83,7 +83,7 @@ Problem run_problem(int64_t step, const torch::Tensor& a, const torch::Tensor& b
     return {};
 }
 
-// The split-K workspace of step 5 variants 8 and 9 (kernels/gemm_splitk_epilogue.cuh): fp32 sums
+// The split-K workspace of step 5 variant 8 (kernels/gemm_splitk_epilogue.cuh): fp32 sums
 // and int32 arrival counters, contiguous, on a's device, or both absent. Whether they are large
 // enough depends on the variant's tile: the launcher checks that (RuntimeError).
 Problem workspace_problem(const torch::Tensor& a, const c10::optional<torch::Tensor>& sums,
@@ -168,7 +168,7 @@ std::string check_run(int64_t step, const torch::Tensor& a, const torch::Tensor&
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-    // The last two arguments are optional (None): step 5 variants 8 and 9's split-K workspace.
+    // The last two arguments are optional (None): step 5 variant 8's split-K workspace.
     m.def("check_run", &check_run, "'' or what run(...) with the same arguments would raise", py::arg("step"), py::arg("a"),
           py::arg("b"), py::arg("c"), py::arg("a_mn_major"), py::arg("b_mn_major"), py::arg("bias"), py::arg("gelu"),
           py::arg("splits"), py::arg("variant"), py::arg("splitk_sums") = py::none(), py::arg("splitk_arrivals") = py::none());

@@ -1,6 +1,6 @@
 // kernels/gemm_splitk_epilogue.cuh — split-K finished inside the kernel: the weight gradient's
 // partial sums meet in a workspace that the kernel itself leaves zeroed, and the LAST split to
-// finish a tile stores the tile's final values (bf16 or fp32) by TMA. Step 5 variants 8 and 9
+// finish a tile stores the tile's final values (bf16 or fp32) by TMA. Step 5 variant 8
 // (kernels/gemm_5_pingpong.cu). Read after kernels/gemm_plain_epilogue.cuh (whose store_slab
 // stores the final values) and the STORES_TILE hook in kernels/gemm_5_pingpong.cuh.
 //
@@ -41,7 +41,10 @@
 // right after 16 KB of fresh reduce-adds). Both were correct and 5-17% slower than the old
 // split-K kernel. Suspected: a gpu-scope fence that waits for this warp's fresh reductions, which
 // queue in L2 behind every SM's. Here nothing the warp issued recently is waited for, except at
-// its last tile.
+// its last tile. This third version is still 1-5% behind the old split-K with its memset and
+// conversion (call 4), and so was a variant 9 with ONE arrival per consumer and tile (the 4 warps
+// at a named barrier, one release, bar.red.or to tell them the last): the same figures as 8, so
+// the number of release fences is not the cost. 9 was removed after the session (code at 777f4c7).
 //
 // The workspace: sums = tiles x BM x BN floats, arrivals = tiles x 4 ints, zero at allocation
 // (kernels/gemm.py keeps one pair per device and shape and documents its lifetime: one product of
@@ -76,25 +79,13 @@ __device__ __forceinline__ int atomic_add_release_gpu(int* p, int v) {
     return old;
 }
 
-// Named barrier `id` over `threads` threads that also ORs a predicate across them (bar.red.or).
-template <int threads>
-__device__ __forceinline__ bool named_sync_or(int id, bool p) {
-    uint32_t r;
-    asm volatile("{\n\t.reg .pred p, q;\n\tsetp.ne.u32 p, %1, 0;\n\tbar.red.or.pred q, %2, %3, p;\n\tselp.u32 %0, 1, 0, q;\n\t}"
-                 : "=r"(r) : "r"(uint32_t(p)), "r"(id), "n"(threads) : "memory");
-    return r != 0;
-}
-
-// PER_CONSUMER = false (variant 8): each consumer warp arrives for its own piece (4 counters a
-// tile). PER_CONSUMER = true (variant 9): the consumer's 4 warps meet at a named barrier and ONE
-// thread arrives for the whole tile (one counter a tile; a quarter of the release fences and
-// atomics), and a barrier-with-OR tells all four warps whether they are the last split.
-template <typename OutT, bool PER_CONSUMER = false>
+// Each consumer warp arrives for its own piece (4 counters a tile).
+template <typename OutT>
 struct splitk_epilogue : plain_epilogue<OutT> {
     using base = plain_epilogue<OutT>;
     static constexpr bool STORES_TILE = true;   // gemm5's kernel hands a consumer's whole tile to store_tile
     float4* sums;        // [piece][float4 j][lane]: the running fp32 sums, zero between calls
-    int* arrivals;       // [piece] (per consumer: [4 x tile]): splits whose partial is in sums, zero between calls
+    int* arrivals;       // [piece]: splits whose partial is in sums, zero between calls
 
     // What a consumer warp carries from one tile to the next: the tile that still has to arrive.
     template <int SLABS> struct consumer_state {
@@ -171,33 +162,18 @@ struct splitk_epilogue : plain_epilogue<OutT> {
     // L2): proxy fence (async-proxy writes before generic ops), then the release add. Returns, in
     // lane 0 only, how many splits arrived before (read by is_last after the send, so the
     // atomic's round trip overlaps it).
-    // Per consumer: every warp's lane 0 waits for its own groups, the 4 warps meet, and the
-    // consumer's first thread arrives for all of them (its release covers what the barrier ordered
-    // before it: CUTLASS's semaphore pattern).
     __device__ __forceinline__ int announce(int piece, int lane) const {
         int before = 0;
         if (lane == 0) {
             tma::store_wait<0>();
             fence_proxy_async_global();
-            if constexpr (!PER_CONSUMER) before = atomic_add_release_gpu(&arrivals[piece], 1);
-        }
-        if constexpr (PER_CONSUMER) {
-            named_sync<128>(consumer_barrier());
-            if (threadIdx.x % 128 == 0) before = atomic_add_release_gpu(&arrivals[piece & ~3], 1);
+            before = atomic_add_release_gpu(&arrivals[piece], 1);
         }
         return before;
     }
     __device__ __forceinline__ static bool is_last(int before, const shape& sh) {
-        if constexpr (PER_CONSUMER) {
-            const bool last = threadIdx.x % 128 == 0 && before == sh.splits - 1;
-            if (last) fence_acq_rel_gpu();    // the acquire, before the barrier passes it on
-            return named_sync_or<128>(consumer_barrier(), last);
-        } else {
-            return __shfl_sync(0xffffffffu, before, 0) == sh.splits - 1;
-        }
+        return __shfl_sync(0xffffffffu, before, 0) == sh.splits - 1;
     }
-    // the consumer warpgroup's named barrier: ids 1 and 2 (consumers are warpgroups 1 and 2; 0 is __syncthreads)
-    __device__ __forceinline__ static int consumer_barrier() { return int(threadIdx.x / 128); }
 
     // 3. The last split of the tile in cs: acquire what every other split released with its
     // arrival (lane 0 read the counter; its fence, then the warp barrier, order every lane's
@@ -220,7 +196,7 @@ struct splitk_epilogue : plain_epilogue<OutT> {
         float4* clear = piece_sums(cs.piece, SLABS * V * 32, lane);
 #pragma unroll
         for (int j = 0; j < SLABS * V; ++j) __stcg(clear + 32 * j, make_float4(0.f, 0.f, 0.f, 0.f));
-        if (PER_CONSUMER ? threadIdx.x % 128 == 0 : lane == 0) arrivals[PER_CONSUMER ? cs.piece & ~3 : cs.piece] = 0;
+        if (lane == 0) arrivals[cs.piece] = 0;
         shape whole = sh;
         whole.splits = 1;                 // the final values: plain_epilogue stores, it does not reduce-add
 #pragma unroll

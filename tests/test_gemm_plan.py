@@ -105,10 +105,10 @@ def test_non_tensor_arguments_take_the_checked_path():
 
 
 def test_plain_variant_refuses_bias_and_gelu_on_cpu():
-    """Variants 6-8 of step 4 and 6-9 of step 5 (the plain epilogue; 5v8 and 5v9 with the in-kernel
-    split-K) have no bias/GELU: the Python checks say so; variant 9 exists only for step 5."""
+    """Variants 6-8 of steps 4 and 5 (the plain epilogue; 5v8 with the in-kernel split-K) have no
+    bias/GELU: the Python checks say so."""
     x, W = bf16(64, 32), bf16(48, 32)
-    for step, variants in ((4, (6, 7, 8)), (5, (6, 7, 8, 9))):
+    for step, variants in ((4, (6, 7, 8)), (5, (6, 7, 8))):
         for variant in variants:
             assert plan(x, W.t(), step=step, variant=variant).variant == variant
             for kw in ({"bias": bf16(48)}, {"gelu": True}):
@@ -117,7 +117,7 @@ def test_plain_variant_refuses_bias_and_gelu_on_cpu():
     with pytest.raises(ValueError, match="variant must be one of"):
         plan(x, W.t(), step=4, variant=9)
     with pytest.raises(ValueError, match="variant must be one of"):
-        plan(x, W.t(), step=5, variant=10)
+        plan(x, W.t(), step=5, variant=9)                               # (session 7's 5v9 was removed)
 
 
 def test_auto_plans_the_plain_variants_without_bias():
@@ -135,7 +135,7 @@ def test_auto_plans_the_plain_variants_without_bias():
 
 
 def test_splitk_workspace_sizes_and_reuse():
-    """Step 5 variants 8/9's workspace (kernels/gemm.py splitk_workspace): tiles x BM x BN fp32 sums
+    """Step 5 variant 8's workspace (kernels/gemm.py splitk_workspace): tiles x BM x BN fp32 sums
     and tiles x 4 int32 counters, zero, one per (device, tile, tile grid) and reused; shapes that
     round up to the same tile grid share it. Built on the CPU here (the sizes are the point)."""
     gemm._splitk_ws.clear()
@@ -155,10 +155,9 @@ def test_splitk_workspace_sizes_and_reuse():
 
 
 def test_fused_splitk_variants_plan_a_split():
-    """5v8 / 5v9 choose their split-K factor like 5v7 (choose_splits on the same 128x128 tile), and the
+    """5v8 chooses its split-K factor like 5v7 (choose_splits on the same 128x128 tile), and the
     weight gradient's plan reads dy.t() and x in place."""
     dy, x = bf16(16384, 768), bf16(16384, 3072)
-    for variant, twin in ((8, 7), (9, 7)):
-        p = gemm.plan(dy.t(), x, step=5, variant=variant, cuda=False)
-        q = gemm.plan(dy.t(), x, step=5, variant=twin, cuda=False)
-        assert p.splits == q.splits > 1 and p.a_t and p.b_mode == "c"
+    p = gemm.plan(dy.t(), x, step=5, variant=8, cuda=False)
+    q = gemm.plan(dy.t(), x, step=5, variant=7, cuda=False)
+    assert p.splits == q.splits > 1 and p.a_t and p.b_mode == "c"
