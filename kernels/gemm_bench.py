@@ -8,7 +8,7 @@
     python -m kernels.gemm_bench --steps 0,4 --modes eager,graph,kernel --host   # launch cost vs kernel (session 5)
     python -m kernels.gemm_bench --steps 0,4 --variants4 6 --variants5 6 --modes eager,graph,kernel   # plain epilogue (session 6)
     python -m kernels.gemm_bench --steps 0 --old-auto --modes eager,graph,kernel   # the default vs the one before it
-    python -m kernels.gemm_bench --steps 0 --variants5 8 --prev-auto --shapes dW --modes graph,kernel   # in-kernel split-K (session 7)
+    python -m kernels.gemm_bench --steps 0 --variants5 8 --shapes dW --modes graph,kernel   # in-kernel split-K (session 7) vs auto (5v7)
 
 Timing modes (--modes; each trial runs every mode of every implementation, interleaved):
   eager   CUDA events around `iters` back-to-back calls launched from Python. The GPU waits for
@@ -178,9 +178,6 @@ def main():
     ap.add_argument("--old-auto", action="store_true",
                     help="also time 'old-auto': what step 0 ran before session 6 (auto_step(plain=False): 5v1 "
                          "for K <= 1024, else step 4 v0), beside 'auto' (the plain variants)")
-    ap.add_argument("--prev-auto", action="store_true",
-                    help="also time 'prev-auto': what step 0 ran for a plain product in session 6 (4v8, or 5v7 with "
-                         "its memset/reduce-add/conversion split-K for products with few tiles), beside 'auto'")
     ap.add_argument("--shapes", default="", help="comma-separated substrings of the case names to keep")
     ap.add_argument("--modes", default="eager", help="comma-separated: eager, graph, kernel (see the docstring)")
     ap.add_argument("--eager-keys", default="",
@@ -223,9 +220,6 @@ def main():
         old = gemm.auto_step(M, N, K)                # the fused rule, which plain products used before session 6
         if args.old_auto:
             fns["old-auto"] = lambda: gemm.matmul(a, b, step=old[0], variant=old[1])
-        prev = (4, 8) if gemm.auto_step(M, N, K, plain=True) == (4, 8) else (5, 7)   # session 6's plain rule
-        if args.prev_auto:
-            fns["prev-auto"] = lambda: gemm.matmul(a, b, step=prev[0], variant=prev[1])
         timers = {}                                  # (mode, impl) -> () -> ms per call
         for mode in modes:
             if mode == "eager":
@@ -243,7 +237,7 @@ def main():
                     timers[(mode, k)] = (lambda g=g: time_graph_ms(g, args.iters, args.replays))
             else:
                 for k in fns:
-                    sv = old if k == "old-auto" else prev if k == "prev-auto" else kernel_step_variant(k)
+                    sv = old if k == "old-auto" else kernel_step_variant(k)
                     if sv is not None:
                         launch, _ = gemm.kernel_only(a, b, step=sv[0], variant=sv[1])
                         g = capture(launch, args.iters)
@@ -269,8 +263,7 @@ def main():
             rows.append({"shape": name, "mode": mode, "tflops": tflops, "ratio": ratio,
                          "ms": {k: per[(mode, k)] for k in keys}})
             if "auto" in ratio:
-                summary.append((name, mode, tflops["torch"], tflops["auto"], ratio["auto"],
-                                ratio.get("old-auto", ratio.get("prev-auto"))))
+                summary.append((name, mode, tflops["torch"], tflops["auto"], ratio["auto"], ratio.get("old-auto")))
         if ("graph", "auto") in per and ("kernel", "auto") in per:
             extra = statistics.median([g - k for g, k in zip(per[("graph", "auto")], per[("kernel", "auto")])]) * 1e3
             print(f"{name:24s} auto: graph - kernel = {extra:.1f} µs per call (split-K's memset + conversion "
@@ -291,7 +284,7 @@ def main():
                 hit = [s for s in summary if s[0] == name and s[1] == m]
                 cells.append(f"{hit[0][2]:8.0f} {hit[0][3]:8.0f} {hit[0][4]:7.3f}x" if hit else f"{'-':>30s}")
                 if hit and hit[0][5] is not None:
-                    cells[-1] += f" ({'old-auto' if args.old_auto else 'prev-auto'} {hit[0][5]:.3f}x)"
+                    cells[-1] += f" (old-auto {hit[0][5]:.3f}x)"
             print(f"{name:24s} " + " ".join(f"{c:>30s}" for c in cells))
         print("eager: launched from Python (host path included); graph: both sides' kernels alone in CUDA "
               "graphs (tk's split-K memset/conversion included); kernel: tk's GEMM kernel alone vs torch graph.")
