@@ -13,17 +13,18 @@
 // 768. The MLP's epilogues are heavier (a GELU or GELU' per value, two outputs for c_fc, pre to
 // read for dGELU): a whole box's work after one k-step (~500-700 instructions per warp, two warps
 // per scheduler) can outlast the ~1000 cycles of tensor work it should hide behind. So here a
-// held tile's epilogue is cut into PARTS (half boxes: 8 for a 16 x 256 warp slab), one after each
-// of the next tile's first PARTS k-steps, and anything the epilogue reads (dGELU's pre) arrives
-// by TMA into shared memory many k-steps before it is needed: per-thread global loads inside the
-// k-loop (session 6's fast=2) stalled the wgmma issue behind each load's trip to memory.
+// held tile's epilogue is cut into PARTS (half boxes: 8 for a 16 x 256 warp slab), each after one
+// of the next tile's first k-steps (part_at_step says which), and anything the epilogue reads
+// (dGELU's pre) arrives by TMA into shared memory many k-steps before it is needed: per-thread
+// global loads inside the k-loop (session 6's fast=2) stalled the wgmma issue behind each load's
+// trip to memory.
 //
 // The policy interface (besides gemm4's begin_tile/side_job, of which only side_job is used):
 //   NBUF                       staging buffers per consumer warp (16 x 64 bf16 each), each with an
 //                              mbarrier for an input box landing in it
-//   PARTS                      parts per held tile
 //   PEEL_STEPS, part_at_step(s)   the first PEEL_STEPS k-steps are written out, and after
-//                              k-step s the held tile's part part_at_step(s) runs (-1: none)
+//                              k-step s the held tile's part part_at_step(s) runs (-1: none;
+//                              every one of the policy's PARTS parts at exactly one s)
 //   struct held                what a tile leaves in registers for its parts (e.g. bf16 pairs)
 //   hold(held, acc, pos)       at a tile's end
 //   run_part<P>(bufs, bars, held, sh, lane)   part P of the held tile (P a compile-time number)
