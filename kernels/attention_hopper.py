@@ -11,10 +11,10 @@ table. See kernels/NOTES.md, attention / Hopper forward and Session 3 (Hopper ba
 Nothing here builds at import; `why_not` builds the extension only after every cheap check
 passed on CUDA tensors of a Hopper GPU.
 
-Streams: the persistent forwards (variants 11-13, 21, 26, 30, "dynamic scheduling") hand out
-their work items through a counter that must be zero at the start and used by no other launch in
-flight. Variants 11-26 get one zeroed for each call (a fill kernel before the forward, ~1.2
-us on the H200). The default, 30, sets its counter back to 0 itself when it hands out its last
+Streams: the persistent forwards (variants 11-13, 21, 26, 30, "dynamic scheduling") hand out their
+work items through a counter that must be zero at the start and used by no other launch in flight.
+All but the default (11-13, 21, 26) get one zeroed for each call (a fill kernel before the forward,
+~1.2 us on the H200). The default, 30, sets its counter back to 0 itself when it hands out its last
 item, so the bindings keep one per CUDA stream (launches on a stream run one after the other) and
 give each launch captured into a CUDA graph one of its own (attention_hopper_bindings.cpp,
 owned_counter). Until session 5 there was one self-resetting counter per GPU, which two forwards in
