@@ -145,14 +145,14 @@ BACKWARD_HEAD_DIMS = (64, 128)
 
 
 # The backward's variants (attention_hopper_backward_variant in the .cu); 0 is the default.
-BACKWARD_VARIANTS = {0: "default (12 for D=64, 5 for D=128; see attention_hopper_bwd.cu)", 1: "five products in turn, 2 slots",
+BACKWARD_VARIANTS = {0: "default (4 for D=64, 5 for D=128; see attention_hopper_bwd.cu)", 1: "five products in turn, 2 slots",
                      2: "3 slots, two dQ buffers, masked first block skipped (D=64; D=128 runs 1)",
                      3: "dQ split by columns over both consumers (D=128; D=64 runs its default)",
                      4: "session 3's default kernel (2 for D=64, 1 for D=128) with the CTAs in L2 groups of heads",
                      5: "3 with L2 groups of heads (D=128; D=64 runs 4)",
                      8: "4 with the dQ partials added by vector atomics (D=64; D=128 runs 5)",
                      11: "4 with prep_kernel: dq_accum zeroed and Di in one pass (D=128: 5 with it)",
-                     12: "8 with prep_kernel (the D=64 default; D=128 runs 5 with prep_kernel)"}
+                     12: "8 with prep_kernel (faster, but the dS tile's reuse races: see attention_hopper_bwd.cu; D=128 runs 5 with prep_kernel)"}
 
 
 def backward(grad_out, q, k, v, o, lse, causal=True, scale=None, out=None, variant=0):

@@ -31,7 +31,7 @@
 // The buffer's layout is ours to choose: each (head, query block) chunk is contiguous and ordered
 // as the accumulator registers are ([register/4][thread][4] floats), so the shared-memory writes
 // are conflict-free float4 stores and the bulk copy is one contiguous range. Kernel 3 undoes that
-// order. Atomics from registers instead (DQ_ATOMIC, D = 64's default since session 7): in that
+// order. Atomics from registers instead (DQ_ATOMIC, opt-in: see DEFAULT_VARIANT_D64's race note): in that
 // order each thread's 32 floats are 8 red.global.add.v4.f32 of 16 bytes, a warp's 32 of one
 // register group 512 contiguous bytes, so the L2 sees whole lines; and the warpgroup skips the
 // 16 KB shared-memory round trip, its fence and bar.sync, and the wait for the bulk copy's read:
@@ -97,7 +97,7 @@
 //      the bulk reduce-add traffic (each column half is added once per key block, not twice),
 //      32 dQ accumulators instead of 64 (so dQ need not wait for dV and dK), at the price of a
 //      bar.sync of both consumers per query block (id 3) instead of one per consumer.
-//   4  (D = 64, the default until session 7) 2 (D = 128: 1) with the CTAs in L2 groups of heads
+//   4  (D = 64, default) 2 (D = 128: 1) with the CTAs in L2 groups of heads
 //   5  (D = 128, default) 3 with the CTAs in L2 groups of heads (D = 64 runs 4)
 //   Session 7, opt-in, D = 64 (figures in kernels/NOTES.md, session 7, B). Pieces (OPT bits):
 //   DQ_ATOMIC   the dQ partials added from registers by red.global.add.v4.f32 (no dQ tile in
@@ -107,7 +107,8 @@
 //   PREP        kernel 1' (prep_kernel) zeroes dq_accum and computes Di in one pass, one block
 //               per (head, query block), in place of the memset and kernel 1
 //   Variants: 8 = 4 + DQ_ATOMIC; 9 = ONE_CONSUMER + DQ_ATOMIC; 10 = ONE_CONSUMER; 11-14 = 4, 8, 9,
-//   10 + PREP; 12 is D = 64's default since session 7. D = 128 runs 5 for 8-10 and 5 + PREP for
+//   10 + PREP; 12 was D = 64's default for part of session 7 (taken back: the race note at
+//   DEFAULT_VARIANT_D64). D = 128 runs 5 for 8-10 and 5 + PREP for
 //   11-14 (its consumers have no registers to spare for the rest).
 //   Tried in session 7 and removed (code at commit b31b295; figures in kernels/NOTES.md):
 //   6/7  Di computed inside the main kernel by producer warps 2-3 (cp.async of O and dO; 32
@@ -223,7 +224,13 @@ constexpr float LOG2E = 1.4426950408889634f;
 // 12 (4 + dQ by vector atomics + prep_kernel): 520.8 us vs 547.5 (cuDNN 523.8), shakespeare 89.5
 // vs 91.5 (cuDNN 91.4) in call 3; 522.7 vs 547.8 and 89.8 vs 91.6 in call 2. D = 128 keeps 5: with
 // prep_kernel it measured 1.0% faster in call 2 and 2.0% slower in call 3 (noise of +-10%).
-constexpr int DEFAULT_VARIANT_D64 = 12;
+// BUT (review, after session 7's last GPU call): with DQ_ATOMIC a warp can overwrite its key
+// columns of the one dS tile for block i+1 while another warp's dQ wgmma of block i may still read
+// them (the bar.sync that ordered this in 4 went with the shared-memory dQ path; wait_group covers
+// only the executing warp's wgmmas): a write-after-read race the PTX model allows, never seen in the
+// tests. So D = 64's default is 4 again, the kernel of sessions 4-6, until a fixed 12 (two dS tiles
+// alternating by block, or a bar.sync after red_dq) has been timed and tested on the H200.
+constexpr int DEFAULT_VARIANT_D64 = 4;
 constexpr int DEFAULT_VARIANT_D128 = 5;
 
 using tk::sm80::exp2_approx;   // ex2.approx.ftz
