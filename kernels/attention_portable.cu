@@ -45,6 +45,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 
@@ -295,6 +296,286 @@ attention_forward_kernel(const AttentionForwardParams p) {
             const float l = quad_sum(row_sum[mt][r]);
             const float inv = l > 0.f ? 1.f / l : 0.f;
             const int row = warp_row0 + 16 * mt + g + 8 * r;
+            if (row < T) {
+                #pragma unroll
+                for (int db = 0; db < D / 8; ++db) {
+                    uint32_t packed = pack_bf16x2(o[mt][db][2 * r] * inv, o[mt][db][2 * r + 1] * inv);
+                    *reinterpret_cast<uint32_t*>(out + (int64_t)row * p.o.stride_seq + 8 * db + 2 * t) = packed;
+                }
+                if (t == 0) lse[row] = l > 0.f ? row_max[mt][r] * p.shape.scale + logf(l) : -INFINITY;
+            }
+        }
+}
+
+// ---- Forward variants 9 and 10: the diagonal tiles as their own code path (session 7, P2) ----
+// Session 7's causal skips (git 1e193c6) put a warp-uniform `if (!live) continue` between the
+// unrolled mma.sync of EVERY tile: the matrix products fell into basic blocks and the kernel lost
+// 50%. Here a 64-key tile's kind is known before its code starts, and every kind has its own
+// fully unrolled code, with no branch inside:
+//   plain      every tile left of the diagonal (all but 2 per block): no mask at all;
+//   diagonal   the 2 tiles that hold the block's diagonal (causal): the mask col > row, and the
+//              16-key chunks that NO warp's rows can see are left out at compile time;
+//   tail       (full attention) the last tile when T is not a multiple of 64: col >= T.
+// The row tiles of the warps interleave as in FA2's forward (its tiled mma puts the 4 warps along
+// M, repeated twice for 128 rows): warp w owns block rows 16w.. and 64 + 16w.., so every warp has
+// the same work on a diagonal tile (variant 3's warps 0, 1 idle while 2, 3 finish the second),
+// and a chunk that row tile mt cannot see is the same chunk for every warp: a compile-time fact
+// (the second diagonal tile is dead for row tile 0 and skipped whole).
+//   variant 10 = variant 3's shape (128 query rows, 4 warps, Q in registers, 64-key tiles, a
+//                cp.async stage and a barrier per tile) with the code paths and interleaved rows.
+//   variant 9  = the same with 128-key stages: each barrier and cp.async wait covers two 64-key
+//                tiles (half of 10's barriers per key; the softmax still runs per 64 keys).
+// Not built: FA2's own forward shape at head_dim 64 (128 x 128 tiles, 4 warps, Q re-read from
+// shared memory): with one softmax per 128 keys ptxas spilled 116-428 bytes (sm_90a, 255
+// registers) in every arrangement tried (kernels/NOTES.md, session 7, P2).
+// D = 64 only (the accumulators of two row tiles at D = 128 do not fit in registers).
+constexpr int SPLIT_WARPS = 4, SPLIT_ROW_TILES = 2, SPLIT_BLOCK_M = 16 * SPLIT_WARPS * SPLIT_ROW_TILES;
+constexpr int SPLIT_TILE_N = 64;   // keys per tile of math (a stage holds 1 or 2)
+
+// The 16-key chunks of a tile that row tile mt of SOME warp can see. DIAG < 0: not a diagonal
+// tile, all of them; else the tile starts DIAG keys after the block's first row, and row tile mt
+// spans block rows [16 W mt, 16 W (mt + 1)), so chunks from 16 W (mt + 1) - DIAG on are dead.
+template <int DIAG>
+__host__ __device__ constexpr int live_chunks(int mt) {
+    constexpr int ALL = SPLIT_TILE_N / 16;
+    if (DIAG < 0) return ALL;
+    const int live = SPLIT_WARPS * (mt + 1) - DIAG / 16;
+    return live < 0 ? 0 : live > ALL ? ALL : live;
+}
+
+// One 64-key tile for this warp's two row tiles: S = Q K^T, mask (DIAG >= 0: col > row; TAIL:
+// col >= T), online softmax, O += P V. Every loop bound and `if` below is a compile-time constant
+// once the loops are unrolled, so the mma.sync of a tile form one straight-line block. (Inside a
+// loop over mt, the inner loops run to full length with an `if` on LIVE[mt] instead of stopping
+// at LIVE[mt]: a bound that depends on the outer mt is not constant when the inner loop is
+// unrolled first, and the partly unrolled loop then indexes s at run time, which puts s in local
+// memory: 256 bytes of stack in a first version.)
+template <int D, int DIAG, bool TAIL>
+__device__ __forceinline__ void forward_split_tile(
+    const uint32_t (&q_frag)[SPLIT_ROW_TILES][D / 16][4], const bf16* k_tile, const bf16* v_tile,
+    float (&o)[SPLIT_ROW_TILES][D / 8][4], float (&row_max)[SPLIT_ROW_TILES][2],
+    float (&row_sum)[SPLIT_ROW_TILES][2], int m0, int n0, int T, float c) {
+    constexpr int RT = SPLIT_ROW_TILES, BLOCK_N = SPLIT_TILE_N;
+    constexpr int LIVE[RT] = {live_chunks<DIAG>(0), live_chunks<DIAG>(1)};
+    constexpr int ANY_LIVE = LIVE[0] > LIVE[1] ? LIVE[0] : LIVE[1];   // chunks some row tile needs
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+
+    // S = Q K^T over the live chunks (a K fragment is loaded once for both row tiles).
+    float s[RT][BLOCK_N / 8][4];
+    #pragma unroll
+    for (int mt = 0; mt < RT; ++mt)
+        #pragma unroll
+        for (int nb = 0; nb < BLOCK_N / 8; ++nb)
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) s[mt][nb][i] = 0.f;
+    #pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+        #pragma unroll
+        for (int nb = 0; nb < ANY_LIVE; ++nb) {
+            uint32_t kb[4];
+            load_b_from_rows<D>(kb, k_tile, 16 * nb, 16 * kk);
+            #pragma unroll
+            for (int mt = 0; mt < RT; ++mt) {
+                if (nb >= LIVE[mt]) continue;
+                mma_bf16_16816(s[mt][2 * nb], q_frag[mt][kk], kb[0], kb[1]);
+                mma_bf16_16816(s[mt][2 * nb + 1], q_frag[mt][kk], kb[2], kb[3]);
+            }
+        }
+
+    #pragma unroll
+    for (int mt = 0; mt < RT; ++mt) {
+        if (LIVE[mt] == 0) continue;   // nothing seen: m, l and O stay as they are
+        if constexpr (DIAG >= 0 || TAIL) {
+            // Causal: col > row (for a row < T this also covers col >= T; rows >= T are not
+            // stored). Full attention's tail: col >= T.
+            const int tile_row0 = m0 + 16 * (warp + SPLIT_WARPS * mt);
+            #pragma unroll
+            for (int nb = 0; nb < BLOCK_N / 8; ++nb)
+                #pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    if (nb >= 2 * LIVE[mt]) continue;
+                    const int row = tile_row0 + g + 8 * (i / 2), col = n0 + 8 * nb + 2 * t + i % 2;
+                    if ((DIAG >= 0 && col > row) || (TAIL && col >= T)) s[mt][nb][i] = -INFINITY;
+                }
+        }
+        // Online softmax over the live chunks (as in attention_forward_kernel).
+        float scale_old[2], max_c[2];
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float mx = row_max[mt][r];
+            #pragma unroll
+            for (int nb = 0; nb < BLOCK_N / 8; ++nb)
+                if (nb < 2 * LIVE[mt]) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * r], s[mt][nb][2 * r + 1]));
+            mx = quad_max(mx);
+            const float safe = mx == -INFINITY ? 0.f : mx;
+            scale_old[r] = exp2_approx((row_max[mt][r] - safe) * c);
+            max_c[r] = safe * c;
+            row_max[mt][r] = mx;
+            row_sum[mt][r] *= scale_old[r];
+        }
+        #pragma unroll
+        for (int nb = 0; nb < BLOCK_N / 8; ++nb)
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                if (nb >= 2 * LIVE[mt]) continue;
+                s[mt][nb][i] = exp2_approx(s[mt][nb][i] * c - max_c[i / 2]);
+                row_sum[mt][i / 2] += s[mt][nb][i];
+            }
+        #pragma unroll
+        for (int db = 0; db < D / 8; ++db)
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) o[mt][db][i] *= scale_old[i / 2];
+    }
+
+    // O += P V over the live chunks (a V fragment is loaded once for both row tiles).
+    #pragma unroll
+    for (int kk = 0; kk < ANY_LIVE; ++kk) {
+        uint32_t pa[RT][4];
+        #pragma unroll
+        for (int mt = 0; mt < RT; ++mt)
+            if (kk < LIVE[mt]) acc_to_a(pa[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+        #pragma unroll
+        for (int db = 0; db < D / 16; ++db) {
+            uint32_t vb[4];
+            load_b_from_cols<D>(vb, v_tile, 16 * db, 16 * kk);
+            #pragma unroll
+            for (int mt = 0; mt < RT; ++mt) {
+                if (kk >= LIVE[mt]) continue;
+                mma_bf16_16816(o[mt][2 * db], pa[mt], vb[0], vb[1]);
+                mma_bf16_16816(o[mt][2 * db + 1], pa[mt], vb[2], vb[3]);
+            }
+        }
+    }
+}
+
+// load_tile_async with the trip count known at compile time (ROWS * COLS / 8 a multiple of
+// NTHREADS): unrolled, each thread's rows are its first row + a constant, so the copies need no
+// loop state (with load_tile_async's loop the split kernels spilled 20-44 bytes of addresses).
+template <int ROWS, int COLS, int NTHREADS>
+__device__ __forceinline__ void load_tile_async_unrolled(bf16* tile, const bf16* src, int64_t row_stride,
+                                                         int row0, int seq_len) {
+    constexpr int CHUNKS = COLS / 8;  // 16-byte chunks per row
+    static_assert(ROWS * CHUNKS % NTHREADS == 0 && NTHREADS % CHUNKS == 0, "whole rows per pass");
+    const int r0 = threadIdx.x / CHUNKS, c = threadIdx.x % CHUNKS;
+    #pragma unroll
+    for (int it = 0; it < ROWS * CHUNKS / NTHREADS; ++it) {
+        const int r = r0 + it * (NTHREADS / CHUNKS);
+        const bool valid = row0 + r < seq_len;
+        const bf16* from = valid ? src + (int64_t)(row0 + r) * row_stride + c * 8 : src;
+        cp_async_16(tile + swizzled<COLS>(r, c * 8), from, valid);
+    }
+}
+
+// Grid: (B * H, query blocks of 128 rows). Block: 4 warps. Shared: Q (128 rows) and 2 stages of
+// (K, V) of STAGE_KEYS rows (64 or 128), loaded with cp.async one stage ahead, as in
+// attention_forward_kernel. The stage's rows keep their swizzle when a 64-key tile starts 64 rows
+// in (the swizzle depends on row % 8), so a 128-row stage is two 64-row tiles back to back.
+template <int D, int STAGE_KEYS, bool CAUSAL>
+__global__ void __launch_bounds__(SPLIT_WARPS * 32)
+attention_forward_split_kernel(const AttentionForwardParams p) {
+    constexpr int RT = SPLIT_ROW_TILES, BLOCK_M = SPLIT_BLOCK_M, NT = SPLIT_WARPS * 32, TN = SPLIT_TILE_N;
+    constexpr int TILES = STAGE_KEYS / TN;   // 64-key tiles per stage
+    static_assert(D == 64 && STAGE_KEYS % TN == 0 && BLOCK_M % STAGE_KEYS == 0,
+                  "head_dim 64; a stage starting on the block's first row holds whole diagonal tiles");
+    extern __shared__ __align__(128) unsigned char smem[];
+    bf16* q_tile = reinterpret_cast<bf16*>(smem);
+    bf16* k_stages = q_tile + BLOCK_M * D;          // [2][STAGE_KEYS * D]
+    bf16* v_stages = k_stages + 2 * STAGE_KEYS * D;  // [2][STAGE_KEYS * D]
+
+    const int T = p.shape.seq_len;
+    const int bh = blockIdx.x, b = bh / p.shape.heads, h = bh % p.shape.heads;
+    const int m0 = (CAUSAL ? gridDim.y - 1 - blockIdx.y : blockIdx.y) * BLOCK_M;   // longest first
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const bf16* q = head_ptr(p.q, b, h);
+    const bf16* k = head_ptr(p.k, b, h);
+    const bf16* v = head_ptr(p.v, b, h);
+    const int kv_end = CAUSAL ? min(T, m0 + BLOCK_M) : T;
+    const int n_stages = (kv_end + STAGE_KEYS - 1) / STAGE_KEYS;
+    // Stages [0, n_plain) hold only plain tiles: causal, they end at or before the block's first
+    // row (which is < T); full attention, they end at or before T.
+    const int n_plain = CAUSAL ? m0 / STAGE_KEYS : T / STAGE_KEYS;
+
+    load_tile_async_unrolled<BLOCK_M, D, NT>(q_tile, q, p.q.stride_seq, m0, T);
+    load_tile_async_unrolled<STAGE_KEYS, D, NT>(k_stages, k, p.k.stride_seq, 0, T);
+    load_tile_async_unrolled<STAGE_KEYS, D, NT>(v_stages, v, p.v.stride_seq, 0, T);
+    cp_async_commit();
+
+    const float c = p.shape.scale * LOG2E;
+    uint32_t q_frag[RT][D / 16][4];
+    float o[RT][D / 8][4] = {};
+    float row_max[RT][2], row_sum[RT][2];
+    #pragma unroll
+    for (int mt = 0; mt < RT; ++mt)
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) row_max[mt][r] = -INFINITY, row_sum[mt][r] = 0.f;
+
+    // Before stage j: prefetch stage j + 1 into the other buffer, wait for stage j, barrier.
+    auto start_stage = [&](int j) {
+        if (j + 1 < n_stages) {
+            const int buf = (j + 1) % 2, next0 = (j + 1) * STAGE_KEYS;
+            load_tile_async_unrolled<STAGE_KEYS, D, NT>(k_stages + buf * STAGE_KEYS * D, k, p.k.stride_seq, next0, T);
+            load_tile_async_unrolled<STAGE_KEYS, D, NT>(v_stages + buf * STAGE_KEYS * D, v, p.v.stride_seq, next0, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (j == 0) {   // Q came with stage 0
+            #pragma unroll
+            for (int mt = 0; mt < RT; ++mt)
+                #pragma unroll
+                for (int kk = 0; kk < D / 16; ++kk)
+                    load_a<D>(q_frag[mt][kk], q_tile, 16 * (warp + SPLIT_WARPS * mt), 16 * kk);
+        }
+    };
+    // Tile u (0..TILES-1) of stage j, of a given kind (diag: std::integral_constant, -1 = not a
+    // diagonal tile, else its DIAG; tail: std::bool_constant).
+    auto tile = [&](int j, int u, auto diag, auto tail) {
+        const int offset = ((j % 2) * STAGE_KEYS + u * TN) * D;
+        forward_split_tile<D, decltype(diag)::value, decltype(tail)::value>(
+            q_frag, k_stages + offset, v_stages + offset, o, row_max, row_sum, m0, j * STAGE_KEYS + u * TN, T, c);
+    };
+    using Plain = std::integral_constant<int, -1>;
+    int j = 0;
+    for (; j < n_plain; ++j) {   // the hot loop: plain tiles only
+        start_stage(j);
+        #pragma unroll 1   // unrolled, ptxas hoists the second tile's loads into the first: spills
+        for (int u = 0; u < TILES; ++u) tile(j, u, Plain{}, std::false_type{});
+        __syncthreads();   // everyone is done with this buffer before it is refilled
+    }
+    // The rest, straight-line code (no loop around the tile bodies: with one, ptxas spilled).
+    using Diag0 = std::integral_constant<int, 0>;     // the tile that starts on the block's row 0
+    using Diag64 = std::integral_constant<int, TN>;   // the one 64 rows in
+    if constexpr (CAUSAL) {
+        // Stage n_plain starts on the block's first row m0 (< T): its tile 0 is Diag0, and the
+        // Diag64 tile follows in the same stage (128-key stages) or the next (64-key stages).
+        start_stage(j);
+        tile(j, 0, Diag0{}, std::false_type{});
+        if constexpr (TILES == 2) {
+            if (m0 + TN < kv_end) tile(j, 1, Diag64{}, std::false_type{});
+        } else if (j + 1 < n_stages) {
+            __syncthreads();
+            start_stage(++j);
+            tile(j, 0, Diag64{}, std::false_type{});
+        }
+    } else if (j < n_stages) {   // full attention: a last, partial stage, masked at T
+        start_stage(j);
+        #pragma unroll
+        for (int u = 0; u < TILES; ++u)
+            if (j * STAGE_KEYS + u * TN < T) tile(j, u, Plain{}, std::true_type{});
+    }
+
+    // O / l, and LSE = m * scale + ln(l). Rows past T are not written.
+    bf16* out = head_ptr_mut(p.o, b, h);
+    float* lse = p.lse + (int64_t)bh * T;
+    #pragma unroll
+    for (int mt = 0; mt < RT; ++mt)
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float l = quad_sum(row_sum[mt][r]);
+            const float inv = l > 0.f ? 1.f / l : 0.f;
+            const int row = m0 + 16 * (warp + SPLIT_WARPS * mt) + g + 8 * r;
             if (row < T) {
                 #pragma unroll
                 for (int db = 0; db < D / 8; ++db) {
@@ -617,6 +898,21 @@ cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream)
 template <int D>
 constexpr int DEFAULT_FWD_VARIANT = D == 64 ? 3 : 0;
 
+// Variants 9 and 10 (attention_forward_split_kernel: the diagonal tiles as their own code path,
+// interleaved row tiles, Q in registers, 64-key tiles of math): 9 = 128-key cp.async stages (one
+// barrier per 128 keys), 10 = 64-key stages. Opt-in, not yet run on a GPU (session 7, P2;
+// kernels/NOTES.md). D = 128 runs variant 0.
+template <int D, int STAGE_KEYS, bool CAUSAL>
+cudaError_t launch_forward_split(const AttentionForwardParams& p, cudaStream_t stream) {
+    const auto kernel = attention_forward_split_kernel<D, STAGE_KEYS, CAUSAL>;
+    const int smem = (SPLIT_BLOCK_M + 4 * STAGE_KEYS) * D * 2;   // Q + 2 stages x (K, V)
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+    dim3 grid(p.shape.batch * p.shape.heads, (p.shape.seq_len + SPLIT_BLOCK_M - 1) / SPLIT_BLOCK_M);
+    kernel<<<grid, SPLIT_WARPS * 32, smem, stream>>>(p);
+    return cudaGetLastError();
+}
+
 template <int D, bool CAUSAL>
 cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream) {
     const char* env = getenv("TK_ATTENTION_FWD_VARIANT");
@@ -625,6 +921,8 @@ cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream)
     if (variant == 2) return launch_forward<D, 4, 1, 128, CAUSAL>(p, stream);
     if constexpr (D == 64) {
         if (variant == 3) return launch_forward<D, 4, 2, 64, CAUSAL>(p, stream);
+        if (variant == 9) return launch_forward_split<D, 128, CAUSAL>(p, stream);
+        if (variant == 10) return launch_forward_split<D, 64, CAUSAL>(p, stream);
     }
     return launch_forward<D, 4, 1, 64, CAUSAL>(p, stream);
 }

@@ -241,6 +241,72 @@ def test_session7_variants_under_cuda_graph(monkeypatch, fwd, bwd):
         assert rel_err(dq_g, dq_ref) < 2e-2 and rel_err(dk_g, dk_ref) < 2e-2 and rel_err(dv_g, dv_ref) < 2e-2
 
 
+# Session 7 (P2): forward variants 9 and 10 (attention_portable.cu, attention_forward_split_kernel:
+# the diagonal tiles as their own code path, interleaved row tiles; 9 = 128-key cp.async stages,
+# 10 = 64-key stages; D = 64, D = 128 runs variant 0). Opt-in: the default stays 3. Every T of the
+# issue plus T around the 64/128-row seams (65, 127, 129, 191, 250), causal and full, poisoned
+# outputs, vs float64; o and lse also vs variant 3's (the same arithmetic in another order of
+# tiles: close, not bitwise); and the backward on their o and lse.
+S7P2_CASES = [(1, 1, 1, 64, True), (2, 3, 17, 64, True), (1, 2, 64, 64, True), (1, 1, 65, 64, True),
+              (1, 2, 127, 64, True), (1, 1, 129, 64, True), (1, 1, 191, 64, True), (1, 1, 250, 64, True),
+              (2, 1, 255, 64, True), (1, 3, 256, 64, True), (1, 2, 1000, 64, True), (2, 2, 1024, 64, True),
+              (1, 1, 4096, 64, True), (2, 1, 17, 64, False), (1, 1, 64, 64, False), (1, 2, 129, 64, False),
+              (1, 1, 191, 64, False), (2, 1, 1000, 64, False), (1, 2, 255, 128, True), (1, 1, 200, 128, False)]
+
+
+@cuda
+@pytest.mark.parametrize("variant", ["9", "10"])
+@pytest.mark.parametrize("B,H,T,D,causal", S7P2_CASES)
+def test_session7_p2_forward_variants(monkeypatch, variant, B, H, T, D, causal):
+    qkv, q, k, v = qkv_views(B, H, T, D, seed=int(variant) * 7 + T + D + B, requires_grad=True)
+    scale = 1.0 / math.sqrt(D)
+    grad_out = torch.randn(B, H, T, D, device="cuda").to(torch.bfloat16)
+    o_ref, lse_ref, (dq_ref, dk_ref, dv_ref) = reference(q, k, v, causal, scale, grad_out)
+    monkeypatch.setenv("TK_ATTENTION_FWD_VARIANT", "3")
+    o3, lse3 = A.attention_fwd(q.detach(), k.detach(), v.detach(), causal, scale, BACKEND, BACKEND)
+    monkeypatch.setenv("TK_ATTENTION_FWD_VARIANT", variant)
+    poison(B, H, T, D)
+    o, lse = A.attention_fwd(q, k, v, causal, scale, BACKEND, BACKEND)
+    torch.cuda.synchronize()
+    assert not o.isnan().any() and not lse.isnan().any()
+    assert rel_err(o, o_ref) < 1e-2
+    assert rel_err(lse, lse_ref) < 1e-4
+    assert rel_err(o, o3) < 1e-2 and rel_err(lse, lse3) < 1e-5
+    poison(B, H, T, D)
+    o.backward(grad_out)
+    dq, dk, dv = qkv.grad.permute(2, 0, 3, 1, 4)
+    assert rel_err(dv, dv_ref) < 2e-2
+    if T == 1:
+        assert dq.abs().max() < 1e-2 and dk.abs().max() < 1e-2
+    else:
+        assert rel_err(dq, dq_ref) < 2e-2 and rel_err(dk, dk_ref) < 2e-2
+
+
+@cuda
+@pytest.mark.parametrize("fwd", ["9", "10"])
+def test_session7_p2_forward_variants_under_cuda_graph(monkeypatch, fwd):
+    # The launcher reads the variant at capture time; replays on new inputs keep matching float64.
+    monkeypatch.setenv("TK_ATTENTION_FWD_VARIANT", fwd)
+    B, H, T, D = 2, 3, 333, 64
+    scale = 1.0 / math.sqrt(D)
+    _, q, k, v = qkv_views(B, H, T, D, seed=23)
+    q, k, v = (t.contiguous() for t in (q, k, v))
+    ext = A._portable.module
+    ext.forward(q, k, v, True, scale)   # warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o_g, lse_g = ext.forward(q, k, v, True, scale)
+    for seed in (1, 2):
+        _, q2, k2, v2 = qkv_views(B, H, T, D, seed=200 + seed)
+        q.copy_(q2), k.copy_(k2), v.copy_(v2)
+        o_g.fill_(float("nan")), lse_g.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        o_ref, lse_ref, _ = reference(q, k, v, True, scale)
+        assert rel_err(o_g, o_ref) < 1e-2 and rel_err(lse_g, lse_ref) < 1e-4
+
+
 @cuda
 def test_explicit_scale_and_contiguous_inputs():
     B, H, T, D = 2, 2, 300, 64
