@@ -3,7 +3,9 @@
 // This is the kernel to read first; the Hopper one (wgmma, TMA) does the same arithmetic.
 //
 // Read in this order: the algorithm (this comment), the shared-tile helpers, the forward
-// kernel, the backward kernels (row sums, main, dQ conversion), the launchers at the bottom.
+// kernel, then (optional) its opt-in variants 9/10 with the diagonal tiles as their own code path
+// (attention_forward_split_kernel), the backward kernels (row sums, main, dQ conversion), the
+// launchers at the bottom.
 //
 // ---- The algorithm --------------------------------------------------------------------
 // Attention for one head: S = scale * Q K^T (T x T), P = softmax(S) row by row, O = P V.
