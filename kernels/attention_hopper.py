@@ -152,7 +152,8 @@ BACKWARD_VARIANTS = {0: "default (4 for D=64, 5 for D=128; see attention_hopper_
                      5: "3 with L2 groups of heads (D=128; D=64 runs 4)",
                      8: "4 with the dQ partials added by vector atomics (D=64; D=128 runs 5)",
                      11: "4 with prep_kernel: dq_accum zeroed and Di in one pass (D=128: 5 with it)",
-                     12: "8 with prep_kernel (faster, but the dS tile's reuse races: see attention_hopper_bwd.cu; D=128 runs 5 with prep_kernel)"}
+                     12: "8 with prep_kernel (faster, but the dS tile's reuse races: see attention_hopper_bwd.cu; D=128 runs 5 with prep_kernel)",
+                     15: "12 with a bar.sync after the dQ atomics, closing 12's race (D=64; not yet timed on a GPU)"}
 
 
 def backward(grad_out, q, k, v, o, lse, causal=True, scale=None, out=None, variant=0):

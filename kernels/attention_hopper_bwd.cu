@@ -147,12 +147,19 @@ namespace attention_hopper_bwd {
 // own Q and dO (2x those L2 -> SM bytes).
 // Bit PREP (variants 11-14): kernel 1' (prep_kernel) zeroes dq_accum AND computes Di in one pass,
 // one block per (head, query block) chunk, instead of the memset and kernel 1.
-constexpr int DQ_ATOMIC = 2, ONE_CONSUMER = 4, PREP = 8;
+// Bit DS_SYNC (variant 15, lead, after session 7's last GPU call; not yet run on a GPU): with
+// DQ_ATOMIC, a bar.sync of the consumer warpgroup after its dQ atomics, so that no warp stores the
+// next block's dS into the consumer's one dS tile while another warp's dQ wgmma may still read it
+// (the race noted at DEFAULT_VARIANT_D64). Variant 4 gets the same order from its bulk path's
+// bar.syncs.
+constexpr int DQ_ATOMIC = 2, ONE_CONSUMER = 4, PREP = 8, DS_SYNC = 16;
 
 template <int D, bool PIPELINED = false, bool SPLIT_DQ = false, int OPT = 0>
 struct config {
     static_assert(D == 64 || D == 128, "head_dim 64 or 128");
     static constexpr bool dq_atomic = (OPT & DQ_ATOMIC) != 0;
+    static constexpr bool ds_sync = (OPT & DS_SYNC) != 0;
+    static_assert(!ds_sync || dq_atomic, "DS_SYNC orders the dS reuse of the atomics path only");
     static_assert(!SPLIT_DQ || (D == 128 && !PIPELINED), "variant 3 is D = 128's (its halves are whole 64-column blocks)");
     static constexpr bool one_consumer = (OPT & ONE_CONSUMER) != 0;
     static constexpr int consumers = one_consumer ? 1 : 2;
@@ -229,7 +236,7 @@ constexpr float LOG2E = 1.4426950408889634f;
 // them (the bar.sync that ordered this in 4 went with the shared-memory dQ path; wait_group covers
 // only the executing warp's wgmmas): a write-after-read race the PTX model allows, never seen in the
 // tests. So D = 64's default is 4 again, the kernel of sessions 4-6, until a fixed 12 (two dS tiles
-// alternating by block, or a bar.sync after red_dq) has been timed and tested on the H200.
+// alternating by block, or a bar.sync after red_dq: variant 15) has been timed and tested on the H200.
 constexpr int DEFAULT_VARIANT_D64 = 4;
 constexpr int DEFAULT_VARIANT_D128 = 5;
 
@@ -668,7 +675,10 @@ backward_kernel(const __grid_constant__ kernel_params p) {
                 // most of a block (S, dP, softmax, dV) behind, so the tests never saw it. The fix, to time
                 // on the H200: alternate two dS tiles by i % 2 (the freed dQ smem holds them; the
                 // next block's bar.sync then orders the reuse) or a named_sync<128>(1 + c) here.
-                red_dq(i);                               // variants 8, 9, 12, 13: no shared memory
+                red_dq(i);                               // variants 8, 9, 12, 13, 15: no shared memory
+                if constexpr (C::ds_sync) named_sync<128>(1 + c);   // 15: every warp's dQ wgmma has
+                                                         // read dS_c (its wait_group<0> is above)
+                                                         // before any warp stores block i+1's dS_c
             } else {
                 write_dq(i % 2);                         // buffer i % 2 was freed by the wait_read
                 named_sync<128>(1 + c);                  // of block i-1 (before the bar.sync of
@@ -852,8 +862,9 @@ int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_
 //   9: D = 64: one consumer (64 keys) per CTA, two CTAs per SM, dQ by vector atomics
 //  10: D = 64: 9 with the dQ partials by bulk reduce-add (4's two buffers)
 //  11-14: D = 64: 4, 8, 9, 10 with prep_kernel (dq_accum zeroed and Di in one pass)
+//  15: D = 64: 12 with a bar.sync after the dQ atomics (DS_SYNC: 12's race closed; not yet timed)
 //  15-23: removed (see the opening comment)
-//  D = 128 runs 5 for 8-10 and 5 with prep_kernel for 11-14.
+//  D = 128 runs 5 for 8-10 and 5 with prep_kernel for 11-15.
 // 1-3 take the CTAs in session 3's order (block_at with one group of all heads).
 // (The file's opening comment says more about each.)
 // Runs the three kernels on `cuda_stream`; returns the CUDA error (0 = ok).
@@ -869,7 +880,7 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
         case 4: return launch<128, false>(p, stream, true);
         case 5: return launch<128, false, true>(p, stream, true);
         case 8: case 9: case 10: return launch<128, false, true>(p, stream, true);   // = 5 (see above)
-        case 11: case 12: case 13: case 14: return launch<128, false, true, PREP>(p, stream, true);   // 5 + prep
+        case 11: case 12: case 13: case 14: case 15: return launch<128, false, true, PREP>(p, stream, true);   // 5 + prep
         default: return cudaErrorInvalidValue;
         }
     }
@@ -885,6 +896,7 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
     case 12: return launch<64, true, false, PREP | DQ_ATOMIC>(p, stream, true);
     case 13: return launch<64, true, false, PREP | ONE_CONSUMER | DQ_ATOMIC>(p, stream, true);
     case 14: return launch<64, true, false, PREP | ONE_CONSUMER>(p, stream, true);
+    case 15: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -2,11 +2,11 @@
 racecheck). No checks here: tests/test_attention_hopper_bwd.py compares against float64.
 Run from the repository root:
 
-  python3 tests/attention_bwd_sanitize_case.py [V ...]     backward variants V (default: 0, 8-14)
+  python3 tests/attention_bwd_sanitize_case.py [V ...]     backward variants V (default: 0, 8-15)
 
 Shapes: D = 64 at T = 70 (one key block per head, a tail past T in the last chunk) and T = 300
 (5 query blocks through 3 slots: every slot reused, consumer 1's skipped first block, 3 key blocks
-adding into a dQ chunk); D = 128 at T = 200 (8-10 run 5 there, 11-14 5 with prep_kernel).
+adding into a dQ chunk); D = 128 at T = 200 (8-10 run 5 there, 11-15 5 with prep_kernel).
 B = 2, H = 3, packed views as the model has them.
 """
 import sys
@@ -18,7 +18,7 @@ from kernels import attention_hopper as H  # noqa: E402
 
 
 def main(argv):
-    variants = [int(x) for x in argv[1:]] or [0] + list(range(8, 15))
+    variants = [int(x) for x in argv[1:]] or [0] + list(range(8, 16))
     ext = H._bwd_ext.module
     for B, T, nh, D in ((2, 70, 3, 64), (2, 300, 3, 64), (2, 200, 3, 128)):
         qkv = torch.randn(B, T, 3, nh, D, device="cuda").bfloat16()
