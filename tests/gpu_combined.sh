@@ -11,8 +11,6 @@
 # PREBUILD=0 leaves the building to the scripts (each builds what it needs; torch locks the cache).
 # The logs are packed into OUT/logs.tgz; OUT/summary.txt holds each script's exit status and the
 # tail of its output. The whole call is bounded by LANE_LIMIT_ALL (s, default 580).
-# AFTER (a lane in the same SCRIPT:SECONDS form) runs on GPU 0 once both lanes are done, with
-# AFTER_SECONDS (default 120) added to the bound: for timings that want the machine to themselves.
 set -uo pipefail
 [ $# -ge 2 ] || { echo "usage: bash tests/gpu_combined.sh OUT \"SCRIPT:SECONDS ...\" [\"SCRIPT:SECONDS ...\"]" >&2; exit 2; }
 cd "$(dirname "$0")/.."
@@ -42,8 +40,4 @@ run_lane() {   # $1 GPU index, $2 the lane's list
 run_lane 0 "$1" &
 [ $# -ge 2 ] && run_lane 1 "$2" &
 wait
-if [ -n "${AFTER:-}" ]; then   # one more lane on GPU 0 of the then idle machine (an e2e timing)
-    LIMIT=$((LIMIT + ${AFTER_SECONDS:-120}))
-    run_lane 0 "$AFTER"
-fi
 pack
