@@ -54,6 +54,31 @@ def make(M, C, seed, bias=True, dtype=torch.bfloat16):
     return x, w_fc, b_fc, w_proj, b_proj, dy
 
 
+def make_hidden(M, C, seed, bias, H):
+    """make()'s inputs with the hidden width cut to H (< 4C: e.g. 2880, whose last tile column has
+    boxes past N), the same draws as make(M, C, seed, bias) otherwise."""
+    x, w_fc, b_fc, w_proj, b_proj, dy = make(M, C, seed=seed, bias=bias)
+    w_fc, w_proj = w_fc[:H].contiguous(), w_proj[:, :H].contiguous()
+    b_fc = None if b_fc is None else b_fc[:H].contiguous()
+    return x, w_fc, b_fc, w_proj, b_proj, dy
+
+
+def forward_under_two_schedules(mlp, first, second, x, w_fc, b_fc, w_proj, b_proj):
+    """mlp_fwd's (y, pre, h) under schedule `first`, then under `second` into a poisoned allocator
+    (outputs start as NaN), the schedule reset to the default afterwards."""
+    M, C, H = x.shape[0], x.shape[1], w_fc.shape[0]
+    mlp.set_schedule(first)
+    try:
+        out_first = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+        mlp.set_schedule(second)
+        poison_allocator(2 * M * H, 2 * M * H, 2 * M * C)
+        out_second = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+        torch.cuda.synchronize()
+    finally:
+        mlp.set_schedule("0")
+    return out_first, out_second
+
+
 def reference64(x, w_fc, b_fc, w_proj, b_proj, dy):
     """Float64 forward and backward: (y, dx, dw_fc, db_fc, dw_proj, db_proj)."""
     leaves = [t.detach().double().requires_grad_() if t is not None else None for t in (x, w_fc, b_fc, w_proj, b_proj)]
@@ -339,18 +364,10 @@ def test_intermediates_pre_and_h(mlp):
 @pytest.mark.parametrize("M,C,bias,H", [(1, 768, True, 3072), (1000, 768, True, 3072), (333, 1600, False, 6400),
                                         (4099, 1280, True, 5120), (16384, 768, True, 3072), (1000, 768, True, 2880)])
 def test_fast_gelu_epilogue_matches_default(mlp, fc, M, C, bias, H):
-    x, w_fc, b_fc, w_proj, b_proj, _ = make(M, C, seed=17 * M + C, bias=bias)
-    w_fc, w_proj = w_fc[:H].contiguous(), w_proj[:, :H].contiguous()
-    b_fc = None if b_fc is None else b_fc[:H].contiguous()
-    mlp.set_schedule(f"fc={fc},fcfast=0")          # sessions 3-5's c_fc epilogue, whatever the default
-    try:
-        y0, pre0, h0 = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
-        mlp.set_schedule(f"fc={fc},fcfast=1")
-        poison_allocator(2 * M * H, 2 * M * H, 2 * M * C)
-        y1, pre1, h1 = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
-        torch.cuda.synchronize()
-    finally:
-        mlp.set_schedule("0")
+    x, w_fc, b_fc, w_proj, b_proj, _ = make_hidden(M, C, 17 * M + C, bias, H)
+    # fcfast=0: sessions 3-5's c_fc epilogue, whatever the default
+    (y0, pre0, h0), (y1, pre1, h1) = forward_under_two_schedules(mlp, f"fc={fc},fcfast=0", f"fc={fc},fcfast=1",
+                                                                      x, w_fc, b_fc, w_proj, b_proj)
     assert torch.equal(pre1, pre0), "fcfast=1 changed pre"
     pre64 = F.linear(x.double(), w_fc.double(), None if b_fc is None else b_fc.double())
     h64 = F.gelu(pre64, approximate="tanh")
@@ -374,18 +391,9 @@ def test_fast_gelu_epilogue_matches_default(mlp, fc, M, C, bias, H):
 @pytest.mark.parametrize("M,C,bias,H", [(1, 768, True, 3072), (1000, 768, False, 3072), (4099, 1280, True, 5120),
                                         (1000, 768, True, 2880)])
 def test_stmatrix_staging_matches_fast_gelu(mlp, fc, M, C, bias, H):
-    x, w_fc, b_fc, w_proj, b_proj, _ = make(M, C, seed=19 * M + C, bias=bias)
-    w_fc, w_proj = w_fc[:H].contiguous(), w_proj[:, :H].contiguous()
-    b_fc = None if b_fc is None else b_fc[:H].contiguous()
-    mlp.set_schedule(f"fc={fc},fcfast=1")
-    try:
-        y1, pre1, h1 = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
-        mlp.set_schedule(f"fc={fc},fcfast=2")
-        poison_allocator(2 * M * H, 2 * M * H, 2 * M * C)
-        y2, pre2, h2 = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
-        torch.cuda.synchronize()
-    finally:
-        mlp.set_schedule("0")
+    x, w_fc, b_fc, w_proj, b_proj, _ = make_hidden(M, C, 19 * M + C, bias, H)
+    (y1, pre1, h1), (y2, pre2, h2) = forward_under_two_schedules(mlp, f"fc={fc},fcfast=1", f"fc={fc},fcfast=2",
+                                                                      x, w_fc, b_fc, w_proj, b_proj)
     assert torch.equal(pre2, pre1), f"fc={fc}: fcfast=2 changed pre"
     assert torch.equal(h2, h1), f"fc={fc}: fcfast=2 changed h"
     assert torch.equal(y2, y1), f"fc={fc}: fcfast=2 changed y"
@@ -426,18 +434,10 @@ def test_deferred_stores_match_default(mlp, spec, M, C, bias):
 def test_deferred_fc_epilogue(mlp, fc, M, C, bias, H):
     if fc == "9" and os.environ.get("TK_TEST_CLUSTER") == "0":
         pytest.skip("TK_TEST_CLUSTER=0")
-    x, w_fc, b_fc, w_proj, b_proj, _ = make(M, C, seed=31 * M + C, bias=bias)
-    w_fc, w_proj = w_fc[:H].contiguous(), w_proj[:, :H].contiguous()
-    b_fc = None if b_fc is None else b_fc[:H].contiguous()
-    mlp.set_schedule(f"fc={fc},fcfast=0")          # sessions 3-5's c_fc epilogue, whatever the default
-    try:
-        y0, pre0, h0 = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
-        mlp.set_schedule(f"fc={fc},fcfast=3")
-        poison_allocator(2 * M * H, 2 * M * H, 2 * M * C)
-        y3, pre3, h3 = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
-        torch.cuda.synchronize()
-    finally:
-        mlp.set_schedule("0")
+    x, w_fc, b_fc, w_proj, b_proj, _ = make_hidden(M, C, 31 * M + C, bias, H)
+    # fcfast=0: sessions 3-5's c_fc epilogue, whatever the default
+    (y0, pre0, h0), (y3, pre3, h3) = forward_under_two_schedules(mlp, f"fc={fc},fcfast=0", f"fc={fc},fcfast=3",
+                                                                      x, w_fc, b_fc, w_proj, b_proj)
     assert torch.equal(pre3, pre0), f"fcfast=3 changed pre (fc={fc})"
     p = pre3.double()
     ref = F.gelu(p, approximate="tanh")                # GELU of the stored pre, as eager computes h
@@ -690,9 +690,7 @@ def test_bad_inputs_raise_clear_errors(mlp):
                                       (1000, True, 2880)])
 def test_dgelu_deferred_matches_default(mlp, M, bias, H):
     C, fast = 768, 3
-    x, w_fc, b_fc, w_proj, b_proj, dy = make(M, C, seed=M + 5, bias=bias)
-    w_fc, w_proj = w_fc[:H].contiguous(), w_proj[:, :H].contiguous()
-    b_fc = None if b_fc is None else b_fc[:H].contiguous()
+    x, w_fc, b_fc, w_proj, b_proj, dy = make_hidden(M, C, M + 5, bias, H)
     ref = reference64(x, w_fc, b_fc, w_proj, b_proj, dy)
     y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
     mlp.set_schedule("fast=1")
@@ -726,18 +724,9 @@ def test_dgelu_deferred_matches_default(mlp, M, bias, H):
 @pytest.mark.parametrize("M,C,bias,H", [(1, 768, True, 3072), (1000, 768, False, 3072), (4099, 1280, True, 5120),
                                         (1000, 768, True, 2880), (16384 + 77, 768, False, 3072), (517, 128, True, 512)])
 def test_fc_parts_matches_fcfast3(mlp, fc, M, C, bias, H):
-    x, w_fc, b_fc, w_proj, b_proj, _ = make(M, C, seed=17 * M + C, bias=bias)
-    w_fc, w_proj = w_fc[:H].contiguous(), w_proj[:, :H].contiguous()
-    b_fc = None if b_fc is None else b_fc[:H].contiguous()
-    mlp.set_schedule(f"fc={fc},fcfast=3")
-    try:
-        y3, pre3, h3 = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
-        mlp.set_schedule(f"fc={fc},fcfast=4")
-        poison_allocator(2 * M * H, 2 * M * H, 2 * M * C)
-        y4, pre4, h4 = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
-        torch.cuda.synchronize()
-    finally:
-        mlp.set_schedule("0")
+    x, w_fc, b_fc, w_proj, b_proj, _ = make_hidden(M, C, 17 * M + C, bias, H)
+    (y3, pre3, h3), (y4, pre4, h4) = forward_under_two_schedules(mlp, f"fc={fc},fcfast=3", f"fc={fc},fcfast=4",
+                                                                      x, w_fc, b_fc, w_proj, b_proj)
     assert not torch.isnan(h4).any() and not torch.isnan(pre4).any(), "fcfast=4 left elements unwritten"
     assert torch.equal(pre4, pre3), f"fcfast=4 changed pre (fc={fc})"
     assert torch.equal(h4, h3), f"fcfast=4 changed h (fc={fc})"
@@ -754,9 +743,7 @@ def test_fc_parts_matches_fcfast3(mlp, fc, M, C, bias, H):
 @pytest.mark.parametrize("M,C,bias,H", [(4099, 768, True, 3072), (16384 + 77, 768, False, 3072), (1000, 768, True, 2880),
                                         (517, 128, True, 512)])
 def test_gelu_grad_saved_in_forward(mlp, M, C, bias, H):
-    x, w_fc, b_fc, w_proj, b_proj, dy = make(M, C, seed=7 * M + C, bias=bias)
-    w_fc, w_proj = w_fc[:H].contiguous(), w_proj[:, :H].contiguous()
-    b_fc = None if b_fc is None else b_fc[:H].contiguous()
+    x, w_fc, b_fc, w_proj, b_proj, dy = make_hidden(M, C, 7 * M + C, bias, H)
     ref = reference64(x, w_fc, b_fc, w_proj, b_proj, dy)
     mlp.set_schedule("fcfast=3")
     try:
