@@ -97,7 +97,7 @@
 //      the bulk reduce-add traffic (each column half is added once per key block, not twice),
 //      32 dQ accumulators instead of 64 (so dQ need not wait for dV and dK), at the price of a
 //      bar.sync of both consumers per query block (id 3) instead of one per consumer.
-//   4  (D = 64, default) 2 (D = 128: 1) with the CTAs in L2 groups of heads
+//   4  (D = 64, the default until session 8) 2 (D = 128: 1) with the CTAs in L2 groups of heads
 //   5  (D = 128, default) 3 with the CTAs in L2 groups of heads (D = 64 runs 4)
 //   Session 7, opt-in, D = 64 (figures in kernels/NOTES.md, session 7, B). Pieces (OPT bits):
 //   DQ_ATOMIC   the dQ partials added from registers by red.global.add.v4.f32 (no dQ tile in
@@ -108,14 +108,14 @@
 //               per (head, query block), in place of the memset and kernel 1
 //   Variants: 8 = 4 + DQ_ATOMIC; 9 = ONE_CONSUMER + DQ_ATOMIC; 10 = ONE_CONSUMER; 11-14 = 4, 8, 9,
 //   10 + PREP; 12 was D = 64's default for part of session 7 (taken back: the race note at
-//   DEFAULT_VARIANT_D64). D = 128 runs 5 for 8-10 and 5 + PREP for
-//   11-14 (its consumers have no registers to spare for the rest).
+//   DEFAULT_VARIANT_D64); 15 = 12 + DS_SYNC (D = 64's default since session 8). D = 128 runs 5
+//   for 8-10 and 5 + PREP for 11-15 (its consumers have no registers to spare for the rest).
 //   Tried in session 7 and removed (code at commit b31b295; figures in kernels/NOTES.md):
 //   6/7  Di computed inside the main kernel by producer warps 2-3 (cp.async of O and dO; 32
 //        producer registers, consumers 232): GPT-2 backward 843 us against 548, the Di warps
 //        could not keep ahead of the consumers.
-//   15-18  no kernel 3: each CTA counted itself in its head's counter after a fence, and the
-//        head's last CTA converted the head's dq_accum from L2 (+33 us on 12 at GPT-2: the
+//   15-18 (numbers reused since) no kernel 3: each CTA counted itself in its head's counter
+//        after a fence, and the head's last CTA converted the head's dq_accum from L2 (+33 us on 12 at GPT-2: the
 //        conversions and the per-CTA fence sit in CTA tails with one CTA per SM).
 //   19-23  no zeroing pass: the head's first CTA (a ticket) zeroed its chunks in L2 from producer
 //        warp 2 and raised a flag the consumers waited for before their first dQ addition
@@ -147,7 +147,7 @@ namespace attention_hopper_bwd {
 // own Q and dO (2x those L2 -> SM bytes).
 // Bit PREP (variants 11-14): kernel 1' (prep_kernel) zeroes dq_accum AND computes Di in one pass,
 // one block per (head, query block) chunk, instead of the memset and kernel 1.
-// Bit DS_SYNC (variant 15, lead, after session 7's last GPU call; not yet run on a GPU): with
+// Bit DS_SYNC (variant 15, lead, after session 7's last GPU call; D = 64's default since session 8): with
 // DQ_ATOMIC, a bar.sync of the consumer warpgroup after its dQ atomics, so that no warp stores the
 // next block's dS into the consumer's one dS tile while another warp's dQ wgmma may still read it
 // (the race noted at DEFAULT_VARIANT_D64). Variant 4 gets the same order from its bulk path's
@@ -237,7 +237,10 @@ constexpr float LOG2E = 1.4426950408889634f;
 // only the executing warp's wgmmas): a write-after-read race the PTX model allows, never seen in the
 // tests. So D = 64's default is 4 again, the kernel of sessions 4-6, until a fixed 12 (two dS tiles
 // alternating by block, or a bar.sync after red_dq: variant 15) has been timed and tested on the H200.
-constexpr int DEFAULT_VARIANT_D64 = 4;
+// Session 8 (first H200 run of 15: tests, memcheck and racecheck clean): D = 64 takes 15, the race
+// closed at no measurable cost: GPT-2 B = 32 522.8 us vs 547.1 for 4 and 522.0 for 12 (cuDNN
+// 528.0); shakespeare 90.2 vs 92.5 (cuDNN 92.0); interleaved graph replays, one run.
+constexpr int DEFAULT_VARIANT_D64 = 15;
 constexpr int DEFAULT_VARIANT_D128 = 5;
 
 using tk::sm80::exp2_approx;   // ex2.approx.ftz

@@ -3,8 +3,8 @@
 // This is the kernel to read first; the Hopper one (wgmma, TMA) does the same arithmetic.
 //
 // Read in this order: the algorithm (this comment), the shared-tile helpers, the forward
-// kernel, then (optional) its opt-in variants 9/10 with the diagonal tiles as their own code path
-// (attention_forward_split_kernel), the backward kernels (row sums, main, dQ conversion), the
+// kernel, then its variants 9 (D = 64's default since session 8) and 10 with the diagonal tiles as
+// their own code path (attention_forward_split_kernel), the backward kernels (row sums, main, dQ conversion), the
 // launchers at the bottom.
 //
 // ---- The algorithm --------------------------------------------------------------------
@@ -897,12 +897,15 @@ cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream)
 // 0.1366: the warp-uniform branches between the unrolled mma.sync of every tile cost far more
 // than the ~4% of work skipped), + O through shared memory (0.2059), 128-key tiles with Q from
 // shared memory + skips (0.1992 / 0.2013 without the O staging).
+// Session 8 (first H200 run of 9 and 10, kernels/NOTES.md, "Session 8 (lead)"): D = 64 takes
+// variant 9: GPT-2 forward 0.1109 ms against 0.1366 for variant 3 and FA2's 0.1362 (1.23x FA2),
+// fwd+bwd 0.6012 vs 0.6255 (FA2 0.6527); shakespeare-char forward 0.0328 vs 0.0358 (10: 0.0312).
 template <int D>
-constexpr int DEFAULT_FWD_VARIANT = D == 64 ? 3 : 0;
+constexpr int DEFAULT_FWD_VARIANT = D == 64 ? 9 : 0;
 
 // Variants 9 and 10 (attention_forward_split_kernel: the diagonal tiles as their own code path,
 // interleaved row tiles, Q in registers, 64-key tiles of math): 9 = 128-key cp.async stages (one
-// barrier per 128 keys), 10 = 64-key stages. Opt-in, not yet run on a GPU (session 7, P2;
+// barrier per 128 keys, D = 64's default), 10 = 64-key stages (opt-in; session 7, P2, built them;
 // kernels/NOTES.md). D = 128 runs variant 0.
 template <int D, int STAGE_KEYS, bool CAUSAL>
 cudaError_t launch_forward_split(const AttentionForwardParams& p, cudaStream_t stream) {

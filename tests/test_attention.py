@@ -238,7 +238,7 @@ def test_session7_variants_under_cuda_graph(monkeypatch, fwd, bwd):
 
 # Session 7 (P2): forward variants 9 and 10 (attention_portable.cu, attention_forward_split_kernel:
 # the diagonal tiles as their own code path, interleaved row tiles; 9 = 128-key cp.async stages,
-# 10 = 64-key stages; D = 64, D = 128 runs variant 0). Opt-in: the default stays 3. Every T of the
+# 10 = 64-key stages; D = 64, D = 128 runs variant 0). 9 is D = 64's default since session 8. Every T of the
 # issue plus T around the 64/128-row seams (65, 127, 129, 191, 250), causal and full, poisoned
 # outputs, vs float64; o and lse also vs variant 3's (the same arithmetic in another order of
 # tiles: close, not bitwise); and the backward on their o and lse.
