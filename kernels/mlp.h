@@ -24,6 +24,9 @@ struct gemm_args {
     long long zero_floats;      //   (its length, a multiple of 4; 16-byte aligned)
     float* a_colsum;            // linear_dgelu only, optional: fp32 [num_sms][K], column sums of A
                                 //   (dy) per CTA: db_proj = the sum of its rows
+    int side_pipelined;         // linear_dgelu only, with a_colsum: 1 = those sums with 8 row loads in
+                                //   flight per thread (side=2, session 8), 0 = one dependent load per row
+                                //   (side=1); pre_tma's policies always pipeline them
     int splits;                 // weight_grad only: split-K factor (c is fp32, zeroed beforehand)
     int num_sms;                // persistent grid size
     int schedule;               // which kernel runs it: SCHEDULE_AUTO (0) or one of the values below

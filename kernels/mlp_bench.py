@@ -72,6 +72,8 @@ def main(argv=None):
     ap.add_argument("--compile", action="store_true", help="also time torch.compile of the reference MLP (mode default)")
     ap.add_argument("--schedules", default=";".join(DEFAULT_SCHEDULES),
                     help="';'-separated specs for mlp_op.set_schedule ('0' = auto, 'fc=5,dgelu=5', ...)")
+    ap.add_argument("--no-bias", dest="bias", action="store_false",
+                    help="the MLP without biases (GPT-2's bias=False): no bias gradients, as in the GPT-2 step")
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--parts", action="store_true", help="also time the forward and backward halves alone")
@@ -82,11 +84,12 @@ def main(argv=None):
     for spec in specs:
         mlp_op.parse_schedule(spec)                      # a typo fails before any timing
     C, H = args.C, args.H or 4 * args.C
-    print(f"MLP fwd+bwd on {torch.cuda.get_device_name()}: C={C}, H={H}, {args.trials} interleaved trials of "
+    print(f"MLP fwd+bwd on {torch.cuda.get_device_name()}: C={C}, H={H}, {'with' if args.bias else 'WITHOUT'} biases, "
+          f"{args.trials} interleaved trials of "
           f"{args.iters} back-to-back {'CUDA-graph replays' if args.graphs else 'steps'}; TFLOP/s counts 3 x 2·2·M·C·H; "
           f"schedules: {','.join(mlp_op.PRODUCTS)} "
           f"({'; '.join(f'{k} {v}' for k, v in mlp_op.SCHEDULES.items())}); "
-          f"side=0: no side jobs in dGELU; pre=1: dGELU gets pre by TMA and pipelines its dy sums; "
+          f"side=0: no side jobs in dGELU; side=2: their dy column sums 8 row loads in flight; pre=1: dGELU gets pre by TMA and pipelines its dy sums; "
           f"fast=1 (the default): the dGELU epilogue's cheaper form; finish=1: the backward's bias sums and dW casts in one kernel; "
           f"fcfast=1: c_fc's epilogue's cheaper form (GELU in 5 operations, the bias without per-column checks), "
           f"fcfast=2: the same staged by stmatrix, one fence per box; "
@@ -99,11 +102,14 @@ def main(argv=None):
             return (torch.randn(*shape, device="cuda", generator=g) * scale).to(torch.bfloat16).requires_grad_(grad)
         x, w_fc, b_fc, w_proj, b_proj = t(M, C), t(H, C, scale=C ** -0.5), t(H, scale=0.5), t(C, H, scale=H ** -0.5), t(C, scale=0.5)
         dy = t(M, C, grad=False)
+        if not args.bias:
+            b_fc = b_proj = None
         params = (x, w_fc, b_fc, w_proj, b_proj)
+        leaves = tuple(p for p in params if p is not None)
 
         def step(f):
             y = f(*params)
-            torch.autograd.grad(y, params, dy)
+            torch.autograd.grad(y, leaves, dy)
 
         fns = {"eager": lambda: step(reference.mlp)}
         if args.compile:
@@ -118,11 +124,11 @@ def main(argv=None):
         parts = {}
         if args.parts:
             ext = mlp_op._ext.module
-            xd, w1, b1, w2, b2 = (p.detach() for p in params)
+            xd, w1, b1, w2, b2 = (None if p is None else p.detach() for p in params)
             _, pre, h = ext.forward(xd, w1, b1, w2, b2)
             for spec in specs:
                 parts[f"fwd[{spec}]"] = (spec, lambda: ext.forward(xd, w1, b1, w2, b2))
-                parts[f"bwd[{spec}]"] = (spec, lambda: ext.backward(dy, xd, pre, h, w1, w2))
+                parts[f"bwd[{spec}]"] = (spec, lambda: ext.backward(dy, xd, pre, h, w1, w2, args.bias))
         per = {k: [] for k in list(fns) + list(parts)}
         order = list(fns.items()) + list(parts.items())
         for trial in range(args.trials):
@@ -138,7 +144,11 @@ def main(argv=None):
         print(f"\nM={M}: eager {flops / statistics.median(eager) / 1e9:6.0f} TFLOP/s ({statistics.median(eager):.4f} ms)"
               + (f"; compile {flops / statistics.median(per['compile']) / 1e9:6.0f} TFLOP/s "
                  f"({statistics.median(per['compile']):.4f} ms)" if "compile" in per else ""))
-        print(f"  {'schedule':32s} {'ms':>7s} {'TFLOP/s':>8s} {'x eager':>8s}" + (f" {'x compile':>9s}" if "compile" in per else ""))
+        # "x first": the median over trials of (first spec's time / this spec's time) in the same trial:
+        # the paired comparison of two tk specs, which the clocks' drift between trials does not move
+        first = next(k for k in fns if k not in ("eager", "compile"))
+        print(f"  {'schedule':32s} {'ms':>7s} {'TFLOP/s':>8s} {'x eager':>8s}" + (f" {'x compile':>9s}" if "compile" in per else "")
+              + f" {'x first':>8s}   (x: medians of per-trial ratios; first = {first})")
         for k in fns:
             if k in ("eager", "compile"):
                 continue
@@ -147,6 +157,7 @@ def main(argv=None):
             line = f"  {k:32s} {ms:7.4f} {flops / ms / 1e9:8.0f} {ratio:8.3f}"
             if "compile" in per:
                 line += f" {statistics.median([c / v for c, v in zip(per['compile'], per[k])]):9.3f}"
+            line += f" {statistics.median([f / v for f, v in zip(per[first], per[k])]):8.3f}"
             print(line)
         for k in parts:
             ms = statistics.median(per[k])

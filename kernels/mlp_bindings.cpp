@@ -126,7 +126,8 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
 constexpr int FLAG_VALUES = 6;                 // side, pre, fast, finish, fcfast, defer
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
-bool side_jobs = true;
+int side_jobs = 1;                             // 0 off, 1 on (dy's column sums one row load at a time), 2 on with
+                                               // those sums 8 row loads in flight (session 8, opt-in)
 bool pre_tma = false;
 int fast_dgelu = 1;                            // default since session 5 (calls 2 and 3: dGELU -8% under ncu); 3: session 7, opt-in
 bool finish_kernel = true;                     // default since session 7 (was false: two torch reductions and four casts)
@@ -145,8 +146,8 @@ void set_schedule(const std::vector<int64_t>& s) {
                                    "7 (ping-pong 128x128, 2-CTA clusters), 8 (ping-pong 64x256, 2-CTA clusters), 9 (step 4, 2-CTA clusters) "
                                    "or 10 (ping-pong 64x256, 5 stages), got " +
                                    std::to_string(s[i])));
-    if (s[PRODUCTS] != 0 && s[PRODUCTS] != 1)
-        raise_if(value_problem("tk_mlp: the side-jobs flag is 0 or 1, got " + std::to_string(s[PRODUCTS])));
+    if (s[PRODUCTS] < 0 || s[PRODUCTS] > 2)
+        raise_if(value_problem("tk_mlp: the side-jobs flag is 0, 1 or 2, got " + std::to_string(s[PRODUCTS])));
     if (s[PRODUCTS + 1] != 0 && s[PRODUCTS + 1] != 1)
         raise_if(value_problem("tk_mlp: the pre-by-TMA flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 1])));
     if (s[PRODUCTS + 2] != 0 && s[PRODUCTS + 2] != 1 && s[PRODUCTS + 2] != 3)
@@ -161,7 +162,7 @@ void set_schedule(const std::vector<int64_t>& s) {
     if (s[PRODUCTS + 5] != 0 && s[PRODUCTS + 5] != 1)
         raise_if(value_problem("tk_mlp: the deferred-stores flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 5])));
     for (int i = 0; i < PRODUCTS; ++i) schedules[i] = int(s[i]);
-    side_jobs = s[PRODUCTS] == 1;
+    side_jobs = int(s[PRODUCTS]);
     pre_tma = s[PRODUCTS + 1] == 1;
     fast_dgelu = int(s[PRODUCTS + 2]);
     finish_kernel = s[PRODUCTS + 3] == 1;
@@ -170,7 +171,7 @@ void set_schedule(const std::vector<int64_t>& s) {
 }
 std::vector<int64_t> get_schedule() {
     std::vector<int64_t> out(schedules, schedules + PRODUCTS);
-    out.push_back(side_jobs ? 1 : 0);
+    out.push_back(side_jobs);
     out.push_back(pre_tma ? 1 : 0);
     out.push_back(fast_dgelu);
     out.push_back(finish_kernel ? 1 : 0);
@@ -274,6 +275,7 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     if (side_jobs) {
         g.zero = dw_buf.data_ptr<float>(); g.zero_floats = 2 * HC;
         if (dy_sums) g.a_colsum = colsum.data_ptr<float>();
+        g.side_pipelined = side_jobs == 2 ? 1 : 0;
     }
     raise_if_launch_failed(tk_mlp::linear_dgelu(g), "dGELU (dy·w_proj ⊙ GELU'(pre))");
 
@@ -331,7 +333,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"));
     m.def("set_schedule", &set_schedule,
           "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma, fast_dgelu, finish, fast_gelu, defer]): schedules 0 (auto) or "
-          "4..10 (kernels/mlp.h), side jobs 0/1, pre by TMA 0/1, fast dGELU epilogue 0/1/3 (3: deferred, pre by TMA, step 4), finish kernel 0/1, "
+          "4..10 (kernels/mlp.h), side jobs 0/1/2 (2: dy's column sums pipelined), pre by TMA 0/1, fast dGELU epilogue 0/1/3 (3: deferred, pre by TMA, step 4), finish kernel 0/1, "
           "fast c_fc epilogue 0/1/2/3/4/5 (2: staged by stmatrix; 3: deferred on step 4; 4: in half boxes; 5: 4 saving gelu'(pre) for the backward), deferred c_proj/dx stores on step 4 0/1",
           py::arg("schedules"));
     m.def("get_schedule", &get_schedule, "the eleven values set_schedule last set");

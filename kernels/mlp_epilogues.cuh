@@ -165,35 +165,82 @@ struct dgelu_epilogue : base_epilogue<bf16> {
     const bf16* a_rows;                                // dy: this GEMM's A, [M][K]
     float* colsum;                                     // [colsum_rows][K] fp32, or nullptr
     int colsum_rows;                                   // >= gridDim.x (the launch's SM count)
+    bool colsum_pipelined;                             // side=2 (session 8): dy's sums with 8 row loads in flight
     static dgelu_epilogue make(const gemm_args& g) {
         return {{out_view<bf16>(g.c, g)}, static_cast<const bf16*>(g.pre), g.bias_grad_partial,
-                g.zero, g.zero_floats, static_cast<const bf16*>(g.a), g.a_colsum, g.num_sms};
+                g.zero, g.zero_floats, static_cast<const bf16*>(g.a), g.a_colsum, g.num_sms, g.side_pipelined != 0};
     }
     __device__ void side_job(int tid, int threads, const shape& sh) const {
+        zero_slice(tid, threads);
+        if (!colsum) return;
+        if (colsum_pipelined) sum_a_columns_pipelined(tid, threads, sh);
+        else sum_a_columns_serial(tid, threads, sh);
+    }
+    // This CTA's slice of the dW buffer, in float4s (< 2^31 of them).
+    __device__ void zero_slice(int tid, int threads) const {
+        if (!zero) return;
         const int G = gridDim.x, b = blockIdx.x;
-        if (zero) {                                    // this CTA's slice, in float4s (< 2^31 of them)
-            const int n4 = int(zero_floats / 4), begin = int((long long)n4 * b / G), end = int((long long)n4 * (b + 1) / G);
-            float4* z = reinterpret_cast<float4*>(zero) + begin;
-            for (int i = tid; i < end - begin; i += threads) z[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-        if (colsum) {
-            const int r0 = int((long long)sh.M * b / G), r1 = int((long long)sh.M * (b + 1) / G);
-            for (int c4 = tid; c4 < sh.K / 4; c4 += threads) {    // 4 columns (8 bytes) per thread: 40 registers
-                float acc[4] = {0.f, 0.f, 0.f, 0.f};
-                const bf16* src = a_rows + size_t(r0) * sh.K + 4 * c4;
+        const int n4 = int(zero_floats / 4), begin = int((long long)n4 * b / G), end = int((long long)n4 * (b + 1) / G);
+        float4* z = reinterpret_cast<float4*>(zero) + begin;
+        for (int i = tid; i < end - begin; i += threads) z[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    // dy's column sums over this CTA's rows, 4 columns (8 bytes) per thread, each row added as its
+    // load returns: ONE dependent trip to memory per row, 2 x 124 trips per thread at M = 16384, C =
+    // 768 (96 threads, 192 groups of 4 columns). Session 8's first call measured the dGELU kernel
+    // 16-21 us longer with bias gradients than without (kernels/NOTES.md, session 8 M): this is the
+    // suspect. side=1 (the default until an H200 run says otherwise).
+    __device__ void sum_a_columns_serial(int tid, int threads, const shape& sh) const {
+        const int G = gridDim.x, b = blockIdx.x;
+        const int r0 = int((long long)sh.M * b / G), r1 = int((long long)sh.M * (b + 1) / G);
+        for (int c4 = tid; c4 < sh.K / 4; c4 += threads) {    // 4 columns (8 bytes) per thread: 40 registers
+            float acc[4] = {0.f, 0.f, 0.f, 0.f};
+            const bf16* src = a_rows + size_t(r0) * sh.K + 4 * c4;
 #pragma unroll 1
-                for (int r = r0; r < r1; ++r, src += sh.K) {
-                    uint2 v = __ldg(reinterpret_cast<const uint2*>(src));
-                    float2 f0 = unpack_bf16x2(v.x), f1 = unpack_bf16x2(v.y);
-                    acc[0] += f0.x; acc[1] += f0.y; acc[2] += f1.x; acc[3] += f1.y;
-                }
-                *reinterpret_cast<float4*>(colsum + size_t(b) * sh.K + 4 * c4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+            for (int r = r0; r < r1; ++r, src += sh.K) {
+                uint2 v = __ldg(reinterpret_cast<const uint2*>(src));
+                float2 f0 = unpack_bf16x2(v.x), f1 = unpack_bf16x2(v.y);
+                acc[0] += f0.x; acc[1] += f0.y; acc[2] += f1.x; acc[3] += f1.y;
             }
-            if (b == 0) {                              // rows of CTAs this launch does not have
-                float4* z = reinterpret_cast<float4*>(colsum + size_t(G) * sh.K);
-                for (int i = tid; i < (colsum_rows - G) * (sh.K / 4); i += threads) z[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-            }
+            *reinterpret_cast<float4*>(colsum + size_t(b) * sh.K + 4 * c4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
         }
+        zero_missing_colsum_rows(tid, threads, sh);
+    }
+    // The same sums, the same order of additions (so bit-identical), with EIGHT rows' loads in
+    // flight before their adds (the producer warpgroup's 40 registers hold 8 uint2 and 4 sums):
+    // 2 x 16 trips per thread instead of 2 x 124. Session 4 wrote it for dgelu_pre_tma (pre=1);
+    // side=2 gives it to every dGELU policy.
+    __device__ void sum_a_columns_pipelined(int tid, int threads, const shape& sh) const {
+        const int G = gridDim.x, b = blockIdx.x;
+        const int r0 = int((long long)sh.M * b / G), r1 = int((long long)sh.M * (b + 1) / G);
+        const size_t K = size_t(sh.K);
+        for (int c4 = tid; c4 < sh.K / 4; c4 += threads) {
+            float acc[4] = {0.f, 0.f, 0.f, 0.f};
+            auto add4 = [&](const uint2& v) {
+                float2 f0 = unpack_bf16x2(v.x), f1 = unpack_bf16x2(v.y);
+                acc[0] += f0.x; acc[1] += f0.y; acc[2] += f1.x; acc[3] += f1.y;
+            };
+            const bf16* src = a_rows + size_t(r0) * K + 4 * c4;
+            int r = r0;
+#pragma unroll 1
+            for (; r + 8 <= r1; r += 8, src += 8 * K) {
+                uint2 v[8];
+#pragma unroll
+                for (int u = 0; u < 8; ++u) v[u] = __ldg(reinterpret_cast<const uint2*>(src + u * K));
+#pragma unroll
+                for (int u = 0; u < 8; ++u) add4(v[u]);
+            }
+#pragma unroll 1
+            for (; r < r1; ++r, src += K) add4(__ldg(reinterpret_cast<const uint2*>(src)));
+            *reinterpret_cast<float4*>(colsum + size_t(b) * K + 4 * c4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        }
+        zero_missing_colsum_rows(tid, threads, sh);
+    }
+    // colsum rows of CTAs this launch does not have (gridDim.x .. colsum_rows - 1) get zeros, by CTA 0.
+    __device__ void zero_missing_colsum_rows(int tid, int threads, const shape& sh) const {
+        const int G = gridDim.x;
+        if (blockIdx.x != 0) return;
+        float4* z = reinterpret_cast<float4*>(colsum + size_t(G) * sh.K);
+        for (int i = tid; i < (colsum_rows - G) * (sh.K / 4); i += threads) z[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
 
     // This thread reads pre at its accumulator positions. Box 0 goes into registers when the
@@ -267,47 +314,12 @@ struct dgelu_pre_tma_epilogue : dgelu_epilogue {
     __device__ const gemm4::out_gl<bf16>& input() const { return pre_view; }
     __device__ void begin_tile(tile_state&, const tile_pos&, const shape&) const {}
 
-    // The same side jobs as dgelu_epilogue's, with dy's column sums pipelined: 4 columns (8 bytes)
-    // per thread and EIGHT rows' loads in flight before their adds, within the producer
-    // warpgroup's 40 registers. dgelu_epilogue adds each row as its load returns: one dependent
-    // trip to memory per row, ~2 x 124 trips per thread at M = 16384, about as long as the GEMM
-    // itself; suspected to set the dGELU kernel's length (session 4, call 2: 192-206 µs on every
-    // schedule and pre path, where c_fc, the same shape without side jobs, took 151). Here only
-    // (opt-in, pre=1) until an H200 run has checked it.
+    // The same side jobs as dgelu_epilogue's, with dy's column sums always pipelined
+    // (sum_a_columns_pipelined: 8 row loads in flight; session 4, when dgelu_epilogue still added
+    // each row as its load returned, suspected of setting the dGELU kernel's length).
     __device__ void side_job(int tid, int threads, const shape& sh) const {
-        const int G = gridDim.x, b = blockIdx.x;
-        if (zero) {                                    // this CTA's slice, in float4s (< 2^31 of them)
-            const int n4 = int(zero_floats / 4), begin = int((long long)n4 * b / G), end = int((long long)n4 * (b + 1) / G);
-            float4* z = reinterpret_cast<float4*>(zero) + begin;
-            for (int i = tid; i < end - begin; i += threads) z[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-        if (!colsum) return;
-        const int r0 = int((long long)sh.M * b / G), r1 = int((long long)sh.M * (b + 1) / G);
-        const size_t K = size_t(sh.K);
-        for (int c4 = tid; c4 < sh.K / 4; c4 += threads) {
-            float acc[4] = {0.f, 0.f, 0.f, 0.f};
-            auto add4 = [&](const uint2& v) {
-                float2 f0 = unpack_bf16x2(v.x), f1 = unpack_bf16x2(v.y);
-                acc[0] += f0.x; acc[1] += f0.y; acc[2] += f1.x; acc[3] += f1.y;
-            };
-            const bf16* src = a_rows + size_t(r0) * K + 4 * c4;
-            int r = r0;
-#pragma unroll 1
-            for (; r + 8 <= r1; r += 8, src += 8 * K) {
-                uint2 v[8];
-#pragma unroll
-                for (int u = 0; u < 8; ++u) v[u] = __ldg(reinterpret_cast<const uint2*>(src + u * K));
-#pragma unroll
-                for (int u = 0; u < 8; ++u) add4(v[u]);
-            }
-#pragma unroll 1
-            for (; r < r1; ++r, src += K) add4(__ldg(reinterpret_cast<const uint2*>(src)));
-            *reinterpret_cast<float4*>(colsum + size_t(b) * K + 4 * c4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        }
-        if (b == 0) {                                  // rows of CTAs this launch does not have
-            float4* z = reinterpret_cast<float4*>(colsum + size_t(G) * sh.K);
-            for (int i = tid; i < (colsum_rows - G) * (sh.K / 4); i += threads) z[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
+        zero_slice(tid, threads);
+        if (colsum) sum_a_columns_pipelined(tid, threads, sh);
     }
     template <typename Acc>
     __device__ void box(tile_state&, Acc& acc, int ch, const tile_pos& pos, const shape& sh,

@@ -139,6 +139,8 @@ def parse_schedule(spec):
     epilogue deferred under the next tile's math in half boxes with pre by TMA, on step 4's tile) and
     'finish=1' (session 5, the default since session 7: one kernel for the backward's bias sums and
     dW casts; finish=0 restores the separate reductions and casts) and
+    'side=2' (session 8, opt-in: the side jobs with dy's column sums 8 row loads in flight instead of
+    one dependent load per row; the same sums bit for bit) and
     'fcfast=1' (session 6, opt-in: c_fc's epilogue with GELU in 5 operations and the bias of a
     box without per-column checks; the evaluation forward follows it) or 'fcfast=2' (the same
     values, staged by stmatrix with one fence per box) or 'fcfast=3' (with fc=4: c_fc's epilogue
@@ -170,7 +172,7 @@ def parse_schedule(spec):
         raise ValueError(f"{OP}: schedule {spec!r}: fcfast=5 (gelu'(pre) saved in place of pre) runs c_fc and the "
                          f"dGELU GEMM on schedule 4 only (fc and dgelu 0 or 4, pre=0)")
     for name, value in zip(FLAGS, out[len(PRODUCTS):]):
-        allowed = (0, 1, 2, 3, 4, 5) if name == "fcfast" else (0, 1, 3) if name == "fast" else (0, 1)
+        allowed = (0, 1, 2, 3, 4, 5) if name == "fcfast" else (0, 1, 3) if name == "fast" else (0, 1, 2) if name == "side" else (0, 1)
         if value not in allowed:
             raise ValueError(f"{OP}: schedule {spec!r}: {name} must be {' or '.join(map(str, allowed))}, got {value}")
     return out

@@ -290,7 +290,7 @@ def test_set_schedule_refuses_bad_values(mlp):
     for bad in ["11", "fc=3", "conv=5", "fc:5"]:
         with pytest.raises(ValueError, match="schedule"):
             mlp.set_schedule(bad)
-    for bad in ["side=2", "fc=5,side=x"]:
+    for bad in ["side=3", "fc=5,side=x"]:
         with pytest.raises(ValueError, match="side"):
             mlp.set_schedule(bad)
     with pytest.raises(ValueError, match="pre"):
@@ -324,7 +324,7 @@ def test_set_schedule_refuses_bad_values(mlp):
     with pytest.raises(ValueError, match="schedule is 0"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 11, 1, 1, 0, 0, 0, 0])
     with pytest.raises(ValueError, match="side-jobs flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 2, 1, 0, 0, 0, 0])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 3, 1, 0, 0, 0, 0])
     with pytest.raises(ValueError, match="pre-by-TMA flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 2, 0, 0, 0, 0])
     with pytest.raises(ValueError, match="fast-dGELU flag"):
@@ -771,3 +771,38 @@ def test_gelu_grad_saved_in_forward(mlp, M, C, bias, H):
         print(f"fcfast=5 M={M} H={H} bias={bias} {name}: vs float64 {e64:.2e}, vs fcfast=3 {e_base:.2e}")
         assert e64 < 6e-3, f"fcfast=5 {name}: relative error {e64:.2e} vs float64"
         assert e_base < 6e-3, f"fcfast=5 {name}: differs from fcfast=3's backward by {e_base:.2e}"
+
+
+# Session 8's side=2: the dGELU GEMM's side job sums dy's columns with 8 row loads in flight instead
+# of one dependent load per row, adding the rows in the same order: every output bit-identical to
+# side=1's but the weight gradients (split-K reduce-adds land in any order), which stay within
+# split-K's rounding. On every dGELU policy that has the side job (the default dgelu_fast on step 4,
+# fcfast=5's and fast=3's deferred kernels, the ping-pong dGELU); tails in M (1 row; fewer rows than
+# CTAs; 4099), C = 384 (96 groups of 4 columns: one per side-job thread), 1280 and 1600 (400 groups:
+# the last round of the thread loop partial); poisoned outputs. A skipped row, a row counted twice
+# or a wrong column moves db_proj by far more than a bf16 rounding.
+@pytest.mark.parametrize("base", ["0", "fcfast=5", "fast=3", "dgelu=6"])
+@pytest.mark.parametrize("M,C", [(1, 768), (100, 384), (4099, 1280), (16384 + 77, 768), (333, 1600)])
+def test_side_job_pipelined_sums(mlp, base, M, C):
+    x, w_fc, b_fc, w_proj, b_proj, dy = make(M, C, seed=31 * M + C)
+    ref = reference64(x, w_fc, b_fc, w_proj, b_proj, dy)
+    H = 4 * C
+    mlp.set_schedule(base)
+    try:
+        y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)      # (fcfast=5: pre holds gelu'(pre))
+        old = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+        mlp.set_schedule(base + ",side=2")
+        assert mlp._ext.module.get_schedule()[5] == 2
+        poison_allocator(2 * M * H, 4 * H * C, 2 * M * C, 4 * 132 * C)
+        new = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+        torch.cuda.synchronize()
+    finally:
+        mlp.set_schedule("0")
+    for i, name in ((0, "dx"), (2, "db_fc"), (4, "db_proj")):
+        assert torch.equal(new[i], old[i]), f"side=2 changed {name} ({base}, M={M}, C={C})"
+    for i, name in enumerate(("dx", "dw_fc", "db_fc", "dw_proj", "db_proj")):
+        assert not torch.isnan(new[i]).any(), f"side=2 {name}: NaN (an element never written)"
+        e64 = rel_err(new[i], ref[i + 1])
+        assert e64 < 6e-3, f"side=2 {name} ({base}, M={M}, C={C}): relative error {e64:.2e} vs float64"
+    for i, name in ((1, "dw_fc"), (3, "dw_proj")):
+        assert rel_err(new[i], old[i]) < 1e-2, f"side=2 {name} ({base}): far from side=1's"
