@@ -245,9 +245,17 @@ void weight_grad(const Tensor& a, const Tensor& b, const Tensor& x, const Tensor
 // Returns [dx, dw_fc, db_fc, dw_proj, db_proj] (all bf16). bias_grads = false (session 5; a model
 // without biases): db_fc and db_proj come back empty (0 elements), dy's column sums and both bias
 // reductions are skipped, and with the fast dGELU policies so are db1's partial sums.
+// pre_holds_gelu_grad (session 8): what the forward saved in `pre`: 1 gelu'(pre) (its c_fc ran with
+// fcfast=5), 0 pre itself, -1 (the default, for direct callers) as the fcfast flag says now. The
+// autograd paths pass what their forward ran, so a schedule changed between forward and backward
+// cannot make the dGELU GEMM read one for the other; gelu'(pre) always takes the one-product dGELU
+// kernel (step 4's tile, whatever the dgelu schedule).
 std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pre, const Tensor& h,
-                             const Tensor& w_fc, const Tensor& w_proj, bool bias_grads) {
+                             const Tensor& w_fc, const Tensor& w_proj, bool bias_grads, int64_t pre_holds_gelu_grad) {
     tk_bindings::raise_if(backward_problem(dy, x, pre, h, w_fc, w_proj));
+    if (pre_holds_gelu_grad < -1 || pre_holds_gelu_grad > 1)
+        tk_bindings::raise_if(tk_bindings::value_problem("tk_mlp: pre_holds_gelu_grad is -1 (as the fcfast flag says), 0 (pre) or 1 "
+                                                         "(gelu'(pre), fcfast=5's forward), got " + std::to_string(pre_holds_gelu_grad)));
     const int64_t M = x.size(0), C = x.size(1), H = w_fc.size(0);
     const c10::cuda::CUDAGuard guard(x.device());
 
@@ -262,7 +270,8 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     Tensor dpre = at::empty({M, H}, x.options());
     // db1's partials: session 5's fast policies skip them when no bias gradient is wanted;
     // sessions 3-4's always write them
-    const bool partials = bias_grads || !(fast_dgelu || fast_gelu == 5);
+    const bool saved_grad = pre_holds_gelu_grad < 0 ? fast_gelu == 5 : pre_holds_gelu_grad == 1;
+    const bool partials = bias_grads || !(fast_dgelu || saved_grad);
     Tensor partial = partials ? at::empty({(M + 15) / 16, H}, x.options().dtype(at::kFloat)) : Tensor();
     tk_mlp::gemm_args g = base_args(x, DGELU);
     const bool dy_sums = side_jobs && bias_grads;     // the side job's column sums of dy, for db_proj
@@ -271,7 +280,8 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     g.M = int(M); g.N = int(H); g.K = int(C); g.pre = pre.data_ptr();
     g.bias_grad_partial = partials ? partial.data_ptr<float>() : nullptr;
     g.pre_tma = pre_tma ? 1 : 0;
-    g.fast_dgelu = fast_gelu == 5 ? 5 : fast_dgelu;   // fcfast=5's forward saved gelu'(pre) in pre's place
+    g.fast_dgelu = saved_grad ? 5 : fast_dgelu;        // fcfast=5's forward saved gelu'(pre) in pre's place
+    if (saved_grad) { g.schedule = tk_mlp::SCHEDULE_STEP4; g.pre_tma = 0; }   // its kernel's only tile
     if (side_jobs) {
         g.zero = dw_buf.data_ptr<float>(); g.zero_floats = 2 * HC;
         if (dy_sums) g.a_colsum = colsum.data_ptr<float>();
@@ -343,8 +353,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "y = forward_inference(x, w_fc, b_fc|None, w_proj, b_proj|None): forward's y without writing pre (evaluation)",
           py::arg("x"), py::arg("w_fc"), py::arg("b_fc"), py::arg("w_proj"), py::arg("b_proj"));
     m.def("backward", &backward,
-          "dx, dw_fc, db_fc, dw_proj, db_proj = backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True); "
-          "bias_grads=False: db_fc and db_proj empty, their work skipped",
+          "dx, dw_fc, db_fc, dw_proj, db_proj = backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True, pre_holds_gelu_grad=-1); "
+          "bias_grads=False: db_fc and db_proj empty, their work skipped; pre_holds_gelu_grad: 1 the forward saved "
+          "gelu'(pre) (fcfast=5), 0 pre, -1 as the current fcfast flag says",
           py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"),
-          py::arg("bias_grads") = true);
+          py::arg("bias_grads") = true, py::arg("pre_holds_gelu_grad") = -1);
 }

@@ -15,9 +15,12 @@ The ops:
   tk::mlp_fwd(x, w_fc, b_fc, w_proj, b_proj) -> (y, pre, h)     two GEMMs
       pre = x·w_fcᵀ + b_fc and h = GELU(pre) come out of ONE GEMM's epilogue; both are kept for
       the backward (pre for GELU', h for dw_proj), exactly what eager PyTorch keeps.
-  tk::mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=True) -> (dx, dw_fc, db_fc, dw_proj, db_proj)   four GEMMs
+  tk::mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1) -> (dx, dw_fc, db_fc, dw_proj, db_proj)   four GEMMs
       dpre = (dy·w_proj) ⊙ GELU'(pre) in one GEMM's epilogue (which also sums db_fc per 16
-      rows); dx = dpre·w_fc; dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x with split-K.
+      rows); dx = dpre·w_fc; dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x with split-K. With fcfast=5
+      (session 7) the forward saves gelu'(pre) in pre's place and the dGELU epilogue is one
+      product: `saved` says which the forward wrote (1 gelu'(pre), 0 pre, -1 as the fcfast flag
+      says now); autograd passes what its forward ran (section 3).
 Both have `register_fake` (shapes only) and mlp_fwd has `register_autograd`, so torch.compile
 traces through them and DDP sees ordinary autograd. Outside torch.compile the public op calls
 _MLPEager instead, a plain autograd.Function around the same extension calls (less CPU per call),
@@ -181,12 +184,15 @@ def parse_schedule(spec):
 def set_schedule(spec):
     """Pick the kernel schedule of the five GEMMs for later calls in this process (the bench
     times several in one run); spec as parse_schedule. The default is auto by shape."""
-    global _env_checked
+    global _env_checked, _fcfast
     _env_checked = True                           # an explicit choice wins over the environment
-    _ext.module.set_schedule(parse_schedule(spec))
+    values = parse_schedule(spec)
+    _ext.module.set_schedule(values)
+    _fcfast = values[len(PRODUCTS) + FLAGS.index("fcfast")]
 
 
 _env_checked = False
+_fcfast = FLAG_DEFAULTS[FLAGS.index("fcfast")]   # the extension's fcfast flag, as set_schedule last set it
 
 
 def _module():
@@ -195,8 +201,15 @@ def _module():
     if not _env_checked:
         _env_checked = True
         if os.environ.get(SCHEDULE_ENV):
-            _ext.module.set_schedule(parse_schedule(os.environ[SCHEDULE_ENV]))
+            set_schedule(os.environ[SCHEDULE_ENV])
     return _ext.module
+
+
+def _saves_gelu_grad():
+    """True when the training forward's c_fc writes gelu'(pre) in pre's place (fcfast=5)."""
+    if not _env_checked and os.environ.get(SCHEDULE_ENV):
+        _module()
+    return _fcfast == 5
 
 
 # ---- 1. the extension calls (after the input checks), used by the custom ops and the fast path
@@ -216,14 +229,16 @@ def _ext_forward_inference(x, w_fc, b_fc, w_proj, b_proj):
     return _module().forward_inference(x, w_fc, b_fc, w_proj, b_proj)
 
 
-def _ext_backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True):
+def _ext_backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1):
     """Returns (dx, dw_fc, db_fc, dw_proj, db_proj), all bf16. bias_grads=False (a model without
     biases, GPT-2's bias=False): db_fc and db_proj come back empty (0 elements) and the backward
-    skips the work that only they need (session 5)."""
+    skips the work that only they need (session 5). saved: what `pre` holds, 1 gelu'(pre) (the
+    forward ran fcfast=5), 0 pre, -1 as the fcfast flag says now (session 8)."""
     dy, x, pre, h, w_fc, w_proj = (realign16(t) for t in (dy, x, pre, h, w_fc, w_proj))
     check_backward(dy, x, pre, h, w_fc, w_proj)
-    extra = () if bias_grads else (False,)            # the binding's bias_grads defaults to True
-    dx, dw_fc, db_fc, dw_proj, db_proj = _module().backward(dy, x, pre, h, w_fc, w_proj, *extra)
+    if saved not in (-1, 0, 1):
+        fail(OP, f"saved must be -1 (as the fcfast flag says), 0 (pre) or 1 (gelu'(pre)), got {saved!r}")
+    dx, dw_fc, db_fc, dw_proj, db_proj = _module().backward(dy, x, pre, h, w_fc, w_proj, bool(bias_grads), int(saved))
     return dx, dw_fc, db_fc, dw_proj, db_proj
 
 
@@ -239,9 +254,9 @@ def mlp_fwd(x: Tensor, w_fc: Tensor, b_fc: Optional[Tensor], w_proj: Tensor,
 
 @torch.library.custom_op("tk::mlp_bwd", mutates_args=())
 def mlp_bwd(dy: Tensor, x: Tensor, pre: Tensor, h: Tensor, w_fc: Tensor,
-            w_proj: Tensor, bias_grads: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Returns (dx, dw_fc, db_fc, dw_proj, db_proj), all bf16."""
-    dx, dw_fc, db_fc, dw_proj, db_proj = _ext_backward(dy, x, pre, h, w_fc, w_proj, bias_grads)
+            w_proj: Tensor, bias_grads: bool = True, saved: int = -1) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Returns (dx, dw_fc, db_fc, dw_proj, db_proj), all bf16. saved: as _ext_backward's."""
+    dx, dw_fc, db_fc, dw_proj, db_proj = _ext_backward(dy, x, pre, h, w_fc, w_proj, bias_grads, saved)
     return dx, dw_fc, db_fc, dw_proj, db_proj
 
 
@@ -252,7 +267,7 @@ def _(x, w_fc, b_fc, w_proj, b_proj):
 
 
 @mlp_bwd.register_fake
-def _(dy, x, pre, h, w_fc, w_proj, bias_grads=True):
+def _(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1):
     return (torch.empty_like(x), torch.empty_like(w_fc), w_fc.new_empty(w_fc.shape[0] if bias_grads else 0),
             torch.empty_like(w_proj), w_proj.new_empty(w_proj.shape[0] if bias_grads else 0))
 
@@ -266,6 +281,9 @@ def _setup(ctx, inputs, output):
     _, pre, h = output
     ctx.save_for_backward(x, pre, h, w_fc, w_proj)
     ctx.has_b_fc, ctx.has_b_proj = b_fc is not None, b_proj is not None
+    # What the forward wrote into pre (session 8): gelu'(pre) when its c_fc ran with fcfast=5. The
+    # backward is told, so a schedule changed in between cannot make it read one as the other.
+    ctx.saved = 1 if _saves_gelu_grad() else 0
 
 
 def _make_backward(mlp_backward):
@@ -276,7 +294,7 @@ def _make_backward(mlp_backward):
         # A model without biases (GPT-2's bias=False) skips the bias-gradient work: the column sums
         # of dy and dpre and their casts (~0.3 ms of a GPT-2 step).
         bias_grads = ctx.has_b_fc or ctx.has_b_proj
-        dx, dw_fc, db_fc, dw_proj, db_proj = mlp_backward(dy.contiguous(), x, pre, h, w_fc, w_proj, bias_grads)
+        dx, dw_fc, db_fc, dw_proj, db_proj = mlp_backward(dy.contiguous(), x, pre, h, w_fc, w_proj, bias_grads, ctx.saved)
         return (dx, dw_fc, db_fc if ctx.has_b_fc else None, dw_proj, db_proj if ctx.has_b_proj else None)
     return backward
 

@@ -12,7 +12,8 @@
 #   1. build tk_mlp (a no-op when the call prebuilt this tree)
 #   2. compute-sanitizer memcheck of side=2 on the default and on fcfast=5 (tests/mlp_sanitize_case.py:
 #      tails, C = 128 and 1600, with and without biases)
-#   3. GPU tests: side=2 vs side=1 bit for bit and vs float64 on four dGELU policies, fcfast=5's,
+#   3. GPU tests: side=2 vs side=1 bit for bit and vs float64 on four dGELU policies, fcfast=5's, the
+#      backward reading what its forward saved (schedule changed in between; eager and custom op), opcheck,
 #      the default vs float64, no-bias, determinism, refusals
 #   4. issue 6's table: mlp_bench --graphs --compile, biases on, M = 16384 and 65536, 7 trials:
 #      default, side=2, fcfast=5, fcfast=5,side=2 (x first = paired ratio to the default)
@@ -41,7 +42,7 @@ note "memcheck: $(grep -E 'ERROR SUMMARY|case ran|finite: False|rc=' "$L/memchec
 
 # 3. tests
 step 20 tests.log python3 -m pytest -q -n 8 -p no:cacheprovider --maxfail=8 -rf tests/test_mlp.py \
-    -k "side_job_pipelined or gelu_grad_saved or forward_backward_vs_float64 or no_bias_grads or deterministic or refuses"
+    -k "side_job_pipelined or gelu_grad_saved or forward_backward_vs_float64 or no_bias_grads or deterministic or refuses or reads_what_forward or opcheck"
 note "tests (side=2, fcfast=5, default vs float64, no-bias, determinism, refusals): $(grep -E 'passed|failed|error' "$L/tests.log" | tail -1)"
 grep -E "^FAILED|^ERROR" "$L/tests.log" | head -8 | cut -c1-220 >> "$S"
 

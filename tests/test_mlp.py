@@ -337,6 +337,11 @@ def test_set_schedule_refuses_bad_values(mlp):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 0, 2])
     assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0, 1, 1, 4, 0]   # fast=1 (session 5), finish=1, fcfast=4 (session 7)
     assert mlp._ext.module.get_schedule() == mlp.parse_schedule("0")              # C++ and Python agree on the default
+    assert mlp._fcfast == mlp._ext.module.get_schedule()[9]                        # and on fcfast (what autograd records)
+    x, w_fc, _, w_proj, _, dy = make(64, 64, seed=1, bias=False)
+    h = torch.empty(64, 256, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="saved"):
+        mlp.mlp_bwd(dy, x, h, h, w_fc, w_proj, True, 2)
 
 
 def test_intermediates_pre_and_h(mlp):
@@ -806,3 +811,38 @@ def test_side_job_pipelined_sums(mlp, base, M, C):
         assert e64 < 6e-3, f"side=2 {name} ({base}, M={M}, C={C}): relative error {e64:.2e} vs float64"
     for i, name in ((1, "dw_fc"), (3, "dw_proj")):
         assert rel_err(new[i], old[i]) < 1e-2, f"side=2 {name} ({base}): far from side=1's"
+
+
+# Session 8: what the forward saved in pre (gelu'(pre) under fcfast=5, pre otherwise) travels with
+# the autograd graph, so the backward reads it right even when the schedule changed in between
+# (the fcfast flag is process state): forward under one schedule, backward under another, on the
+# eager path (mlp.mlp) and on the custom op (mlp_fwd's registered autograd), against float64 and
+# against the same backward without the change. A saved gelu'(pre) read as pre (or the reverse)
+# moves dx and dw_fc by tens of percent.
+@pytest.mark.parametrize("first,second", [("fcfast=5", "0"), ("0", "fcfast=5"), ("fcfast=5", "dgelu=6,pre=1"),
+                                          ("fcfast=5,side=2", "fcfast=4,fast=3")])
+@pytest.mark.parametrize("path", ["eager", "custom_op"])
+def test_backward_reads_what_forward_saved(mlp, first, second, path):
+    M, C = 1000 + 7, 768
+    x, w_fc, b_fc, w_proj, b_proj, dy = make(M, C, seed=41)
+    ref = reference64(x, w_fc, b_fc, w_proj, b_proj, dy)
+
+    def run(change):
+        leaves = [t.clone().requires_grad_() for t in (x, w_fc, b_fc, w_proj, b_proj)]
+        mlp.set_schedule(first)
+        try:
+            y = mlp.mlp(*leaves) if path == "eager" else mlp.mlp_fwd(*leaves)[0]
+            if change:
+                mlp.set_schedule(second)
+            y.backward(dy)
+            torch.cuda.synchronize()
+        finally:
+            mlp.set_schedule("0")
+        return [y] + [t.grad for t in leaves]
+
+    same, changed = run(False), run(True)
+    for i, name in enumerate(("y", "dx", "dw_fc", "db_fc", "dw_proj", "db_proj")):
+        e64 = rel_err(changed[i], ref[i])
+        assert e64 < 6e-3, f"{first} -> {second} ({path}) {name}: relative error {e64:.2e} vs float64"
+        assert rel_err(changed[i], same[i]) < 6e-3, f"{first} -> {second} ({path}) {name}: far from the unchanged run"
+    assert mlp._saves_gelu_grad() == (mlp.parse_schedule("0")[5 + mlp.FLAGS.index("fcfast")] == 5)
