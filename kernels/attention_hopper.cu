@@ -3,7 +3,7 @@
 // two consumer warpgroups (setmaxnreg moves registers from the first to the others), wgmma for
 // S = Q·Kᵀ (both operands in shared memory) and O += P·V (P in registers).
 // Two kernels share that pipeline: forward_kernel (one CTA per query block; variants 2, 4, 5) and
-// persistent_kernel (one CTA per SM walks over many query blocks; variants 8, 11-13, 21, 26, 30),
+// persistent_kernel (one CTA per SM walks over many query blocks; variants 8, 11-13, 21, 26, 30, 32-34),
 // which runs by default: variant 30 for head_dim 64 and 128 (DEFAULT_VARIANT_D64 / _D128).
 // Read kernels/attention_portable.cu first: same algorithm, plainer machinery.
 // Read in order: the algorithm and the pipeline picture (this comment), config, item_at,
@@ -107,6 +107,11 @@
 //   30 21 whose work counter sets itself back to 0 (persistent_kernel's SELF_RESET), so a call needs
 //     no zeroing kernel before it: the default for both head dims since session 7 (GPT-2 shape
 //     0.0782 ms against 21's 0.0794 and cuDNN's 0.0864)
+//   32 30 with P in two register arrays that alternate by tile (DOUBLE_P): P is converted to bf16
+//     between the exponentials instead of after the wait for the previous P·V (session 8)
+//   33 30 with a leaner softmax (LEAN_SOFTMAX): the mask decision once per item, consumer 1's
+//     diagonal tile masked on its second half only, the rescale factor by ex2.approx (session 8)
+//   34 32 + 33
 // Taken out after session 5 (the code is in git at 65e8c26; figures in kernels/NOTES.md,
 //   "Session 4: H3 attention" and sessions 2-3's "H200 runs"): 1 = 2 with exp2f and sequential
 //   row max / sum (GPT-2 shape 221 against 2's 225 TFLOP/s), 3 = 2 without ping-pong (203: -10%),
@@ -243,7 +248,7 @@ __device__ constexpr int row_element(int r, int j) { return 4 * (j >> 1) + 2 * r
 // it in log2 units of the scaled scores. The exponentials then stay <= 2^8, rescale is exactly 1 and
 // O need not be multiplied (the caller skips it when no row of the warp moved); O / l and the LSE
 // stay exact because O and l always share one max.
-template <int N, bool LAZY = false>
+template <int N, bool LAZY = false, bool FAST_RESCALE = false>
 __device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)[2], float (&rescale)[2],
                                     bool mask, bool causal, int row0, int col0, int seq_len,
                                     float scale_log2) {
@@ -275,7 +280,11 @@ __device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)
         if constexpr (LAZY)
             if (m[r] != -INFINITY && (mx - m[r]) * scale_log2 <= 8.f) mx = m[r];
         float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
-        rescale[r] = exp2f(m[r] * scale_log2 - m_scaled);   // m_old = -inf -> 0
+        // m_old = -inf -> 0. FAST_RESCALE (LEAN_SOFTMAX): ex2.approx.ftz, one MUFU instead of exp2f's
+        // denormal-safe sequence (a rescale factor below 2^-126 flushes to 0: O's old part was that
+        // small against the new max anyway).
+        if constexpr (FAST_RESCALE) rescale[r] = exp2_ftz(m[r] * scale_log2 - m_scaled);
+        else rescale[r] = exp2f(m[r] * scale_log2 - m_scaled);
         m[r] = mx;
         float sum = 0.f;
         {
@@ -299,14 +308,17 @@ __device__ inline void softmax_tile(float (&s)[N / 2], float (&m)[2], float (&l)
 // rows row0 and row0 + 8; so one limit per row, then one compare with an immediate and one
 // select per score (softmax_tile's general test costs about three times that: 420 against ~130
 // instructions per warp on a diagonal tile, D = 64, from the SASS).
-template <int N>
+// SKIP_FIRST_HALF (LEAN_SOFTMAX): the caller knows that no key of the tile's first N/2 columns is
+// right of any of its rows (consumer 1's diagonal tile: keys 0-63 of it against rows 64-127), so only
+// the second half's N/4 elements per thread are compared (elements i < N/4 are columns < N/2).
+template <int N, bool SKIP_FIRST_HALF = false>
 __device__ inline void mask_tile(float (&s)[N / 2], bool causal, int row0, int col0, int seq_len) {
     const int base = col0 + 2 * (threadIdx.x % 4);
     int limit[2];                                        // the last allowed column offset per row
 #pragma unroll
     for (int r = 0; r < 2; ++r) limit[r] = (causal ? min(row0 + 8 * r, seq_len - 1) : seq_len - 1) - base;
 #pragma unroll
-    for (int i = 0; i < N / 2; ++i)
+    for (int i = SKIP_FIRST_HALF ? N / 4 : 0; i < N / 2; ++i)
         if (8 * (i >> 2) + (i & 1) > limit[(i >> 1) & 1]) s[i] = -INFINITY;
 }
 
@@ -638,8 +650,17 @@ struct persistent_config : config<D, CONSUMERS> {
 // prefetches only doubled the first requests); 28 / 29 = 27 + every 8th / 4th exponential by a
 // cubic on the FMA pipe (Cody-Waite, FA4's trick): 0.0817 / 0.0833, the more the slower, as
 // session 5's variant 17: the consumer warps are issue- and latency-bound, not MUFU-bound.
+//
+// DOUBLE_P and LEAN_SOFTMAX (session 8; variants 32-34): a consumer warp's loop turn is its own
+// dependent instruction stream (session 6's ncu: ~2,080 cycles per turn for ~1,024 of tensor work,
+// stalls mostly fixed-latency waits, nothing saturated), so both shorten that stream. DOUBLE_P: P
+// alternates between two register arrays, so tile n's P is converted right after its exponentials
+// (ptxas puts the conversions between the MUFUs, which it spaces 8 cycles apart) while P·Vₙ₋₁ still
+// reads the other array; after the wait only O's rescale is left. LEAN_SOFTMAX: the mask decision
+// as one compare per tile (mask_from, once per item), consumer 1's diagonal tile masked on its last
+// 64 keys only, the rescale factor by ex2.approx. kernels/NOTES.md, "Session 8: A".
 template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool LEAN_EPILOGUE = false,
-          bool PDL = false, bool SELF_RESET = false>
+          bool PDL = false, bool SELF_RESET = false, bool DOUBLE_P = false, bool LEAN_SOFTMAX = false>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
@@ -743,6 +764,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     wgmma::accumulator<BN> s_acc;
     wgmma::accumulator<D> o_acc;
     uint32_t p_frag[BN / 16][4];
+    uint32_t p_frag2[BN / 16][4];                       // DOUBLE_P: tiles alternate between the two
     float m[2], l[2], rescale[2];
 
     auto turn_begin = [&] { if constexpr (PINGPONG) named_sync<256>(1 + c); };
@@ -804,6 +826,19 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         wgmma::commit_group();
         return s;
     };
+    auto issue_pv_from = [&](uint32_t (&pf)[BN / 16][4], bool accumulate, bool half) {   // DOUBLE_P: P from pf
+        const int s = v_pos.slot;
+        mbar::wait(v_full[s], v_pos.phase);
+        v_pos.next();
+        const uint64_t v_desc = desc_plus(v_desc0, s * C::kv_bytes);
+        wgmma::fence();
+#pragma unroll
+        for (int k = 0; k < BN / 16; ++k)
+            if (!half || k < BN / 32)
+                wgmma::mma_rs<wgmma::major::MN>(o_acc, pf[k], desc_plus(v_desc, k * 16 * 128), accumulate || k > 0);
+        wgmma::commit_group();
+        return s;
+    };
 
     if (PINGPONG && c == 1) named_arrive<256>(1);       // consumer 0 goes first
     for (int j = 0;; ++j) {
@@ -830,7 +865,30 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         auto needs_mask = [&](int n) {
             return p.causal ? (n * BN + BN - 1 > first_row) : (n * BN + BN > p.seq_len);
         };
+        // LEAN_SOFTMAX: the same test as one compare per tile: the first tile that needs masks, once per
+        // item ((n + 1)·BN > first_row + 1, causal; (n + 1)·BN > seq_len, else), instead of re-reading
+        // p.causal and rebuilding both sides per tile (~50 issue cycles per tile in the SASS).
+        const int mask_from = p.causal ? (first_row + 1) / BN : p.seq_len / BN;
         auto scores_to_probabilities = [&](int n, bool half) {   // mask, online softmax (P stays in s_acc)
+            if constexpr (LEAN_SOFTMAX) {
+                if (half) {
+                    if (n >= mask_from) mask_tile<BN / 2>(first_half(s_acc.d), p.causal, row0, n * BN, p.seq_len);
+                    softmax_tile<BN / 2, LAZY, true>(first_half(s_acc.d), m, l, rescale, false, p.causal, row0,
+                                                     n * BN, p.seq_len, p.scale_log2);
+                } else {
+                    // Causal, and the tile's first BN/2 keys all at or left of this warpgroup's first
+                    // row (consumer 1's diagonal tile): only the second half can hold masked keys.
+                    if (n >= mask_from) {
+                        if (p.causal && n * BN + BN / 2 - 1 <= first_row)
+                            mask_tile<BN, true>(s_acc.d, true, row0, n * BN, p.seq_len);
+                        else
+                            mask_tile<BN>(s_acc.d, p.causal, row0, n * BN, p.seq_len);
+                    }
+                    softmax_tile<BN, LAZY, true>(s_acc.d, m, l, rescale, false, p.causal, row0, n * BN,
+                                                 p.seq_len, p.scale_log2);
+                }
+                return;
+            }
             if (half) {
                 if (needs_mask(n)) mask_tile<BN / 2>(first_half(s_acc.d), p.causal, row0, n * BN, p.seq_len);
                 softmax_tile<BN / 2, LAZY>(first_half(s_acc.d), m, l, rescale, false, p.causal, row0,
@@ -847,6 +905,25 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 if (!half || j < BN / 32)
 #pragma unroll
                     for (int q = 0; q < 4; ++q) p_frag[j][q] = pack_bf16(s_acc.d[8 * j + 2 * q], s_acc.d[8 * j + 2 * q + 1]);
+        };
+        auto to_a_operand_into = [&](uint32_t (&pf)[BN / 16][4], bool half) {   // DOUBLE_P: into pf
+#pragma unroll
+            for (int j = 0; j < BN / 16; ++j)
+                if (!half || j < BN / 32)
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) pf[j][q] = pack_bf16(s_acc.d[8 * j + 2 * q], s_acc.d[8 * j + 2 * q + 1]);
+        };
+        // DOUBLE_P: the softmax and P's conversion in one basic block for each case (half or whole
+        // tile), so that ptxas can schedule the conversions between the exponentials (a conversion
+        // after the branches' merge point waits for all of them).
+        auto probabilities_into = [&](int n, bool half, uint32_t (&pf)[BN / 16][4]) {
+            if (half) {
+                scores_to_probabilities(n, true);
+                to_a_operand_into(pf, true);
+            } else {
+                scores_to_probabilities(n, false);
+                to_a_operand_into(pf, false);
+            }
         };
 
 #pragma unroll
@@ -866,10 +943,14 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 release_all(q_empty[(j - 1) % QS]);
             }
         }
-        scores_to_probabilities(0, is_half(0));
-        to_a_operand(is_half(0));
+        if constexpr (DOUBLE_P) {
+            probabilities_into(0, is_half(0), p_frag);
+        } else {
+            scores_to_probabilities(0, is_half(0));
+            to_a_operand(is_half(0));
+        }
 
-        for (int n = 1; n < n_tiles; ++n) {
+        for (int n = 1; n < (DOUBLE_P ? 1 : n_tiles); ++n) {   // DOUBLE_P: its own loop, below
             turn_begin();
             k_slot = issue_qk(qs);
             const int v_slot = issue_pv(n > 1, false);   // V of tile n - 1 (only the last tile is ever half)
@@ -940,12 +1021,55 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
             }
         };
 
-        turn_begin();
-        const int v_slot = issue_pv(n_tiles > 1, last_half);
-        turn_end();
-        wgmma::wait_group<0>();
-        wgmma::fence_operand(o_acc);
-        release(v_empty[v_slot]);
+        if constexpr (DOUBLE_P) {
+            // DOUBLE_P: P alternates between p_frag (even tiles) and p_frag2 (odd tiles), so tile n's
+            // P is packed to bf16 right after its exponentials, while P·Vₙ₋₁ still reads the other
+            // buffer, instead of after the wait for P·Vₙ₋₁. The 32 conversions (F2FP, 2 issue cycles
+            // each) fill the gaps between the MUFU.EX2s (ptxas spaces those 8 cycles apart) instead of
+            // sitting between the wait and the next turn. Register arrays cannot be indexed at run
+            // time, so the loop takes two tiles per pass, and the last turn is written for either
+            // buffer. 32 more registers per thread (D = 64: ~195 of the 240).
+            auto tile_step = [&](int n, uint32_t (&p_read)[BN / 16][4], uint32_t (&p_write)[BN / 16][4]) {
+                turn_begin();
+                k_slot = issue_qk(qs);
+                const int v_slot = issue_pv_from(p_read, n > 1, false);
+                turn_end();
+                wgmma::wait_group<1>();                  // S = Q·Kₙᵀ is done (P·Vₙ₋₁ may still run)
+                wgmma::fence_operand(s_acc);
+                release(k_empty[k_slot]);
+                probabilities_into(n, is_half(n), p_write);   // P·Vₙ₋₁ reads p_read, not these
+                wgmma::wait_group<0>();                  // O += P·Vₙ₋₁ is done
+                wgmma::fence_operand(o_acc);
+                keep_alive(p_read);
+                release(v_empty[v_slot]);
+                if (!LAZY || __any_sync(0xffffffff, rescale[0] != 1.f || rescale[1] != 1.f)) {
+#pragma unroll
+                    for (int i = 0; i < D / 2; ++i) o_acc.d[i] *= rescale[(i >> 1) & 1];
+                }
+            };
+            auto last_turn = [&](uint32_t (&p_last)[BN / 16][4]) {
+                turn_begin();
+                const int v_slot = issue_pv_from(p_last, n_tiles > 1, last_half);
+                turn_end();
+                wgmma::wait_group<0>();
+                wgmma::fence_operand(o_acc);
+                keep_alive(p_last);
+                release(v_empty[v_slot]);
+            };
+            for (int n = 1;; n += 2) {
+                if (n >= n_tiles) { last_turn(p_frag); break; }
+                tile_step(n, p_frag, p_frag2);
+                if (n + 1 >= n_tiles) { last_turn(p_frag2); break; }
+                tile_step(n + 1, p_frag2, p_frag);
+            }
+        } else {
+            turn_begin();
+            const int v_slot = issue_pv(n_tiles > 1, last_half);
+            turn_end();
+            wgmma::wait_group<0>();
+            wgmma::fence_operand(o_acc);
+            release(v_empty[v_slot]);
+        }
         // Every S of this item is done: Q's slot is free (LEAN_EPILOGUE: once O, written there, is out).
         if constexpr (!LEAN_EPILOGUE) release_all(q_empty[qs]);
         epilogue();
@@ -1011,7 +1135,7 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 // L2 groups of heads.
 // PDL etc.: see persistent_kernel; with PDL the launch carries the programmatic-serialization attribute.
 template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY, bool DYNAMIC, bool LEAN_EPILOGUE = false,
-          bool PDL = false, bool SELF_RESET = false>
+          bool PDL = false, bool SELF_RESET = false, bool DOUBLE_P = false, bool LEAN_SOFTMAX = false>
 cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, unsigned int* work_counter) {
     using C = persistent_config<D, CONSUMERS>;
     if (DYNAMIC && work_counter == nullptr) return cudaErrorInvalidValue;   // see work_counter
@@ -1024,7 +1148,7 @@ cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stre
                                                         a.o.stride_batch, a.o.stride_head, a.o.stride_seq, 64);
         if (!why.empty()) return cudaErrorInvalidValue;
     }
-    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, LEAN_EPILOGUE, PDL, SELF_RESET>;
+    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, LEAN_EPILOGUE, PDL, SELF_RESET, DOUBLE_P, LEAN_SOFTMAX>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -1094,6 +1218,7 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //  30: 21 with SELF_RESET (the counter sets itself back to 0 after the launch's last ticket; the
 //      bindings give it a counter that is zero and that no other launch uses meanwhile: see
 //      attention_hopper_counter_resets). The default since session 7
+//  32, 33, 34: 30 with DOUBLE_P, with LEAN_SOFTMAX, with both (see persistent_kernel)
 // 2 and 4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zero, used by this launch alone (the bindings zero one
 // per call, or, where attention_hopper_counter_resets says the kernel sets it back to 0 itself,
@@ -1124,6 +1249,12 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, true, true, true, true>(p, stream, work_counter);
     case 30: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true>(p, stream, work_counter)
                         : launch_persistent<128, 2, true, true, true, true, false, true>(p, stream, work_counter);
+    case 32: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, true, false>(p, stream, work_counter)
+                        : launch_persistent<128, 2, true, true, true, true, false, true, true, false>(p, stream, work_counter);
+    case 33: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, false, true>(p, stream, work_counter)
+                        : launch_persistent<128, 2, true, true, true, true, false, true, false, true>(p, stream, work_counter);
+    case 34: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, true, true>(p, stream, work_counter)
+                        : launch_persistent<128, 2, true, true, true, true, false, true, true, true>(p, stream, work_counter);
     default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20, 22-25, 27-29, 31) too
     }
 }
@@ -1133,7 +1264,7 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
 bool attention_hopper_counter_resets(const AttentionForwardParams& p, int variant) {
     if (variant == 0) variant = p.shape.head_dim == 64 ? attention_hopper::DEFAULT_VARIANT_D64
                                                        : attention_hopper::DEFAULT_VARIANT_D128;
-    return variant == 30;
+    return variant == 30 || variant == 32 || variant == 33 || variant == 34;
 }
 
 // The launcher E1's dispatch calls on sm_90 (see kernels/NOTES.md, attention / Hopper forward).

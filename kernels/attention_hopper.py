@@ -88,7 +88,12 @@ VARIANTS = {0: "default (30 for D=64 and D=128)",
             26: "21 launched as a programmatic dependent (PDL): its start overlaps the end of the kernel "
                 "before it (griddepcontrol.wait before any global memory access)",
             30: "21 whose work counter sets itself back to 0, so a call needs no zeroing kernel (the bindings "
-                "give it a counter owned by the stream, or by the CUDA graph that captured the call)"}
+                "give it a counter owned by the stream, or by the CUDA graph that captured the call)",
+            32: "30 with P in two register buffers that alternate by tile: P is converted to bf16 between the "
+                "exponentials, while P·V of the previous tile still reads the other buffer",
+            33: "30 with a leaner softmax: the mask decision once per item, consumer 1's diagonal tile masks "
+                "only its second half, the rescale factor by ex2.approx",
+            34: "32 + 33"}
 
 
 OP = "tk Hopper attention"
