@@ -152,26 +152,36 @@ def parse_schedule(spec):
     in pre's place for the backward; fc and dgelu on 0 or 4) and 'defer=1' (session 6, opt-in: c_proj's
     and dx's stores under the next tile's math on step 4)
     -> eleven ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
-    (defaults FLAG_DEFAULTS)."""
+    (defaults FLAG_DEFAULTS). A DEFAULT fcfast of 5 (not named in the spec) steps back to 4 where
+    it cannot apply or would override what the spec asks for: a c_fc or dGELU schedule other than
+    0/4, pre=1, or a dGELU epilogue named by fast=... (fcfast=5 replaces that epilogue)."""
     out = [0] * len(PRODUCTS) + list(FLAG_DEFAULTS)
     names = PRODUCTS + FLAGS
     text = str(spec).strip()
+    named = set()
     try:
         for item in filter(None, (t.strip() for t in text.split(","))):
             if "=" not in item:
                 out[:len(PRODUCTS)] = [int(item)] * len(PRODUCTS)
+                named.update(PRODUCTS)
                 continue
             name, value = (u.strip() for u in item.split("="))
             out[names.index(name)] = int(value)
+            named.add(name)
     except ValueError:
         raise ValueError(f"{OP}: schedule {spec!r} is not '<n>' or 'name=<n>,...' with names {', '.join(names)}") from None
     bad = [v for v in out[:len(PRODUCTS)] if v not in SCHEDULES]
     if bad:
         raise ValueError(f"{OP}: schedule {spec!r}: each value must be one of {sorted(SCHEDULES)} "
                          f"({'; '.join(f'{k} {v}' for k, v in SCHEDULES.items())}), got {bad[0]}")
-    if out[len(PRODUCTS) + FLAGS.index("fcfast")] == 5 and (out[PRODUCTS.index("fc")] not in (0, 4) or
-                                                           out[PRODUCTS.index("dgelu")] not in (0, 4) or
-                                                           out[len(PRODUCTS) + FLAGS.index("pre")] != 0):
+    fcfast = len(PRODUCTS) + FLAGS.index("fcfast")
+    if out[fcfast] == 5 and "fcfast" not in named and ("fast" in named or out[PRODUCTS.index("fc")] not in (0, 4) or
+                                                      out[PRODUCTS.index("dgelu")] not in (0, 4) or
+                                                      out[len(PRODUCTS) + FLAGS.index("pre")] != 0):
+        out[fcfast] = 4                       # (only when 5 is the default: see the docstring)
+    if out[fcfast] == 5 and (out[PRODUCTS.index("fc")] not in (0, 4) or
+                             out[PRODUCTS.index("dgelu")] not in (0, 4) or
+                             out[len(PRODUCTS) + FLAGS.index("pre")] != 0):
         raise ValueError(f"{OP}: schedule {spec!r}: fcfast=5 (gelu'(pre) saved in place of pre) runs c_fc and the "
                          f"dGELU GEMM on schedule 4 only (fc and dgelu 0 or 4, pre=0)")
     for name, value in zip(FLAGS, out[len(PRODUCTS):]):

@@ -42,7 +42,7 @@ note "memcheck: $(grep -E 'ERROR SUMMARY|case ran|finite: False|rc=' "$L/memchec
 
 # 3. tests
 step 20 tests.log python3 -m pytest -q -n 8 -p no:cacheprovider --maxfail=8 -rf tests/test_mlp.py \
-    -k "side_job_pipelined or gelu_grad_saved or forward_backward_vs_float64 or no_bias_grads or deterministic or refuses or reads_what_forward or opcheck"
+    -k "side_job_pipelined or gelu_grad_saved or forward_backward_vs_float64 or no_bias_grads or deterministic or refuses or reads_what_forward or opcheck or intermediates or session5_opt_ins"
 note "tests (side=2, fcfast=5, default vs float64, no-bias, determinism, refusals): $(grep -E 'passed|failed|error' "$L/tests.log" | tail -1)"
 grep -E "^FAILED|^ERROR" "$L/tests.log" | head -8 | cut -c1-220 >> "$S"
 

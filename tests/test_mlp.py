@@ -344,13 +344,26 @@ def test_set_schedule_refuses_bad_values(mlp):
         mlp.mlp_bwd(dy, x, h, h, w_fc, w_proj, True, 2)
 
 
-def test_intermediates_pre_and_h(mlp):
-    """The c_fc epilogue's two outputs: pre = x·W1ᵀ + b1 and h = GELU(pre), checked directly."""
+@pytest.mark.parametrize("spec", ["fcfast=4", "fcfast=0", "0"])
+def test_intermediates_pre_and_h(mlp, spec):
+    """The c_fc epilogue's two outputs: pre = x·W1ᵀ + b1 and h = GELU(pre), checked directly (with
+    fcfast=5, the default's saved tensor is gelu'(pre): checked against float64 gelu' of float64 pre)."""
     x, w_fc, b_fc, w_proj, b_proj, _ = make(1000, 768, seed=7)
-    y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+    mlp.set_schedule(spec)
+    try:
+        y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+        saves_grad = mlp._saves_gelu_grad()
+        if saves_grad:                                 # the default saves gelu'(pre): pre itself from fcfast=4
+            gp = pre
+            mlp.set_schedule("fcfast=4")
+            y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+    finally:
+        mlp.set_schedule("0")
     pre64 = F.linear(x.double(), w_fc.double(), b_fc.double())
     assert rel_err(pre, pre64) < 1e-2
     assert rel_err(h, F.gelu(pre64, approximate="tanh")) < 1e-2
+    if saves_grad:
+        assert rel_err(gp, gelu_grad64(pre64)) < 1e-2
     # h must be GELU of the stored pre, elementwise, up to two bf16 roundings (2^-8 relative
     # each) and tanh.approx: |error| <= ~2.2·2^-8·(1 + |pre|)
     err = (h.double() - F.gelu(pre.double(), approximate="tanh")).abs() / (1 + pre.double().abs())
@@ -483,14 +496,14 @@ def test_session5_opt_ins_match_default(mlp, spec):
     ref = reference64(x, w_fc, b_fc, w_proj, b_proj, dy)
     mlp.set_schedule(BASE)
     try:
-        y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
-        base = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+        y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)     # (BASE names fast: pre is pre, not gelu'(pre))
+        base = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj, True, 0)
     finally:
         mlp.set_schedule("0")
     mlp.set_schedule(spec)
     try:
         poison_allocator(2 * M * 4 * C, 4 * 4 * C * C)
-        new = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+        new = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj, True, 0)    # saved=0: pre holds pre, whatever spec's fcfast
         torch.cuda.synchronize()
     finally:
         mlp.set_schedule("0")
@@ -697,7 +710,11 @@ def test_dgelu_deferred_matches_default(mlp, M, bias, H):
     C, fast = 768, 3
     x, w_fc, b_fc, w_proj, b_proj, dy = make_hidden(M, C, M + 5, bias, H)
     ref = reference64(x, w_fc, b_fc, w_proj, b_proj, dy)
-    y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+    mlp.set_schedule("fcfast=4")                       # pre itself (not fcfast=5's gelu'(pre), whatever the default)
+    try:
+        y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+    finally:
+        mlp.set_schedule("0")
     mlp.set_schedule("fast=1")
     try:
         base = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=bias)
