@@ -34,6 +34,11 @@ in the output dtype, so a weight gradient is one kernel (no memset of an fp32 bu
 conversion kernel); see splitk_workspace for the workspace's lifetime (one per device and shape;
 not two same-shape products on two streams at once). Correct and sanitizer-clean on the H200, but
 1-5% slower than 5v7 with its memset and conversion (session 7, call 4): opt-in, not the default.
+Variants 10 and 11 of step 5 (session 8) run 8's protocol on a schedule planned here
+(stream_schedule): every CTA gets the same number of k-tiles as whole tiles plus one or two
+k-pieces (or, with fewer tiles than SMs, one tile's head or a share of the tails), so a CTA sends
+one or two fp32 partials instead of ~10; see stream_schedule and kernels/gemm_splitk_epilogue.cuh.
+Not yet run on a GPU at the time of writing: opt-in.
 
 Two environment variables, for experiments with the 2-CTA cluster variants (step 4 v5, step 5
 v3/v4; read at each launch by launch_pairs in kernels/gemm_4_warp_specialized.cuh):
@@ -69,13 +74,18 @@ VARIANTS5 = {0: "128x128 per consumer, 6 stages", 1: "64x256 per consumer, 4 sta
              5: "64x256 per consumer, 5 stages, 1 output staging box per warp",
              6: "64x256 per consumer, 4 stages, plain epilogue (no bias/GELU; stmatrix staging)",
              7: "128x128 per consumer, 6 stages, plain epilogue (no bias/GELU; stmatrix staging)",
-             8: "128x128 per consumer, 6 stages, plain epilogue, split-K finished in the kernel (no memset, no conversion)"}
+             8: "128x128 per consumer, 6 stages, plain epilogue, split-K finished in the kernel (no memset, no conversion)",
+             10: "128x128 per consumer, 6 stages, plain epilogue, a planned schedule: whole tiles + k-pieces summed in the kernel",
+             11: "as 10, a piece arriving one tile of its consumer later (as 8) instead of in its own epilogue"}
 TILES5 = {0: (128, 128), 1: (64, 256), 2: (128, 128), 3: (128, 128), 4: (64, 256), 5: (64, 256), 6: (64, 256), 7: (128, 128),
-          8: (128, 128)}
-PLAIN_VARIANTS = {4: (6, 7, 8), 5: (6, 7, 8)}   # kernels/gemm_plain_epilogue.cuh (session 6): the plain product only
+          8: (128, 128), 10: (128, 128), 11: (128, 128)}
+PLAIN_VARIANTS = {4: (6, 7, 8), 5: (6, 7, 8, 10, 11)}   # kernels/gemm_plain_epilogue.cuh (session 6): the plain product only
 # kernels/gemm_splitk_epilogue.cuh (session 7): split-K whose last split stores the tile (bf16 or
 # fp32) from a workspace the kernel keeps zeroed (splitk_workspace below)
 FUSED_SPLITK = {5: (8,)}   # (session 7's 5v9, one arrival per consumer, timed as 5v8 and was removed)
+# ... and (session 8) the same protocol on a schedule planned here (stream_schedule below): whole
+# tiles plus a few k-pieces per CTA instead of `splits` equal pieces of every tile
+SCHEDULED = {5: (10, 11)}
 
 
 def auto_step(M, N, K, plain=False, num_sms=132):
@@ -180,6 +190,8 @@ def check_inputs(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=
         fail(OP, "bias and gelu are fused only in steps 4 and 5 (and 0, which picks one of them)")
     if epilogue and splits is not None and splits > 1:
         fail(OP, "split-K cannot fuse bias/gelu (they would be applied once per split); pass splits=1 or None")
+    if variant in SCHEDULED.get(step, ()) and splits is not None and splits != 1:
+        fail(OP, f"variant {variant} of step {step} plans its own split of K (stream_schedule); pass splits=None")
     if bias is not None:
         require_tensor(OP, "bias", bias, dtypes=BF16, cuda=cuda, same_device_as=("a", a))
         if bias.dim() != 1 or bias.numel() != N or not bias.is_contiguous():
@@ -257,6 +269,8 @@ def plan(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, split
         b_mode = "c" if step >= 4 else "tc"
     if step >= 4 and a_t and b_mode == "t":     # the one pairing step 4 does not instantiate
         b_mode = "c"
+    if variant in SCHEDULED.get(step, ()):
+        splits = 1                              # the schedule splits K (stream_schedule)
     if step >= 4 and splits is None:
         tm, tn = (TILE_M, TILE_N) if step == 4 else TILES5[variant]
         splits = choose_splits(M, N, K, _num_sms(a.device) if cuda else 132, epilogue, tn, tm)
@@ -313,6 +327,120 @@ def _fused_workspace(p, a, M, N):
     return ws
 
 
+# ---- step 5 variant 10's work schedule (kernels/gemm_splitk_epilogue.cuh, scheduled_splitk_epilogue) ----
+GROUP_M = 16    # kernels/gemm_4_warp_specialized.cuh unit_work's raster: tile rows walked together
+MIN_SHARE = 8   # k-tiles a CTA gets at least (a piece's arrival and sum cost about 3 k-tiles)
+
+
+def raster_tile(t, tiles_m, tiles_n, group=GROUP_M):
+    """(tile row, tile column) of the t-th tile in unit_work's order (`group` rows at a time,
+    column by column within a group), so that tiles near in t share A rows or B columns."""
+    per_group = group * tiles_n
+    first_m = (t // per_group) * group
+    rows = min(tiles_m - first_m, group)
+    in_group = t % per_group
+    return first_m + in_group % rows, in_group // rows
+
+
+@functools.lru_cache(maxsize=64)
+def stream_schedule(M, N, K, num_sms, tile_m=128, tile_n=128):
+    """Per CTA, the units it runs in order: tuples (tile row, tile column, k_begin, k_end) in
+    k-tiles of 64. Every CTA gets the same number of k-tiles (to one), in as few pieces as that
+    allows, and the units that start together start at k = 0 together (they read the same A
+    and B columns at the same time, which L2 then serves once):
+      - tiles >= CTAs: each CTA runs floor(tiles / CTAs) WHOLE tiles; the R tiles left over are cut
+        into one contiguous share of their R x k_tiles k-tiles per CTA (at most two pieces each),
+        and a CTA runs its pieces FIRST (their summing then overlaps a whole tile's main loop);
+      - tiles < CTAs: tile t's HEAD (k-tiles 0..h-1, h = tiles x k_tiles // CTAs, the fair share)
+        runs alone on CTA CTAs - tiles + t; the first CTAs - tiles CTAs share all the tails.
+    A tile is summed in the kernel when it is cut (the pieces' k-tiles add up to k_tiles). Small
+    products use fewer CTAs, so that each gets MIN_SHARE k-tiles or more."""
+    tiles_m, tiles_n = -(-M // tile_m), -(-N // tile_n)
+    tiles, k_tiles = tiles_m * tiles_n, -(-K // 64)
+    P = max(1, min(int(num_sms), tiles * k_tiles // MIN_SHARE))   # small products: fewer CTAs, not tiny pieces
+    lists = [[] for _ in range(P)]
+
+    def share(tile_ids, k_from, ctas, group=GROUP_M):
+        """Cut k-tiles k_from.. of every tile in tile_ids (in that order, end to end) into equal
+        contiguous shares, one per CTA in ctas."""
+        span = k_tiles - k_from
+        total, n = len(tile_ids) * span, len(ctas)
+        for j, c in enumerate(ctas):
+            pos, hi = j * total // n, (j + 1) * total // n
+            while pos < hi:
+                i, off = divmod(pos, span)
+                end = min(hi, (i + 1) * span)
+                lists[c].append((*raster_tile(tile_ids[i], tiles_m, tiles_n, group), k_from + off, k_from + off + end - pos))
+                pos = end
+
+    if tiles >= P:
+        whole, left = divmod(tiles, P)
+        # The tiles left over are cut, all their pieces run at once, and each reads its tile's A
+        # rows and B columns over all of K: taken as a near-square block of tiles (a raster
+        # `group` rows high: 3 x 4 tiles at dW 3072x768, 28 MB of operands instead of the 52 MB of
+        # a 12 x 1 column) they read the fewest bytes.
+        group = max(1, min(tiles_m, round(left ** 0.5)))
+        share(list(range(left)), 0, list(range(P)), group)   # the pieces first
+        for w in range(whole):
+            for c in range(P):
+                lists[c].append((*raster_tile(left + w * P + c, tiles_m, tiles_n, group), 0, k_tiles))
+    else:
+        h = tiles * k_tiles // P
+        if h == 0:                                            # tiny: everything shared
+            share(list(range(tiles)), 0, list(range(P)))
+        else:
+            share(list(range(tiles)), h, list(range(P - tiles)))
+            for t in range(tiles):
+                lists[P - tiles + t].append((*raster_tile(t, tiles_m, tiles_n), 0, h))
+    return tuple(tuple(units) for units in lists)
+
+
+def schedule_table(schedule):
+    """The schedule as the kernel reads it: int32 [units per CTA][CTAs][4], unit u = (u // CTAs)-th
+    of CTA u % CTAs; a CTA's list ends at its first empty entry (0, 0, 0, 0)."""
+    P, U = len(schedule), max(len(units) for units in schedule)
+    table = torch.zeros((U, P, 4), dtype=torch.int32)
+    for c, units in enumerate(schedule):
+        for i, unit in enumerate(units):
+            table[i, c] = torch.tensor(unit, dtype=torch.int32)
+    return table
+
+
+_schedules = {}
+
+
+def schedule_tensor(device, M, N, K, tile_m, tile_n, allocate=True):
+    """stream_schedule's table on the device, made on first use and kept (like the workspace: a CUDA
+    graph that captured a call holds its pointer); None if absent and allocate=False."""
+    key = (device, M, N, K, tile_m, tile_n)
+    t = _schedules.get(key)
+    if t is None and allocate:
+        t = schedule_table(stream_schedule(M, N, K, _num_sms(device), tile_m, tile_n)).to(device)
+        _schedules[key] = t
+    return t
+
+
+def _scheduled_args(p, a, M, N, K):
+    """(sums, arrivals, schedule) for plan p, or None: p is not scheduled, or this is a graph capture
+    and they do not exist yet (the caller then takes the old split-K path, 5v7)."""
+    if p.variant not in SCHEDULED.get(p.step, ()):
+        return None
+    tile_m, tile_n = TILES5[p.variant]
+    ws = splitk_workspace(a.device, M, N, tile_m, tile_n, allocate=False)
+    sched = schedule_tensor(a.device, M, N, K, tile_m, tile_n, allocate=False)
+    if (ws is None or sched is None) and torch.cuda.is_current_stream_capturing():
+        return None
+    ws = ws or splitk_workspace(a.device, M, N, tile_m, tile_n)
+    sched = sched if sched is not None else schedule_tensor(a.device, M, N, K, tile_m, tile_n)
+    return (*ws, sched)
+
+
+def _old_splitk_plan(p, a, M, N, K):
+    """5v7 with choose_splits: what a scheduled or in-kernel split-K plan runs instead when its
+    first call is inside a graph capture."""
+    return p._replace(variant=7, splits=choose_splits(M, N, K, _num_sms(a.device), False, 128, 128))
+
+
 def _operands(p, a, b):
     """a and b as the kernel reads them under plan p: dense storage, 16-byte aligned bases (TMA
     wants them; a view into the middle of a tensor may not be), step 2's K padding."""
@@ -335,6 +463,13 @@ def matmul(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, spl
     p = plan(a, b, out_dtype=out_dtype, bias=bias, gelu=gelu, step=step, splits=splits, out=out, variant=variant)
     M, N = a.shape[0], b.shape[1]
     a_store, b_store = _operands(p, a, b)
+    if p.variant in SCHEDULED.get(p.step, ()):
+        sched = _scheduled_args(p, a, M, N, a.shape[1])
+        if sched is not None:                   # whole tiles + pieces summed in the kernel: c is written once
+            c = out if out is not None else torch.empty((M, N), device=a.device, dtype=out_dtype)
+            _ext.module.run(p.step, a_store, b_store, c, p.a_t, p.b_mode == "c", None, False, 1, p.variant, *sched)
+            return c
+        p = _old_splitk_plan(p, a, M, N, a.shape[1])   # first call inside a capture
     ws = _fused_workspace(p, a, M, N)
     if ws is not None:                          # split-K finished in the kernel: c is written once
         c = out if out is not None else torch.empty((M, N), device=a.device, dtype=out_dtype)
@@ -364,6 +499,10 @@ def kernel_only(a, b, *, step=0, variant=0):
     p = plan(a, b, step=step, variant=variant)
     a_store, b_store = _operands(p, a, b)
     run = _ext.module.run
+    sched = _scheduled_args(p, a, a.shape[0], b.shape[1], a.shape[1])
+    if sched is not None:                       # scheduled: every launch is a whole product too
+        c = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=torch.bfloat16)
+        return (lambda: run(p.step, a_store, b_store, c, p.a_t, p.b_mode == "c", None, False, 1, p.variant, *sched)), c
     ws = _fused_workspace(p, a, a.shape[0], b.shape[1])
     if ws is not None:                          # in-kernel split-K: every launch is a whole product
         c = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=torch.bfloat16)

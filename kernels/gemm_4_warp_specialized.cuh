@@ -143,13 +143,15 @@ __device__ inline work unit_work(const shape& p, int unit) {
 
 // The producer: one thread walks the same units as the consumers and loads each k-tile of A and
 // B into the next ring stage once the consumers have freed it (step 5 reuses it for its tiles).
-template <int STAGES, major MA, major MB, typename Smem, typename AGl, typename BGl>
-__device__ inline void produce(Smem& s, const AGl& A, const BGl& B, const shape& sh) {
+// work_of(unit) says what a unit is: unit_work here; step 5's scheduled policies read it from a
+// table (kernels/gemm_splitk_epilogue.cuh).
+template <int STAGES, major MA, major MB, typename Smem, typename AGl, typename BGl, typename WorkOf>
+__device__ inline void produce_units(Smem& s, const AGl& A, const BGl& B, const shape& sh, WorkOf&& work_of) {
     using a_tile = std::remove_reference_t<decltype(s.a[0])>;
     using b_tile = std::remove_reference_t<decltype(s.b[0])>;
     int it = 0;
     for (int unit = blockIdx.x; unit < sh.units; unit += gridDim.x) {
-        work w = unit_work(sh, unit);
+        work w = work_of(unit);
         for (int kt = w.k_begin; kt < w.k_end; ++kt, ++it) {
             int stage = it % STAGES;
             mbar::wait(s.empty[stage], ((it / STAGES) & 1) ^ 1);   // fresh barrier: passes
@@ -160,6 +162,10 @@ __device__ inline void produce(Smem& s, const AGl& A, const BGl& B, const shape&
             else                          tma::load_async(s.b[stage], B, kt, w.tn, s.full[stage]);
         }
     }
+}
+template <int STAGES, major MA, major MB, typename Smem, typename AGl, typename BGl>
+__device__ inline void produce(Smem& s, const AGl& A, const BGl& B, const shape& sh) {
+    produce_units<STAGES, MA, MB>(s, A, B, sh, [&](int unit) { return unit_work(sh, unit); });
 }
 
 // ---- cluster helpers (sm_90): rank, whole-cluster barrier, arrive on the peer's mbarrier,

@@ -103,10 +103,21 @@ using gemm4::pair_work;
 // carries state from one tile of the consumer to the next (kernels/gemm_splitk_epilogue.cuh:
 // split-K finished in the kernel, each tile announced one tile later):
 // `static constexpr bool STORES_TILE = true;`, `template <int SLABS> struct consumer_state;` and
-//   store_tile(bufs, acc[SLABS], pos[SLABS], shape, lane, state)   replaces the per-slab store_slab calls
+//   store_tile(bufs, acc[SLABS], pos[SLABS], shape, lane, state, w)   replaces the per-slab store_slab
+//                                          calls (w: the unit's tile and k range)
 //   end_tiles(bufs, acc[SLABS], state, shape, lane)                after the consumer's last tile
 template <typename Epi> __host__ __device__ constexpr bool stores_tile() {
     if constexpr (requires { Epi::STORES_TILE; }) return Epi::STORES_TILE;
+    else return false;
+}
+// Optional, step 5 only: a policy that brings its own WORK SCHEDULE (kernels/gemm_splitk_epilogue.cuh's
+// scheduled_splitk_epilogue: whole tiles and k-pieces of tiles, planned on the host):
+// `static constexpr bool SCHEDULED = true;`, members `int grid, units;` (the launch: units are
+// numbered as always, unit u runs on CTA u % grid as its (u / grid)-th) and
+//   scheduled_work(unit) -> work   the unit's tile and k range; an EMPTY range (k_begin == k_end)
+//                                  ends the CTA's list (every later unit of it is empty too)
+template <typename Epi> __host__ __device__ constexpr bool scheduled() {
+    if constexpr (requires { Epi::SCHEDULED; }) return Epi::SCHEDULED;
     else return false;
 }
 struct no_consumer_state {};
@@ -145,6 +156,8 @@ gemm_pingpong_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::
         warpgroup_decrease_registers<40>();
         if (threadIdx.x == 0) {
             if constexpr (CLUSTER == 2) gemm4::produce_pair<STAGES, MA, MB, typename L::b_half>(s, p.A, p.B, p.sh, rank, first_unit, unit_step);
+            else if constexpr (scheduled<Epi>())
+                gemm4::produce_units<STAGES, MA, MB>(s, p.A, p.B, p.sh, [&](int u) { return p.epi.scheduled_work(u); });
             else gemm4::produce<STAGES, MA, MB>(s, p.A, p.B, p.sh);   // step 4's producer
         }
         else if (threadIdx.x >= 32) p.epi.side_job(threadIdx.x - 32, 96, p.sh);   // the policy's extra work
@@ -164,7 +177,13 @@ gemm_pingpong_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::
         int mine = 0;                                // tiles of this CTA seen so far
         int turns = 0;                               // tiles this consumer has multiplied
         for (int unit = first_unit; unit < p.sh.units; unit += unit_step, ++mine) {
-            work w = CLUSTER == 2 ? pair_work(p.sh, unit, rank) : unit_work(p.sh, unit);
+            work w;
+            if constexpr (scheduled<Epi>()) {
+                w = p.epi.scheduled_work(unit);
+                if (w.k_begin >= w.k_end) break;     // the end of this CTA's list
+            } else {
+                w = CLUSTER == 2 ? pair_work(p.sh, unit, rank) : unit_work(p.sh, unit);
+            }
             if (mine % CONSUMERS != c) {             // the other consumer's tile: skip its stages
                 it += w.k_end - w.k_begin;
                 continue;
@@ -215,7 +234,7 @@ gemm_pingpong_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::
             // ---- epilogue: the policy's whole-tile store (STORES_TILE), or step 4's
             // (gemm4::store_slab) once per 64-row slab: warp w stores rows 16w..
             if constexpr (stores_tile<Epi>()) {
-                p.epi.store_tile(s.c[c][warp], acc, pos, p.sh, lane, carried);
+                p.epi.store_tile(s.c[c][warp], acc, pos, p.sh, lane, carried, w);
             } else {
 #pragma unroll
                 for (int h = 0; h < SLABS; ++h) {
@@ -262,7 +281,11 @@ const char* launch(const char* who, const void* a_ptr, const void* b_ptr, int M,
             msg = std::string(who) + ": splits must be in 1..ceil(K/" + std::to_string(Cfg::BK) + ")";
             return msg.c_str();
         }
-        if constexpr (Cfg::CLUSTER == 1) {
+        if constexpr (scheduled<Epi>()) {           // the policy's schedule says how many CTAs and units
+            static_assert(Cfg::CLUSTER == 1, "scheduled policies run without clusters");
+            p.sh.units = p.epi.units;
+            kernel<<<p.epi.grid, THREADS, smem_bytes, stream>>>(p);
+        } else if constexpr (Cfg::CLUSTER == 1) {
             p.sh.units = p.sh.tiles_m * p.sh.tiles_n * p.sh.splits;
             int grid = std::min(p.sh.units, std::max(num_sms, 1));
             kernel<<<grid, THREADS, smem_bytes, stream>>>(p);

@@ -105,6 +105,22 @@ Problem workspace_problem(const torch::Tensor& a, const c10::optional<torch::Ten
     return {};
 }
 
+// Step 5 variant 10's work schedule (kernels/gemm.py stream_schedule): int32 [units per CTA][CTAs][4]
+// on a's device, contiguous, or absent. Its contents are checked where it is made (Python).
+Problem schedule_problem(const torch::Tensor& a, const c10::optional<torch::Tensor>& schedule) {
+    using tk_bindings::type_problem, tk_bindings::value_problem;
+    if (!schedule || !schedule->defined()) return {};
+    const torch::Tensor& t = *schedule;
+    if (!t.is_cuda() || t.device() != a.device())
+        return value_problem("gemm: schedule must be on a's device " + device_name(a) + ", got one on " + device_name(t));
+    if (t.scalar_type() != torch::kInt32) return type_problem("gemm: schedule must be int32, got " + dtype_name(t));
+    if (t.dim() != 3 || t.size(2) != 4 || t.size(0) < 1 || t.size(1) < 1 || !t.is_contiguous() ||
+        t.size(0) * t.size(1) >= (int64_t(1) << 31))
+        return value_problem("gemm: schedule must be a contiguous [units per CTA][CTAs][4] tensor, got shape " +
+                             dims(t.sizes()) + " with strides " + dims(t.strides()));
+    return {};
+}
+
 // SM count per device, asked once: the launchers size their persistent grids with it on every
 // call, and the attribute query is host work each call would otherwise repeat.
 int sm_count(int device) {
@@ -124,9 +140,11 @@ int sm_count(int device) {
 
 void run(int64_t step, const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& c, bool a_mn_major,
          bool b_mn_major, const c10::optional<torch::Tensor>& bias, bool gelu, int64_t splits, int64_t variant,
-         const c10::optional<torch::Tensor>& splitk_sums, const c10::optional<torch::Tensor>& splitk_arrivals) {
+         const c10::optional<torch::Tensor>& splitk_sums, const c10::optional<torch::Tensor>& splitk_arrivals,
+         const c10::optional<torch::Tensor>& schedule) {
     tk_bindings::raise_if(run_problem(step, a, b, c, a_mn_major, b_mn_major, bias, splits));
     tk_bindings::raise_if(workspace_problem(a, splitk_sums, splitk_arrivals));
+    tk_bindings::raise_if(schedule_problem(a, schedule));
     const int64_t M = c.size(0), N = c.size(1);
     const int64_t K = a_mn_major ? a.size(0) : a.size(1);
     const void* bias_ptr = bias && bias->defined() ? bias->data_ptr() : nullptr;
@@ -140,6 +158,11 @@ void run(int64_t step, const torch::Tensor& a, const torch::Tensor& b, torch::Te
         g.splitk_arrivals = splitk_arrivals->data_ptr<int>();
         g.splitk_sums_count = splitk_sums->numel();
         g.splitk_arrivals_count = splitk_arrivals->numel();
+    }
+    if (schedule && schedule->defined()) {
+        g.schedule = schedule->data_ptr<int>();
+        g.schedule_grid = int(schedule->size(1));
+        g.schedule_units = int(schedule->size(0) * schedule->size(1));
     }
     // The launchers return nullptr, or why they refused (an unsupported layout or option for the
     // step) or what failed at launch.
@@ -160,19 +183,23 @@ void run(int64_t step, const torch::Tensor& a, const torch::Tensor& b, torch::Te
 std::string check_run(int64_t step, const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c,
                       bool a_mn_major, bool b_mn_major, const c10::optional<torch::Tensor>& bias, bool /*gelu*/,
                       int64_t splits, int64_t /*variant*/, const c10::optional<torch::Tensor>& splitk_sums,
-                      const c10::optional<torch::Tensor>& splitk_arrivals) {
+                      const c10::optional<torch::Tensor>& splitk_arrivals, const c10::optional<torch::Tensor>& schedule) {
     if (Problem p = run_problem(step, a, b, c, a_mn_major, b_mn_major, bias, splits)) return p.message;
-    return workspace_problem(a, splitk_sums, splitk_arrivals).message;
+    if (Problem p = workspace_problem(a, splitk_sums, splitk_arrivals)) return p.message;
+    return schedule_problem(a, schedule).message;
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-    // The last two arguments are optional (None): step 5 variant 8's split-K workspace.
+    // The last three arguments are optional (None): the in-kernel split-K's workspace (step 5 variants
+    // 8 and 10) and variant 10's schedule.
     m.def("check_run", &check_run, "'' or what run(...) with the same arguments would raise", py::arg("step"), py::arg("a"),
           py::arg("b"), py::arg("c"), py::arg("a_mn_major"), py::arg("b_mn_major"), py::arg("bias"), py::arg("gelu"),
-          py::arg("splits"), py::arg("variant"), py::arg("splitk_sums") = py::none(), py::arg("splitk_arrivals") = py::none());
+          py::arg("splits"), py::arg("variant"), py::arg("splitk_sums") = py::none(), py::arg("splitk_arrivals") = py::none(),
+          py::arg("schedule") = py::none());
     m.def("run", &run, "C = A·B with one GEMM step (see kernels/gemm.py)", py::arg("step"), py::arg("a"), py::arg("b"),
           py::arg("c"), py::arg("a_mn_major"), py::arg("b_mn_major"), py::arg("bias"), py::arg("gelu"), py::arg("splits"),
-          py::arg("variant"), py::arg("splitk_sums") = py::none(), py::arg("splitk_arrivals") = py::none());
+          py::arg("variant"), py::arg("splitk_sums") = py::none(), py::arg("splitk_arrivals") = py::none(),
+          py::arg("schedule") = py::none());
 }

@@ -46,6 +46,9 @@
 // at a named barrier, one release, bar.red.or to tell them the last): the same figures as 8, so
 // the number of release fences is not the cost. 9 was removed after the session (code at 777f4c7).
 //
+// Variant 10 (the end of this file): the same protocol, but each CTA's units come from a schedule
+// planned on the host (whole tiles, plus a few pieces of unequal length), not from equal splits.
+//
 // The workspace: sums = tiles x BM x BN floats, arrivals = tiles x 4 ints, zero at allocation
 // (kernels/gemm.py keeps one pair per device and shape and documents its lifetime: one product of
 // a shape at a time per device, i.e. not two of the same shape concurrently on two streams).
@@ -79,38 +82,59 @@ __device__ __forceinline__ int atomic_add_release_gpu(int* p, int v) {
     return old;
 }
 
-// Each consumer warp arrives for its own piece (4 counters a tile).
-template <typename OutT>
+// Each consumer warp arrives for its own piece (4 counters a tile). AT_ONCE = false (variants 8
+// and 11): a piece arrives one tile later, as described above; AT_ONCE = true (variant 10): it
+// arrives in its own epilogue, right after its reduce-adds are complete. With one or two pieces
+// per CTA (variant 10's schedule) waiting for the next tile of the consumer can mean waiting
+// until the end of the kernel, and the wait for fresh reduce-adds hides behind the other
+// consumer's main loop.
+template <typename OutT, bool AT_ONCE = false>
 struct splitk_epilogue : plain_epilogue<OutT> {
     using base = plain_epilogue<OutT>;
     static constexpr bool STORES_TILE = true;   // gemm5's kernel hands a consumer's whole tile to store_tile
     float4* sums;        // [piece][float4 j][lane]: the running fp32 sums, zero between calls
-    int* arrivals;       // [piece]: splits whose partial is in sums, zero between calls
+    int* arrivals;       // [piece]: k-tiles whose partial is in sums, zero between calls
 
     // What a consumer warp carries from one tile to the next: the tile that still has to arrive.
     template <int SLABS> struct consumer_state {
         int piece = -1;          // -1: none
+        int k_len = 0;           // its k-tiles (what it adds to the arrival counter)
         tile_pos pos[SLABS];
     };
 
     // Consumer warp `warp` of a tile of SLABS x 64 rows by Acc::cols: all its slabs at once.
+    // w: this unit's k range; the unit that covers all of K is the whole tile.
     template <int NBUF, typename CTile, typename Acc, int SLABS>
     __device__ __forceinline__ void store_tile(CTile (&bufs)[NBUF], Acc (&acc)[SLABS], const tile_pos (&pos)[SLABS],
-                                               const shape& sh, int lane, consumer_state<SLABS>& cs) const {
-        if (sh.splits == 1) {             // no split-K: the plain product's stores
+                                               const shape& sh, int lane, consumer_state<SLABS>& cs, const work& w) const {
+        const int k_len = w.k_end - w.k_begin;
+        if (k_len == sh.k_tiles) {        // the whole K range: the plain product's stores
+            shape whole = sh;
+            whole.splits = 1;
 #pragma unroll
-            for (int h = 0; h < SLABS; ++h) base::store_slab(bufs, acc[h], pos[h], sh, lane);
+            for (int h = 0; h < SLABS; ++h) base::store_slab(bufs, acc[h], pos[h], whole, lane);
             return;
         }
         constexpr int BM = 64 * SLABS;
         const int warp = (pos[0].slab_row % 64) / 16;
         const int piece = ((pos[0].slab_row / BM) * sh.tiles_n + pos[0].tile_col / Acc::cols) * 4 + warp;
+        if constexpr (AT_ONCE) {          // 1, 2, 3 for this piece, nothing carried
+            consumer_state<SLABS> now;
+            now.piece = piece;
+            now.k_len = k_len;
+#pragma unroll
+            for (int h = 0; h < SLABS; ++h) now.pos[h] = pos[h];
+            send(bufs, acc, piece, lane);
+            if (is_last(announce(piece, k_len, lane), k_len, sh)) finish(bufs, acc, now, sh, lane);
+            return;
+        }
         // 2. for the previous tile BEFORE this tile's reduce-adds leave: its own are long complete,
         // so neither the wait nor the release fence has anything fresh to wait for
-        const int before = cs.piece >= 0 ? announce(cs.piece, lane) : 0;
+        const int before = cs.piece >= 0 ? announce(cs.piece, cs.k_len, lane) : 0;
         send(bufs, acc, piece, lane);                                       // 1. for this tile
-        if (cs.piece >= 0 && is_last(before, sh)) finish(bufs, acc, cs, sh, lane);   // 3. (acc is free now)
+        if (cs.piece >= 0 && is_last(before, cs.k_len, sh)) finish(bufs, acc, cs, sh, lane);   // 3. (acc is free now)
         cs.piece = piece;
+        cs.k_len = k_len;
 #pragma unroll
         for (int h = 0; h < SLABS; ++h) cs.pos[h] = pos[h];
     }
@@ -119,7 +143,7 @@ struct splitk_epilogue : plain_epilogue<OutT> {
     template <int NBUF, typename CTile, typename Acc, int SLABS>
     __device__ __forceinline__ void end_tiles(CTile (&bufs)[NBUF], Acc (&acc)[SLABS], consumer_state<SLABS>& cs,
                                               const shape& sh, int lane) const {
-        if (cs.piece >= 0 && is_last(announce(cs.piece, lane), sh)) finish(bufs, acc, cs, sh, lane);
+        if (cs.piece >= 0 && is_last(announce(cs.piece, cs.k_len, lane), cs.k_len, sh)) finish(bufs, acc, cs, sh, lane);
         cs.piece = -1;
     }
 
@@ -159,20 +183,22 @@ struct splitk_epilogue : plain_epilogue<OutT> {
     }
 
     // 2. Lane 0, once ALL its bulk groups are complete (the piece's reduce-adds are performed in
-    // L2): proxy fence (async-proxy writes before generic ops), then the release add. Returns, in
-    // lane 0 only, how many splits arrived before (read by is_last after the send, so the
-    // atomic's round trip overlaps it).
-    __device__ __forceinline__ int announce(int piece, int lane) const {
+    // L2): proxy fence (async-proxy writes before generic ops), then the release add of the
+    // piece's k-tiles. Returns, in lane 0 only, how many k-tiles had arrived before (read by
+    // is_last after the send, so the atomic's round trip overlaps it). Counting k-tiles rather
+    // than splits lets the pieces of a tile differ in length (scheduled_splitk_epilogue below):
+    // whoever brings the count to k_tiles is the last.
+    __device__ __forceinline__ int announce(int piece, int k_len, int lane) const {
         int before = 0;
         if (lane == 0) {
             tma::store_wait<0>();
             fence_proxy_async_global();
-            before = atomic_add_release_gpu(&arrivals[piece], 1);
+            before = atomic_add_release_gpu(&arrivals[piece], k_len);
         }
         return before;
     }
-    __device__ __forceinline__ static bool is_last(int before, const shape& sh) {
-        return __shfl_sync(0xffffffffu, before, 0) == sh.splits - 1;
+    __device__ __forceinline__ static bool is_last(int before, int k_len, const shape& sh) {
+        return __shfl_sync(0xffffffffu, before, 0) + k_len == sh.k_tiles;
     }
 
     // 3. The last split of the tile in cs: acquire what every other split released with its
@@ -201,6 +227,34 @@ struct splitk_epilogue : plain_epilogue<OutT> {
         whole.splits = 1;                 // the final values: plain_epilogue stores, it does not reduce-add
 #pragma unroll
         for (int h = 0; h < SLABS; ++h) base::store_slab(bufs, acc[h], cs.pos[h], whole, lane);
+    }
+};
+
+// Step 5 variants 10 (AT_ONCE) and 11 (session 8): the same protocol under a WORK SCHEDULE planned on the host
+// (kernels/gemm.py stream_schedule), instead of cutting every tile into `splits` equal pieces.
+// Why: a weight gradient has few tiles and a long K (dW 3072x16384x768: 144 tiles of 128x128,
+// 256 k-tiles each, on 132 SMs). Equal splits (5v7/5v8: 9 per tile, 1296 units, ~10 per CTA)
+// send ~10 fp32 partial tiles per CTA through L2 and need them summed and converted. The
+// schedule gives each CTA the same number of k-tiles with as few pieces as possible:
+//   - more tiles than CTAs: every CTA runs whole tiles (stored directly, bf16) and a ~1/11 share
+//     of the few tiles left over (pieces of 23 k-tiles at dW 3072x768), the pieces FIRST so that
+//     their summing overlaps the whole tile's main loop on the other consumer;
+//   - fewer tiles than CTAs (2304x768: 108 tiles): each tile's HEAD (k-tiles 0..h-1, h = the
+//     fair share) runs on a CTA of its own, and the other CTAs share the tiles' tails.
+// At any moment the whole tiles and heads are all at about the same k (they start together at
+// k = 0), so the A and B columns they read come from HBM once and are shared through L2 (a plain
+// stream-K, whose CTAs start at scattered k, would read each operand once per tile from HBM).
+// Pieces of one tile may differ in length: the arrival counter counts k-tiles (announce above).
+// Nothing waits for anything, so the schedule may order units any way.
+template <typename OutT, bool AT_ONCE>
+struct scheduled_splitk_epilogue : splitk_epilogue<OutT, AT_ONCE> {
+    static constexpr bool SCHEDULED = true;     // gemm5's kernel reads its units from the table
+    const int4* schedule;   // [unit]: {tile row, tile column, k_begin, k_end} in k-tiles; unit u runs on CTA u % grid
+    int grid, units;        // CTAs launched, entries in schedule (a multiple of grid)
+
+    __device__ __forceinline__ work scheduled_work(int unit) const {
+        const int4 e = __ldg(schedule + unit);
+        return {e.x, e.y, e.z, e.w};
     }
 };
 
