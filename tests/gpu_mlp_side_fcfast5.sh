@@ -11,7 +11,7 @@
 # ONE H200, within 120 s (LANE_LIMIT, default 115):
 #   1. build tk_mlp (a no-op when the call prebuilt this tree)
 #   2. compute-sanitizer memcheck of side=2 on the default and on fcfast=5 (tests/mlp_sanitize_case.py:
-#      tails, C = 128 and 1600, with and without biases)
+#      tails, C = 128 and 1600, with biases: the side job sums dy only then)
 #   3. GPU tests: side=2 vs side=1 bit for bit and vs float64 on four dGELU policies, fcfast=5's, the
 #      backward reading what its forward saved (schedule changed in between; eager and custom op), opcheck,
 #      the default vs float64, no-bias, determinism, refusals
@@ -37,7 +37,7 @@ nvidia-smi -i "$GPU" --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu 
 SMI=$!
 
 # 2. memcheck
-step 14 memcheck.log compute-sanitizer --tool memcheck --print-limit 5 python3 tests/mlp_sanitize_case.py "side=2;fcfast=5,side=2"
+step 16 memcheck.log compute-sanitizer --tool memcheck --print-limit 5 python3 tests/mlp_sanitize_case.py "side=2;fcfast=5,side=2" 3
 note "memcheck: $(grep -E 'ERROR SUMMARY|case ran|finite: False|rc=' "$L/memcheck.log" | tr '\n' ' ')"
 
 # 3. tests
