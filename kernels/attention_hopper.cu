@@ -3,7 +3,7 @@
 // two consumer warpgroups (setmaxnreg moves registers from the first to the others), wgmma for
 // S = Q·Kᵀ (both operands in shared memory) and O += P·V (P in registers).
 // Two kernels share that pipeline: forward_kernel (one CTA per query block; variants 2, 4, 5) and
-// persistent_kernel (one CTA per SM walks over many query blocks; variants 8, 11-13, 21, 26, 30, 32-34),
+// persistent_kernel (one CTA per SM walks over many query blocks; variants 8, 11-13, 21, 26, 30, 32-35),
 // which runs by default: variant 30 for head_dim 64 and 128 (DEFAULT_VARIANT_D64 / _D128).
 // Read kernels/attention_portable.cu first: same algorithm, plainer machinery.
 // Read in order: the algorithm and the pipeline picture (this comment), config, item_at,
@@ -112,6 +112,8 @@
 //   33 30 with a leaner softmax (LEAN_SOFTMAX): the mask decision once per item, consumer 1's
 //     diagonal tile masked on its second half only, the rescale factor by ex2.approx (session 8)
 //   34 32 + 33
+//   35 34 with the exponentials against the running max before the tile's max is known (STALE_MAX;
+//     the max moves only when a row grew by more than 2^8; D=64, D=128 runs 34)
 // Taken out after session 5 (the code is in git at 65e8c26; figures in kernels/NOTES.md,
 //   "Session 4: H3 attention" and sessions 2-3's "H200 runs"): 1 = 2 with exp2f and sequential
 //   row max / sum (GPT-2 shape 221 against 2's 225 TFLOP/s), 3 = 2 without ping-pong (203: -10%),
@@ -343,6 +345,68 @@ __device__ inline void scores_to_a_operand(uint32_t (&p)[N / 16][4], const float
     for (int j = 0; j < N / 16; ++j)
 #pragma unroll
         for (int q = 0; q < 4; ++q) p[j][q] = pack_bf16(s[8 * j + 2 * q], s[8 * j + 2 * q + 1]);
+}
+
+// STALE_MAX (variant 35; FA4's "conditional rescaling", here with the exponentials first): one tile
+// of online softmax whose exponentials do not wait for the tile's row max. They are taken against
+// the running max m as it is (finite: every row has an unmasked key in its first tile, which the
+// caller runs through softmax_tile), converted to P (bf16, into pf: pairs of adjacent columns of a
+// row, the A-operand layout of scores_to_a_operand) and summed, while the row max is worked out
+// beside them on the ALU pipe. Then the check: if no row of the warp has a score more than 2^8
+// above exp2 of its m (in log2 units of the scaled scores), P (values <= 2^8), l and O stay
+// against the old m: no rescale of O, nothing waits for the max's shuffles. Else (rare after a
+// row's first tiles; warp-uniform) the slow path: the exact new max, the exponentials again from
+// the raw scores (s is not overwritten), l rescaled; returns true and rescale[] for O. O / l and
+// the LSE stay exact because O and l always share one m (as LAZY). P up to 2^8 instead of 1 keeps
+// bf16's relative precision; l, O in fp32 have room for it.
+template <int N>
+__device__ inline bool softmax_tile_stale_max(const float (&s)[N / 2], float (&m)[2], float (&l)[2],
+                                              float (&rescale)[2], uint32_t (&pf)[N / 16][4], float scale_log2) {
+    float mx[2], sum[2];
+    auto exponentials = [&](const float (&m_scaled)[2]) {   // P into pf, row sums into sum[]
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float e[N / 4];
+#pragma unroll
+            for (int j = 0; j < N / 4; ++j) e[j] = exp2_ftz(fmaf(s[row_element(r, j)], scale_log2, -m_scaled[r]));
+#pragma unroll
+            for (int j = 0; j < N / 4; j += 2) {        // elements i, i + 1: adjacent columns of row r
+                const int i = row_element(r, j);
+                pf[i >> 3][(i & 7) >> 1] = pack_bf16(e[j], e[j + 1]);
+            }
+            tree_sum<N / 8>(e);
+            sum[r] = e[0];
+        }
+    };
+    const float m_old[2] = {m[0] * scale_log2, m[1] * scale_log2};
+    exponentials(m_old);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float t[N / 4];
+#pragma unroll
+        for (int j = 0; j < N / 4; ++j) t[j] = s[row_element(r, j)];
+        tree_max<N / 8>(t);
+        mx[r] = fmaxf(t[0], __shfl_xor_sync(0xffffffff, t[0], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffff, mx[r], 2));
+    }
+    const bool grew = (mx[0] - m[0]) * scale_log2 > 8.f || (mx[1] - m[1]) * scale_log2 > 8.f;
+    if (!__any_sync(0xffffffff, grew)) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) l[r] += sum[r];
+        return false;
+    }
+    float m_new[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float mn = fmaxf(m[r], mx[r]);
+        m_new[r] = mn * scale_log2;
+        rescale[r] = exp2_ftz(m_old[r] - m_new[r]);
+        m[r] = mn;
+    }
+    exponentials(m_new);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * rescale[r] + sum[r];
+    return true;
 }
 
 // ---- The kernel --------------------------------------------------------------------------------
@@ -658,13 +722,18 @@ struct persistent_config : config<D, CONSUMERS> {
 // (ptxas puts the conversions between the MUFUs, which it spaces 8 cycles apart) while P·Vₙ₋₁ still
 // reads the other array; after the wait only O's rescale is left. LEAN_SOFTMAX: the mask decision
 // as one compare per tile (mask_from, once per item), consumer 1's diagonal tile masked on its last
-// 64 keys only, the rescale factor by ex2.approx. kernels/NOTES.md, "Session 8: A".
+// 64 keys only, the rescale factor by ex2.approx. STALE_MAX (on top of both): the exponentials of
+// tiles after the first are taken against the running max as it is, and the tile's row max (FMNMX
+// tree, shuffles) is worked out beside them; only when a row grew by more than 2^8 does the warp
+// redo the tile against the new max (softmax_tile_stale_max). kernels/NOTES.md, "Session 8: A".
 template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool LEAN_EPILOGUE = false,
-          bool PDL = false, bool SELF_RESET = false, bool DOUBLE_P = false, bool LEAN_SOFTMAX = false>
+          bool PDL = false, bool SELF_RESET = false, bool DOUBLE_P = false, bool LEAN_SOFTMAX = false,
+          bool STALE_MAX = false>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
     using namespace tk;
+    static_assert(!STALE_MAX || (DOUBLE_P && LEAN_SOFTMAX), "STALE_MAX is written on top of DOUBLE_P and LEAN_SOFTMAX");
     constexpr bool PINGPONG = CONSUMERS == 2;          // as forward_kernel
     constexpr int BM = C::block_m, BN = C::block_n, S = C::stages, QS = C::q_slots;
 
@@ -925,6 +994,22 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 to_a_operand_into(pf, false);
             }
         };
+        // STALE_MAX (tiles n >= 1): the masks as LEAN_SOFTMAX, then softmax_tile_stale_max. Returns
+        // whether the warp moved its max (then O needs rescale[] once P·Vₙ₋₁ is done).
+        auto probabilities_stale_max = [&](int n, bool half, uint32_t (&pf)[BN / 16][4]) {
+            if (half) {
+                if (n >= mask_from) mask_tile<BN / 2>(first_half(s_acc.d), p.causal, row0, n * BN, p.seq_len);
+                return softmax_tile_stale_max<BN / 2>(first_half(s_acc.d), m, l, rescale,
+                                                      *reinterpret_cast<uint32_t(*)[BN / 32][4]>(&pf), p.scale_log2);
+            }
+            if (n >= mask_from) {
+                if (p.causal && n * BN + BN / 2 - 1 <= first_row)
+                    mask_tile<BN, true>(s_acc.d, true, row0, n * BN, p.seq_len);
+                else
+                    mask_tile<BN>(s_acc.d, p.causal, row0, n * BN, p.seq_len);
+            }
+            return softmax_tile_stale_max<BN>(s_acc.d, m, l, rescale, pf, p.scale_log2);
+        };
 
 #pragma unroll
         for (int r = 0; r < 2; ++r) { m[r] = -INFINITY; l[r] = 0.f; }
@@ -1037,12 +1122,14 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 wgmma::wait_group<1>();                  // S = Q·Kₙᵀ is done (P·Vₙ₋₁ may still run)
                 wgmma::fence_operand(s_acc);
                 release(k_empty[k_slot]);
-                probabilities_into(n, is_half(n), p_write);   // P·Vₙ₋₁ reads p_read, not these
+                bool moved = true;                       // did the warp's rows take a new max?
+                if constexpr (STALE_MAX) moved = probabilities_stale_max(n, is_half(n), p_write);
+                else probabilities_into(n, is_half(n), p_write);   // P·Vₙ₋₁ reads p_read, not these
                 wgmma::wait_group<0>();                  // O += P·Vₙ₋₁ is done
                 wgmma::fence_operand(o_acc);
                 keep_alive(p_read);
                 release(v_empty[v_slot]);
-                if (!LAZY || __any_sync(0xffffffff, rescale[0] != 1.f || rescale[1] != 1.f)) {
+                if (STALE_MAX ? moved : (!LAZY || __any_sync(0xffffffff, rescale[0] != 1.f || rescale[1] != 1.f))) {
 #pragma unroll
                     for (int i = 0; i < D / 2; ++i) o_acc.d[i] *= rescale[(i >> 1) & 1];
                 }
@@ -1135,7 +1222,8 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 // L2 groups of heads.
 // PDL etc.: see persistent_kernel; with PDL the launch carries the programmatic-serialization attribute.
 template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY, bool DYNAMIC, bool LEAN_EPILOGUE = false,
-          bool PDL = false, bool SELF_RESET = false, bool DOUBLE_P = false, bool LEAN_SOFTMAX = false>
+          bool PDL = false, bool SELF_RESET = false, bool DOUBLE_P = false, bool LEAN_SOFTMAX = false,
+          bool STALE_MAX = false>
 cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, unsigned int* work_counter) {
     using C = persistent_config<D, CONSUMERS>;
     if (DYNAMIC && work_counter == nullptr) return cudaErrorInvalidValue;   // see work_counter
@@ -1148,7 +1236,8 @@ cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stre
                                                         a.o.stride_batch, a.o.stride_head, a.o.stride_seq, 64);
         if (!why.empty()) return cudaErrorInvalidValue;
     }
-    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, LEAN_EPILOGUE, PDL, SELF_RESET, DOUBLE_P, LEAN_SOFTMAX>;
+    auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, LEAN_EPILOGUE, PDL, SELF_RESET, DOUBLE_P, LEAN_SOFTMAX,
+                                    STALE_MAX>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -1219,6 +1308,7 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //      bindings give it a counter that is zero and that no other launch uses meanwhile: see
 //      attention_hopper_counter_resets). The default since session 7
 //  32, 33, 34: 30 with DOUBLE_P, with LEAN_SOFTMAX, with both (see persistent_kernel)
+//  35: 34 with STALE_MAX (softmax_tile_stale_max; D = 64; D = 128 runs 34, which 35 would spill)
 // 2 and 4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zero, used by this launch alone (the bindings zero one
 // per call, or, where attention_hopper_counter_resets says the kernel sets it back to 0 itself,
@@ -1255,6 +1345,8 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, true, true, true, false, true, false, true>(p, stream, work_counter);
     case 34: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, true, true>(p, stream, work_counter)
                         : launch_persistent<128, 2, true, true, true, true, false, true, true, true>(p, stream, work_counter);
+    case 35: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, true, true, true>(p, stream, work_counter)
+                        : launch_persistent<128, 2, true, true, true, true, false, true, true, true>(p, stream, work_counter);   // 34: spills at D=128
     default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20, 22-25, 27-29, 31) too
     }
 }
@@ -1264,7 +1356,7 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
 bool attention_hopper_counter_resets(const AttentionForwardParams& p, int variant) {
     if (variant == 0) variant = p.shape.head_dim == 64 ? attention_hopper::DEFAULT_VARIANT_D64
                                                        : attention_hopper::DEFAULT_VARIANT_D128;
-    return variant == 30 || variant == 32 || variant == 33 || variant == 34;
+    return variant == 30 || (variant >= 32 && variant <= 35);
 }
 
 // The launcher E1's dispatch calls on sm_90 (see kernels/NOTES.md, attention / Hopper forward).

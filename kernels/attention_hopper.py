@@ -93,7 +93,10 @@ VARIANTS = {0: "default (30 for D=64 and D=128)",
                 "exponentials, while P·V of the previous tile still reads the other buffer",
             33: "30 with a leaner softmax: the mask decision once per item, consumer 1's diagonal tile masks "
                 "only its second half, the rescale factor by ex2.approx",
-            34: "32 + 33"}
+            34: "32 + 33",
+            35: "34 with the exponentials taken against the running max before the tile's own max is known; "
+                "the max moves (and O is rescaled) only when a row's scores grew by more than 2^8 (D=64; "
+                "D=128 runs 34)"}
 
 
 OP = "tk Hopper attention"

@@ -2,16 +2,18 @@
 # tests/gpu_attention_forward_lean.sh OUT_DIR — session 8's Hopper forward candidates, on ONE H200 in
 # <= 118 s: variants 32 (P in two register buffers, converted between the exponentials), 33 (the
 # softmax's mask decision once per item, consumer 1's diagonal tile masked on its second half only,
-# the rescale factor by ex2.approx) and 34 (both), each = the default 30 plus that change
-# (kernels/attention_hopper.cu, persistent_kernel's DOUBLE_P / LEAN_SOFTMAX; kernels/NOTES.md,
-# "Session 8: A"). TORCH_EXTENSIONS_DIR=/tmp/ext (the caller's prebuild; else the smoke step builds).
+# the rescale factor by ex2.approx), 34 (both) and 35 (34 + the exponentials against the running max
+# before the tile's max is known; D=128 runs 34), each = the default 30 plus those changes
+# (kernels/attention_hopper.cu, persistent_kernel's DOUBLE_P / LEAN_SOFTMAX / STALE_MAX;
+# kernels/NOTES.md, "Session 8: A"). TORCH_EXTENSIONS_DIR=/tmp/ext (the caller's prebuild; else the smoke step builds).
 # LANE_LIMIT bounds every step (tests/gpu_lib.sh); logs in OUT/logs, packed into OUT/logs.tgz;
 # figures in OUT/summary.txt. Order, what decides first:
 #   1 smoke: CANDIDATES with more work items than SMs (Q-slot reuse), D 64 and 128, T 256/1000/300
 #   2 float64 tests of the candidates (test_attention_hopper.py parametrized over them: the issue's
 #     T list 1..4096, D 64/128, full attention, large logits, strided views, many items, the
 #     CUDA-graph tests), outputs poisoned; meanwhile, racecheck and memcheck of the last candidate
-#     that passed (34 holds both changes; neither touches shared memory or the barriers)
+#     that passed (35 holds every change, and runs 34 at D=128; none touches shared memory or the
+#     barriers)
 #   3 forward timing in turns (kernels.attention_bench --interleave, CUDA-graph replay): the default
 #     (tk-hopper = 30), the candidates, cuDNN, at the issue's three shapes
 #   4 host microseconds per forward call at the GPT-2 shape (kernels.attention_bench --host)
@@ -26,7 +28,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 PYT="python3 -m pytest -q -rf --tb=short -p no:cacheprovider"
 XDIST=""; python3 -c "import xdist" 2>/dev/null && XDIST="-n 4"
 note "gpu_attention_forward_lean.sh on $(nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 | head -1)"
-CANDIDATES=${CANDIDATES:-32 33 34}
+CANDIDATES=${CANDIDATES:-32 33 34 35}
 
 summary() {   # pytest's last line and its FAILED lines into the summary
     note "$1: $(grep -E 'passed|failed|skipped|rc=' "$L/$2" | tail -2 | tr '\n' ' ')"
@@ -53,7 +55,7 @@ note "memcheck (forward $LAST, many items): $(grep -E 'ERROR SUMMARY|attention c
 # 3. timing in turns
 IMPLS="tk-hopper"
 for v in $NEW; do IMPLS="$IMPLS,tk-hopper-v$v"; done
-step 24 interleaved.log python3 -m kernels.attention_bench --interleave gpt2,shakespeare-char,t4096-d128 \
+step 28 interleaved.log python3 -m kernels.attention_bench --interleave gpt2,shakespeare-char,t4096-d128 \
     --impls "$IMPLS,sdpa-cudnn" --rounds 9 --reps 20 "$L/interleaved_fwd.json"
 grep -E "interleaved,|ms  \(|skipped" "$L/interleaved.log" | while read -r line; do note "$line"; done
 
@@ -63,7 +65,7 @@ grep -E " us" "$L/host.log" | head -8 | while read -r line; do note "host: $line
 
 # 5. ncu of the last candidate and of the default
 for v in $LAST 0; do
-    if step 16 ncu.log ncu --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis \
+    if step 14 ncu.log ncu --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis \
             -k regex:persistent_kernel --launch-count 1 -f -o "$L/ncu_fwd_v$v" python3 tests/attention_sanitize_case.py gpt2 "$v"; then
         ncu --import "$L/ncu_fwd_v$v.ncu-rep" --page source --print-source sass --csv > "$L/ncu_fwd_v${v}_source.csv" 2>&1 \
             || ncu --import "$L/ncu_fwd_v$v.ncu-rep" --page source --csv > "$L/ncu_fwd_v${v}_source.csv" 2>&1
