@@ -3,7 +3,7 @@
 // two consumer warpgroups (setmaxnreg moves registers from the first to the others), wgmma for
 // S = Q·Kᵀ (both operands in shared memory) and O += P·V (P in registers).
 // Two kernels share that pipeline: forward_kernel (one CTA per query block; variants 2, 4, 5) and
-// persistent_kernel (one CTA per SM walks over many query blocks; variants 8, 11-13, 21, 26, 30, 32-35),
+// persistent_kernel (one CTA per SM walks over many query blocks; variants 8, 11-13, 21, 26, 30, 32-36),
 // which runs by default: variant 30 for head_dim 64 and 128 (DEFAULT_VARIANT_D64 / _D128).
 // Read kernels/attention_portable.cu first: same algorithm, plainer machinery.
 // Read in order: the algorithm and the pipeline picture (this comment), config, item_at,
@@ -114,6 +114,7 @@
 //   34 32 + 33
 //   35 34 with the exponentials against the running max before the tile's max is known (STALE_MAX;
 //     the max moves only when a row grew by more than 2^8; D=64, D=128 runs 34)
+//   36 35 with every 8th exponential on the FMA pipe (exp2_poly; D=64, D=128 runs 34)
 // Taken out after session 5 (the code is in git at 65e8c26; figures in kernels/NOTES.md,
 //   "Session 4: H3 attention" and sessions 2-3's "H200 runs"): 1 = 2 with exp2f and sequential
 //   row max / sum (GPT-2 shape 221 against 2's 225 TFLOP/s), 3 = 2 without ping-pong (203: -10%),
@@ -228,6 +229,22 @@ __device__ inline float exp2_ftz(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
+}
+// exp2 on the FMA/ALU pipes instead of the MUFU (FlashAttention-4's trick; variant 36, and sessions
+// 5 and 7's variants 17, 28, 29, which lost; git 0178bd2). Cody-Waite: x = j + f with j = floor(x)
+// and f in [0, 1); 2^f by a cubic (minimax in relative error with p(0) = 1 exactly: max rel. error
+// 8.6e-5, against bf16 P's 2^-9 rounding); 2^j by adding j to p's exponent field. floor without a
+// conversion instruction: x + 1.5·2^23 rounded down puts floor(x) into the low mantissa bits of t,
+// and (t's bits << 23) is j << 23 (1.5·2^23's own bits vanish in the shift). x is clamped to -127
+// first, where p = 1 and the sum is +0: so exp2(-inf) (a masked score) is exactly 0, as
+// ex2.approx.ftz gives. Exact enough for -127 <= x < 128 (softmax_tile_stale_max's fast path
+// has x <= 8; its speculative values past that are thrown away).
+__device__ inline float exp2_poly(float x) {
+    x = fmaxf(x, -127.f);
+    const float t = __fadd_rd(x, 12582912.f);            // 1.5·2^23 + floor(x), exactly
+    const float f = x - (t - 12582912.f);                // in [0, 1), exactly
+    const float p = fmaf(fmaf(fmaf(0.07706602f, f, 0.22764611f), f, 0.69511654f), f, 1.f);
+    return __uint_as_float(__float_as_uint(p) + (__float_as_uint(t) << 23));
 }
 // t[0] = max (or sum) of t[0 .. 2W): halve the live range W times. Templates, not a loop with
 // w /= 2, so every index is a compile-time constant and t stays in registers.
@@ -359,7 +376,12 @@ __device__ inline void scores_to_a_operand(uint32_t (&p)[N / 16][4], const float
 // the raw scores (s is not overwritten), l rescaled; returns true and rescale[] for O. O / l and
 // the LSE stay exact because O and l always share one m (as LAZY). P up to 2^8 instead of 1 keeps
 // bf16's relative precision; l, O in fp32 have room for it.
-template <int N>
+// POLY (variant 36): every POLY-th exponential of a row by exp2_poly on the FMA/ALU pipes (0: none).
+// Sessions 5 and 7 lost with it (variants 17, 28, 29: the softmax then was a longer serial stream);
+// here the tile's fast path is the MUFU's 8-cycle spacing with free issue slots between, and the two
+// warps of an SMSP share that MUFU.
+__device__ inline float exp2_poly(float x);
+template <int N, int POLY = 0>
 __device__ inline bool softmax_tile_stale_max(const float (&s)[N / 2], float (&m)[2], float (&l)[2],
                                               float (&rescale)[2], uint32_t (&pf)[N / 16][4], float scale_log2) {
     float mx[2], sum[2];
@@ -368,7 +390,11 @@ __device__ inline bool softmax_tile_stale_max(const float (&s)[N / 2], float (&m
         for (int r = 0; r < 2; ++r) {
             float e[N / 4];
 #pragma unroll
-            for (int j = 0; j < N / 4; ++j) e[j] = exp2_ftz(fmaf(s[row_element(r, j)], scale_log2, -m_scaled[r]));
+            for (int j = 0; j < N / 4; ++j) {
+                const float x = fmaf(s[row_element(r, j)], scale_log2, -m_scaled[r]);
+                if constexpr (POLY > 0) e[j] = j % POLY == POLY - 1 ? exp2_poly(x) : exp2_ftz(x);
+                else e[j] = exp2_ftz(x);
+            }
 #pragma unroll
             for (int j = 0; j < N / 4; j += 2) {        // elements i, i + 1: adjacent columns of row r
                 const int i = row_element(r, j);
@@ -728,12 +754,13 @@ struct persistent_config : config<D, CONSUMERS> {
 // redo the tile against the new max (softmax_tile_stale_max). kernels/NOTES.md, "Session 8: A".
 template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool LEAN_EPILOGUE = false,
           bool PDL = false, bool SELF_RESET = false, bool DOUBLE_P = false, bool LEAN_SOFTMAX = false,
-          bool STALE_MAX = false>
+          bool STALE_MAX = false, int POLY_EXP = 0>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
     using namespace tk;
     static_assert(!STALE_MAX || (DOUBLE_P && LEAN_SOFTMAX), "STALE_MAX is written on top of DOUBLE_P and LEAN_SOFTMAX");
+    static_assert(POLY_EXP == 0 || STALE_MAX, "POLY_EXP only in softmax_tile_stale_max");
     constexpr bool PINGPONG = CONSUMERS == 2;          // as forward_kernel
     constexpr int BM = C::block_m, BN = C::block_n, S = C::stages, QS = C::q_slots;
 
@@ -999,7 +1026,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         auto probabilities_stale_max = [&](int n, bool half, uint32_t (&pf)[BN / 16][4]) {
             if (half) {
                 if (n >= mask_from) mask_tile<BN / 2>(first_half(s_acc.d), p.causal, row0, n * BN, p.seq_len);
-                return softmax_tile_stale_max<BN / 2>(first_half(s_acc.d), m, l, rescale,
+                return softmax_tile_stale_max<BN / 2, POLY_EXP>(first_half(s_acc.d), m, l, rescale,
                                                       *reinterpret_cast<uint32_t(*)[BN / 32][4]>(&pf), p.scale_log2);
             }
             if (n >= mask_from) {
@@ -1008,7 +1035,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 else
                     mask_tile<BN>(s_acc.d, p.causal, row0, n * BN, p.seq_len);
             }
-            return softmax_tile_stale_max<BN>(s_acc.d, m, l, rescale, pf, p.scale_log2);
+            return softmax_tile_stale_max<BN, POLY_EXP>(s_acc.d, m, l, rescale, pf, p.scale_log2);
         };
 
 #pragma unroll
@@ -1223,7 +1250,7 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 // PDL etc.: see persistent_kernel; with PDL the launch carries the programmatic-serialization attribute.
 template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY, bool DYNAMIC, bool LEAN_EPILOGUE = false,
           bool PDL = false, bool SELF_RESET = false, bool DOUBLE_P = false, bool LEAN_SOFTMAX = false,
-          bool STALE_MAX = false>
+          bool STALE_MAX = false, int POLY_EXP = 0>
 cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, unsigned int* work_counter) {
     using C = persistent_config<D, CONSUMERS>;
     if (DYNAMIC && work_counter == nullptr) return cudaErrorInvalidValue;   // see work_counter
@@ -1237,7 +1264,7 @@ cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stre
         if (!why.empty()) return cudaErrorInvalidValue;
     }
     auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, LEAN_EPILOGUE, PDL, SELF_RESET, DOUBLE_P, LEAN_SOFTMAX,
-                                    STALE_MAX>;
+                                    STALE_MAX, POLY_EXP>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -1309,6 +1336,7 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //      attention_hopper_counter_resets). The default since session 7
 //  32, 33, 34: 30 with DOUBLE_P, with LEAN_SOFTMAX, with both (see persistent_kernel)
 //  35: 34 with STALE_MAX (softmax_tile_stale_max; D = 64; D = 128 runs 34, which 35 would spill)
+//  36: 35 with every 8th exponential by exp2_poly (D = 64; D = 128 runs 34)
 // 2 and 4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zero, used by this launch alone (the bindings zero one
 // per call, or, where attention_hopper_counter_resets says the kernel sets it back to 0 itself,
@@ -1347,6 +1375,8 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, true, true, true, false, true, true, true>(p, stream, work_counter);
     case 35: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, true, true, true>(p, stream, work_counter)
                         : launch_persistent<128, 2, true, true, true, true, false, true, true, true>(p, stream, work_counter);   // 34: spills at D=128
+    case 36: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, true, true, true, 8>(p, stream, work_counter)
+                        : launch_persistent<128, 2, true, true, true, true, false, true, true, true>(p, stream, work_counter);   // 34
     default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20, 22-25, 27-29, 31) too
     }
 }
@@ -1356,7 +1386,7 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
 bool attention_hopper_counter_resets(const AttentionForwardParams& p, int variant) {
     if (variant == 0) variant = p.shape.head_dim == 64 ? attention_hopper::DEFAULT_VARIANT_D64
                                                        : attention_hopper::DEFAULT_VARIANT_D128;
-    return variant == 30 || (variant >= 32 && variant <= 35);
+    return variant == 30 || (variant >= 32 && variant <= 36);
 }
 
 // The launcher E1's dispatch calls on sm_90 (see kernels/NOTES.md, attention / Hopper forward).

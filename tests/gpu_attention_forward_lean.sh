@@ -2,9 +2,10 @@
 # tests/gpu_attention_forward_lean.sh OUT_DIR — session 8's Hopper forward candidates, on ONE H200 in
 # <= 118 s: variants 32 (P in two register buffers, converted between the exponentials), 33 (the
 # softmax's mask decision once per item, consumer 1's diagonal tile masked on its second half only,
-# the rescale factor by ex2.approx), 34 (both) and 35 (34 + the exponentials against the running max
-# before the tile's max is known; D=128 runs 34), each = the default 30 plus those changes
-# (kernels/attention_hopper.cu, persistent_kernel's DOUBLE_P / LEAN_SOFTMAX / STALE_MAX;
+# the rescale factor by ex2.approx), 34 (both), 35 (34 + the exponentials against the running max
+# before the tile's max is known; D=128 runs 34) and 36 (35 + every 8th exponential on the FMA pipe;
+# D=128 runs 34), each = the default 30 plus those changes
+# (kernels/attention_hopper.cu, persistent_kernel's DOUBLE_P / LEAN_SOFTMAX / STALE_MAX / POLY_EXP;
 # kernels/NOTES.md, "Session 8: A"). TORCH_EXTENSIONS_DIR=/tmp/ext (the caller's prebuild; else the smoke step builds).
 # LANE_LIMIT bounds every step (tests/gpu_lib.sh); logs in OUT/logs, packed into OUT/logs.tgz;
 # figures in OUT/summary.txt. Order, what decides first:
@@ -12,8 +13,7 @@
 #   2 float64 tests of the candidates (test_attention_hopper.py parametrized over them: the issue's
 #     T list 1..4096, D 64/128, full attention, large logits, strided views, many items, the
 #     CUDA-graph tests), outputs poisoned; meanwhile, racecheck and memcheck of the last candidate
-#     that passed (35 holds every change, and runs 34 at D=128; none touches shared memory or the
-#     barriers)
+#     that passed (36: every change; D=128 runs 34; none touches shared memory or the barriers)
 #   3 forward timing in turns (kernels.attention_bench --interleave, CUDA-graph replay): the default
 #     (tk-hopper = 30), the candidates, cuDNN, at the issue's three shapes
 #   4 host microseconds per forward call at the GPT-2 shape (kernels.attention_bench --host)
@@ -28,7 +28,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 PYT="python3 -m pytest -q -rf --tb=short -p no:cacheprovider"
 XDIST=""; python3 -c "import xdist" 2>/dev/null && XDIST="-n 4"
 note "gpu_attention_forward_lean.sh on $(nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 | head -1)"
-CANDIDATES=${CANDIDATES:-32 33 34 35}
+CANDIDATES=${CANDIDATES:-32 33 34 35 36}
 
 summary() {   # pytest's last line and its FAILED lines into the summary
     note "$1: $(grep -E 'passed|failed|skipped|rc=' "$L/$2" | tail -2 | tr '\n' ' ')"
