@@ -353,6 +353,201 @@ forward_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const void* _
     if constexpr (!EARLY_PDL) allow_next_grid();
 }
 
+// ---- forward, lean (flag fwd_lean, session 8): the same arithmetic in fewer instructions ----------
+// torch.compile's Triton forward (one warp a row, like ours at C = 768 bf16) runs 1.8-3.9 us faster
+// at 16384-65536 x 768 (kernels/NOTES.md, "Session 7: L"), and neither its block size nor its load
+// forms were the reason. Its SASS is ~400 instructions a row, straight-line; forward_kernel's row
+// path is about twice that (ncu, session 6: 0.66 instructions issued a cycle per scheduler in a
+// kernel that should only wait on DRAM). Every instruction a warp issues after its row arrives
+// keeps the warp, and so its slot for the next row's loads, away from DRAM. This kernel is
+// forward_kernel for rows of ONE warp (G = 1: bf16 h up to 1024 columns, fp32 h up to 512) with:
+//   - no run-time group arithmetic (forward_kernel divides threadIdx by 32 G) and no barriers;
+//   - predicated loads and stores (load_if / store_if: one PTX instruction under a predicate, as
+//     Triton writes them) instead of `if (chunk exists)` around each: the row's loads stay in one
+//     basic block, where ptxas can keep them all in flight;
+//   - the weight and bias chunks loaded all at once, early: WITH the row where the registers allow
+//     (they come from L1 while x and r come from DRAM), else under the warp sums (PARAMS_AT),
+//     rather than chunk by chunk between the stores;
+//   - h rounded to TH once: packed for its store and unpacked (exact) for the statistics, where
+//     forward_kernel rounded each element and then converted again to store;
+//   - the weight and bias dtype a template argument (TP), not a run-time branch in every chunk.
+// Bitwise the same h, mean, rstd and y as forward_kernel (the same operations in the same order).
+// Parameters of E columns, as loaded: one 16-byte chunk, or two for 8 fp32 (bf16 h beside fp32 w).
+template <typename TP, int E> struct ParamChunk {
+    static constexpr int PIECE = E * int(sizeof(TP)) > 16 ? 16 / int(sizeof(TP)) : E;   // columns a load
+    Chunk<TP, PIECE> piece[E / PIECE];
+    __device__ __forceinline__ float operator[](int e) const { return piece[e / PIECE][e % PIECE]; }
+};
+
+// src[0 .. words) into c when pred, else zeros: ONE predicated load (no branch). volatile: kept
+// after griddepcontrol.wait (pdl), as tk::load's loads are. NC (ld.global.nc, the read-only path):
+// ptxas may then move the load above earlier stores (it assumes no aliasing), which is what the
+// row's loads want; without it (plain ld.global) the load stays after the stores before it.
+template <bool NC = true, typename T, int E> __device__ __forceinline__ void load_if(Chunk<T, E>& c, const T* src, bool pred) {
+    c.zero();
+    if constexpr (Chunk<T, E>::words == 4) {
+        if constexpr (NC)
+            asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %5, 0;\n\t@p ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+                         : "+r"(c.word[0]), "+r"(c.word[1]), "+r"(c.word[2]), "+r"(c.word[3])
+                         : "l"(src), "r"(int(pred)));
+        else
+            asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %5, 0;\n\t@p ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+                         : "+r"(c.word[0]), "+r"(c.word[1]), "+r"(c.word[2]), "+r"(c.word[3])
+                         : "l"(src), "r"(int(pred)) : "memory");
+    } else {
+        if constexpr (NC)
+            asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %3, 0;\n\t@p ld.global.nc.v2.u32 {%0, %1}, [%2];\n\t}"
+                         : "+r"(c.word[0]), "+r"(c.word[1])
+                         : "l"(src), "r"(int(pred)));
+        else
+            asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %3, 0;\n\t@p ld.global.v2.u32 {%0, %1}, [%2];\n\t}"
+                         : "+r"(c.word[0]), "+r"(c.word[1])
+                         : "l"(src), "r"(int(pred)) : "memory");
+    }
+}
+template <bool NC = true, typename TP, int E> __device__ __forceinline__ void load_if(ParamChunk<TP, E>& c, const TP* src, bool pred) {
+    constexpr int PIECE = ParamChunk<TP, E>::PIECE;
+#pragma unroll
+    for (int k = 0; k < E / PIECE; ++k) load_if<NC>(c.piece[k], src + k * PIECE, pred);
+}
+
+// E floats rounded to T (nearest even, as tk::store rounds) into one chunk's words.
+template <typename T, int E> __device__ __forceinline__ Chunk<T, E> pack(const float (&v)[E]) {
+    Chunk<T, E> c;
+#pragma unroll
+    for (int i = 0; i < Chunk<T, E>::words; ++i) {
+        if constexpr (std::is_same_v<T, float>) {
+            c.word[i] = __float_as_uint(v[i]);
+        } else {
+            const tk::bf16_2 p = tk::convert<tk::bf16_2>(make_float2(v[2 * i], v[2 * i + 1]));   // .x = lower address
+            c.word[i] = *reinterpret_cast<const uint32_t*>(&p);
+        }
+    }
+    return c;
+}
+
+// The chunk to dst when pred: ONE predicated st.global (no branch).
+template <typename T, int E> __device__ __forceinline__ void store_if(T* dst, const Chunk<T, E>& c, bool pred) {
+    if constexpr (Chunk<T, E>::words == 4) {
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %5, 0;\n\t@p st.global.v4.u32 [%0], {%1, %2, %3, %4};\n\t}"
+                     :: "l"(dst), "r"(c.word[0]), "r"(c.word[1]), "r"(c.word[2]), "r"(c.word[3]), "r"(int(pred))
+                     : "memory");
+    } else {
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %3, 0;\n\t@p st.global.v2.u32 [%0], {%1, %2};\n\t}"
+                     :: "l"(dst), "r"(c.word[0]), "r"(c.word[1]), "r"(int(pred))
+                     : "memory");
+    }
+}
+
+enum class ParamsAt { with_row, with_h, after_stats };
+
+// tk::warp_sum's butterfly (the same adds in the same order, so the same bits) with the lane masks
+// as immediates: SHFL.BFLY instead of SHFL.IDX with five lane-index registers (tk::shfl_xor_sync
+// computes laneid ^ mask), which the lean kernel's 64 registers cannot spare.
+__device__ __forceinline__ float warp_sum_bfly(float v) {
+#pragma unroll
+    for (int mask = 16; mask >= 1; mask >>= 1) v += __shfl_xor_sync(0xffffffffu, v, mask);
+    return v;
+}
+
+template <typename TH, typename TR, typename TY, typename TP, int CHUNKS, bool EARLY_PDL>
+__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 4 : 1)
+forward_lean_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const TP* __restrict__ w,
+                    const TP* __restrict__ b, TY* __restrict__ y, TH* __restrict__ h,
+                    float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows, int cols, float eps) {
+    constexpr int E = 16 / int(sizeof(TH));   // columns per chunk
+    // When the weight and bias chunks are loaded: with the row's loads where the registers allow
+    // (a thread has 64 at four blocks an SM; CHUNKS = 4 has no such cap), else as soon as h is in
+    // registers (their L1 round trip under the two warp sums), else after the statistics. The
+    // byte budgets are where ptxas -v stops spilling (session 8, sm_90a).
+    constexpr int ROW_BYTES = CHUNKS * E * (int(sizeof(TH)) + int(sizeof(TR)));   // x, r as loaded
+    constexpr int PARAM_BYTES = 2 * CHUNKS * E * int(sizeof(TP));                  // w, b as loaded
+    constexpr int V_BYTES = CHUNKS * E * 4;                                        // h as floats
+    constexpr ParamsAt PARAMS_AT = CHUNKS > 3 || ROW_BYTES + PARAM_BYTES <= 160 ? ParamsAt::with_row
+                                   : V_BYTES + PARAM_BYTES <= 128              ? ParamsAt::with_h
+                                                                               : ParamsAt::after_stats;
+    const int lane = threadIdx.x % 32;
+    bool has[CHUNKS];   // chunk i of the row (columns col[i] ..) exists for this lane
+    int col[CHUNKS];
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i) {
+        has[i] = lane + 32 * i < cols / E;
+        col[i] = (lane + 32 * i) * E;
+    }
+    wait_for_previous_grid();   // pdl: x and r are written by kernels before this one
+    if constexpr (EARLY_PDL) allow_next_grid();
+    const int64_t stride = int64_t(gridDim.x) * BLOCK_WARPS;
+    for (int64_t row = int64_t(blockIdx.x) * BLOCK_WARPS + threadIdx.x / 32; row < rows; row += stride) {
+        const int64_t base = row * cols;
+
+        // 1. The one read, and the parameters: every load issued before any is used.
+        Chunk<TH, E> xc[CHUNKS];
+        Chunk<TR, E> rc[CHUNKS];
+        ParamChunk<TP, E> wc[CHUNKS], bc[CHUNKS];
+#pragma unroll
+        for (int i = 0; i < CHUNKS; ++i) load_if(xc[i], x + base + col[i], has[i]);
+#pragma unroll
+        for (int i = 0; i < CHUNKS; ++i) load_if(rc[i], r + base + col[i], has[i] && r != nullptr);
+        // (Later than with the row: plain loads, which ptxas keeps after the h stores; read-only
+        // ones it hoisted to the row's loads and spilled.)
+        constexpr bool NC = PARAMS_AT == ParamsAt::with_row;
+        auto load_params = [&] {
+#pragma unroll
+            for (int i = 0; i < CHUNKS; ++i) {
+                load_if<NC>(wc[i], w + col[i], has[i]);
+                load_if<NC>(bc[i], b + col[i], has[i] && b != nullptr);
+            }
+        };
+        if constexpr (PARAMS_AT == ParamsAt::with_row) load_params();
+
+        // 2. h = x + r rounded to TH (packed once: the store's words), stored now; v holds it
+        //    widened back (exact) for the statistics and y.
+        float v[CHUNKS][E];
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < CHUNKS; ++i) {
+            float sum[E];
+#pragma unroll
+            for (int e = 0; e < E; ++e) sum[e] = xc[i][e] + rc[i][e];
+            const Chunk<TH, E> hc = pack<TH, E>(sum);
+            store_if(h + base + col[i], hc, has[i] && h != nullptr);
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                v[i][e] = hc[e];
+                s += v[i][e];
+            }
+        }
+
+        if constexpr (PARAMS_AT == ParamsAt::with_h) load_params();
+
+        // 3. mean, then the variance from the same registers (missing chunks skipped).
+        const float mean = warp_sum_bfly(s) / cols;
+        float q = 0.0f;
+#pragma unroll
+        for (int i = 0; i < CHUNKS; ++i) {
+            if (!has[i]) continue;
+#pragma unroll
+            for (int e = 0; e < E; ++e) q += (v[i][e] - mean) * (v[i][e] - mean);
+        }
+        const float rstd = rsqrtf(warp_sum_bfly(q) / cols + eps);
+
+        // 4. y = xhat * w + b, rounded once to TY.
+        if constexpr (PARAMS_AT == ParamsAt::after_stats) load_params();
+#pragma unroll
+        for (int i = 0; i < CHUNKS; ++i) {
+            float out[E];
+#pragma unroll
+            for (int e = 0; e < E; ++e) out[e] = (v[i][e] - mean) * rstd * wc[i][e] + bc[i][e];
+            store_if(y + base + col[i], pack<TY, E>(out), has[i]);
+        }
+        if (lane == 0) {
+            mean_out[row] = mean;
+            rstd_out[row] = rstd;
+        }
+    }
+    if constexpr (!EARLY_PDL) allow_next_grid();
+}
+
 // ---- backward: one read of h, dy and dh, one write of dh_out (and dr); dw, db summed on the way -
 // Registers decide how many warps (so how many loads) are in flight. The 16-byte chunks ask for
 // two blocks (16 warps) per SM, <= 128 registers a thread, where that costs no spills (up
@@ -545,6 +740,151 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
         partial[int64_t(blockIdx.x) * 2 * cols + c] = col_sums[c];
 }
 
+// ---- backward, lean (flag bwd_lean, session 8): backward_kernel for rows of one warp ------------
+// The forward_lean_kernel treatment (one warp a row, G = 1; predicated loads and stores in one basic
+// block; no run-time group arithmetic or barriers in the row loop; the weight's dtype a template
+// argument) applied to backward_kernel, plus: the weight's chunks are loaded once a row step and
+// kept for both passes (backward_kernel loads them in each, chunk by chunk between the stores), and
+// the bwd_l2_first(2) prefetch count is a run-time argument (first_steps) rather than an instance.
+// Without dropout (with it, or G > 1, backward_kernel runs). The same arithmetic in the same order
+// as backward_kernel, so the same dh_out, dr and partial sums, bitwise.
+__device__ __forceinline__ float2 warp_sum_bfly(float2 v) {
+#pragma unroll
+    for (int mask = 16; mask >= 1; mask >>= 1) {
+        v.x += __shfl_xor_sync(0xffffffffu, v.x, mask);
+        v.y += __shfl_xor_sync(0xffffffffu, v.y, mask);
+    }
+    return v;
+}
+
+template <typename TH, typename TR, typename TY, typename TP, int CHUNKS>
+__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 2 : 1)
+backward_lean_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* __restrict__ h,
+                     const float* __restrict__ mean, const float* __restrict__ rstd, const TP* __restrict__ w,
+                     TH* __restrict__ dh_out, TR* __restrict__ dr_out, float* __restrict__ partial, int64_t rows,
+                     int cols, bool reverse, int first_steps) {
+    constexpr int E = 16 / int(sizeof(TH));
+    constexpr bool WRITE_DR = !std::is_same_v<TH, TR>;   // r's gradient, when r's dtype differs from h's
+    __shared__ __align__(16) float col_sums[2 * MAX_COLS];   // the block sum's tree (as backward_kernel's)
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    bool has[CHUNKS];
+    int col[CHUNKS];
+    float dw[CHUNKS][E], db[CHUNKS][E];   // this thread's columns, summed over its rows
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i) {
+        has[i] = lane + 32 * i < cols / E;
+        col[i] = (lane + 32 * i) * E;
+#pragma unroll
+        for (int e = 0; e < E; ++e) dw[i][e] = db[i][e] = 0.0f;
+    }
+    const int64_t stride = int64_t(gridDim.x) * BLOCK_WARPS;
+    const int64_t first = int64_t(blockIdx.x) * BLOCK_WARPS + warp;
+    auto row_of = [&](int64_t step_row) { return reverse ? rows - 1 - step_row : step_row; };
+    for (int k = 0; k < first_steps; ++k) {   // bwd_l2_first(2): ask L2 for the first rows before the wait
+        const int64_t step_row = first + k * stride;
+        if (step_row < rows) {
+            const int64_t row = row_of(step_row);
+            const RowGroup g(1, cols / E);
+            prefetch_row_l2(dy, row, cols, g);
+            if (dh != nullptr) prefetch_row_l2(dh, row, cols, g);
+            prefetch_row_l2(h, row, cols, g);
+        }
+    }
+    wait_for_previous_grid();   // pdl: dy, dh and h are written by kernels before this one
+    for (int64_t step_row = first; step_row < rows; step_row += stride) {
+        const int64_t row = row_of(step_row);
+        const int64_t base = row * cols;
+
+        // 1. The one read, and the weight (from L1), all in flight together.
+        Chunk<TH, E> hc[CHUNKS], dhc[CHUNKS];
+        Chunk<TY, E> dyc[CHUNKS];
+        ParamChunk<TP, E> wc[CHUNKS];
+#pragma unroll
+        for (int i = 0; i < CHUNKS; ++i) {
+            load_if(hc[i], h + base + col[i], has[i]);
+            load_if(dyc[i], dy + base + col[i], has[i]);
+            load_if(dhc[i], dh + base + col[i], has[i] && dh != nullptr);
+        }
+        const float mu = mean[row], rs = rstd[row];
+        // The weight with the row, kept for both passes, where its registers fit (12: bf16 w beside
+        // bf16 h, or fp32 w beside fp32 h); else loaded for each pass (plain loads: ptxas keeps them
+        // where they are written instead of hoisting them to the row's).
+        constexpr bool W_ONCE = CHUNKS * E * int(sizeof(TP)) <= 48;
+        auto load_weight = [&] {
+#pragma unroll
+            for (int i = 0; i < CHUNKS; ++i) load_if<W_ONCE>(wc[i], w + col[i], has[i]);
+        };
+        load_weight();
+
+        // 2. dw, db, and this thread's part of sum(g) and sum(g * xhat), g = dy * w.
+        float2 sums = make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int i = 0; i < CHUNKS; ++i) {
+            if (!has[i]) continue;
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                const float xhat = (hc[i][e] - mu) * rs;
+                const float grad = dyc[i][e] * wc[i][e];
+                dw[i][e] += dyc[i][e] * xhat;
+                db[i][e] += dyc[i][e];
+                sums.x += grad;
+                sums.y += grad * xhat;
+            }
+        }
+        sums = warp_sum_bfly(sums);
+        const float mean_g = sums.x / cols, mean_gx = sums.y / cols;
+
+        // 3. The one write: dh_out = dh + rstd * (g - mean(g) - xhat * mean(g * xhat)).
+        if constexpr (!W_ONCE) load_weight();
+#pragma unroll
+        for (int i = 0; i < CHUNKS; ++i) {
+            float out[E];
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                const float xhat = (hc[i][e] - mu) * rs;
+                const float grad = dyc[i][e] * wc[i][e];
+                out[e] = dhc[i][e] + rs * (grad - mean_g - xhat * mean_gx);
+            }
+            store_if(dh_out + base + col[i], pack<TH, E>(out), has[i]);
+            if constexpr (WRITE_DR) store_if(dr_out + base + col[i], pack<TR, E>(out), has[i]);
+        }
+    }
+    allow_next_grid();   // the column sum may launch now; it waits for this grid to finish
+
+    // 4. The block's dw, db: backward_kernel's bwd_tree, warp w in the place of row group w.
+    for (int width = BLOCK_WARPS / 2; width >= 1; width /= 2) {
+        if (warp >= width && warp < 2 * width) {
+            float* dst = col_sums + (warp - width) * 2 * cols;
+#pragma unroll
+            for (int i = 0; i < CHUNKS; ++i) {
+                if (!has[i]) continue;
+                store_vec(dst + col[i], dw[i]);
+                store_vec(dst + cols + col[i], db[i]);
+            }
+        }
+        __syncthreads();
+        if (warp < width) {
+            const float* src = col_sums + warp * 2 * cols;
+#pragma unroll
+            for (int i = 0; i < CHUNKS; ++i) {
+                if (!has[i]) continue;
+                add_vec(dw[i], src + col[i]);
+                add_vec(db[i], src + cols + col[i]);
+            }
+        }
+        __syncthreads();
+    }
+    if (warp == 0) {
+        float* out = partial + int64_t(blockIdx.x) * 2 * cols;
+#pragma unroll
+        for (int i = 0; i < CHUNKS; ++i) {
+            if (!has[i]) continue;
+            store_vec(out + col[i], dw[i]);
+            store_vec(out + cols + col[i], db[i]);
+        }
+    }
+}
+
 // ---- dw[c], db[c] = sum of the blocks' partial rows ---------------------------------------------
 // A block takes 32 columns (one coalesced 128-byte segment per partial row) with 32 warps; warp k
 // adds partial rows k, k + 32, ... with four independent accumulators, so a thread has several
@@ -595,6 +935,9 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //   bwd_l2_first2    the same for its first two row steps (FIRST_STEPS 2; wins over bwd_l2_first)
 //                    (the three: session 6, instances without dropout only, so with dropout the
 //                    plain kernels run; fwd_early_pdl and bwd_l2_first2 are in the default plan)
+//   fwd_lean     rows of one warp (G = 1) run forward_lean_kernel (session 8; no dropout instances:
+//                with dropout, or G > 1, forward_kernel runs)
+//   bwd_lean     the same for the backward: backward_lean_kernel (always with bwd_tree's block sum)
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -605,7 +948,9 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"pdl", &Variant::pdl},
                           {"fwd_early_pdl", &Variant::fwd_early_pdl},
                           {"bwd_l2_first", &Variant::bwd_l2_first},
-                          {"bwd_l2_first2", &Variant::bwd_l2_first2}};
+                          {"bwd_l2_first2", &Variant::bwd_l2_first2},
+                          {"fwd_lean", &Variant::fwd_lean},
+                          {"bwd_lean", &Variant::bwd_lean}};
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
 // Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan. Session 6's
@@ -731,8 +1076,23 @@ template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP, typename
     return f.template operator()<backward_kernel<TH, TR, TY, CHUNKS, DROP>>();
 }
 
+template <typename TH, typename TR, typename TY, typename TP, int CHUNKS>
+cudaError_t launch_forward_lean(const ForwardArgs& a, cudaStream_t stream) {
+    auto go = [&]<auto kernel>() {
+        return launch(kernel, grid_for<kernel>(a.rows, 1, current_variant().fwd_full_grid), BLOCK_THREADS, stream, a.x,
+                      a.residual, a.weight, a.bias, a.y, a.h, a.mean, a.rstd, a.rows, a.cols, a.eps);
+    };
+    if (current_variant().fwd_early_pdl) return go.template operator()<forward_lean_kernel<TH, TR, TY, TP, CHUNKS, true>>();
+    return go.template operator()<forward_lean_kernel<TH, TR, TY, TP, CHUNKS, false>>();
+}
+
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
+    if constexpr (!DROP) {
+        if (current_variant().fwd_lean && G == 1)
+            return a.params_bf16 ? launch_forward_lean<TH, TR, TY, bf16, CHUNKS>(a, stream)
+                                 : launch_forward_lean<TH, TR, TY, float, CHUNKS>(a, stream);
+    }
     return with_forward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() {
         return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, stream, a.x,
                       a.residual, a.weight, a.bias, a.params_bf16, a.y, a.h, a.mean, a.rstd, a.rows, a.cols, G, a.eps,
@@ -740,18 +1100,49 @@ cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
     });
 }
 
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> bool lean_backward(int G, bool params_bf16);
+
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> int backward_grid(const BackwardArgs& a, int G) {
+    if (lean_backward<TH, TR, TY, CHUNKS, DROP>(G, a.params_bf16)) {   // (its occupancy, which registers decide)
+        if (a.params_bf16) return grid_for<backward_lean_kernel<TH, TR, TY, bf16, CHUNKS>>(a.rows, G);
+        if constexpr (!std::is_same_v<TH, bf16>) return grid_for<backward_lean_kernel<TH, TR, TY, float, CHUNKS>>(a.rows, G);
+    }
     return with_backward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() { return grid_for<kernel>(a.rows, G); });
+}
+
+// bwd_lean runs backward_lean_kernel for rows of one warp without dropout, except for bf16 h beside
+// fp32 parameters (the weight's 8 floats a chunk did not fit its registers: spills; no instance).
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> bool lean_backward(int G, bool params_bf16) {
+    return !DROP && G == 1 && current_variant().bwd_lean && (params_bf16 || !std::is_same_v<TH, bf16>);
+}
+template <typename TH, typename TP> constexpr bool has_lean_backward = !(std::is_same_v<TH, bf16> && std::is_same_v<TP, float>);
+
+template <typename TH, typename TR, typename TY, typename TP, int CHUNKS>
+cudaError_t launch_backward_lean(const BackwardArgs& a, int blocks, cudaStream_t stream) {
+    if constexpr (!has_lean_backward<TH, TP>) {
+        return cudaErrorInvalidValue;   // (never: lean_backward said no)
+    } else {
+        const Variant& v = current_variant();
+        return launch(backward_lean_kernel<TH, TR, TY, TP, CHUNKS>, blocks, BLOCK_THREADS, stream, a.dy, a.dh, a.h,
+                      a.mean, a.rstd, a.weight, a.dh_out, a.dresidual_out, a.partial, a.rows, a.cols, v.bwd_reverse,
+                      v.bwd_l2_first2 ? 2 : v.bwd_l2_first ? 1 : 0);
+    }
 }
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
     const int blocks = backward_grid<TH, TR, TY, CHUNKS, DROP>(a, G);
-    cudaError_t err = with_backward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() {
-        return launch(kernel, blocks, BLOCK_THREADS, stream, a.dy, a.dh, a.h, a.mean, a.rstd, a.weight, a.params_bf16,
-                      a.dh_out, a.dresidual_out, a.partial, a.rows, a.cols, G, current_variant().bwd_reverse,
-                      current_variant().bwd_tree, a.dropout.seed, drop_threshold(a.dropout), keep_scale_of(a.dropout));
-    });
+    cudaError_t err = cudaSuccess;
+    if (lean_backward<TH, TR, TY, CHUNKS, DROP>(G, a.params_bf16)) {
+        err = a.params_bf16 ? launch_backward_lean<TH, TR, TY, bf16, CHUNKS>(a, blocks, stream)
+                            : launch_backward_lean<TH, TR, TY, float, CHUNKS>(a, blocks, stream);
+    } else {
+        err = with_backward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() {
+            return launch(kernel, blocks, BLOCK_THREADS, stream, a.dy, a.dh, a.h, a.mean, a.rstd, a.weight, a.params_bf16,
+                          a.dh_out, a.dresidual_out, a.partial, a.rows, a.cols, G, current_variant().bwd_reverse,
+                          current_variant().bwd_tree, a.dropout.seed, drop_threshold(a.dropout), keep_scale_of(a.dropout));
+        });
+    }
     if (err != cudaSuccess) return err;
     return launch(column_sum_kernel, (2 * a.cols + 31) / 32, COLSUM_WARPS * 32, stream, a.partial, blocks, a.cols, a.dweight, a.dbias,
                   a.params_bf16);

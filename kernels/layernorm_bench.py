@@ -387,10 +387,8 @@ def print_s5_rows(rows, header=True):
 # all rounds' replays; the spread is the range of the per-round medians.
 INTERLEAVED_ROWS = [16384, 32768, 65536]
 # the default (since session 6's call 3: session 5's fwd_full,bwd_tree,pdl + fwd_early_pdl,
-# bwd_l2_first2, bwd_reverse) against session 5's default, that with bwd_reverse only, and with
-# bwd_l2_first (one row step asked of L2 before the wait: the backward alone costs less than with two)
-INTERLEAVED_PLANS = ["default", "fwd_full,bwd_tree,pdl", "fwd_full,bwd_tree,pdl,bwd_reverse",
-                     "fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first,bwd_reverse"]
+# bwd_l2_first2, bwd_reverse) against session 8's lean kernels on it (forward, backward, both)
+INTERLEAVED_PLANS = ["default", "default,fwd_lean", "default,bwd_lean", "default,fwd_lean,bwd_lean"]
 
 
 def interleaved_rows(args, ln, l2_bytes, plans, rows_list, cols=768):

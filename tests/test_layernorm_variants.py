@@ -25,9 +25,12 @@ BF16, F32 = base.BF16, base.F32
 # each flag alone; session 6's flags on the default plan (the candidates: each instance), with the
 # reversed backward (the first row steps are the last rows) and on the persistent forward grid; all.
 SEAM = ["fwd_early_pdl", "bwd_l2_first", "bwd_l2_first2"]
+# session 8's lean kernels (rows of one warp): alone (persistent forward grid, no pdl), on the
+# default plan each and together
+LEAN = ["fwd_lean", "bwd_lean", "default,fwd_lean", "default,bwd_lean", "default,fwd_lean,bwd_lean"]
 VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", *SEAM, "default,fwd_early_pdl,bwd_l2_first",
-            "default,fwd_early_pdl,bwd_l2_first2,bwd_reverse", "bwd_tree,pdl,fwd_early_pdl,bwd_l2_first",
-            "fwd_full,bwd_reverse,bwd_tree,pdl," + ",".join(SEAM)]
+            "default,fwd_early_pdl,bwd_l2_first2,bwd_reverse", "bwd_tree,pdl,fwd_early_pdl,bwd_l2_first", *LEAN,
+            "fwd_full,bwd_reverse,bwd_tree,pdl," + ",".join(SEAM) + ",fwd_lean,bwd_lean"]
 # (rows, cols): 1 and 7 rows (fewer rows than a block takes), a tail of a few rows past a
 # block step, widths with 1 to 4 chunks a thread and 1 to 8 warps a row (1600: idle lanes),
 # and more rows than one wave of blocks.
@@ -146,6 +149,87 @@ def test_the_variant_is_what_launches(ln):
         ln.set_variant("default")
 
 
+# Shapes where a row is one warp (G = 1): bf16 h up to 1024 columns (1 to 4 chunks a lane, 1600 is
+# not one), fp32 h up to 512; rows 1, 7 and tails past a block's 8 rows.
+LEAN_SHAPES = [(1, 64), (7, 768), (1000, 768), (4099, 384), (333, 1024), (77, 320), (16387, 768)]
+
+
+@needs_cuda
+@pytest.mark.parametrize("combo", base.COMBO_NAMES)
+@pytest.mark.parametrize("param_dtype", [F32, BF16], ids=["fp32_params", "bf16_params"])
+def test_lean_kernels_equal_the_plain_kernels_bitwise(ln, combo, param_dtype):
+    """forward_lean_kernel and backward_lean_kernel do backward_kernel's and forward_kernel's arithmetic
+    in the same order (layernorm.cu, "lean"): y, h, mean, rstd, dx, dr, dw, db bitwise the same as
+    the default plan's, with and without bias and residual, also for a plan without pdl and with the
+    forward's persistent grid."""
+    ext = ln._ext.module
+    x_dtype, r_dtype, autocast = base.KERNEL_COMBOS[combo]   # autocast: y (and dy) in bf16
+    try:
+        for n, (rows, cols) in enumerate(LEAN_SHAPES):
+            for bias, residual in ((True, True), (False, True), (True, False)):
+                x, r, w, b, dy, dh = base.make(rows, cols, base.KERNEL_COMBOS[combo], n, bias, residual, param_dtype)
+                outs = {}
+                for plan in ("default", "default,fwd_lean,bwd_lean", "fwd_lean,bwd_lean,bwd_tree", "bwd_tree"):
+                    ln.set_variant(plan)
+                    base.poison_allocator(x, x)   # an element a kernel forgets to write reads NaN
+                    y, h, mean, rstd = ext.forward(x, r, w, b, 1e-5, autocast)
+                    base.poison_allocator(x, x)
+                    grads = ext.backward(dy, dh, h if r is not None else x, mean, rstd, w,
+                                         residual and r_dtype != x_dtype)
+                    outs[plan] = (y, h, mean, rstd, *grads)
+                where = (combo, param_dtype, rows, cols, bias, residual)
+                for lean, plain in (("default,fwd_lean,bwd_lean", "default"), ("fwd_lean,bwd_lean,bwd_tree", "bwd_tree")):
+                    assert len(outs[lean]) == len(outs[plain]), where
+                    for i, (a, c) in enumerate(zip(outs[lean], outs[plain])):
+                        assert (a is None) == (c is None), (where, i)
+                        if a is not None:
+                            assert torch.equal(a, c), (where, lean, "output", i)
+    finally:
+        ln.set_variant("default")
+
+
+@needs_cuda
+def test_lean_flags_launch_the_lean_kernels_where_a_row_is_one_warp(ln):
+    """fwd_lean / bwd_lean launch forward_lean_kernel<TH, TR, TY, TP, CHUNKS, EARLY_PDL> and
+    backward_lean_kernel<TH, TR, TY, TP, CHUNKS> for rows of one warp without dropout; wider rows
+    (G > 1: fp32 h at 768 columns), dropout and bf16 h beside fp32 parameters (backward) run the
+    plain kernels."""
+    ext = ln._ext.module
+    bf16 = "__nv_bfloat16"
+    seed = torch.tensor([99], dtype=torch.int64, device="cuda")
+
+    def instances(names, kernel):
+        return {tuple(a.strip() for a in args.split(","))
+                for n in names for args in re.findall(r"\b" + kernel + r"<([^<>]*)>", n)}
+
+    def step(x, r, w, b, dy, dh, **drop):
+        y, h, mean, rstd = ext.forward(x, r, w, b, 1e-5, **drop)
+        ext.backward(dy, dh, h, mean, rstd, w, **drop)
+
+    try:
+        ln.set_variant("default,fwd_lean,bwd_lean")
+        x, r, w, b, dy, dh = base.make(2048, 768, base.KERNEL_COMBOS["bf16"], 1, param_dtype=BF16)
+        names = launched(lambda: step(x, r, w, b, dy, dh))
+        assert instances(names, "forward_lean_kernel") == {(bf16, bf16, bf16, bf16, "3", "true")}, names
+        assert instances(names, "backward_lean_kernel") == {(bf16, bf16, bf16, bf16, "3")}, names
+        assert not instances(names, "forward_kernel") and not instances(names, "backward_kernel"), names
+        names = launched(lambda: step(x, r, w, b, dy, dh, dropout_seed=seed, dropout_p=0.1))
+        assert not instances(names, "forward_lean_kernel") and not instances(names, "backward_lean_kernel"), names
+        x, r, w, b, dy, dh = base.make(2048, 768, base.KERNEL_COMBOS["bf16"], 2, param_dtype=F32)
+        names = launched(lambda: step(x, r, w, b, dy, dh))
+        assert instances(names, "forward_lean_kernel") == {(bf16, bf16, bf16, "float", "3", "true")}, names
+        assert instances(names, "backward_kernel") and not instances(names, "backward_lean_kernel"), names
+        x, r, w, b, dy, dh = base.make(2048, 768, base.KERNEL_COMBOS["fp32_bf16r_autocast"], 3)   # G = 2
+        names = launched(lambda: step(x, r, w, b, dy, dh))
+        assert not instances(names, "forward_lean_kernel") and not instances(names, "backward_lean_kernel"), names
+        x, r, w, b, dy, dh = base.make(2048, 384, base.KERNEL_COMBOS["fp32_bf16r_autocast"], 4)   # G = 1
+        names = launched(lambda: step(x, r, w, b, dy, dh))
+        assert instances(names, "forward_lean_kernel") == {("float", bf16, bf16, "float", "3", "true")}, names
+        assert instances(names, "backward_lean_kernel") == {("float", bf16, bf16, "float", "3")}, names
+    finally:
+        ln.set_variant("default")
+
+
 @needs_cuda
 def test_session6_flags_leave_the_dropout_kernels_alone(ln):
     """fwd_early_pdl and bwd_l2_first(2) have no dropout instances (layernorm.cu, with_forward_kernel):
@@ -176,7 +260,8 @@ def test_session6_flags_leave_the_dropout_kernels_alone(ln):
 
 
 @needs_cuda
-@pytest.mark.parametrize("plan", ["pdl", "pdl,fwd_early_pdl", "pdl,fwd_early_pdl,bwd_l2_first2", "default"])
+@pytest.mark.parametrize("plan", ["pdl", "pdl,fwd_early_pdl", "pdl,fwd_early_pdl,bwd_l2_first2", "default",
+                                  "default,fwd_lean,bwd_lean"])
 def test_pdl_launches_inside_a_cuda_graph(ln, plan):
     """bench.py and train.py's cuda_graphs replay forward and backward from a graph: with pdl each
     kernel is captured as a programmatic dependent of the one before (forward -> backward ->
