@@ -17,8 +17,8 @@
 #   3 forward timing in turns (kernels.attention_bench --interleave, CUDA-graph replay): the default
 #     (tk-hopper = 30), the candidates, cuDNN, at the issue's three shapes
 #   4 host microseconds per forward call at the GPT-2 shape (kernels.attention_bench --host)
-#   5 ncu (WarpStateStats, SourceCounters, ComputeWorkloadAnalysis) of the last candidate that
-#     passed and of the default, one GPT-2 launch each: stall samples per SASS instruction
+#   5 ncu (WarpStateStats, SourceCounters, ComputeWorkloadAnalysis) of 35 (else the last candidate
+#     that passed) and of the default, one GPT-2 launch each: stall samples per SASS instruction
 # Checked here without a GPU: bash -n; LANE_LIMIT=20 runs every step to its failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -63,8 +63,9 @@ grep -E "interleaved,|ms  \(|skipped" "$L/interleaved.log" | while read -r line;
 step 10 host.log python3 -m kernels.attention_bench --host gpt2
 grep -E " us" "$L/host.log" | head -8 | while read -r line; do note "host: $line"; done
 
-# 5. ncu of the last candidate and of the default
-for v in $LAST 0; do
+# 5. ncu of 35 (else the last candidate that passed) and of the default
+NCU=$LAST; case " $NEW " in *" 35 "*) NCU=35;; esac
+for v in $NCU 0; do
     if step 14 ncu.log ncu --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis \
             -k regex:persistent_kernel --launch-count 1 -f -o "$L/ncu_fwd_v$v" python3 tests/attention_sanitize_case.py gpt2 "$v"; then
         ncu --import "$L/ncu_fwd_v$v.ncu-rep" --page source --print-source sass --csv > "$L/ncu_fwd_v${v}_source.csv" 2>&1 \
