@@ -202,9 +202,9 @@ def test_lean_flags_launch_the_lean_kernels_where_a_row_is_one_warp(ln):
         return {tuple(a.strip() for a in args.split(","))
                 for n in names for args in re.findall(r"\b" + kernel + r"<([^<>]*)>", n)}
 
-    def step(x, r, w, b, dy, dh, **drop):
-        y, h, mean, rstd = ext.forward(x, r, w, b, 1e-5, **drop)
-        ext.backward(dy, dh, h, mean, rstd, w, **drop)
+    def step(x, r, w, b, dy, dh, mixed=False, **drop):   # mixed: fp32 h, bf16 residual and y (autocast)
+        y, h, mean, rstd = ext.forward(x, r, w, b, 1e-5, mixed, **drop)
+        ext.backward(dy, dh, h, mean, rstd, w, mixed, **drop)
 
     try:
         ln.set_variant("default,fwd_lean,bwd_lean")
@@ -220,10 +220,10 @@ def test_lean_flags_launch_the_lean_kernels_where_a_row_is_one_warp(ln):
         assert instances(names, "forward_lean_kernel") == {(bf16, bf16, bf16, "float", "3", "true")}, names
         assert instances(names, "backward_kernel") and not instances(names, "backward_lean_kernel"), names
         x, r, w, b, dy, dh = base.make(2048, 768, base.KERNEL_COMBOS["fp32_bf16r_autocast"], 3)   # G = 2
-        names = launched(lambda: step(x, r, w, b, dy, dh))
+        names = launched(lambda: step(x, r, w, b, dy, dh, mixed=True))
         assert not instances(names, "forward_lean_kernel") and not instances(names, "backward_lean_kernel"), names
         x, r, w, b, dy, dh = base.make(2048, 384, base.KERNEL_COMBOS["fp32_bf16r_autocast"], 4)   # G = 1
-        names = launched(lambda: step(x, r, w, b, dy, dh))
+        names = launched(lambda: step(x, r, w, b, dy, dh, mixed=True))
         assert instances(names, "forward_lean_kernel") == {("float", bf16, bf16, "float", "3", "true")}, names
         assert instances(names, "backward_lean_kernel") == {("float", bf16, bf16, "float", "3")}, names
     finally:
