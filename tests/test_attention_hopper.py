@@ -123,6 +123,25 @@ def test_large_logits(T, D, variant):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("D", [64, 128])
+def test_row_max_jumps_in_a_late_tile(D, variant):
+    # Mild logits, except that one late key (and, for the later rows, a second one further on) scores
+    # far above everything before it, for every query: the running max of those rows jumps by tens
+    # of log2 units in a late key tile. Variants that keep a stale max while it stays within 2^8
+    # (STALE_MAX, 35-36) must take their slow path there; the rows before the key never see it.
+    T = 1000
+    q, k, v = make_qkv(2, 3, T, D, std=0.5, seed=5 * D)
+    g = torch.Generator(device="cuda").manual_seed(D)
+    e = torch.randn(D, device="cuda", generator=g)
+    e /= e.norm()                                              # every query leans on e
+    q = (q.float() + e).bfloat16()
+    k = k.clone()
+    for key, gain in ((700, 10.0 * D ** 0.5), (900, 25.0 * D ** 0.5)):   # scaled scores ~10, ~25 nats
+        k[:, :, key] = (gain * e).bfloat16()
+    check(q, k, v, variant=variant)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("T", [17, 1000])
 def test_packed_qkv_views(T, D, variant):
     q, k, v = make_qkv(2, 3, T, D, packed=True, seed=5 * T + D)
