@@ -34,11 +34,12 @@ in the output dtype, so a weight gradient is one kernel (no memset of an fp32 bu
 conversion kernel); see splitk_workspace for the workspace's lifetime (one per device and shape;
 not two same-shape products on two streams at once). Correct and sanitizer-clean on the H200, but
 1-5% slower than 5v7 with its memset and conversion (session 7, call 4): opt-in, not the default.
-Variants 10 and 11 of step 5 (session 8) run 8's protocol on a schedule planned here
-(stream_schedule): every CTA gets the same number of k-tiles as whole tiles plus one or two
-k-pieces (or, with fewer tiles than SMs, one tile's head or a share of the tails), so a CTA sends
-one or two fp32 partials instead of ~10; see stream_schedule and kernels/gemm_splitk_epilogue.cuh.
-Not yet run on a GPU at the time of writing: opt-in.
+Variants 10 and 11 of step 5 and variant 9 of step 4 (session 8) run 8's protocol on a schedule
+planned here (stream_schedule): every CTA gets the same number of k-tiles as whole tiles plus one
+or two k-pieces (or, with fewer tiles than SMs, one tile's head or a share of the tails), so a CTA
+sends one or two fp32 partials instead of ~10; 4v9 does it on step 4's 128x256 tile. See
+stream_schedule and kernels/gemm_splitk_epilogue.cuh. Not yet run on a GPU at the time of
+writing: opt-in.
 
 Two environment variables, for experiments with the 2-CTA cluster variants (step 4 v5, step 5
 v3/v4; read at each launch by launch_pairs in kernels/gemm_4_warp_specialized.cuh):
@@ -66,7 +67,8 @@ VARIANTS = {0: "4 stages x K64, free stage s-1 after issuing s", 1: "4 stages x 
             5: "4 stages x K64, 2-CTA clusters sharing B by TMA multicast",
             6: "4 stages x K64, plain epilogue (no bias/GELU; stmatrix staging, no per-value branches)",
             7: "4 stages x K64, 2-CTA clusters sharing B by TMA multicast, plain epilogue (no bias/GELU)",
-            8: "4 stages x K64, plain epilogue deferred: a tile's bf16 stores overlap the next tile's first k-steps"}
+            8: "4 stages x K64, plain epilogue deferred: a tile's bf16 stores overlap the next tile's first k-steps",
+            9: "4 stages x K64, plain epilogue, a planned schedule: whole tiles + k-pieces summed in the kernel"}
 # Step 5's variants (kernels/gemm_5_pingpong.cu): one consumer's tile and the ring depth.
 VARIANTS5 = {0: "128x128 per consumer, 6 stages", 1: "64x256 per consumer, 4 stages", 2: "128x128 per consumer, 4 stages",
              3: "128x128 per consumer, 6 stages, 2-CTA clusters sharing B by TMA multicast",
@@ -79,13 +81,13 @@ VARIANTS5 = {0: "128x128 per consumer, 6 stages", 1: "64x256 per consumer, 4 sta
              11: "as 10, a piece arriving one tile of its consumer later (as 8) instead of in its own epilogue"}
 TILES5 = {0: (128, 128), 1: (64, 256), 2: (128, 128), 3: (128, 128), 4: (64, 256), 5: (64, 256), 6: (64, 256), 7: (128, 128),
           8: (128, 128), 10: (128, 128), 11: (128, 128)}
-PLAIN_VARIANTS = {4: (6, 7, 8), 5: (6, 7, 8, 10, 11)}   # kernels/gemm_plain_epilogue.cuh (session 6): the plain product only
+PLAIN_VARIANTS = {4: (6, 7, 8, 9), 5: (6, 7, 8, 10, 11)}   # kernels/gemm_plain_epilogue.cuh (session 6): the plain product only
 # kernels/gemm_splitk_epilogue.cuh (session 7): split-K whose last split stores the tile (bf16 or
 # fp32) from a workspace the kernel keeps zeroed (splitk_workspace below)
 FUSED_SPLITK = {5: (8,)}   # (session 7's 5v9, one arrival per consumer, timed as 5v8 and was removed)
 # ... and (session 8) the same protocol on a schedule planned here (stream_schedule below): whole
 # tiles plus a few k-pieces per CTA instead of `splits` equal pieces of every tile
-SCHEDULED = {5: (10, 11)}
+SCHEDULED = {4: (9,), 5: (10, 11)}
 
 
 def auto_step(M, N, K, plain=False, num_sms=132):
@@ -260,6 +262,8 @@ def plan(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, split
     M, K, N = a.shape[0], a.shape[1], b.shape[1]
     if step == 0:
         step, variant = auto_step(M, N, K, plain=not epilogue, num_sms=_num_sms(a.device) if cuda else 132)
+        if variant in SCHEDULED.get(step, ()) and splits is not None:
+            variant = 7                         # a split count asked for: equal splits (5v7), as asked
     # How each operand sits in memory. A: [M][K] (K-major) or [K][M] (M-major, a = t.t());
     # B: [N][K] (K-major, b = W.t()) or [K][N] (N-major). Anything else becomes a copy.
     a_t = step >= 4 and M % 16 == 0 and _col_major(a) and not _row_major(a)
@@ -284,9 +288,9 @@ def plan(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, split
     return p
 
 
-# ---- the workspace of the in-kernel split-K (step 5 variant 8) ----
-# fp32 running sums (tiles x BM x BN, in accumulator order) and int32 arrival counters (tiles x 4:
-# one per consumer warp of a tile), zero when allocated; each call's last split of a tile reads
+# ---- the workspace of the in-kernel split-K (step 5 variants 8, 10, 11; step 4 variant 9) ----
+# fp32 running sums (tiles x BM x BN, in accumulator order) and int32 arrival counters (one per
+# 16 KB piece, a consumer warp's share of a tile: 4 a tile of 128x128, 8 of 128x256), zero when allocated; each call's last split of a tile reads
 # its sums, writes zeros back and resets its counters, so they are zero again when the kernel
 # ends: nothing is cleared per call (kernels/gemm_splitk_epilogue.cuh).
 # Lifetime: one pair per (device, tile, tile grid), kept for the life of the process (never freed:
@@ -310,7 +314,7 @@ def splitk_workspace(device, M, N, tile_m, tile_n, allocate=True):
     ws = _splitk_ws.get(key)
     if ws is None and allocate:
         ws = (torch.zeros(tm * tn * tile_m * tile_n, device=device, dtype=torch.float32),
-              torch.zeros(tm * tn * 4, device=device, dtype=torch.int32))
+              torch.zeros(tm * tn * tile_m * tile_n // 4096, device=device, dtype=torch.int32))   # 16 KB pieces
         _splitk_ws[key] = ws
     return ws
 
@@ -425,7 +429,7 @@ def _scheduled_args(p, a, M, N, K):
     and they do not exist yet (the caller then takes the old split-K path, 5v7)."""
     if p.variant not in SCHEDULED.get(p.step, ()):
         return None
-    tile_m, tile_n = TILES5[p.variant]
+    tile_m, tile_n = (TILE_M, TILE_N) if p.step == 4 else TILES5[p.variant]
     ws = splitk_workspace(a.device, M, N, tile_m, tile_n, allocate=False)
     sched = schedule_tensor(a.device, M, N, K, tile_m, tile_n, allocate=False)
     if (ws is None or sched is None) and torch.cuda.is_current_stream_capturing():

@@ -27,6 +27,7 @@
 #include "gemm.cuh"
 #include "gemm_4_warp_specialized.cuh"
 #include "gemm_plain_epilogue.cuh"
+#include "gemm_splitk_epilogue.cuh"
 
 namespace {
 using namespace tk;
@@ -44,6 +45,46 @@ using config5 = config<4, 64, false, 2, 2>;   // 2-CTA clusters sharing B by mul
 // (kernels/gemm_plain_epilogue.cuh): the plain product only (no bias, no GELU), boxes staged by
 // stmatrix with no per-value branches. Variant 8 = config0 with deferred_plain_epilogue: the
 // same, with a tile's stores overlapping the next tile's first k-steps.
+// Variant 9 (session 8) = config0 with gemm4::scheduled_splitk_epilogue (kernels/
+// gemm_splitk_epilogue.cuh): the plain product on a schedule planned on the host (kernels/gemm.py
+// stream_schedule: each CTA the same k-tiles, as whole 128x256 tiles plus a few k-pieces, or a
+// tile's head or a share of the tails), the pieces summed in the kernel (each consumer warp's
+// 16 x 256 slab a piece of its own, 8 arrival counters a tile). For the weight gradients, whose
+// few tiles made split-K (and with it step 5's overlapped epilogues) necessary: with one or two
+// pieces per CTA, step 4's larger tile (48 KB of operands per 4.2 MFLOP k-step, 5v7's 32 KB per
+// 2.1) may win back what its exposed epilogue costs.
+
+// Variant 9's workspace and schedule (their contents: kernels/gemm.py).
+template <typename Cfg, major MA, major MB, typename OutT>
+const char* launch_scheduled(const gemm::args& g) {
+    using Epi = gemm4::scheduled_splitk_epilogue<OutT, true>;
+    const long long tiles = (long long)((g.M + gemm4::BM - 1) / gemm4::BM) * ((g.N + gemm4::BN - 1) / gemm4::BN);
+    if (!g.splitk_sums || !g.splitk_arrivals || g.splitk_sums_count < tiles * gemm4::BM * gemm4::BN ||
+        g.splitk_arrivals_count < tiles * 8)
+        return "gemm step 4: variant 9 needs a zeroed workspace of tiles x 128 x 256 fp32 sums and tiles x 8 int32 "
+               "arrival counters (kernels/gemm.py splitk_workspace makes it)";
+    if (!g.schedule || g.schedule_grid < 1 || g.schedule_units < g.schedule_grid || g.schedule_units % g.schedule_grid)
+        return "gemm step 4: variant 9 needs a schedule of units x grid entries (kernels/gemm.py stream_schedule makes it)";
+    if (g.splits != 1) return "gemm step 4: variant 9 plans its own split of K; pass splits = 1";
+    return gemm4::launch<Cfg, MA, MB, Epi>(
+        "gemm step 4", g.a, g.b, g.M, g.N, g.K, 1, g.num_sms, g.stream, [&] {
+            return Epi{{{gemm4::out_gl<OutT>(static_cast<OutT*>(g.c), 1, g.M, g.N)},
+                        reinterpret_cast<float4*>(g.splitk_sums), g.splitk_arrivals},
+                       reinterpret_cast<const int4*>(g.schedule), g.schedule_grid, g.schedule_units};
+        });
+}
+
+template <typename Cfg>
+const char* dispatch_scheduled(const gemm::args& g) {
+    if (g.c_fp32) {
+        if (!g.a_mn_major && !g.b_mn_major) return launch_scheduled<Cfg, major::K, major::K, float>(g);
+        if (!g.a_mn_major) return launch_scheduled<Cfg, major::K, major::MN, float>(g);
+        return launch_scheduled<Cfg, major::MN, major::MN, float>(g);
+    }
+    if (!g.a_mn_major && !g.b_mn_major) return launch_scheduled<Cfg, major::K, major::K, bf16>(g);
+    if (!g.a_mn_major) return launch_scheduled<Cfg, major::K, major::MN, bf16>(g);
+    return launch_scheduled<Cfg, major::MN, major::MN, bf16>(g);
+}
 
 template <typename Cfg, major MA, major MB, typename OutT, template <typename> class Policy>
 const char* launch(const gemm::args& g) {
@@ -79,12 +120,13 @@ const char* dispatch(const gemm::args& g) {
 
 const char* gemm::step4_warp_specialized(const gemm::args& g) {
     if (g.a_mn_major && !g.b_mn_major) return "gemm step 4: A M-major with B K-major is not instantiated; pass B N-major";
-    if (g.splits > 1 && !g.c_fp32) return "gemm step 4: split-K reduce-adds fp32 partials; ask for an fp32 output";
+    if (g.splits > 1 && !g.c_fp32 && g.variant != 9) return "gemm step 4: split-K reduce-adds fp32 partials; ask for an fp32 output";
     if (g.variant >= 6 && (g.bias || g.gelu))
-        return "gemm step 4: variants 6-8 are the plain product (no bias, no GELU); use variant 0 for a fused epilogue";
+        return "gemm step 4: variants 6-9 are the plain product (no bias, no GELU); use variant 0 for a fused epilogue";
 #ifdef GEMM_DEFAULT_VARIANT_ONLY   // the CPU compile test: the default and the plain epilogue keep it quick
-    if (g.variant != 0 && g.variant != 6) return "gemm step 4: built with GEMM_DEFAULT_VARIANT_ONLY";
-    return g.variant == 6 ? dispatch<config0, gemm4::plain_epilogue>(g) : dispatch<config0>(g);
+    if (g.variant != 0 && g.variant != 6 && g.variant != 9) return "gemm step 4: built with GEMM_DEFAULT_VARIANT_ONLY";
+    return g.variant == 6 ? dispatch<config0, gemm4::plain_epilogue>(g) : g.variant == 9 ? dispatch_scheduled<config0>(g)
+         : dispatch<config0>(g);
 #endif
     switch (g.variant) {
         case 0: return dispatch<config0>(g);
@@ -96,6 +138,7 @@ const char* gemm::step4_warp_specialized(const gemm::args& g) {
         case 6: return dispatch<config0, gemm4::plain_epilogue>(g);
         case 7: return dispatch<config5, gemm4::plain_epilogue>(g);
         case 8: return dispatch<config0, gemm4::deferred_plain_epilogue>(g);
-        default: return "gemm step 4: variant must be 0..8";
+        case 9: return dispatch_scheduled<config0>(g);
+        default: return "gemm step 4: variant must be 0..9";
     }
 }

@@ -259,6 +259,21 @@ __device__ inline void produce_pair(Smem& s, const AGl& A, const BGl& B, const s
     }
 }
 
+// ---- scheduled policies (session 8; kernels/gemm_splitk_epilogue.cuh, scheduled_splitk_epilogue):
+// the policy brings its own WORK SCHEDULE, planned on the host (kernels/gemm.py stream_schedule):
+// `static constexpr bool SCHEDULED = true;`, members `int grid, units;` (the launch: units are
+// numbered as always, unit u runs on CTA u % grid as its (u / grid)-th) and
+//   scheduled_work(unit) -> work   the unit's tile and k range; an EMPTY range (k_begin == k_end)
+//                                  ends the CTA's list (every later unit of it is empty too)
+// and it stores a unit's values itself, knowing the unit's k range (a piece of K is summed with
+// the tile's other pieces, the whole K stored):
+//   store_tile(bufs, acc[SLABS], pos[SLABS], shape, lane, state, w)   (step 4: SLABS = 1, a
+//                                  consumer's 64-row half of the tile; step 5: its whole tile)
+template <typename Epi> __host__ __device__ constexpr bool scheduled() {
+    if constexpr (requires { Epi::SCHEDULED; }) return Epi::SCHEDULED;
+    else return false;
+}
+
 // ---- input boxes (policies with INPUT_BOXES, see the top of this file) ----
 template <typename Epi> __host__ __device__ constexpr bool has_input_boxes() {
     if constexpr (requires { Epi::INPUT_BOXES; }) return Epi::INPUT_BOXES;
@@ -408,6 +423,8 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
         warpgroup_decrease_registers<40>();
         if (threadIdx.x == 0) {
             if constexpr (CLUSTER == 2) produce_pair<STAGES, MA, MB, typename L::b_half>(s, p.A, p.B, p.sh, rank, first_unit, unit_step);
+            else if constexpr (scheduled<Epi>())
+                produce_units<STAGES, MA, MB>(s, p.A, p.B, p.sh, [&](int u) { return p.epi.scheduled_work(u); });
             else produce<STAGES, MA, MB>(s, p.A, p.B, p.sh);
         }
         else if (threadIdx.x >= 32) p.epi.side_job(threadIdx.x - 32, 96, p.sh);   // warps 1-3 are otherwise idle
@@ -429,7 +446,13 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
         [[maybe_unused]] bool holding = false;
         int it = 0, tiles_done = 0;
         for (int unit = first_unit; unit < p.sh.units; unit += unit_step, ++tiles_done) {
-            work w = CLUSTER == 2 ? pair_work(p.sh, unit, rank) : unit_work(p.sh, unit);
+            work w;
+            if constexpr (scheduled<Epi>()) {
+                w = p.epi.scheduled_work(unit);
+                if (w.k_begin >= w.k_end) break;     // the end of this CTA's list
+            } else {
+                w = CLUSTER == 2 ? pair_work(p.sh, unit, rank) : unit_work(p.sh, unit);
+            }
             const tile_pos pos{w.tm * BM + 64 * c + 16 * warp, w.tn * BN, lane / 4, lane % 4, BN};
             typename Epi::tile_state ts;
             p.epi.begin_tile(ts, pos, p.sh);
@@ -472,6 +495,13 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
                         store_held_box_at(s.c[c][warp], p.epi, held, ch, p.sh, lane);
                 p.epi.hold(held, acc, pos);
                 holding = true;
+            } else if constexpr (scheduled<Epi>()) {
+                // the policy's whole-unit store, on this consumer's 64-row half as a 1-slab tile
+                static_assert(Epi::ARRIVES_AT_ONCE, "step 4 carries nothing from one tile to the next");
+                typename Epi::template consumer_state<1> none{};
+                const tile_pos pos1[1] = {pos};
+                p.epi.store_tile(s.c[c][warp], *reinterpret_cast<wgmma::accumulator<BN>(*)[1]>(&acc), pos1, p.sh, lane,
+                                 none, w);
             } else {
                 store_slab(s.c[c][warp], p.epi, ts, acc, pos, p.sh, lane, 0, &s.input_full[c][warp], uint32_t(tiles_done & 1));
             }
@@ -591,7 +621,11 @@ const char* launch(const char* who, const void* a_ptr, const void* b_ptr, int M,
             msg = std::string(who) + ": splits must be in 1..ceil(K/" + std::to_string(Cfg::BK) + ")";
             return msg.c_str();
         }
-        if constexpr (Cfg::CLUSTER == 1) {
+        if constexpr (scheduled<Epi>()) {           // the policy's schedule says how many CTAs and units
+            static_assert(Cfg::CLUSTER == 1, "scheduled policies run without clusters");
+            p.sh.units = p.epi.units;
+            kernel<<<p.epi.grid, THREADS, smem_bytes, stream>>>(p);
+        } else if constexpr (Cfg::CLUSTER == 1) {
             p.sh.units = p.sh.tiles_m * p.sh.tiles_n * p.sh.splits;
             int grid = std::min(p.sh.units, std::max(num_sms, 1));
             kernel<<<grid, THREADS, smem_bytes, stream>>>(p);

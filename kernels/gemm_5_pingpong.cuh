@@ -110,16 +110,9 @@ template <typename Epi> __host__ __device__ constexpr bool stores_tile() {
     if constexpr (requires { Epi::STORES_TILE; }) return Epi::STORES_TILE;
     else return false;
 }
-// Optional, step 5 only: a policy that brings its own WORK SCHEDULE (kernels/gemm_splitk_epilogue.cuh's
-// scheduled_splitk_epilogue: whole tiles and k-pieces of tiles, planned on the host):
-// `static constexpr bool SCHEDULED = true;`, members `int grid, units;` (the launch: units are
-// numbered as always, unit u runs on CTA u % grid as its (u / grid)-th) and
-//   scheduled_work(unit) -> work   the unit's tile and k range; an EMPTY range (k_begin == k_end)
-//                                  ends the CTA's list (every later unit of it is empty too)
-template <typename Epi> __host__ __device__ constexpr bool scheduled() {
-    if constexpr (requires { Epi::SCHEDULED; }) return Epi::SCHEDULED;
-    else return false;
-}
+// Optional: a policy that brings its own WORK SCHEDULE (gemm4::scheduled, documented in
+// kernels/gemm_4_warp_specialized.cuh; kernels/gemm_splitk_epilogue.cuh's scheduled_splitk_epilogue).
+using gemm4::scheduled;
 struct no_consumer_state {};
 template <typename Epi, int SLABS, bool = stores_tile<Epi>()> struct consumer_state_of { using type = no_consumer_state; };
 template <typename Epi, int SLABS> struct consumer_state_of<Epi, SLABS, true> {

@@ -49,7 +49,8 @@
 // Variant 10 (the end of this file): the same protocol, but each CTA's units come from a schedule
 // planned on the host (whole tiles, plus a few pieces of unequal length), not from equal splits.
 //
-// The workspace: sums = tiles x BM x BN floats, arrivals = tiles x 4 ints, zero at allocation
+// The workspace: sums = tiles x BM x BN floats, arrivals = one int per 16 KB piece (tiles x 4 for
+// 128x128; step 4 variant 9's 128x256 tiles: x 8, each consumer half a 64-row "tile"), zero at allocation
 // (kernels/gemm.py keeps one pair per device and shape and documents its lifetime: one product of
 // a shape at a time per device, i.e. not two of the same shape concurrently on two streams).
 #pragma once
@@ -92,6 +93,7 @@ template <typename OutT, bool AT_ONCE = false>
 struct splitk_epilogue : plain_epilogue<OutT> {
     using base = plain_epilogue<OutT>;
     static constexpr bool STORES_TILE = true;   // gemm5's kernel hands a consumer's whole tile to store_tile
+    static constexpr bool ARRIVES_AT_ONCE = AT_ONCE;   // nothing carried to a next tile (step 4 needs that)
     float4* sums;        // [piece][float4 j][lane]: the running fp32 sums, zero between calls
     int* arrivals;       // [piece]: k-tiles whose partial is in sums, zero between calls
 
@@ -230,7 +232,8 @@ struct splitk_epilogue : plain_epilogue<OutT> {
     }
 };
 
-// Step 5 variants 10 (AT_ONCE) and 11 (session 8): the same protocol under a WORK SCHEDULE planned on the host
+// Step 5 variants 10 (AT_ONCE) and 11, step 4 variant 9 (AT_ONCE; session 8): the same protocol
+// under a WORK SCHEDULE planned on the host
 // (kernels/gemm.py stream_schedule), instead of cutting every tile into `splits` equal pieces.
 // Why: a weight gradient has few tiles and a long K (dW 3072x16384x768: 144 tiles of 128x128,
 // 256 k-tiles each, on 132 SMs). Equal splits (5v7/5v8: 9 per tile, 1296 units, ~10 per CTA)

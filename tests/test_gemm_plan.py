@@ -105,17 +105,17 @@ def test_non_tensor_arguments_take_the_checked_path():
 
 
 def test_plain_variant_refuses_bias_and_gelu_on_cpu():
-    """Variants 6-8 of steps 4 and 5 (the plain epilogue; 5v8 with the in-kernel split-K) have no
-    bias/GELU: the Python checks say so."""
+    """Variants 6-9 of step 4 and 6-8, 10, 11 of step 5 (the plain epilogue; 5v8 with the in-kernel
+    split-K; 4v9, 5v10, 5v11 on a planned schedule) have no bias/GELU: the Python checks say so."""
     x, W = bf16(64, 32), bf16(48, 32)
-    for step, variants in ((4, (6, 7, 8)), (5, (6, 7, 8))):
+    for step, variants in ((4, (6, 7, 8, 9)), (5, (6, 7, 8, 10, 11))):
         for variant in variants:
             assert plan(x, W.t(), step=step, variant=variant).variant == variant
             for kw in ({"bias": bf16(48)}, {"gelu": True}):
                 with pytest.raises(ValueError, match=f"variant {variant} of step {step} is the plain product"):
                     plan(x, W.t(), step=step, variant=variant, **kw)
     with pytest.raises(ValueError, match="variant must be one of"):
-        plan(x, W.t(), step=4, variant=9)
+        plan(x, W.t(), step=4, variant=10)
     with pytest.raises(ValueError, match="variant must be one of"):
         plan(x, W.t(), step=5, variant=9)                               # (session 7's 5v9 was removed)
 
