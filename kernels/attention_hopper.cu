@@ -113,8 +113,8 @@
 //     diagonal tile masked on its second half only, the rescale factor by ex2.approx (session 8)
 //   34 32 + 33
 //   35 34 with the exponentials against the running max before the tile's max is known (STALE_MAX;
-//     the max moves only when a row grew by more than 2^8; D=64, D=128 runs 34)
-//   36 35 with every 8th exponential on the FMA pipe (exp2_poly; D=64, D=128 runs 34)
+//     the max moves only when a row grew by more than 2^8)
+//   36 35 with every 8th exponential on the FMA pipe (exp2_poly)
 // Taken out after session 5 (the code is in git at 65e8c26; figures in kernels/NOTES.md,
 //   "Session 4: H3 attention" and sessions 2-3's "H200 runs"): 1 = 2 with exp2f and sequential
 //   row max / sum (GPT-2 shape 221 against 2's 225 TFLOP/s), 3 = 2 without ping-pong (203: -10%),
@@ -388,20 +388,21 @@ __device__ inline bool softmax_tile_stale_max(const float (&s)[N / 2], float (&m
     auto exponentials = [&](const float (&m_scaled)[2]) {   // P into pf, row sums into sum[]
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            float e[N / 4];
-#pragma unroll
-            for (int j = 0; j < N / 4; ++j) {
-                const float x = fmaf(s[row_element(r, j)], scale_log2, -m_scaled[r]);
-                if constexpr (POLY > 0) e[j] = j % POLY == POLY - 1 ? exp2_poly(x) : exp2_ftz(x);
-                else e[j] = exp2_ftz(x);
-            }
+            // Four running sums instead of softmax_tile's tree over all N/4 values: each pair of
+            // exponentials is packed and added at once, so they need no registers of their own
+            // (at D = 128 the tree's 32 temporaries spilled).
+            float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
             for (int j = 0; j < N / 4; j += 2) {        // elements i, i + 1: adjacent columns of row r
                 const int i = row_element(r, j);
-                pf[i >> 3][(i & 7) >> 1] = pack_bf16(e[j], e[j + 1]);
+                const float x0 = fmaf(s[i], scale_log2, -m_scaled[r]), x1 = fmaf(s[i + 1], scale_log2, -m_scaled[r]);
+                constexpr int every = POLY > 0 ? POLY : 1 << 30;    // POLY = 0: none
+                const float e0 = j % every == every - 1 ? exp2_poly(x0) : exp2_ftz(x0);
+                const float e1 = (j + 1) % every == every - 1 ? exp2_poly(x1) : exp2_ftz(x1);
+                pf[i >> 3][(i & 7) >> 1] = pack_bf16(e0, e1);
+                acc[(j >> 1) & 3] += e0 + e1;
             }
-            tree_sum<N / 8>(e);
-            sum[r] = e[0];
+            sum[r] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
         }
     };
     const float m_old[2] = {m[0] * scale_log2, m[1] * scale_log2};
@@ -1335,8 +1336,8 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //      bindings give it a counter that is zero and that no other launch uses meanwhile: see
 //      attention_hopper_counter_resets). The default since session 7
 //  32, 33, 34: 30 with DOUBLE_P, with LEAN_SOFTMAX, with both (see persistent_kernel)
-//  35: 34 with STALE_MAX (softmax_tile_stale_max; D = 64; D = 128 runs 34, which 35 would spill)
-//  36: 35 with every 8th exponential by exp2_poly (D = 64; D = 128 runs 34)
+//  35: 34 with STALE_MAX (softmax_tile_stale_max; D = 128: 237 of the 240 registers, no spills)
+//  36: 35 with every 8th exponential by exp2_poly
 // 2 and 4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zero, used by this launch alone (the bindings zero one
 // per call, or, where attention_hopper_counter_resets says the kernel sets it back to 0 itself,
@@ -1374,9 +1375,9 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
     case 34: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, true, true>(p, stream, work_counter)
                         : launch_persistent<128, 2, true, true, true, true, false, true, true, true>(p, stream, work_counter);
     case 35: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, true, true, true>(p, stream, work_counter)
-                        : launch_persistent<128, 2, true, true, true, true, false, true, true, true>(p, stream, work_counter);   // 34: spills at D=128
+                        : launch_persistent<128, 2, true, true, true, true, false, true, true, true, true>(p, stream, work_counter);
     case 36: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, true, true, true, 8>(p, stream, work_counter)
-                        : launch_persistent<128, 2, true, true, true, true, false, true, true, true>(p, stream, work_counter);   // 34
+                        : launch_persistent<128, 2, true, true, true, true, false, true, true, true, true, 8>(p, stream, work_counter);
     default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20, 22-25, 27-29, 31) too
     }
 }

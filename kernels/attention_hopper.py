@@ -95,10 +95,8 @@ VARIANTS = {0: "default (30 for D=64 and D=128)",
                 "only its second half, the rescale factor by ex2.approx",
             34: "32 + 33",
             35: "34 with the exponentials taken against the running max before the tile's own max is known; "
-                "the max moves (and O is rescaled) only when a row's scores grew by more than 2^8 (D=64; "
-                "D=128 runs 34)",
-            36: "35 with every 8th exponential of a row by a cubic on the FMA pipe instead of the MUFU (D=64; "
-                "D=128 runs 34)"}
+                "the max moves (and O is rescaled) only when a row's scores grew by more than 2^8",
+            36: "35 with every 8th exponential of a row by a cubic on the FMA pipe instead of the MUFU"}
 
 
 OP = "tk Hopper attention"

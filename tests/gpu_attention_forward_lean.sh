@@ -3,8 +3,8 @@
 # <= 118 s: variants 32 (P in two register buffers, converted between the exponentials), 33 (the
 # softmax's mask decision once per item, consumer 1's diagonal tile masked on its second half only,
 # the rescale factor by ex2.approx), 34 (both), 35 (34 + the exponentials against the running max
-# before the tile's max is known; D=128 runs 34) and 36 (35 + every 8th exponential on the FMA pipe;
-# D=128 runs 34), each = the default 30 plus those changes
+# before the tile's max is known) and 36 (35 + every 8th exponential on the FMA pipe), each = the
+# default 30 plus those changes
 # (kernels/attention_hopper.cu, persistent_kernel's DOUBLE_P / LEAN_SOFTMAX / STALE_MAX / POLY_EXP;
 # kernels/NOTES.md, "Session 8: A"). TORCH_EXTENSIONS_DIR=/tmp/ext (the caller's prebuild; else the smoke step builds).
 # LANE_LIMIT bounds every step (tests/gpu_lib.sh); logs in OUT/logs, packed into OUT/logs.tgz;
@@ -13,7 +13,7 @@
 #   2 float64 tests of the candidates (test_attention_hopper.py parametrized over them: the issue's
 #     T list 1..4096, D 64/128, full attention, large logits, strided views, many items, the
 #     CUDA-graph tests), outputs poisoned; meanwhile, racecheck and memcheck of the last candidate
-#     that passed (36: every change; D=128 runs 34; none touches shared memory or the barriers)
+#     that passed (36: every change; none touches shared memory or the barriers)
 #   3 forward timing in turns (kernels.attention_bench --interleave, CUDA-graph replay): the default
 #     (tk-hopper = 30), the candidates, cuDNN, at the issue's three shapes
 #   4 host microseconds per forward call at the GPT-2 shape (kernels.attention_bench --host)
