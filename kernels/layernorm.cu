@@ -66,7 +66,10 @@
 // Session 7 measured and removed smaller forward blocks (1, 2, 4 warps, like torch.compile's
 // one-warp rows), an evenly split backward grid, a column sum in one L2 round trip, and other
 // forms of the forward's loads (plain ld.global: the same; Triton's evict-first hints: slower):
-// none was faster (kernels/NOTES.md, "Session 7: L").
+// none was faster (kernels/NOTES.md, "Session 7: L"). Session 8: for rows of one warp (G = 1) the
+// default plan runs forward_lean_kernel and backward_lean_kernel (flags fwd_lean, bwd_lean): the same
+// arithmetic in fewer instructions (no group arithmetic, predicated loads and stores in one basic
+// block, parameters loaded at once); fwd+bwd 61.4 -> 57.0 us at 16384x768 (NOTES, "Session 8: L").
 //
 // DROPOUT of the branch (session 4): training drops elements of each residual branch (attention
 // and MLP outputs) before adding them to the stream. Done by kernels of its own, dropout costs a
@@ -79,8 +82,8 @@
 // dropout code at all.
 //
 // Read in this order: Chunk, RowGroup (who holds which columns), group_sum, the dropout mask,
-// forward_kernel, backward_kernel, column_sum_kernel, the variants, then the launchers at the
-// bottom (grid sizing, dispatch).
+// forward_kernel, forward_lean_kernel, backward_kernel, backward_lean_kernel, column_sum_kernel, the
+// variants, then the launchers at the bottom (grid sizing, dispatch).
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -747,7 +750,9 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
 // kept for both passes (backward_kernel loads them in each, chunk by chunk between the stores), and
 // the bwd_l2_first(2) prefetch count is a run-time argument (first_steps) rather than an instance.
 // Without dropout (with it, or G > 1, backward_kernel runs). The same arithmetic in the same order
-// as backward_kernel, so the same dh_out, dr and partial sums, bitwise.
+// as backward_kernel: bitwise the same results for bf16 h; for fp32 h ptxas fuses one multiply-add
+// differently (this kernel keeps g = dy * w from the first pass, backward_kernel recomputes it inside
+// an FMA), so dx there may differ in its last bits (H200, session 8: within 1e-5 of the largest).
 __device__ __forceinline__ float2 warp_sum_bfly(float2 v) {
 #pragma unroll
     for (int mask = 16; mask >= 1; mask >>= 1) {
@@ -938,6 +943,7 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //   fwd_lean     rows of one warp (G = 1) run forward_lean_kernel (session 8; no dropout instances:
 //                with dropout, or G > 1, forward_kernel runs)
 //   bwd_lean     the same for the backward: backward_lean_kernel (always with bwd_tree's block sum)
+//                (both in the default plan since session 8)
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -955,8 +961,10 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
 // Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan. Session 6's
 // call 3 added fwd_early_pdl, bwd_l2_first2 and bwd_reverse: bench.py's fwd+bwd 65.2 -> 62.6 us at
-// 16384x768, 114.3 -> 111.9 at 32768, 210.9 -> 208.6 at 65536 (same run, interleaved).
-constexpr const char* DEFAULT_PLAN = "fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first2,bwd_reverse";
+// 16384x768, 114.3 -> 111.9 at 32768, 210.9 -> 208.6 at 65536 (same run, interleaved). Session 8
+// added fwd_lean and bwd_lean (call 2, interleaved: 61.4 -> 57.0 us at 16384x768, 110.3 -> 105.6 at
+// 32768, 206.5 -> 200.0 at 65536; eager 183.9 / 345.6 / 666.0).
+constexpr const char* DEFAULT_PLAN = "fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first2,bwd_reverse,fwd_lean,bwd_lean";
 
 // Flags are switched on one by one, starting from none; "default" switches on DEFAULT_PLAN's.
 // An unknown name sets *error (when given) and is otherwise ignored.

@@ -82,7 +82,7 @@ struct Variant {
     bool fwd_early_pdl = false;   // "fwd_early_pdl" (session 6: opt-in, kernels without dropout)
     bool bwd_l2_first = false;    // "bwd_l2_first"
     bool bwd_l2_first2 = false;   // "bwd_l2_first2"
-    bool fwd_lean = false;        // "fwd_lean" (session 8: opt-in, rows of one warp, no dropout)
+    bool fwd_lean = false;        // "fwd_lean" (session 8: rows of one warp, no dropout)
     bool bwd_lean = false;        // "bwd_lean" (session 8: the same for the backward)
 };
 

@@ -386,9 +386,9 @@ def print_s5_rows(rows, header=True):
 # or of its neighbour's load over the run falls on all of them alike. The figure is the median of
 # all rounds' replays; the spread is the range of the per-round medians.
 INTERLEAVED_ROWS = [16384, 32768, 65536]
-# the default (since session 6's call 3: session 5's fwd_full,bwd_tree,pdl + fwd_early_pdl,
-# bwd_l2_first2, bwd_reverse) against session 8's lean kernels on it (forward, backward, both)
-INTERLEAVED_PLANS = ["default", "default,fwd_lean", "default,bwd_lean", "default,fwd_lean,bwd_lean"]
+# the default (since session 8: session 6's plan fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first2,
+# bwd_reverse + the lean kernels fwd_lean, bwd_lean) against session 6's plan
+INTERLEAVED_PLANS = ["default", "fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first2,bwd_reverse"]
 
 
 def interleaved_rows(args, ln, l2_bytes, plans, rows_list, cols=768):
