@@ -95,15 +95,21 @@ def auto_step(M, N, K, plain=False, num_sms=132):
     plain=True (no bias, no GELU: the plain epilogue, kernels/gemm_plain_epilogue.cuh; session 6,
     call 2): step 4 v8 (cooperative 128x256, stores deferred into the next tile's k-steps:
     1.02-1.11x cuBLAS at 8192³ and every GPT-2 forward shape) unless the product has too few
-    128x256 tiles to fill the SMs twice (the weight gradients: split-K), where step 5 v7 (ping-pong
-    128x128, plain epilogue) wins (0.91-1.05x, CUDA-graph timing, with split-K's memset and
-    conversion kernel). Step 5 v8 (the split-K finished in the kernel, session 7) ran 1-17%
-    slower than v7 WITH them in three H200 runs (three versions): opt-in (kernels/NOTES.md).
+    128x256 tiles to fill the SMs twice (the weight gradients: split-K). Among those, products with
+    at least half as many 128x128 tiles as SMs run step 5 v10 (ping-pong 128x128 on the planned
+    schedule, stream_schedule: whole tiles or heads + a few k-pieces summed in the kernel; session 8,
+    call 2: 1.03 / 1.08 / 1.03x cuBLAS at dW 3072x768, 768x3072, 2304x768 where v7 ran 0.91 / 0.94 /
+    0.97x), and the rest step 5 v7 (equal split-K + memset + conversion: 1.04x at dW 768x768, where
+    v10's tails, shared by 96 of 132 CTAs at scattered k, read their operands from HBM several
+    times: 0.96x). Step 5 v8 (equal splits finished in the kernel, session 7) ran 1-17% slower than
+    v7: opt-in (kernels/NOTES.md).
     plain=False (a fused bias/GELU; kernels/NOTES.md, session 3, call 2): step 5's ping-pong on
     64x256 consumer tiles when a tile's K loop is short (K <= 1024: its epilogue overlap pays,
     0.78-0.80x cuBLAS against step 4's 0.70-0.75x), step 4 otherwise."""
     if plain:
-        return (4, 8) if -(-M // TILE_M) * -(-N // TILE_N) >= 2 * num_sms else (5, 7)
+        if -(-M // TILE_M) * -(-N // TILE_N) >= 2 * num_sms:
+            return (4, 8)
+        return (5, 10) if 2 * -(-M // 128) * -(-N // 128) >= num_sms else (5, 7)
     return (5, 1) if K <= 1024 else (4, 0)
 
 

@@ -121,17 +121,28 @@ def test_plain_variant_refuses_bias_and_gelu_on_cpu():
 
 
 def test_auto_plans_the_plain_variants_without_bias():
-    """step=0 (the default): without bias/GELU the plain epilogue (4v8, or 5v7 for products with
-    few 128x256 tiles: the weight gradients); with bias or GELU the fused rule (5v1 / 4v0)."""
+    """step=0 (the default): without bias/GELU the plain epilogue (4v8, or for products with few
+    128x256 tiles, the weight gradients, 5v10's schedule or 5v7's equal splits); with bias or GELU
+    the fused rule (5v1 / 4v0)."""
     cases = [((16384, 768), (3072, 768), (4, 8)), ((8192, 8192), (8192, 8192), (4, 8)),
-             ((768, 16384), (16384, 3072), (5, 7)), ((77, 48), (272, 48), (5, 7))]
+             ((768, 16384), (16384, 3072), (5, 10)), ((768, 16384), (16384, 768), (5, 7)), ((77, 48), (272, 48), (5, 7))]
     for (m, k), (n_or_k, k_or_n), want in cases:
         a = bf16(m, k)
         b = bf16(n_or_k, k_or_n).t() if n_or_k != k else bf16(n_or_k, k_or_n)   # W.t() or [K][N]
-        p = plan(a, b, step=0)
+        p = plan(a, b, step=0, splits=None)         # (cuda=False: split counts for 132 SMs)
         assert (p.step, p.variant) == want, (m, k, want, p)
         pb = plan(a, b, step=0, bias=bf16(b.shape[1]))
         assert (pb.step, pb.variant) == gemm.auto_step(m, b.shape[1], k), pb
+
+
+def test_auto_with_a_split_count_keeps_equal_splits():
+    """step=0 picks 5v10 (its own schedule) for dW 768x16384x3072; a split count passed with it
+    asks for equal splits, so the plan is 5v7 with that count, as before session 8."""
+    dy, x = bf16(16384, 768), bf16(16384, 3072)
+    assert plan(dy.t(), x, step=0, splits=None)[:2] == (5, 10)
+    for splits in (1, 3):
+        p = plan(dy.t(), x, step=0, splits=splits)
+        assert (p.step, p.variant, p.splits) == (5, 7, splits), p
 
 
 def test_splitk_workspace_sizes_and_reuse():
