@@ -149,8 +149,10 @@ def test_products_read_in_place_and_pad_only_tails(fake_gemm):
 
 def test_plans_at_gpt2_shapes():
     """The kernels gemm.auto_step picks for the attention's linears at 16k tokens (GPT-2, B=16,
-    T=1024): plain epilogue, step 4 v8 for y and dx, step 5 v7 (split-K) for dW. With a bias
-    the forward takes the fused-bias kernel (step 5 v1, K <= 1024)."""
+    T=1024): plain epilogue, step 4 v8 for y and dx; for dW step 5 v10 (the planned schedule,
+    session 8) where the output has >= SMs/2 128x128 tiles (c_attn's 2304x768), else step 5 v7
+    (split-K; c_proj's 768x768). With a bias the forward takes the fused-bias kernel (step 5 v1,
+    K <= 1024)."""
     M, C = 16384, 768
     x, dy_attn, dy_proj = (torch.empty(M, n, dtype=torch.bfloat16) for n in (C, 3 * C, C))
     w_attn, w_proj = torch.empty(3 * C, C, dtype=torch.bfloat16), torch.empty(C, C, dtype=torch.bfloat16)
@@ -158,11 +160,11 @@ def test_plans_at_gpt2_shapes():
         patch.setattr(gemm, "_num_sms", lambda device: 132)
         def plan(a, b, **kw):
             return gemm.plan(a, b, step=0, cuda=False, **kw)
-        for w, dy in ((w_attn, dy_attn), (w_proj, dy_proj)):
+        for w, dy, dw_variant in ((w_attn, dy_attn, 10), (w_proj, dy_proj, 7)):
             assert plan(x, w.t())[:4] == (4, 8, False, "t")
             assert plan(dy, w)[:4] == (4, 8, False, "c")
             p = plan(dy.t(), x)
-            assert (p.step, p.variant, p.a_t) == (5, 7, True) and p.splits >= 1
+            assert (p.step, p.variant, p.a_t) == (5, dw_variant, True) and p.splits >= 1
         assert plan(x, w_attn.t(), bias=torch.empty(3 * C, dtype=torch.bfloat16))[:2] == (5, 1)
 
 
