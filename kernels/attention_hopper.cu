@@ -3,8 +3,8 @@
 // two consumer warpgroups (setmaxnreg moves registers from the first to the others), wgmma for
 // S = Q·Kᵀ (both operands in shared memory) and O += P·V (P in registers).
 // Two kernels share that pipeline: forward_kernel (one CTA per query block; variants 2, 4, 5) and
-// persistent_kernel (one CTA per SM walks over many query blocks; variants 8, 11-13, 21, 26, 30, 32-36),
-// which runs by default: variant 30 for head_dim 64 and 128 (DEFAULT_VARIANT_D64 / _D128).
+// persistent_kernel (one CTA per SM walks over many query blocks; variants 8, 11-13, 21, 26, 30, 33,
+// 35, 37), which runs by default: variant 35 for head_dim 64 and 128 (DEFAULT_VARIANT_D64 / _D128).
 // Read kernels/attention_portable.cu first: same algorithm, plainer machinery.
 // Read in order: the algorithm and the pipeline picture (this comment), config, item_at,
 // softmax_tile, forward_kernel (producer branch, consumer branch, epilogue: the pipeline for one
@@ -107,14 +107,18 @@
 //   30 21 whose work counter sets itself back to 0 (persistent_kernel's SELF_RESET), so a call needs
 //     no zeroing kernel before it: the default for both head dims since session 7 (GPT-2 shape
 //     0.0782 ms against 21's 0.0794 and cuDNN's 0.0864)
-//   32 30 with P in two register arrays that alternate by tile (DOUBLE_P): P is converted to bf16
-//     between the exponentials instead of after the wait for the previous P·V (session 8)
 //   33 30 with a leaner softmax (LEAN_SOFTMAX): the mask decision once per item, consumer 1's
 //     diagonal tile masked on its second half only, the rescale factor by ex2.approx (session 8)
-//   34 32 + 33
-//   35 34 with the exponentials against the running max before the tile's max is known (STALE_MAX;
-//     the max moves only when a row grew by more than 2^8)
-//   36 35 with every 8th exponential on the FMA pipe (exp2_poly)
+//   35 30 + LEAN_SOFTMAX + P in two register arrays that alternate by tile (DOUBLE_P) + the
+//     exponentials against the running max before the tile's max is known (STALE_MAX: the max
+//     moves only when a row grew by more than 2^8); D=128 without STALE_MAX. The default for both
+//     head dims since session 8 (call 2: GPT-2 shape 0.0721 ms against 30's 0.0762 and cuDNN's
+//     0.0841; shakespeare-char 0.0239 / 0.0243 / 0.0248; t4096-d128 0.4774 / 0.4895 / 0.5627)
+//   37 35 with STALE_MAX's row sums as four running sums (RUNNING_SUMS), so that D=128 fits it too
+// Tried in session 8 and taken out (code in git at 90b58dd; kernels/NOTES.md, "Session 8: A"):
+//   32 = 30 + DOUBLE_P (GPT-2 0.0780 against 30's 0.0762: the loop unrolled by two for the two P
+//   arrays costs instruction-cache misses), 34 = 32 + LEAN_SOFTMAX (0.0785), 36 = 35 with every
+//   8th exponential by a cubic on the FMA pipe (0.0732 against 35's 0.0721).
 // Taken out after session 5 (the code is in git at 65e8c26; figures in kernels/NOTES.md,
 //   "Session 4: H3 attention" and sessions 2-3's "H200 runs"): 1 = 2 with exp2f and sequential
 //   row max / sum (GPT-2 shape 221 against 2's 225 TFLOP/s), 3 = 2 without ping-pong (203: -10%),
@@ -181,11 +185,13 @@ struct config {
 
 // Which variant runs by default (see attention_hopper_forward_variant at the bottom): the fastest
 // that passed its tests on the H200, timed beside the others in one run (kernels/NOTES.md,
-// "Session 7: A", call 2, in turns with cuDNN): variant 30 for both head dims (persistent, dynamic
-// scheduling with a self-resetting counter, half diagonal tile, the lean epilogue; lazy rescaling
-// at D = 128): GPT-2 shape 0.0782 ms, shakespeare-char 0.0250, (4, 16, 4096, 128) 0.4811, against
-// 0.0794 / 0.0265 / 0.4790 for session 6's default 21 and cuDNN's 0.0864 / 0.0269 / 0.5516.
-constexpr int DEFAULT_VARIANT_D64 = 30, DEFAULT_VARIANT_D128 = 30;
+// "Session 8: A", call 2, in turns with cuDNN): variant 35 for both head dims (30 = persistent,
+// dynamic scheduling with a self-resetting counter, half diagonal tile, the lean epilogue; plus
+// DOUBLE_P, LEAN_SOFTMAX and, at D = 64, STALE_MAX): GPT-2 shape 0.0721 ms, shakespeare-char
+// 0.0239, (4, 16, 4096, 128) 0.4774, against 0.0762 / 0.0243 / 0.4895 for session 7's default 30
+// and cuDNN's 0.0841 / 0.0248 / 0.5627. (PENDING session 8's call 3, which verifies it as the
+// default: if it fails there, both go back to 30.)
+constexpr int DEFAULT_VARIANT_D64 = 35, DEFAULT_VARIANT_D128 = 35;
 
 struct kernel_params {
     CUtensorMap q_map, k_map, v_map;                    // 4-D maps {dim, seq, heads, batch}
@@ -229,22 +235,6 @@ __device__ inline float exp2_ftz(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
-}
-// exp2 on the FMA/ALU pipes instead of the MUFU (FlashAttention-4's trick; variant 36, and sessions
-// 5 and 7's variants 17, 28, 29, which lost; git 0178bd2). Cody-Waite: x = j + f with j = floor(x)
-// and f in [0, 1); 2^f by a cubic (minimax in relative error with p(0) = 1 exactly: max rel. error
-// 8.6e-5, against bf16 P's 2^-9 rounding); 2^j by adding j to p's exponent field. floor without a
-// conversion instruction: x + 1.5·2^23 rounded down puts floor(x) into the low mantissa bits of t,
-// and (t's bits << 23) is j << 23 (1.5·2^23's own bits vanish in the shift). x is clamped to -127
-// first, where p = 1 and the sum is +0: so exp2(-inf) (a masked score) is exactly 0, as
-// ex2.approx.ftz gives. Exact enough for -127 <= x < 128 (softmax_tile_stale_max's fast path
-// has x <= 8; its speculative values past that are thrown away).
-__device__ inline float exp2_poly(float x) {
-    x = fmaxf(x, -127.f);
-    const float t = __fadd_rd(x, 12582912.f);            // 1.5·2^23 + floor(x), exactly
-    const float f = x - (t - 12582912.f);                // in [0, 1), exactly
-    const float p = fmaf(fmaf(fmaf(0.07706602f, f, 0.22764611f), f, 0.69511654f), f, 1.f);
-    return __uint_as_float(__float_as_uint(p) + (__float_as_uint(t) << 23));
 }
 // t[0] = max (or sum) of t[0 .. 2W): halve the live range W times. Templates, not a loop with
 // w /= 2, so every index is a compile-time constant and t stays in registers.
@@ -364,7 +354,7 @@ __device__ inline void scores_to_a_operand(uint32_t (&p)[N / 16][4], const float
         for (int q = 0; q < 4; ++q) p[j][q] = pack_bf16(s[8 * j + 2 * q], s[8 * j + 2 * q + 1]);
 }
 
-// STALE_MAX (variant 35; FA4's "conditional rescaling", here with the exponentials first): one tile
+// STALE_MAX (variants 35, 37; FA4's "conditional rescaling", here with the exponentials first): one tile
 // of online softmax whose exponentials do not wait for the tile's row max. They are taken against
 // the running max m as it is (finite: every row has an unmasked key in its first tile, which the
 // caller runs through softmax_tile), converted to P (bf16, into pf: pairs of adjacent columns of a
@@ -376,33 +366,39 @@ __device__ inline void scores_to_a_operand(uint32_t (&p)[N / 16][4], const float
 // the raw scores (s is not overwritten), l rescaled; returns true and rescale[] for O. O / l and
 // the LSE stay exact because O and l always share one m (as LAZY). P up to 2^8 instead of 1 keeps
 // bf16's relative precision; l, O in fp32 have room for it.
-// POLY (variant 36): every POLY-th exponential of a row by exp2_poly on the FMA/ALU pipes (0: none).
-// Sessions 5 and 7 lost with it (variants 17, 28, 29: the softmax then was a longer serial stream);
-// here the tile's fast path is the MUFU's 8-cycle spacing with free issue slots between, and the two
-// warps of an SMSP share that MUFU.
-__device__ inline float exp2_poly(float x);
-template <int N, int POLY = 0>
+// RUNNING_SUMS (variant 37): each pair of exponentials is packed and added to one of four running
+// sums at once, instead of a tree over all N/4 values of the row: no 32 temporaries (with the tree,
+// D = 128 spills 24 bytes, so variant 35 runs DOUBLE_P + LEAN_SOFTMAX alone there).
+template <int N, bool RUNNING_SUMS = false>
 __device__ inline bool softmax_tile_stale_max(const float (&s)[N / 2], float (&m)[2], float (&l)[2],
                                               float (&rescale)[2], uint32_t (&pf)[N / 16][4], float scale_log2) {
     float mx[2], sum[2];
     auto exponentials = [&](const float (&m_scaled)[2]) {   // P into pf, row sums into sum[]
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            // Four running sums instead of softmax_tile's tree over all N/4 values: each pair of
-            // exponentials is packed and added at once, so they need no registers of their own
-            // (at D = 128 the tree's 32 temporaries spilled).
-            float acc[4] = {0.f, 0.f, 0.f, 0.f};
+            if constexpr (RUNNING_SUMS) {
+                float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-            for (int j = 0; j < N / 4; j += 2) {        // elements i, i + 1: adjacent columns of row r
-                const int i = row_element(r, j);
-                const float x0 = fmaf(s[i], scale_log2, -m_scaled[r]), x1 = fmaf(s[i + 1], scale_log2, -m_scaled[r]);
-                constexpr int every = POLY > 0 ? POLY : 1 << 30;    // POLY = 0: none
-                const float e0 = j % every == every - 1 ? exp2_poly(x0) : exp2_ftz(x0);
-                const float e1 = (j + 1) % every == every - 1 ? exp2_poly(x1) : exp2_ftz(x1);
-                pf[i >> 3][(i & 7) >> 1] = pack_bf16(e0, e1);
-                acc[(j >> 1) & 3] += e0 + e1;
+                for (int j = 0; j < N / 4; j += 2) {    // elements i, i + 1: adjacent columns of row r
+                    const int i = row_element(r, j);
+                    const float e0 = exp2_ftz(fmaf(s[i], scale_log2, -m_scaled[r]));
+                    const float e1 = exp2_ftz(fmaf(s[i + 1], scale_log2, -m_scaled[r]));
+                    pf[i >> 3][(i & 7) >> 1] = pack_bf16(e0, e1);
+                    acc[(j >> 1) & 3] += e0 + e1;
+                }
+                sum[r] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+            } else {
+                float e[N / 4];
+#pragma unroll
+                for (int j = 0; j < N / 4; ++j) e[j] = exp2_ftz(fmaf(s[row_element(r, j)], scale_log2, -m_scaled[r]));
+#pragma unroll
+                for (int j = 0; j < N / 4; j += 2) {    // elements i, i + 1: adjacent columns of row r
+                    const int i = row_element(r, j);
+                    pf[i >> 3][(i & 7) >> 1] = pack_bf16(e[j], e[j + 1]);
+                }
+                tree_sum<N / 8>(e);
+                sum[r] = e[0];
             }
-            sum[r] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
         }
     };
     const float m_old[2] = {m[0] * scale_log2, m[1] * scale_log2};
@@ -742,7 +738,7 @@ struct persistent_config : config<D, CONSUMERS> {
 // cubic on the FMA pipe (Cody-Waite, FA4's trick): 0.0817 / 0.0833, the more the slower, as
 // session 5's variant 17: the consumer warps are issue- and latency-bound, not MUFU-bound.
 //
-// DOUBLE_P and LEAN_SOFTMAX (session 8; variants 32-34): a consumer warp's loop turn is its own
+// DOUBLE_P, LEAN_SOFTMAX, STALE_MAX (session 8; variants 33, 35 (the default), 37): a consumer warp's loop turn is its own
 // dependent instruction stream (session 6's ncu: ~2,080 cycles per turn for ~1,024 of tensor work,
 // stalls mostly fixed-latency waits, nothing saturated), so both shorten that stream. DOUBLE_P: P
 // alternates between two register arrays, so tile n's P is converted right after its exponentials
@@ -752,16 +748,21 @@ struct persistent_config : config<D, CONSUMERS> {
 // 64 keys only, the rescale factor by ex2.approx. STALE_MAX (on top of both): the exponentials of
 // tiles after the first are taken against the running max as it is, and the tile's row max (FMNMX
 // tree, shuffles) is worked out beside them; only when a row grew by more than 2^8 does the warp
-// redo the tile against the new max (softmax_tile_stale_max). kernels/NOTES.md, "Session 8: A".
+// redo the tile against the new max (softmax_tile_stale_max). H200, session 8's call 2, GPT-2 shape
+// in turns: 30 0.0762 ms, + DOUBLE_P 0.0780, + LEAN_SOFTMAX 0.0760, + both 0.0785, + all three (35)
+// 0.0721 (cuDNN 0.0841). DOUBLE_P alone loses: its loop is unrolled by two (register arrays cannot
+// be indexed at run time) and the bigger loop misses in the instruction cache (ncu of 35: "no
+// instruction" stalls 5% of the samples, against 2% for 21); with STALE_MAX the turn is short
+// enough that it pays anyway. kernels/NOTES.md, "Session 8: A".
 template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool LEAN_EPILOGUE = false,
           bool PDL = false, bool SELF_RESET = false, bool DOUBLE_P = false, bool LEAN_SOFTMAX = false,
-          bool STALE_MAX = false, int POLY_EXP = 0>
+          bool STALE_MAX = false, bool RUNNING_SUMS = false>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
     using namespace tk;
     static_assert(!STALE_MAX || (DOUBLE_P && LEAN_SOFTMAX), "STALE_MAX is written on top of DOUBLE_P and LEAN_SOFTMAX");
-    static_assert(POLY_EXP == 0 || STALE_MAX, "POLY_EXP only in softmax_tile_stale_max");
+    static_assert(!RUNNING_SUMS || STALE_MAX, "RUNNING_SUMS only in softmax_tile_stale_max");
     constexpr bool PINGPONG = CONSUMERS == 2;          // as forward_kernel
     constexpr int BM = C::block_m, BN = C::block_n, S = C::stages, QS = C::q_slots;
 
@@ -1027,7 +1028,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         auto probabilities_stale_max = [&](int n, bool half, uint32_t (&pf)[BN / 16][4]) {
             if (half) {
                 if (n >= mask_from) mask_tile<BN / 2>(first_half(s_acc.d), p.causal, row0, n * BN, p.seq_len);
-                return softmax_tile_stale_max<BN / 2, POLY_EXP>(first_half(s_acc.d), m, l, rescale,
+                return softmax_tile_stale_max<BN / 2, RUNNING_SUMS>(first_half(s_acc.d), m, l, rescale,
                                                       *reinterpret_cast<uint32_t(*)[BN / 32][4]>(&pf), p.scale_log2);
             }
             if (n >= mask_from) {
@@ -1036,7 +1037,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 else
                     mask_tile<BN>(s_acc.d, p.causal, row0, n * BN, p.seq_len);
             }
-            return softmax_tile_stale_max<BN, POLY_EXP>(s_acc.d, m, l, rescale, pf, p.scale_log2);
+            return softmax_tile_stale_max<BN, RUNNING_SUMS>(s_acc.d, m, l, rescale, pf, p.scale_log2);
         };
 
 #pragma unroll
@@ -1251,7 +1252,7 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 // PDL etc.: see persistent_kernel; with PDL the launch carries the programmatic-serialization attribute.
 template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY, bool DYNAMIC, bool LEAN_EPILOGUE = false,
           bool PDL = false, bool SELF_RESET = false, bool DOUBLE_P = false, bool LEAN_SOFTMAX = false,
-          bool STALE_MAX = false, int POLY_EXP = 0>
+          bool STALE_MAX = false, bool RUNNING_SUMS = false>
 cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, unsigned int* work_counter) {
     using C = persistent_config<D, CONSUMERS>;
     if (DYNAMIC && work_counter == nullptr) return cudaErrorInvalidValue;   // see work_counter
@@ -1265,7 +1266,7 @@ cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stre
         if (!why.empty()) return cudaErrorInvalidValue;
     }
     auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, LEAN_EPILOGUE, PDL, SELF_RESET, DOUBLE_P, LEAN_SOFTMAX,
-                                    STALE_MAX, POLY_EXP>;
+                                    STALE_MAX, RUNNING_SUMS>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -1334,10 +1335,11 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //  26: 21 with PDL (launched as a programmatic dependent of the kernel before it; see persistent_kernel)
 //  30: 21 with SELF_RESET (the counter sets itself back to 0 after the launch's last ticket; the
 //      bindings give it a counter that is zero and that no other launch uses meanwhile: see
-//      attention_hopper_counter_resets). The default since session 7
-//  32, 33, 34: 30 with DOUBLE_P, with LEAN_SOFTMAX, with both (see persistent_kernel)
-//  35: 34 with STALE_MAX (softmax_tile_stale_max; D = 128: 237 of the 240 registers, no spills)
-//  36: 35 with every 8th exponential by exp2_poly
+//      attention_hopper_counter_resets). The default in session 7
+//  33: 30 with LEAN_SOFTMAX (see persistent_kernel)
+//  35: 30 with DOUBLE_P, LEAN_SOFTMAX and STALE_MAX (softmax_tile_stale_max; D = 128 without
+//      STALE_MAX, which spills there in this form). The default since session 8
+//  37: 35 with RUNNING_SUMS (D = 128 with STALE_MAX too: 237 of the 240 registers, no spills)
 // 2 and 4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zero, used by this launch alone (the bindings zero one
 // per call, or, where attention_hopper_counter_resets says the kernel sets it back to 0 itself,
@@ -1368,17 +1370,15 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, true, true, true, true>(p, stream, work_counter);
     case 30: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true>(p, stream, work_counter)
                         : launch_persistent<128, 2, true, true, true, true, false, true>(p, stream, work_counter);
-    case 32: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, true, false>(p, stream, work_counter)
-                        : launch_persistent<128, 2, true, true, true, true, false, true, true, false>(p, stream, work_counter);
     case 33: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, false, true>(p, stream, work_counter)
                         : launch_persistent<128, 2, true, true, true, true, false, true, false, true>(p, stream, work_counter);
-    case 34: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, true, true>(p, stream, work_counter)
-                        : launch_persistent<128, 2, true, true, true, true, false, true, true, true>(p, stream, work_counter);
+    // 35 at D = 128 runs DOUBLE_P + LEAN_SOFTMAX without STALE_MAX (session 8's variant 34): with it,
+    // and softmax_tile_stale_max's tree of row sums, that kernel spills; 37 is the form that fits.
     case 35: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, true, true, true>(p, stream, work_counter)
-                        : launch_persistent<128, 2, true, true, true, true, false, true, true, true, true>(p, stream, work_counter);
-    case 36: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, true, true, true, 8>(p, stream, work_counter)
-                        : launch_persistent<128, 2, true, true, true, true, false, true, true, true, true, 8>(p, stream, work_counter);
-    default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20, 22-25, 27-29, 31) too
+                        : launch_persistent<128, 2, true, true, true, true, false, true, true, true>(p, stream, work_counter);
+    case 37: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, true, true, true, true>(p, stream, work_counter)
+                        : launch_persistent<128, 2, true, true, true, true, false, true, true, true, true, true>(p, stream, work_counter);
+    default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20, 22-25, 27-29, 31, 32, 34, 36) too
     }
 }
 
@@ -1387,7 +1387,7 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
 bool attention_hopper_counter_resets(const AttentionForwardParams& p, int variant) {
     if (variant == 0) variant = p.shape.head_dim == 64 ? attention_hopper::DEFAULT_VARIANT_D64
                                                        : attention_hopper::DEFAULT_VARIANT_D128;
-    return variant == 30 || (variant >= 32 && variant <= 36);
+    return variant == 30 || variant == 33 || variant == 35 || variant == 37;
 }
 
 // The launcher E1's dispatch calls on sm_90 (see kernels/NOTES.md, attention / Hopper forward).

@@ -11,11 +11,11 @@ table. See kernels/NOTES.md, attention / Hopper forward and Session 3 (Hopper ba
 Nothing here builds at import; `why_not` builds the extension only after every cheap check
 passed on CUDA tensors of a Hopper GPU.
 
-Streams: the persistent forwards (variants 11-13, 21, 26, 30, "dynamic scheduling") hand out their
-work items through a counter that must be zero at the start and used by no other launch in flight.
-All but the default (11-13, 21, 26) get one zeroed for each call (a fill kernel before the forward,
-~1.2 us on the H200). The default, 30, sets its counter back to 0 itself when it hands out its last
-item, so the bindings keep one per CUDA stream (launches on a stream run one after the other) and
+Streams: the persistent forwards (variants 11-13, 21, 26, 30, 33, 35, 37, "dynamic scheduling") hand
+out their work items through a counter that must be zero at the start and used by no other launch in
+flight. 11-13, 21 and 26 get one zeroed for each call (a fill kernel before the forward, ~1.2 us on
+the H200). 30, 33, 35 (the default) and 37 set their counter back to 0 themselves when they hand out
+the last item, so the bindings keep one per CUDA stream (launches on a stream run one after the other) and
 give each launch captured into a CUDA graph one of its own (attention_hopper_bindings.cpp,
 owned_counter). Until session 5 there was one self-resetting counter per GPU, which two forwards in
 flight on two streams shared: they took each other's items (tests/test_attention_hopper.py::
@@ -73,7 +73,7 @@ def why_not(q, k, v, causal=True, dropout_p=0.0, scale=None):
 # default, the fastest measured. Tests run all of them, bench.py times all of them. The missing
 # numbers lost on the H200 and were removed (the .cu's opening comment: what they measured and
 # the commit that still has them); kernels/NOTES.md's figures use these numbers.
-VARIANTS = {0: "default (30 for D=64 and D=128)",
+VARIANTS = {0: "default (35 for D=64 and D=128)",
             2: "2 consumers, ping-pong, one CTA per query block",
             4: "1 consumer, 2 CTAs/SM (D=64; D=128 runs 2)",
             5: "session 3's default (4 for D=64, 2 for D=128) with L2 groups of heads",
@@ -89,14 +89,13 @@ VARIANTS = {0: "default (30 for D=64 and D=128)",
                 "before it (griddepcontrol.wait before any global memory access)",
             30: "21 whose work counter sets itself back to 0, so a call needs no zeroing kernel (the bindings "
                 "give it a counter owned by the stream, or by the CUDA graph that captured the call)",
-            32: "30 with P in two register buffers that alternate by tile: P is converted to bf16 between the "
-                "exponentials, while P·V of the previous tile still reads the other buffer",
             33: "30 with a leaner softmax: the mask decision once per item, consumer 1's diagonal tile masks "
                 "only its second half, the rescale factor by ex2.approx",
-            34: "32 + 33",
-            35: "34 with the exponentials taken against the running max before the tile's own max is known; "
-                "the max moves (and O is rescaled) only when a row's scores grew by more than 2^8",
-            36: "35 with every 8th exponential of a row by a cubic on the FMA pipe instead of the MUFU"}
+            35: "30 with 33's softmax, P in two register buffers that alternate by tile (converted to bf16 "
+                "between the exponentials), and the exponentials taken against the running max before the "
+                "tile's own max is known: the max moves (and O is rescaled) only when a row's scores grew "
+                "by more than 2^8 (D=128: without the last, which spills there)",
+            37: "35 with the row sums as four running sums, so that D=128 takes the running max too"}
 
 
 OP = "tk Hopper attention"

@@ -320,12 +320,12 @@ def test_removed_variants_are_refused():
     # must give the clear error, in Python and in the bindings, never a launch
     from kernels import attention_hopper
     q, k, v = make_qkv(1, 1, 64, 64)
-    for variant in (1, 3, 6, 7, 9, 10, 14, 15, 19, 20, 22, 23, 24, 25, 27, 28, 29, 31, 37, -1):
+    for variant in (1, 3, 6, 7, 9, 10, 14, 15, 19, 20, 22, 23, 24, 25, 27, 28, 29, 31, 32, 34, 36, 38, -1):
         with pytest.raises(ValueError, match="variant must be one of"):
             attention_hopper.forward(q, k, v, True, None, variant)
         why = attention_hopper._ext.module.check_forward(q, k, v, True, 0.125, variant)
-        assert why == (f"tk Hopper attention: variant must be 0 (the default) .. 36 and one of 0, 2, 4, 5, 8, "
-                       f"11, 12, 13, 21, 26, 30, 32, 33, 34, 35, 36 (the others were removed), got {variant}"), why
+        assert why == (f"tk Hopper attention: variant must be 0 (the default) .. 37 and one of 0, 2, 4, 5, 8, "
+                       f"11, 12, 13, 21, 26, 30, 33, 35, 37 (the others were removed), got {variant}"), why
 
 
 @pytest.mark.skipif(bool(os.environ.get("TK_ATTENTION_HOPPER_LIB")),
