@@ -20,8 +20,11 @@
 #   3. python -m kernels.layernorm_bench --interleaved: fwd, fwd+bwd at 16384, 32768, 65536 x 768
 #      bf16: eager, torch.compile, default, +fwd_lean, +bwd_lean, +both, 7 interleaved rounds of 20
 #      CUDA-graph replays; then the kernels alone (bench, GPT-2, shakespeare shapes)   -> bench.log
-#   4. ncu (real clocks, caches flushed) of the four kernels at 16384x768 bf16: duration, instructions
-#      executed, issue activity, warps active, DRAM bytes, registers                    -> ncu.log
+#      (since the default took fwd_lean, bwd_lean: the bench's INTERLEAVED_PLANS, the default vs
+#      session 6's plan)
+#   4. ncu (real clocks, caches flushed) of the four kernels at 16384x768 bf16 (session 6's plan's and
+#      the lean ones): duration, instructions executed, issue activity, warps active, DRAM bytes,
+#      registers (call 2 ran out of time before it: run it alone next time)            -> ncu.log
 # Results: OUT/summary.txt (compact) and OUT/logs.tgz (every log).
 cd "$(dirname "$0")/.." || exit 1
 export LANE_LIMIT=${LANE_LIMIT:-108}
@@ -94,7 +97,7 @@ M, C = 16384, 768
 x, r, dy, dh = (torch.randn(M, C, device="cuda").bfloat16() for _ in range(4))
 w, b = torch.randn(C, device="cuda").bfloat16(), torch.randn(C, device="cuda").bfloat16()
 for _ in range(2):   # round 1 warms up (ncu skips its kernels: --launch-skip 6)
-    for plan in ("default", "default,fwd_lean,bwd_lean"):
+    for plan in ("fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first2,bwd_reverse", "default,fwd_lean,bwd_lean"):
         ln.set_variant(plan)
         y, h, mean, rstd = ext.forward(x, r, w, b, 1e-5)
         ext.backward(dy, dh, h, mean, rstd, w)
