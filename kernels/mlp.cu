@@ -59,12 +59,13 @@
 //               DEFERS_STORE hook): pre = bf16(acc + b1) held as bf16 pairs at the tile's end, then
 //               per box pre and h = GELU(bf16 pre) staged and stored while the tensor cores work;
 //               the evaluation twin computes h from the bf16 pre too.
-//   dgelu_parts, bias_gelu_parts  (fast=3, opt-in, and fcfast=4, the default since session 7; kernels/mlp_deferred.cuh,
+//   dgelu_parts, bias_gelu_parts  (fast=3, opt-in, and fcfast=4, session 7's default; kernels/mlp_deferred.cuh,
 //               mlp_dgelu_deferred.cu, mlp_fc_deferred.cu) the dGELU and c_fc epilogues under the next
 //               tile's math in half boxes, on step 4's tile; dGELU's pre by TMA into shared memory
 //               ~10 k-steps ahead, dh held as bf16 pairs. fcfast=5: c_fc saves gelu'(pre) (bf16, from
 //               the tanh it computes for h anyway) in place of pre, and the dGELU epilogue is one
-//               product per value, dpre = dh·gelu'(pre) (the lead's idea, session 7).
+//               product per value, dpre = dh·gelu'(pre) (the lead's idea, session 7; the default since
+//               session 8: the backward is told which of the two its forward saved, mlp_bindings.cpp).
 //   bias_deferred  (defer=1, session 6, opt-in, step 4 only) c_proj's and dx's bias policy with the
 //               same deferral: bias added and values packed at the tile's end, stores under the
 //               next tile's first k-steps; the same bf16 values as bias.
@@ -138,7 +139,7 @@ namespace tk_mlp {
 const char* linear_bias_gelu(const gemm_args& g) {
     if (!g.c2) return "tk_mlp: linear_bias_gelu needs the output h (c2)";
     if (!g.c) return linear_bias_gelu_h_only(g);     // evaluation: h only, no pre (kernels/mlp_inference.cu)
-    if (g.fast_gelu == 5) {                          // session 7, opt-in: gelu'(pre) saved in place of pre, step 4 only
+    if (g.fast_gelu == 5) {                          // session 7 (the default since session 8): gelu'(pre) saved in place of pre, step 4 only
         if (g.schedule != 0 && g.schedule != SCHEDULE_STEP4)
             return "tk_mlp: fcfast=5 (gelu'(pre) saved in place of pre) runs c_fc and the dGELU GEMM on schedule 4 only";
         return linear_bias_gelu_parts(g);            // (kernels/mlp_fc_deferred.cu)

@@ -56,12 +56,15 @@ DEFAULT_SCHEDULES = ("0", "pre=1", "dgelu=6,pre=1", "dgelu=6", "0,side=0", "dw=1
                      "fast=0", "finish=1", "dw=10,finish=1",   # fast=1 is the default since session 5
                      "fcfast=1", "fcfast=2", "fcfast=2,finish=1", "fcfast=2,finish=1,dw=10",   # session 6's opt-ins
                      "defer=1", "fc=4,fcfast=3", "fc=4,fcfast=3,finish=1,defer=1",
-                     "fast=3", "fcfast=5", "finish=0,fcfast=0")   # session 7's (finish=1,fcfast=4 the default since)
+                     "fast=3", "fcfast=4", "finish=0,fcfast=0",   # session 7's (finish=1,fcfast=4 its default)
+                     "side=2", "fcfast=6")                         # session 8's (fcfast=5 the default since)
 
 
 def main(argv=None):
     import argparse
+    import random
     import statistics
+    import time
     from kernels import mlp_op, reference
     from kernels.gemm_bench import time_ms
     ap = argparse.ArgumentParser(description=__doc__)
@@ -75,6 +78,10 @@ def main(argv=None):
     ap.add_argument("--no-bias", dest="bias", action="store_false",
                     help="the MLP without biases (GPT-2's bias=False): no bias gradients, as in the GPT-2 step")
     ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--settle-ms", type=float, default=0.0,
+                    help="idle this long before each timed burst (the clocks recover between bursts, so no spec "
+                         "inherits the previous one's power state)")
+    ap.add_argument("--show-trials", action="store_true", help="print every trial's time per spec")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--parts", action="store_true", help="also time the forward and backward halves alone")
     ap.add_argument("--kernels", action="store_true",
@@ -95,7 +102,8 @@ def main(argv=None):
           f"fcfast=2: the same staged by stmatrix, one fence per box; "
           f"defer=1: c_proj's and dx's stores deferred under the next tile's math (step 4); fc=4,fcfast=3: c_fc deferred the same way; "
           f"fast=3: the dGELU epilogue under the next tile's math in half boxes, pre by TMA; "
-          f"fcfast=4 (the default since session 7): c_fc's the same way; fcfast=5: 4 saving gelu'(pre) for the backward")
+          f"fcfast=4 (session 7's default): c_fc's the same way; fcfast=5 (the default since session 8): 4 saving gelu'(pre) "
+          f"for the backward; fcfast=6: 5 without biases, 4 with")
     for M in (int(m) for m in args.M.split(",")):
         g = torch.Generator(device="cuda").manual_seed(M)
         def t(*shape, scale=1.0, grad=True):
@@ -131,13 +139,19 @@ def main(argv=None):
                 parts[f"bwd[{spec}]"] = (spec, lambda: ext.backward(dy, xd, pre, h, w1, w2, args.bias))
         per = {k: [] for k in list(fns) + list(parts)}
         order = list(fns.items()) + list(parts.items())
+        shuffle = random.Random(M)
         for trial in range(args.trials):
-            # each trial starts one place further down the list, so no spec always runs first or
-            # last in a trial (session 6: under sustained load at M = 65536 every row drifted ~15%)
-            for k, v in order[trial % len(order):] + order[:trial % len(order)]:
+            # Each trial runs the list in a fresh random order (seeded): no spec always runs first or
+            # last, nor always right after the same neighbour. (Session 6 rotated the list instead,
+            # which keeps every spec's predecessor: under sustained load at M = 65536 the first tk
+            # spec measured 2-4% ahead of specs doing the same or less work, sessions 6 and 8.)
+            for k, v in shuffle.sample(order, len(order)) if trial else order:
                 if isinstance(v, tuple):
                     mlp_op.set_schedule(v[0])
                     v = v[1]
+                if args.settle_ms > 0:
+                    torch.cuda.synchronize()
+                    time.sleep(args.settle_ms / 1000)
                 per[k].append(time_ms(v, args.iters))
         flops = 3 * 2 * 2 * M * C * H
         eager = per["eager"]
@@ -159,6 +173,8 @@ def main(argv=None):
                 line += f" {statistics.median([c / v for c, v in zip(per['compile'], per[k])]):9.3f}"
             line += f" {statistics.median([f / v for f, v in zip(per[first], per[k])]):8.3f}"
             print(line)
+            if args.show_trials:
+                print(f"    trials: {' '.join(f'{t:.4f}' for t in per[k])}")
         for k in parts:
             ms = statistics.median(per[k])
             share = flops / 3 if k.startswith("fwd") else 2 * flops / 3
@@ -216,10 +232,10 @@ def short_kernel_name(name):
     m = re.match(r"void (gemm\d)::\w+<\w+::(config<[^>]*>), \(tk::wgmma::major\)(\d), \(tk::wgmma::major\)(\d), "
                  r"(?:tk_mlp::detail::)?([\w:<>]+)>", name)
     if not m:                                     # session 7's kernels/mlp_deferred.cuh
-        d = re.match(r"void tk_mlp::detail::deferred::parts_kernel<gemm4::(config<[^>]*>), \(tk::wgmma::major\)(\d), "
-                     r"[\w:() ]*?(\w+_epilogue(?:<[^>]*>)?)>", name)
-        if d:
-            return f"parts {d.group(1)} K,{'MN' if d.group(2) == '1' else 'K'} {d.group(3)}"
+        d = re.match(r"void tk_mlp::detail::deferred::parts_kernel<gemm4::(config<[^>]*>), \(tk::wgmma::major\)(\d), ", name)
+        e = re.search(r"(\w+_epilogue(?:<[^>]*>)?)", name)
+        if d and e:
+            return f"parts {d.group(1)} K,{'MN' if d.group(2) == '1' else 'K'} {e.group(1)}"
         return name[:90]
     major = {"0": "K", "1": "MN"}
     return f"{m.group(1)} {m.group(2)} {major[m.group(3)]},{major[m.group(4)]} {m.group(5)}"

@@ -119,10 +119,11 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // session 5 M; so was session 6's fast=2, the dGELU epilogue deferred on step 4: NOTES.md, session 6 M.)
 // Session 7 (opt-in): fast=3, the dGELU epilogue deferred on step 4's tile in half boxes with pre
 // by TMA (kernels/mlp_dgelu_deferred.cu; on other schedules as fast=1; its one-loop form fast=4 lost
-// on the H200 and was removed), and fcfast=4 (the default since session 7), c_fc's the same way
+// on the H200 and was removed), and fcfast=4 (the default in session 7), c_fc's the same way
 // (kernels/mlp_fc_deferred.cu; fcfast=3's values); fcfast=5, as 4 but
 // the forward saves gelu'(pre) where pre was and the backward's dGELU multiplies by it (step 4 only;
-// the backward follows the fcfast flag set when it runs, so set it before the forward).
+// the backward is told what its forward saved: pre_holds_gelu_grad; the default since session 8).
+// Session 8: fcfast=6, 5 for an MLP without biases (GPT-2's bias=False) and 4 with.
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
 constexpr int FLAG_VALUES = 6;                 // side, pre, fast, finish, fcfast, defer
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
@@ -131,7 +132,13 @@ int side_jobs = 1;                             // 0 off, 1 on (dy's column sums 
 bool pre_tma = false;
 int fast_dgelu = 1;                            // default since session 5 (calls 2 and 3: dGELU -8% under ncu); 3: session 7, opt-in
 bool finish_kernel = true;                     // default since session 7 (was false: two torch reductions and four casts)
-int fast_gelu = 4;                             // session 6 (fcfast=1, 2 or 3) and 7 (4, 5); 4 the default since session 7 (was 0)
+int fast_gelu = 5;                             // session 6 (fcfast=1, 2 or 3), 7 (4, 5) and 8 (6: 5 for an MLP without
+                                               // biases, 4 with); 5 the default since session 8 (4 since session 7, 0 before)
+
+// What c_fc's training forward saves in pre under the fcfast flag: gelu'(pre) (fcfast=5; fcfast=6
+// when the MLP has no biases, GPT-2's bias=False) or pre itself. "Has biases" is b_fc or b_proj
+// given in the forward, bias_grads in the backward (autograd asks for bias gradients exactly then).
+bool saves_gelu_grad(bool has_biases) { return fast_gelu == 5 || (fast_gelu == 6 && !has_biases); }
 bool defer_store = false;                      // session 6 (defer=1), opt-in
 
 void set_schedule(const std::vector<int64_t>& s) {
@@ -154,10 +161,10 @@ void set_schedule(const std::vector<int64_t>& s) {
         raise_if(value_problem("tk_mlp: the fast-dGELU flag is 0, 1 or 3 (2 and 4 were removed), got " + std::to_string(s[PRODUCTS + 2])));
     if (s[PRODUCTS + 3] != 0 && s[PRODUCTS + 3] != 1)
         raise_if(value_problem("tk_mlp: the finish-kernel flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 3])));
-    if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 5)
-        raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0, 1, 2, 3, 4 or 5, got " + std::to_string(s[PRODUCTS + 4])));
-    if (s[PRODUCTS + 4] == 5 && ((s[FC] != 0 && s[FC] != 4) || (s[DGELU] != 0 && s[DGELU] != 4) || s[PRODUCTS + 1] != 0))
-        raise_if(value_problem("tk_mlp: fcfast=5 (gelu'(pre) saved in place of pre) runs c_fc and the dGELU GEMM on "
+    if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 6)
+        raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0, 1, 2, 3, 4, 5 or 6, got " + std::to_string(s[PRODUCTS + 4])));
+    if (s[PRODUCTS + 4] >= 5 && ((s[FC] != 0 && s[FC] != 4) || (s[DGELU] != 0 && s[DGELU] != 4) || s[PRODUCTS + 1] != 0))
+        raise_if(value_problem("tk_mlp: fcfast=5 and 6 (gelu'(pre) saved in place of pre) run c_fc and the dGELU GEMM on "
                                "schedule 4 only (fc and dgelu 0 or 4, pre=0)"));
     if (s[PRODUCTS + 5] != 0 && s[PRODUCTS + 5] != 1)
         raise_if(value_problem("tk_mlp: the deferred-stores flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 5])));
@@ -209,7 +216,8 @@ std::vector<Tensor> run_forward(const Tensor& x, const Tensor& w_fc, const c10::
     tk_mlp::gemm_args g = base_args(x, FC);
     g.a = x.data_ptr(); g.b = w_fc.data_ptr(); g.c = keep_pre ? pre.data_ptr() : nullptr; g.c2 = h.data_ptr();
     g.M = int(M); g.N = int(H); g.K = int(C); g.bias = ptr_or_null(b_fc);
-    g.fast_gelu = fast_gelu;
+    const bool has_biases = (b_fc && b_fc->defined()) || (b_proj && b_proj->defined());
+    g.fast_gelu = fast_gelu == 6 ? (saves_gelu_grad(has_biases) ? 5 : 4) : fast_gelu;   // (5 and 4: the same h)
     raise_if_launch_failed(tk_mlp::linear_bias_gelu(g), keep_pre ? "c_fc forward (x·w_fcᵀ + b_fc, GELU)"
                                                                  : "c_fc forward, evaluation (GELU(x·w_fcᵀ + b_fc), no pre)");
 
@@ -246,7 +254,8 @@ void weight_grad(const Tensor& a, const Tensor& b, const Tensor& x, const Tensor
 // without biases): db_fc and db_proj come back empty (0 elements), dy's column sums and both bias
 // reductions are skipped, and with the fast dGELU policies so are db1's partial sums.
 // pre_holds_gelu_grad (session 8): what the forward saved in `pre`: 1 gelu'(pre) (its c_fc ran with
-// fcfast=5), 0 pre itself, -1 (the default, for direct callers) as the fcfast flag says now. The
+// fcfast=5, or 6 without biases), 0 pre itself, -1 (the default, for direct callers) as the fcfast
+// flag says now (saves_gelu_grad(bias_grads)). The
 // autograd paths pass what their forward ran, so a schedule changed between forward and backward
 // cannot make the dGELU GEMM read one for the other; gelu'(pre) always takes the one-product dGELU
 // kernel (step 4's tile, whatever the dgelu schedule).
@@ -270,7 +279,7 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     Tensor dpre = at::empty({M, H}, x.options());
     // db1's partials: session 5's fast policies skip them when no bias gradient is wanted;
     // sessions 3-4's always write them
-    const bool saved_grad = pre_holds_gelu_grad < 0 ? fast_gelu == 5 : pre_holds_gelu_grad == 1;
+    const bool saved_grad = pre_holds_gelu_grad < 0 ? saves_gelu_grad(bias_grads) : pre_holds_gelu_grad == 1;
     const bool partials = bias_grads || !(fast_dgelu || saved_grad);
     Tensor partial = partials ? at::empty({(M + 15) / 16, H}, x.options().dtype(at::kFloat)) : Tensor();
     tk_mlp::gemm_args g = base_args(x, DGELU);
@@ -344,7 +353,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("set_schedule", &set_schedule,
           "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma, fast_dgelu, finish, fast_gelu, defer]): schedules 0 (auto) or "
           "4..10 (kernels/mlp.h), side jobs 0/1/2 (2: dy's column sums pipelined), pre by TMA 0/1, fast dGELU epilogue 0/1/3 (3: deferred, pre by TMA, step 4), finish kernel 0/1, "
-          "fast c_fc epilogue 0/1/2/3/4/5 (2: staged by stmatrix; 3: deferred on step 4; 4: in half boxes; 5: 4 saving gelu'(pre) for the backward), deferred c_proj/dx stores on step 4 0/1",
+          "fast c_fc epilogue 0/1/2/3/4/5/6 (2: staged by stmatrix; 3: deferred on step 4; 4: in half boxes; 5: 4 saving gelu'(pre) for the backward; 6: 5 without biases, 4 with), deferred c_proj/dx stores on step 4 0/1",
           py::arg("schedules"));
     m.def("get_schedule", &get_schedule, "the eleven values set_schedule last set");
     m.def("forward", &forward, "y, pre, h = forward(x, w_fc, b_fc|None, w_proj, b_proj|None)",

@@ -3,7 +3,8 @@
 // gemm4::gemm_ws_kernel, kernels/gemm_4_warp_specialized.cuh: same producer, same work order,
 // same wgmmas; only the consumer's loop differs) and its launcher; the two policies that use it
 // live in kernels/mlp_dgelu_deferred.cu (the backward's dGELU, "fast=3", opt-in) and
-// kernels/mlp_fc_deferred.cu (c_fc's bias + GELU, "fcfast=4", the default since session 7). Read kernels/gemm_4_warp_specialized.cuh
+// kernels/mlp_fc_deferred.cu (c_fc's bias + GELU, "fcfast=4"; with gelu'(pre) for the backward "fcfast=5", the default
+// since session 8, whose dGELU is the deferred one here with one product per value). Read kernels/gemm_4_warp_specialized.cuh
 // and kernels/gemm_plain_epilogue.cuh (stmatrix staging, G's deferred plain stores, variant 8) first.
 //
 // Why: in the cooperative kernel both consumer warpgroups finish a tile together, so the tensor

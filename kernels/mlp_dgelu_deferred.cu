@@ -1,5 +1,5 @@
 // kernels/mlp_dgelu_deferred.cu — the backward's dGELU GEMM with its epilogue UNDER the next
-// tile's math ("fast=3", session 7, opt-in; also fcfast=5's gelu' form): dpre = (dy·W2) ⊙ GELU'(pre), pre brought into shared
+// tile's math ("fast=3", session 7, opt-in; also fcfast=5's gelu' form, the default since session 8): dpre = (dy·W2) ⊙ GELU'(pre), pre brought into shared
 // memory by TMA long before it is needed. Read kernels/mlp.cu's opening comment (what the dGELU
 // product is) and kernels/mlp_deferred.cuh (the kernel and why) first; then this file: the policy,
 // then the launcher.

@@ -1,5 +1,6 @@
 // kernels/mlp_fc_deferred.cu — c_fc's forward (pre = x·W1ᵀ + b1, h = GELU(pre)) with its epilogue
-// under the next tile's math in half boxes ("fcfast=4", session 7, the default since), on kernels/mlp_deferred.cuh's
+// under the next tile's math in half boxes ("fcfast=4", session 7; "fcfast=5", the default since session 8,
+// also saves gelu'(pre) in pre's place), on kernels/mlp_deferred.cuh's
 // kernel. Read that header first (the kernel and why), then session 6's bias_gelu_deferred
 // (kernels/mlp_epilogues.cuh, fcfast=3), whose values and held registers this reuses.
 //

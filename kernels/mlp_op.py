@@ -124,13 +124,14 @@ SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 # fast=3 (session 7, opt-in): the dGELU epilogue deferred on step 4's tile with pre by TMA, half a box
 # after each of 8 of the next tile's first 10 k-steps (kernels/mlp_dgelu_deferred.cu); elsewhere as
 # fast=1 (its one-loop form, fast=4, lost on the H200 and was removed: kernels/NOTES.md, session 7 M).
-# fcfast=4 (session 7, the default since): c_fc's fcfast=3 values the same way, half boxes on step 4's
-# tile (kernels/mlp_fc_deferred.cu). fcfast=5 (opt-in): as 4,
+# fcfast=4 (session 7, the default until session 8): c_fc's fcfast=3 values the same way, half boxes on step 4's
+# tile (kernels/mlp_fc_deferred.cu). fcfast=5 (the default since session 8): as 4,
 # but the forward saves gelu'(pre) in pre's place and the backward's dGELU multiplies by it (step 4 only).
+# fcfast=6 (session 8): 5 for an MLP without biases (GPT-2's bias=False), 4 with.
 FLAGS = ("side", "pre", "fast", "finish", "fcfast", "defer")
-FLAG_DEFAULTS = (1, 0, 1, 1, 4, 0)     # fast=1 by default since session 5; finish=1 and fcfast=4 since session 7
-                                       # (kernels/NOTES.md, session 7 M, call 4: -3.4% / -2.0% at M = 16384 /
-                                       # 65536 against the old default, 'finish=0,fcfast=0')
+FLAG_DEFAULTS = (1, 0, 1, 1, 5, 0)     # fast=1 by default since session 5; finish=1 since session 7 (kernels/NOTES.md,
+                                       # session 7 M, call 4); fcfast=5 since session 8 (was 4; session 8 M: the
+                                       # dGELU GEMM one product per value; 'fcfast=4' restores the old default)
 
 
 def parse_schedule(spec):
@@ -148,11 +149,12 @@ def parse_schedule(spec):
     box without per-column checks; the evaluation forward follows it) or 'fcfast=2' (the same
     values, staged by stmatrix with one fence per box) or 'fcfast=3' (with fc=4: c_fc's epilogue
     under the next tile's math on step 4, h from the bf16 pre as eager computes it) or 'fcfast=4'
-    (session 7, the default since: fcfast=3's values in half boxes on step 4's tile) or 'fcfast=5' (as 4, saving gelu'(pre)
-    in pre's place for the backward; fc and dgelu on 0 or 4) and 'defer=1' (session 6, opt-in: c_proj's
+    (session 7: fcfast=3's values in half boxes on step 4's tile) or 'fcfast=5' (the default since session 8: as 4, saving gelu'(pre)
+    in pre's place for the backward; fc and dgelu on 0 or 4) or 'fcfast=6' (session 8: 5 for an MLP
+    without biases, 4 with) and 'defer=1' (session 6, opt-in: c_proj's
     and dx's stores under the next tile's math on step 4)
     -> eleven ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
-    (defaults FLAG_DEFAULTS). A DEFAULT fcfast of 5 (not named in the spec) steps back to 4 where
+    (defaults FLAG_DEFAULTS). A DEFAULT fcfast of 5 or 6 (not named in the spec) steps back to 4 where
     it cannot apply or would override what the spec asks for: a c_fc or dGELU schedule other than
     0/4, pre=1, or a dGELU epilogue named by fast=... (fcfast=5 replaces that epilogue)."""
     out = [0] * len(PRODUCTS) + list(FLAG_DEFAULTS)
@@ -175,17 +177,17 @@ def parse_schedule(spec):
         raise ValueError(f"{OP}: schedule {spec!r}: each value must be one of {sorted(SCHEDULES)} "
                          f"({'; '.join(f'{k} {v}' for k, v in SCHEDULES.items())}), got {bad[0]}")
     fcfast = len(PRODUCTS) + FLAGS.index("fcfast")
-    if out[fcfast] == 5 and "fcfast" not in named and ("fast" in named or out[PRODUCTS.index("fc")] not in (0, 4) or
+    if out[fcfast] >= 5 and "fcfast" not in named and ("fast" in named or out[PRODUCTS.index("fc")] not in (0, 4) or
                                                       out[PRODUCTS.index("dgelu")] not in (0, 4) or
                                                       out[len(PRODUCTS) + FLAGS.index("pre")] != 0):
         out[fcfast] = 4                       # (only when 5 is the default: see the docstring)
-    if out[fcfast] == 5 and (out[PRODUCTS.index("fc")] not in (0, 4) or
+    if out[fcfast] >= 5 and (out[PRODUCTS.index("fc")] not in (0, 4) or
                              out[PRODUCTS.index("dgelu")] not in (0, 4) or
                              out[len(PRODUCTS) + FLAGS.index("pre")] != 0):
-        raise ValueError(f"{OP}: schedule {spec!r}: fcfast=5 (gelu'(pre) saved in place of pre) runs c_fc and the "
+        raise ValueError(f"{OP}: schedule {spec!r}: fcfast=5 and 6 (gelu'(pre) saved in place of pre) run c_fc and the "
                          f"dGELU GEMM on schedule 4 only (fc and dgelu 0 or 4, pre=0)")
     for name, value in zip(FLAGS, out[len(PRODUCTS):]):
-        allowed = (0, 1, 2, 3, 4, 5) if name == "fcfast" else (0, 1, 3) if name == "fast" else (0, 1, 2) if name == "side" else (0, 1)
+        allowed = (0, 1, 2, 3, 4, 5, 6) if name == "fcfast" else (0, 1, 3) if name == "fast" else (0, 1, 2) if name == "side" else (0, 1)
         if value not in allowed:
             raise ValueError(f"{OP}: schedule {spec!r}: {name} must be {' or '.join(map(str, allowed))}, got {value}")
     return out
@@ -215,11 +217,12 @@ def _module():
     return _ext.module
 
 
-def _saves_gelu_grad():
-    """True when the training forward's c_fc writes gelu'(pre) in pre's place (fcfast=5)."""
+def _saves_gelu_grad(has_biases):
+    """True when the training forward's c_fc writes gelu'(pre) in pre's place: fcfast=5, or fcfast=6
+    for an MLP without biases (b_fc and b_proj both None). The binding's saves_gelu_grad, mirrored."""
     if not _env_checked and os.environ.get(SCHEDULE_ENV):
         _module()
-    return _fcfast == 5
+    return _fcfast == 5 or (_fcfast == 6 and not has_biases)
 
 
 # ---- 1. the extension calls (after the input checks), used by the custom ops and the fast path
@@ -293,7 +296,7 @@ def _setup(ctx, inputs, output):
     ctx.has_b_fc, ctx.has_b_proj = b_fc is not None, b_proj is not None
     # What the forward wrote into pre (session 8): gelu'(pre) when its c_fc ran with fcfast=5. The
     # backward is told, so a schedule changed in between cannot make it read one as the other.
-    ctx.saved = 1 if _saves_gelu_grad() else 0
+    ctx.saved = 1 if _saves_gelu_grad(ctx.has_b_fc or ctx.has_b_proj) else 0
 
 
 def _make_backward(mlp_backward):

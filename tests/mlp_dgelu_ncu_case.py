@@ -48,14 +48,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 # letter: (what, kind, schedule spec or (step, variant), bias_grads, kernel-name fragments ncu should show)
 CASES = {
-    "a": ("default dGELU (fast=1, step 4, side jobs, bias grads)", "bwd", "0", True, ("dgelu_fast", "gemm_ws_kernel")),
+    "a": ("session 7's default dGELU (fast=1, step 4, side jobs, bias grads)", "bwd", "fcfast=4", True, ("dgelu_fast", "gemm_ws_kernel")),
     "b": ("fcfast=5 (gelu'(pre) saved; one product, deferred)", "bwd", "fcfast=5", True, ("dgelu_parts", "parts_kernel")),
     "c": ("fast=3 (deferred half boxes, pre by TMA)", "bwd", "fast=3", True, ("dgelu_parts", "parts_kernel")),
     "d": ("plain dy.W2, matmul(step=0) = 4v8", "gemm", (0, 0), None, ("deferred_plain", "gemm_ws_kernel")),
     "e": ("plain dy.W2, step 4 v0 (not deferred)", "gemm", (4, 0), None, ("linear_epilogue", "gemm_ws_kernel")),
     "f": ("plain dy.W2, step 4 v6 (plain, not deferred)", "gemm", (4, 6), None, ("plain_epilogue", "gemm_ws_kernel")),
-    "g": ("a with side=0", "bwd", "0,side=0", True, ("dgelu_fast", "gemm_ws_kernel")),
-    "h": ("a without bias grads (GPT-2 bias=False)", "bwd", "0", False, ("dgelu_fast", "gemm_ws_kernel")),
+    "g": ("a with side=0", "bwd", "fcfast=4,side=0", True, ("dgelu_fast", "gemm_ws_kernel")),
+    "h": ("a without bias grads (GPT-2 bias=False)", "bwd", "fcfast=4", False, ("dgelu_fast", "gemm_ws_kernel")),
     "i": ("fcfast=5,side=0, no bias grads (leanest)", "bwd", "fcfast=5,side=0", False, ("dgelu_parts", "parts_kernel")),
     "j": ("b without bias grads (GPT-2's fcfast=5)", "bwd", "fcfast=5", False, ("dgelu_parts", "parts_kernel")),
     "k": ("c without bias grads (GPT-2's fast=3)", "bwd", "fast=3", False, ("dgelu_parts", "parts_kernel")),
@@ -82,14 +82,15 @@ def require_cuda():
 
 
 def make_inputs(M, C, H):
-    """The backward's inputs from the tk forward: pre (fcfast=4, the default) and gp (fcfast=5's
-    gelu'(pre) saved in pre's place), h; plus the plain product's launches (gemm.kernel_only)."""
+    """The backward's inputs from the tk forward: pre (fcfast=4, session 7's default) and gp (fcfast=5's
+    gelu'(pre) saved in pre's place, the default since session 8), h; plus the plain product's
+    launches (gemm.kernel_only)."""
     import torch
     from kernels import mlp_op
     g = torch.Generator(device="cuda").manual_seed(M)
     r = lambda *s, scale=1.0: (torch.randn(*s, device="cuda", generator=g) * scale).to(torch.bfloat16)
     x, w1, b1, w2, b2, dy = r(M, C), r(H, C, scale=C ** -0.5), r(H, scale=0.5), r(C, H, scale=H ** -0.5), r(C, scale=0.5), r(M, C)
-    mlp_op.set_schedule("0")
+    mlp_op.set_schedule("fcfast=4")
     _, pre, h = mlp_op._ext_forward(x, w1, b1, w2, b2)
     mlp_op.set_schedule("fcfast=5")
     _, gp, h5 = mlp_op._ext_forward(x, w1, b1, w2, b2)
@@ -107,8 +108,8 @@ def make_calls(letters, t):
         if kind == "bwd":
             gp = "fcfast=5" in spec
             P, hh = (t["gp"], t["h5"]) if gp else (t["pre"], t["h"])
-            calls[k] = (spec, lambda P=P, hh=hh, bias=bias: mlp_op._ext_backward(t["dy"], t["x"], P, hh, t["w1"], t["w2"],
-                                                                                 bias_grads=bias))
+            calls[k] = (spec, lambda P=P, hh=hh, bias=bias, gp=gp: mlp_op._ext_backward(
+                t["dy"], t["x"], P, hh, t["w1"], t["w2"], bias_grads=bias, saved=int(gp)))
         else:
             step, variant = spec
             p = gemm.plan(t["dy"], t["w2"], step=step, variant=variant)

@@ -174,7 +174,9 @@ def test_session6_schedules_vs_float64(mlp, schedule, M, C):
                                       # c_fc in half boxes (fcfast=4; on ping-pong it is fcfast=2), and both
                                       "fcfast=4", "fc=6,fcfast=4", "fcfast=4,fast=3,finish=1",
                                       # gelu'(pre) saved in place of pre (fcfast=5), with side jobs off
-                                      "fcfast=5", "4,fcfast=5,finish=1,side=0", "fcfast=5,finish=1,dw=10"])
+                                      "fcfast=5", "4,fcfast=5,finish=1,side=0", "fcfast=5,finish=1,dw=10",
+                                      # session 8: fcfast=6 (5 without biases: the even M here), side=2
+                                      "fcfast=6", "fcfast=6,side=2,dw=4"])
 @pytest.mark.parametrize("M,C", SCHEDULE_SHAPES + [(1000, 64), (517, 128), (4099, 384)])
 def test_session7_schedules_vs_float64(mlp, schedule, M, C):
     check_schedule_vs_float64(mlp, schedule, M, C)
@@ -197,14 +199,15 @@ def check_schedule_vs_float64(mlp, schedule, M, C):
         assert mlp._ext.module.get_schedule() == mlp.parse_schedule(schedule)
         poison_allocator(2 * M * H, 2 * M * H, 2 * M * C, 4 * H * C)
         y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
-        dx, dw_fc, db_fc, dw_proj, db_proj = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+        dx, dw_fc, db_fc, dw_proj, db_proj = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=bias)
+        saves_grad = mlp._saves_gelu_grad(bias)
         torch.cuda.synchronize()
     finally:
         mlp.set_schedule("0")
     pre64 = F.linear(x.double(), w_fc.double(), None if b_fc is None else b_fc.double())
     h64 = F.gelu(pre64, approximate="tanh")
-    if mlp.parse_schedule(schedule)[len(mlp.PRODUCTS) + mlp.FLAGS.index("fcfast")] == 5:
-        pre64 = gelu_grad64(pre64)                     # fcfast=5 saves gelu'(pre) in pre's place
+    if saves_grad:
+        pre64 = gelu_grad64(pre64)                     # fcfast=5 (6 without biases) saves gelu'(pre) in pre's place
     errs = {"pre": rel_err(pre, pre64), "h": rel_err(h, h64), "y": rel_err(y, ref[0]),
             "dx": rel_err(dx, ref[1]), "dw_fc": rel_err(dw_fc, ref[2]), "dw_proj": rel_err(dw_proj, ref[4])}
     if bias:
@@ -304,11 +307,15 @@ def test_set_schedule_refuses_bad_values(mlp):
     with pytest.raises(ValueError, match="finish"):
         mlp.set_schedule("finish=-1")
     with pytest.raises(ValueError, match="fcfast"):
-        mlp.set_schedule("fcfast=6")
+        mlp.set_schedule("fcfast=7")
     with pytest.raises(ValueError, match="fcfast=5"):
         mlp.set_schedule("fcfast=5,fc=6")                            # gelu'(pre) in pre's place: schedule 4 only
     with pytest.raises(ValueError, match="fcfast=5"):
+        mlp.set_schedule("fcfast=6,dgelu=5")
+    with pytest.raises(ValueError, match="fcfast=5"):
         mlp._ext.module.set_schedule([0, 0, 6, 0, 0, 1, 0, 1, 0, 5, 0])
+    with pytest.raises(ValueError, match="fcfast=5"):
+        mlp._ext.module.set_schedule([0, 0, 0, 0, 0, 1, 1, 1, 0, 6, 0])   # pre=1
     with pytest.raises(ValueError, match="gprime"):
         mlp.set_schedule("gprime=1")                                 # session 5's gprime: removed (lost)
     with pytest.raises(ValueError, match="defer"):
@@ -332,10 +339,10 @@ def test_set_schedule_refuses_bad_values(mlp):
     with pytest.raises(ValueError, match="finish-kernel flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 2, 0, 0])
     with pytest.raises(ValueError, match="fast-c_fc-epilogue flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 6, 0])
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 7, 0])
     with pytest.raises(ValueError, match="deferred-stores flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 0, 2])
-    assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0, 1, 1, 4, 0]   # fast=1 (session 5), finish=1, fcfast=4 (session 7)
+    assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0, 1, 1, 5, 0]   # fast=1 (session 5), finish=1 (7), fcfast=5 (8)
     assert mlp._ext.module.get_schedule() == mlp.parse_schedule("0")              # C++ and Python agree on the default
     assert mlp._fcfast == mlp._ext.module.get_schedule()[9]                        # and on fcfast (what autograd records)
     x, w_fc, _, w_proj, _, dy = make(64, 64, seed=1, bias=False)
@@ -352,7 +359,7 @@ def test_intermediates_pre_and_h(mlp, spec):
     mlp.set_schedule(spec)
     try:
         y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
-        saves_grad = mlp._saves_gelu_grad()
+        saves_grad = mlp._saves_gelu_grad(True)
         if saves_grad:                                 # the default saves gelu'(pre): pre itself from fcfast=4
             gp = pre
             mlp.set_schedule("fcfast=4")
@@ -429,11 +436,11 @@ def test_deferred_stores_match_default(mlp, spec, M, C, bias):
     mlp.set_schedule(spec + "defer=0")
     try:
         y0, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
-        g0 = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+        g0 = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=bias)
         mlp.set_schedule(spec + "defer=1")
         poison_allocator(2 * M * C, 2 * M * C)
         y1, _, _ = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
-        g1 = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+        g1 = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=bias)
         torch.cuda.synchronize()
     finally:
         mlp.set_schedule("0")
@@ -518,16 +525,18 @@ def test_session5_opt_ins_match_default(mlp, spec):
 # Session 5: bias_grads=False (a model without biases, GPT-2's bias=False): db_fc and db_proj come
 # back empty and their work is skipped; dx is bit-identical to the full backward's (its dpre is the
 # same), the weight gradients equal within split-K's order. (Autograd passes it for a model without biases.)
-@pytest.mark.parametrize("spec", ["0", "finish=1", "dgelu=6,finish=1", "side=0", "pre=1", "fast=0", "fast=3", "fcfast=5"])
+@pytest.mark.parametrize("spec", ["0", "finish=1", "dgelu=6,finish=1", "side=0", "pre=1", "fast=0", "fast=3", "fcfast=5",
+                                  "fcfast=6"])
 def test_no_bias_grads(mlp, spec):
     M, C = 1000, 768
     x, w_fc, _, w_proj, _, dy = make(M, C, seed=13, bias=False)
     mlp.set_schedule(spec)
     try:
         y, pre, h = mlp.mlp_fwd(x, w_fc, None, w_proj, None)
-        full = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
+        saved = 1 if mlp._saves_gelu_grad(False) else 0        # (what this bias-free forward wrote into pre)
+        full = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj, True, saved)
         poison_allocator(2 * M * 4 * C, 4 * 4 * C * C)
-        lean = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj, False)
+        lean = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj, False, saved)
         torch.cuda.synchronize()
     finally:
         mlp.set_schedule("0")
@@ -837,15 +846,16 @@ def test_side_job_pipelined_sums(mlp, base, M, C):
 # against the same backward without the change. A saved gelu'(pre) read as pre (or the reverse)
 # moves dx and dw_fc by tens of percent.
 @pytest.mark.parametrize("first,second", [("fcfast=5", "0"), ("0", "fcfast=5"), ("fcfast=5", "dgelu=6,pre=1"),
-                                          ("fcfast=5,side=2", "fcfast=4,fast=3")])
+                                          ("fcfast=5,side=2", "fcfast=4,fast=3"), ("fcfast=6", "fcfast=4"), ("fcfast=4", "fcfast=6")])
 @pytest.mark.parametrize("path", ["eager", "custom_op"])
-def test_backward_reads_what_forward_saved(mlp, first, second, path):
+@pytest.mark.parametrize("bias", [True, False])
+def test_backward_reads_what_forward_saved(mlp, first, second, path, bias):
     M, C = 1000 + 7, 768
-    x, w_fc, b_fc, w_proj, b_proj, dy = make(M, C, seed=41)
+    x, w_fc, b_fc, w_proj, b_proj, dy = make(M, C, seed=41, bias=bias)
     ref = reference64(x, w_fc, b_fc, w_proj, b_proj, dy)
 
     def run(change):
-        leaves = [t.clone().requires_grad_() for t in (x, w_fc, b_fc, w_proj, b_proj)]
+        leaves = [None if t is None else t.clone().requires_grad_() for t in (x, w_fc, b_fc, w_proj, b_proj)]
         mlp.set_schedule(first)
         try:
             y = mlp.mlp(*leaves) if path == "eager" else mlp.mlp_fwd(*leaves)[0]
@@ -855,11 +865,15 @@ def test_backward_reads_what_forward_saved(mlp, first, second, path):
             torch.cuda.synchronize()
         finally:
             mlp.set_schedule("0")
-        return [y] + [t.grad for t in leaves]
+        return [y] + [None if t is None else t.grad for t in leaves]
 
     same, changed = run(False), run(True)
     for i, name in enumerate(("y", "dx", "dw_fc", "db_fc", "dw_proj", "db_proj")):
+        if ref[i] is None:
+            assert changed[i] is None
+            continue
         e64 = rel_err(changed[i], ref[i])
-        assert e64 < 6e-3, f"{first} -> {second} ({path}) {name}: relative error {e64:.2e} vs float64"
+        assert e64 < 6e-3, f"{first} -> {second} ({path}, bias={bias}) {name}: relative error {e64:.2e} vs float64"
         assert rel_err(changed[i], same[i]) < 6e-3, f"{first} -> {second} ({path}) {name}: far from the unchanged run"
-    assert mlp._saves_gelu_grad() == (mlp.parse_schedule("0")[5 + mlp.FLAGS.index("fcfast")] == 5)
+    fcfast = mlp.parse_schedule("0")[5 + mlp.FLAGS.index("fcfast")]
+    assert mlp._saves_gelu_grad(True) == (fcfast == 5) and mlp._saves_gelu_grad(False) == (fcfast in (5, 6))
