@@ -7,7 +7,8 @@
 #      the default vs float64 at tails with and without bias, no-bias backward, determinism, the
 #      backward reading what its forward saved (schedule changed in between; eager and custom op;
 #      fcfast=4/5/6, with and without biases), the default's saved tensor, refusals, opcheck, the
-#      model's loss and gradients, fcfast=5 vs fcfast=3 and float64. (Builds tk_mlp if the call did not.)
+#      model's loss and gradients, torch.compile of a module, fcfast=5 vs fcfast=3 and float64. (Builds
+#      tk_mlp if the call did not.)
 #   2. issue 6's table: mlp_bench --graphs --compile, biases on, M = 16384 and 65536, 7 trials in a
 #      fresh random order each, 25 ms idle before each burst; new default ("0") vs OLD_DEFAULT
 #      (x first = paired ratio to the new default) and dw=5 (opt-in); every trial printed
@@ -29,7 +30,7 @@ SMI=$!
 
 # 1. tests
 step 36 tests.log python3 -m pytest -q -n 10 -p no:cacheprovider --maxfail=8 -rf tests/test_mlp.py \
-    -k "forward_backward_vs_float64 or no_bias_grads or deterministic or reads_what_forward or intermediates or refuses or opcheck or model_loss or gelu_grad_saved"
+    -k "forward_backward_vs_float64 or no_bias_grads or deterministic or reads_what_forward or intermediates or refuses or opcheck or model_loss or gelu_grad_saved or compile_module"
 note "tests (default path, no-bias, determinism, mixed schedules, saved tensor, refusals, opcheck, model, fcfast=5): $(grep -E 'passed|failed|error' "$L/tests.log" | tail -1)"
 grep -E "^FAILED|^ERROR" "$L/tests.log" | head -8 | cut -c1-220 >> "$S"
 
