@@ -5,14 +5,15 @@
 #
 #   both:   every tk extension builds (in parallel)
 #   GPU 0:  the engineers' closing scripts of the second argument (each run as
-#           `bash SCRIPT OUT/logs/<name>` with its own limit); the GEMM bench (issue 3: eager,
-#           CUDA-graph and kernel-alone timing against torch.matmul); then the GPU tests of the model,
-#           training, layernorm, lm_head, the switch, attention, the MLP, the GEMM, the linear op and the input
-#           checks (PYTEST_FILES to choose, PYTEST_SECONDS, default 150); GEMM_BENCH=0 leaves out the GEMM bench;
+#           `bash SCRIPT OUT/logs/<name>` with its own limit); bench.py's attention rows and the check
+#           of issue 5's targets on them (ATTN_BENCH=0 leaves it out); then the GPU tests of the model,
+#           training, layernorm, lm_head, the switch, attention, the MLP, the GEMM, the linear op and
+#           the input checks (PYTEST_FILES to choose, PYTEST_SECONDS, default 150);
 #           SHK=1 first runs config/shakespeare.py with its standard evals, --kernels=torch then tk,
 #           back to back (issue 7's shakespeare comparison; ~200 s more)
-#   GPU 1:  tests/gpu_loss_curves.sh (500 iterations of GPT-2 124M, torch then tk); then the
-#           closing scripts of the third argument
+#   GPU 1:  tests/gpu_loss_curves.sh (500 iterations of GPT-2 124M, torch then tk); the GEMM bench
+#           (issue 3: eager, CUDA-graph and kernel-alone timing against torch.matmul; GEMM_BENCH=0
+#           leaves it out); then the closing scripts of the third argument
 #   then:   bench.py --e2e on GPT-2 124M (issue 7's comparison) on GPU 0 of an otherwise idle
 #           machine: torch.compile (default mode), tk, tk with CUDA graphs (E2E_VARIANTS to choose;
 #           E2E_MODELS=gpt2,shakespeare-char adds the small model).
@@ -21,7 +22,7 @@
 #           Python, and with the host's CPUs shared its steps ranged 59-78 ms (median 61.7) where
 #           the profile's GPU span was ~58 ms. DDP=1 adds the DDP run and its one-GPU baseline.
 # Logs in OUT/logs, packed into OUT/logs.tgz; headlines in OUT/summary.txt. LANE_LIMIT (s, 310;
-# SHK=1 adds 200; the part after the lanes gets 150 more, 230 with DDP=1).
+# SHK=1 adds 200; the part after the lanes gets E2E_SECONDS (140) + 10 more, and 80 with DDP=1).
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: bash tests/gpu_final_check.sh OUT [\"GPU0 SCRIPT:SECONDS ...\"] [\"GPU1 SCRIPT:SECONDS ...\"]" >&2; exit 2; }
 cd "$(dirname "$0")/.."
@@ -55,15 +56,19 @@ lane0() {
         done
     fi
     run_scripts "$SCRIPTS0"
-    # issue 3's table: tk GEMM vs torch.matmul, launched from Python, replayed from CUDA graphs, and
-    # the tk kernel alone (engineer G, session 5)
-    [ "${GEMM_BENCH:-1}" = 1 ] && step 45 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --modes eager,graph,kernel --host --trials 5 \
-        --json "$L/gemm_bench.json"
-    [ -f "$L/gemm_bench.log" ] && grep -E "x$|graph - kernel" "$L/gemm_bench.log" | tail -12 | tee -a "$S"
+    # issue 5's criteria in one bench run: bench.py's attention rows (tk, the Hopper forward, the
+    # portable kernel, SDPA's backends), then kernels.attention_bench's check of every target
+    if [ "${ATTN_BENCH:-1}" = 1 ]; then
+        step 60 attention_bench.log python3 bench.py --ops attention --compile-modes "" --reps 20 --warmup 3 \
+            --json "$L/attention.json"
+        step 15 attention_targets.log python3 -m kernels.attention_bench "$L/attention.json"
+        grep -E "met|measured" "$L/attention_targets.log" | tee -a "$S"
+    fi
     local files=${PYTEST_FILES:-"tests/test_model.py tests/test_train.py tests/test_layernorm.py tests/test_layernorm_model.py
         tests/test_layernorm_dropout.py tests/test_lm_head.py tests/test_dispatch.py tests/test_sample.py tests/test_attention.py
         tests/test_attention_hopper.py tests/test_attention_hopper_bwd.py tests/test_input_checks.py tests/test_mlp.py
-        tests/test_gemm.py tests/test_gemm_plan.py tests/test_gemm_splitk.py tests/test_linear.py"}
+        tests/test_gemm.py tests/test_gemm_plan.py tests/test_gemm_splitk.py tests/test_linear.py
+        tests/test_layernorm_variants.py tests/test_gemm_schedule.py"}
     step ${PYTEST_SECONDS:-150} pytest.log python3 -m pytest -v -n ${PYTEST_WORKERS:-8} -p no:cacheprovider $files
     local rc=$?   # 124: the step's time ran out, so the counts below miss the tests that never finished
     note "pytest: $(grep -cE ' PASSED' "$L/pytest.log") passed, $(grep -cE ' FAILED' "$L/pytest.log") failed" \
@@ -76,14 +81,19 @@ lane1() {
     export CUDA_VISIBLE_DEVICES=1
     step 170 curves.log bash tests/gpu_loss_curves.sh "$L/curves" --timeout 160
     note "loss curves: $(grep -iE 'verdict|PASS|FAIL' "$L/curves/summary.txt" 2>/dev/null | tail -2 | tr '\n' ' ')"
+    # issue 3's table: tk GEMM vs torch.matmul, launched from Python, replayed from CUDA graphs, and
+    # the tk kernel alone (engineer G, session 5)
+    [ "${GEMM_BENCH:-1}" = 1 ] && step 45 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --modes eager,graph,kernel --host --trials 5 \
+        --json "$L/gemm_bench.json"
+    [ -f "$L/gemm_bench.log" ] && grep -E "x$|graph - kernel" "$L/gemm_bench.log" | tail -12 | tee -a "$S"
     run_scripts "$SCRIPTS1"
 }
 
 lane0 & P0=$!
 lane1 & P1=$!
 wait $P0 $P1
-LIMIT=$((LIMIT + 150))   # the part after the lanes
-CUDA_VISIBLE_DEVICES=0 step 140 e2e_gpt2.log python3 bench.py --e2e --models ${E2E_MODELS:-gpt2} --variants ${E2E_VARIANTS:-torch+compile,tk,tk+graphs} \
+LIMIT=$((LIMIT + ${E2E_SECONDS:-140} + 10))   # the part after the lanes
+CUDA_VISIBLE_DEVICES=0 step ${E2E_SECONDS:-140} e2e_gpt2.log python3 bench.py --e2e --models ${E2E_MODELS:-gpt2} --variants ${E2E_VARIANTS:-torch+compile,tk,tk+graphs} \
     --compile-modes default --json "$L/e2e_gpt2.json"
 note "e2e: $(grep -E '^  [a-z0-9-]+ .*ms/step' "$L/e2e_gpt2.log" | tr '\n' ' ')"
 if [ "${DDP:-0}" = 1 ]; then
