@@ -1,38 +1,31 @@
 #!/bin/bash
-# tests/gpu_attention_portable_next.sh OUT — engineer P2, session 7 (prepared, NOT run in session 7:
-# the session's device budget was spent). Issue 5's last open criterion: the portable forward at
-# the GPT-2 shape (B=16, H=12, T=1024, D=64, causal) at least matching FA2 (call 4: 0.991x).
-# Opt-in forward variants of kernels/attention_portable.cu (the default stays 3; D = 128 runs 0):
-#   9  = attention_forward_split_kernel with 128-key cp.async stages (one barrier per 128 keys,
-#        two 64-key tiles of math per stage)
-#   10 = the same with 64-key stages (variant 3's shape)
-#   both: the diagonal tiles as their own fully unrolled code path (dead 16-key chunks left out at
-#   compile time), plain tiles with no mask code at all, FA2's interleaved row tiles per warp.
-# ONE H200, within 120 s (LANE_LIMIT, default 115 s):
+# tests/gpu_attention_portable_check.sh OUT — the portable attention forward's check on ONE H200,
+# within 120 s (LANE_LIMIT, default 115 s). First run in session 8's first call as
+# gpu_attention_portable_next.sh, which made variant 9 D = 64's default forward
+# (kernels/attention_portable.cu, DEFAULT_FWD_VARIANT: GPT-2 1.23x FA2; kernels/NOTES.md, session 8,
+# lead). Variants 9 (128-key cp.async stages, the default) and 10 (64-key stages) run
+# attention_forward_split_kernel: the diagonal tiles as their own fully unrolled code path, plain
+# tiles with no mask code, interleaved row tiles per warp; variant 3 is the default before them.
 #   0. in the background: tests/attention_emu/main.cpp built with nvcc (the kernels without torch,
 #      for compute-sanitizer)
 #   1. build tk_attention (a no-op when the call prebuilt it from this tree)
 #   2. GPU tests of 9 and 10: float64 at T 1..4096 and around the 64/128-row seams, D 64 (and 128:
 #      the fallback), causal and full, poisoned outputs, vs variant 3's output, the backward on
 #      their o and lse, CUDA-graph replays; then the forward block-shape tests (variants 0-3)
-#   3. kernels/attention_portable_bench.py: FA2, p-default (3/3), p3/3 (the same kernels again:
-#      the noise floor), p9/3, p10/3 interleaved (9 rounds of CUDA-graph replays), fwd and
-#      fwd+bwd at gpt2 and shakespeare-char
+#   3. kernels/attention_portable_bench.py: FA2, p-default, p3/3, p9/3, p10/3 interleaved (9 rounds
+#      of CUDA-graph replays), fwd and fwd+bwd at gpt2 and shakespeare-char
 #   4. compute-sanitizer memcheck and racecheck of 9 and 10 (causal and full, tails)
 #   5. ncu (time permitting): one GPT-2 forward each of 3, 9, 10
 # Results: OUT/summary.txt, OUT/portable_next.json, OUT/logs.tgz (every log).
-# Decision rule (team.md): a variant may become DEFAULT_FWD_VARIANT only if its tests and the
-# sanitizers pass here AND it is faster than p-default in this same interleaved run at gpt2 (and
-# not slower beyond the p3/3-vs-p-default spread at shakespeare-char).
 cd "$(dirname "$0")/.."
 export LANE_LIMIT=${LANE_LIMIT:-115}
-source tests/gpu_lib.sh "${1:-/tmp/attention_portable_next_out}"
+source tests/gpu_lib.sh "${1:-/tmp/attention_portable_check_out}"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 unset TK_ATTENTION_FWD_VARIANT TK_ATTENTION_BWD_VARIANT
-note "gpu_attention_portable_next.sh on $(nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | head -1), commit $(git rev-parse --short HEAD 2>/dev/null); defaults: $(grep -E 'constexpr int DEFAULT_(FWD|BWD)_VARIANT' kernels/attention_portable.cu | tr -s ' ' | tr '\n' ' ')"
+note "gpu_attention_portable_check.sh on $(nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | head -1), commit $(git rev-parse --short HEAD 2>/dev/null); defaults: $(grep -E 'constexpr int DEFAULT_(FWD|BWD)_VARIANT' kernels/attention_portable.cu | tr -s ' ' | tr '\n' ' ')"
 
 # 0. the torch-free harness for the sanitizers, built while the tests run
-EMU_BIN=/tmp/attention_portable_next_emu_gpu
+EMU_BIN=/tmp/attention_portable_check_emu_gpu
 ( timeout 60 nvcc -x cu -std=c++20 -O2 -gencode=arch=compute_90a,code=sm_90a -I. -Ikernels \
     tests/attention_emu/main.cpp -o $EMU_BIN > "$L/harness_build.log" 2>&1; echo "rc=$?" >> "$L/harness_build.log" ) &
 HARNESS=$!
