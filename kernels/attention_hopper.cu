@@ -4,7 +4,7 @@
 // S = Q·Kᵀ (both operands in shared memory) and O += P·V (P in registers).
 // Two kernels share that pipeline: forward_kernel (one CTA per query block; variants 2, 4, 5) and
 // persistent_kernel (one CTA per SM walks over many query blocks; variants 8, 11-13, 21, 26, 30, 33,
-// 35, 37), which runs by default: variant 35 for head_dim 64 and 128 (DEFAULT_VARIANT_D64 / _D128).
+// 35, 37), which runs by default: variant 37 for head_dim 64 and 128 (DEFAULT_VARIANT_D64 / _D128).
 // Read kernels/attention_portable.cu first: same algorithm, plainer machinery.
 // Read in order: the algorithm and the pipeline picture (this comment), config, item_at,
 // softmax_tile, forward_kernel (producer branch, consumer branch, epilogue: the pipeline for one
@@ -105,16 +105,19 @@
 //   26 21 launched as a programmatic dependent (PDL: its start overlaps the end of the kernel before
 //     it; session 7: the noise, 0.0792 against 21's 0.0794)
 //   30 21 whose work counter sets itself back to 0 (persistent_kernel's SELF_RESET), so a call needs
-//     no zeroing kernel before it: the default for both head dims since session 7 (GPT-2 shape
+//     no zeroing kernel before it: the default for both head dims in session 7 (GPT-2 shape
 //     0.0782 ms against 21's 0.0794 and cuDNN's 0.0864)
 //   33 30 with a leaner softmax (LEAN_SOFTMAX): the mask decision once per item, consumer 1's
 //     diagonal tile masked on its second half only, the rescale factor by ex2.approx (session 8)
 //   35 30 + LEAN_SOFTMAX + P in two register arrays that alternate by tile (DOUBLE_P) + the
 //     exponentials against the running max before the tile's max is known (STALE_MAX: the max
-//     moves only when a row grew by more than 2^8); D=128 without STALE_MAX. The default for both
-//     head dims since session 8 (call 2: GPT-2 shape 0.0721 ms against 30's 0.0762 and cuDNN's
-//     0.0841; shakespeare-char 0.0239 / 0.0243 / 0.0248; t4096-d128 0.4774 / 0.4895 / 0.5627)
-//   37 35 with STALE_MAX's row sums as four running sums (RUNNING_SUMS), so that D=128 fits it too
+//     moves only when a row grew by more than 2^8); D=128 without STALE_MAX (session 8, call 2:
+//     GPT-2 shape 0.0721 ms against 30's 0.0762 and cuDNN's 0.0841; shakespeare-char 0.0239 /
+//     0.0243 / 0.0248; t4096-d128 0.4774 / 0.4895 / 0.5627)
+//   37 35 with STALE_MAX's row sums as four running sums (RUNNING_SUMS), so that D=128 fits it too:
+//     the default for both head dims since session 8 (call 3, in turns: GPT-2 shape 0.0738 ms
+//     against 30's 0.0780, 35's 0.0735 and cuDNN's 0.0864; shakespeare-char 0.0277 / 0.0282 /
+//     0.0282 / 0.0285; t4096-d128 0.4469 / 0.4886 / 0.4798 / 0.5647)
 // Tried in session 8 and taken out (code in git at 90b58dd; kernels/NOTES.md, "Session 8: A"):
 //   32 = 30 + DOUBLE_P (GPT-2 0.0780 against 30's 0.0762: the loop unrolled by two for the two P
 //   arrays costs instruction-cache misses), 34 = 32 + LEAN_SOFTMAX (0.0785), 36 = 35 with every
@@ -185,13 +188,12 @@ struct config {
 
 // Which variant runs by default (see attention_hopper_forward_variant at the bottom): the fastest
 // that passed its tests on the H200, timed beside the others in one run (kernels/NOTES.md,
-// "Session 8: A", call 2, in turns with cuDNN): variant 35 for both head dims (30 = persistent,
+// "Session 8: A", call 3, in turns with cuDNN): variant 37 for both head dims (30 = persistent,
 // dynamic scheduling with a self-resetting counter, half diagonal tile, the lean epilogue; plus
-// DOUBLE_P, LEAN_SOFTMAX and, at D = 64, STALE_MAX): GPT-2 shape 0.0721 ms, shakespeare-char
-// 0.0239, (4, 16, 4096, 128) 0.4774, against 0.0762 / 0.0243 / 0.4895 for session 7's default 30
-// and cuDNN's 0.0841 / 0.0248 / 0.5627. (PENDING session 8's call 3, which verifies it as the
-// default: if it fails there, both go back to 30.)
-constexpr int DEFAULT_VARIANT_D64 = 35, DEFAULT_VARIANT_D128 = 35;
+// DOUBLE_P, LEAN_SOFTMAX, STALE_MAX with RUNNING_SUMS): GPT-2 shape 0.0738 ms, shakespeare-char
+// 0.0277, (4, 16, 4096, 128) 0.4469, against 0.0780 / 0.0282 / 0.4886 for session 7's default 30
+// and cuDNN's 0.0864 / 0.0285 / 0.5647.
+constexpr int DEFAULT_VARIANT_D64 = 37, DEFAULT_VARIANT_D128 = 37;
 
 struct kernel_params {
     CUtensorMap q_map, k_map, v_map;                    // 4-D maps {dim, seq, heads, batch}
@@ -738,7 +740,7 @@ struct persistent_config : config<D, CONSUMERS> {
 // cubic on the FMA pipe (Cody-Waite, FA4's trick): 0.0817 / 0.0833, the more the slower, as
 // session 5's variant 17: the consumer warps are issue- and latency-bound, not MUFU-bound.
 //
-// DOUBLE_P, LEAN_SOFTMAX, STALE_MAX (session 8; variants 33, 35 (the default), 37): a consumer warp's loop turn is its own
+// DOUBLE_P, LEAN_SOFTMAX, STALE_MAX (session 8; variants 33, 35, 37 (the default)): a consumer warp's loop turn is its own
 // dependent instruction stream (session 6's ncu: ~2,080 cycles per turn for ~1,024 of tensor work,
 // stalls mostly fixed-latency waits, nothing saturated), so both shorten that stream. DOUBLE_P: P
 // alternates between two register arrays, so tile n's P is converted right after its exponentials
@@ -1338,8 +1340,9 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //      attention_hopper_counter_resets). The default in session 7
 //  33: 30 with LEAN_SOFTMAX (see persistent_kernel)
 //  35: 30 with DOUBLE_P, LEAN_SOFTMAX and STALE_MAX (softmax_tile_stale_max; D = 128 without
-//      STALE_MAX, which spills there in this form). The default since session 8
-//  37: 35 with RUNNING_SUMS (D = 128 with STALE_MAX too: 237 of the 240 registers, no spills)
+//      STALE_MAX, which spills there in this form)
+//  37: 35 with RUNNING_SUMS (D = 128 with STALE_MAX too: 237 of the 240 registers, no spills). The
+//      default since session 8
 // 2 and 4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zero, used by this launch alone (the bindings zero one
 // per call, or, where attention_hopper_counter_resets says the kernel sets it back to 0 itself,

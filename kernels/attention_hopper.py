@@ -14,7 +14,7 @@ passed on CUDA tensors of a Hopper GPU.
 Streams: the persistent forwards (variants 11-13, 21, 26, 30, 33, 35, 37, "dynamic scheduling") hand
 out their work items through a counter that must be zero at the start and used by no other launch in
 flight. 11-13, 21 and 26 get one zeroed for each call (a fill kernel before the forward, ~1.2 us on
-the H200). 30, 33, 35 (the default) and 37 set their counter back to 0 themselves when they hand out
+the H200). 30, 33, 35 and 37 (the default) set their counter back to 0 themselves when they hand out
 the last item, so the bindings keep one per CUDA stream (launches on a stream run one after the other) and
 give each launch captured into a CUDA graph one of its own (attention_hopper_bindings.cpp,
 owned_counter). Until session 5 there was one self-resetting counter per GPU, which two forwards in
@@ -73,7 +73,7 @@ def why_not(q, k, v, causal=True, dropout_p=0.0, scale=None):
 # default, the fastest measured. Tests run all of them, bench.py times all of them. The missing
 # numbers lost on the H200 and were removed (the .cu's opening comment: what they measured and
 # the commit that still has them); kernels/NOTES.md's figures use these numbers.
-VARIANTS = {0: "default (35 for D=64 and D=128)",
+VARIANTS = {0: "default (37 for D=64 and D=128)",
             2: "2 consumers, ping-pong, one CTA per query block",
             4: "1 consumer, 2 CTAs/SM (D=64; D=128 runs 2)",
             5: "session 3's default (4 for D=64, 2 for D=128) with L2 groups of heads",

@@ -194,7 +194,7 @@ def test_in_a_cuda_graph_after_the_kernels_that_write_its_inputs(variant):
     """The forward captured in one CUDA graph behind the copies that write q, k, v (and, but for
     the default, its counter's zeroing), replayed with new inputs each time, as training with
     graphs runs it. The PDL variant (26) may start while the kernel before it finishes and must
-    wait for it (griddepcontrol.wait) before reading anything; the default (30) runs on a counter
+    wait for it (griddepcontrol.wait) before reading anything; the default (37) runs on a counter
     of the graph's own that it sets back to 0 after each replay: each replay must give the float64
     answer for ITS inputs, not the previous replay's (the two input sets differ everywhere)."""
     from kernels import attention_hopper
@@ -235,7 +235,7 @@ def test_in_a_cuda_graph_after_the_kernels_that_write_its_inputs(variant):
 @pytest.mark.skipif(bool(os.environ.get("TK_ATTENTION_HOPPER_LIB")),
                     reason="the counters the bindings own are the torch extension's")
 def test_default_counter_is_back_at_zero_for_the_next_call():
-    """The default (30) reuses one counter per stream, which each launch sets back to 0 when it
+    """The default (37) reuses one counter per stream, which each launch sets back to 0 when it
     hands out its last item. Calls of different sizes back to back (no synchronisation between
     them; fewer and more work items than SMs, D 64 and 128): a counter left at any other value
     would make the next call skip items, whose rows stay NaN (poisoned) or wrong."""
