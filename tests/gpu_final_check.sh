@@ -6,14 +6,15 @@
 #   both:   every tk extension builds (in parallel)
 #   GPU 0:  the engineers' closing scripts of the second argument (each run as
 #           `bash SCRIPT OUT/logs/<name>` with its own limit); bench.py's attention rows and the check
-#           of issue 5's targets on them (ATTN_BENCH=0 leaves it out); then the GPU tests of the model,
+#           of issue 5's targets on them (ATTN_BENCH=0 leaves it out), after compute-sanitizer runs of
+#           the attention defaults (SANITIZE=0 leaves them and the MLP's out); then the GPU tests of the model,
 #           training, layernorm, lm_head, the switch, attention, the MLP, the GEMM, the linear op and
 #           the input checks (PYTEST_FILES to choose, PYTEST_SECONDS, default 150);
 #           SHK=1 first runs config/shakespeare.py with its standard evals, --kernels=torch then tk,
 #           back to back (issue 7's shakespeare comparison; ~200 s more)
 #   GPU 1:  tests/gpu_loss_curves.sh (500 iterations of GPT-2 124M, torch then tk); the GEMM bench
 #           (issue 3: eager, CUDA-graph and kernel-alone timing against torch.matmul; GEMM_BENCH=0
-#           leaves it out); then the closing scripts of the third argument
+#           leaves it out); memcheck of the MLP's default; then the closing scripts of the third argument
 #   then:   bench.py --e2e on GPT-2 124M (issue 7's comparison) on GPU 0 of an otherwise idle
 #           machine: torch.compile (default mode), tk, tk with CUDA graphs (E2E_VARIANTS to choose;
 #           E2E_MODELS=gpt2,shakespeare-char adds the small model).
@@ -56,6 +57,14 @@ lane0() {
         done
     fi
     run_scripts "$SCRIPTS0"
+    # the attention defaults under compute-sanitizer (SANITIZE=0 leaves it out): racecheck of the
+    # forward with more work items than SMs and of the small fwd+bwd cases, memcheck of the latter
+    if [ "${SANITIZE:-1}" = 1 ]; then
+        step 35 racecheck_attention.log compute-sanitizer --tool racecheck python3 tests/attention_sanitize_case.py all 0
+        note "racecheck, attention defaults: $(grep -E 'RACECHECK SUMMARY' "$L/racecheck_attention.log" | tr '\n' ' ')"
+        step 25 memcheck_attention.log compute-sanitizer --tool memcheck python3 tests/attention_sanitize_case.py small
+        note "memcheck, attention defaults: $(grep -E 'ERROR SUMMARY' "$L/memcheck_attention.log" | tr '\n' ' ')"
+    fi
     # issue 5's criteria in one bench run: bench.py's attention rows (tk, the Hopper forward, the
     # portable kernel, SDPA's backends), then kernels.attention_bench's check of every target
     if [ "${ATTN_BENCH:-1}" = 1 ]; then
@@ -86,6 +95,10 @@ lane1() {
     [ "${GEMM_BENCH:-1}" = 1 ] && step 45 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --modes eager,graph,kernel --host --trials 5 \
         --json "$L/gemm_bench.json"
     [ -f "$L/gemm_bench.log" ] && grep -E "x$|graph - kernel" "$L/gemm_bench.log" | tail -12 | tee -a "$S"
+    if [ "${SANITIZE:-1}" = 1 ]; then   # the MLP's default schedule under memcheck
+        step 25 memcheck_mlp.log compute-sanitizer --tool memcheck --print-limit 5 python3 tests/mlp_sanitize_case.py 0 2
+        note "memcheck, MLP default: $(grep -E 'ERROR SUMMARY|sanitize case ran' "$L/memcheck_mlp.log" | tr '\n' ' ')"
+    fi
     run_scripts "$SCRIPTS1"
 }
 
