@@ -173,11 +173,11 @@ def test_workspace_checks():
     sums = torch.zeros(M * N, device="cuda")
     arrivals = torch.zeros(4 * 4, device="cuda", dtype=torch.int32)   # 2 x 2 tiles of 128x128
     base = (5, a_s, x, c, True, True, None, False, 4, 8)
-    with pytest.raises(RuntimeError, match="need a zeroed workspace"):
+    with pytest.raises(RuntimeError, match="needs a zeroed workspace"):
         ext.run(*base)                                                  # none given
-    with pytest.raises(RuntimeError, match="need a zeroed workspace"):
+    with pytest.raises(RuntimeError, match="needs a zeroed workspace"):
         ext.run(*base, sums[:-1], arrivals)                             # one float short
-    with pytest.raises(RuntimeError, match="need a zeroed workspace"):
+    with pytest.raises(RuntimeError, match="needs a zeroed workspace"):
         ext.run(*base, sums, arrivals[:-1])
     with pytest.raises(TypeError, match="splitk_sums must be float32"):
         ext.run(*base, sums.double(), arrivals)
