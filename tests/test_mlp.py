@@ -199,8 +199,8 @@ def check_schedule_vs_float64(mlp, schedule, M, C):
         assert mlp._ext.module.get_schedule() == mlp.parse_schedule(schedule)
         poison_allocator(2 * M * H, 2 * M * H, 2 * M * C, 4 * H * C)
         y, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
-        dx, dw_fc, db_fc, dw_proj, db_proj = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=bias)
-        saves_grad = mlp._saves_gelu_grad(bias)
+        saves_grad = mlp._saves_gelu_grad(bias)         # what this forward wrote into pre (fcfast=5; 6 without biases)
+        dx, dw_fc, db_fc, dw_proj, db_proj = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj, True, int(saves_grad))
         torch.cuda.synchronize()
     finally:
         mlp.set_schedule("0")
@@ -436,11 +436,11 @@ def test_deferred_stores_match_default(mlp, spec, M, C, bias):
     mlp.set_schedule(spec + "defer=0")
     try:
         y0, pre, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
-        g0 = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=bias)
+        g0 = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
         mlp.set_schedule(spec + "defer=1")
         poison_allocator(2 * M * C, 2 * M * C)
         y1, _, _ = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
-        g1 = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=bias)
+        g1 = mlp.mlp_bwd(dy, x, pre, h, w_fc, w_proj)
         torch.cuda.synchronize()
     finally:
         mlp.set_schedule("0")
