@@ -26,7 +26,8 @@ C = A·B only (no bias, no GELU) with an epilogue compiled for exactly that
 (kernels/gemm_plain_epilogue.cuh): the same pipelines as step 4 v0 / v5 / v0 and step 5 v1 / v0,
 bit-identical results, far fewer epilogue instructions per tile (step 4 v8 also overlaps a
 tile's stores with the next tile's first k-steps). matmul(step=0) without bias/GELU runs 4v8,
-or 5v7 for products with few output tiles (auto_step(plain=True)); with bias/GELU, the rule above.
+or for products with few output tiles 5v10 or 5v7 (auto_step(plain=True), below); with
+bias/GELU, the rule above.
 Variant 8 of step 5 (session 7; kernels/gemm_splitk_epilogue.cuh) is 5v7 with the
 split-K finished in the kernel: the last split
 of a tile sums the others' partials from a workspace the kernel keeps zeroed and stores the tile
@@ -37,9 +38,12 @@ not two same-shape products on two streams at once). Correct and sanitizer-clean
 Variants 10 and 11 of step 5 and variant 9 of step 4 (session 8) run 8's protocol on a schedule
 planned here (stream_schedule): every CTA gets the same number of k-tiles as whole tiles plus one
 or two k-pieces (or, with fewer tiles than SMs, one tile's head or a share of the tails), so a CTA
-sends one or two fp32 partials instead of ~10; 4v9 does it on step 4's 128x256 tile. See
-stream_schedule and kernels/gemm_splitk_epilogue.cuh. Not yet run on a GPU at the time of
-writing: opt-in.
+sends one or two fp32 partials instead of ~10 and nothing is left for a memset or a conversion
+kernel; 4v9 does it on step 4's 128x256 tile. See stream_schedule and
+kernels/gemm_splitk_epilogue.cuh. On the H200 (session 8, calls 2-3, CUDA graphs): 5v10 at
+0.95-1.03 / 1.07 / 1.03x cuBLAS at dW 3072x768 / 768x3072 / 2304x768 where 5v7 ran 0.87-0.91 /
+0.94 / 0.97x, so it is matmul(step=0)'s choice there; at dW 768x768 (36 tiles) 0.96x against
+5v7's 1.04x, so 5v7 stays there. 5v11 and 4v9: slower than 5v10, opt-in.
 
 Two environment variables, for experiments with the 2-CTA cluster variants (step 4 v5, step 5
 v3/v4; read at each launch by launch_pairs in kernels/gemm_4_warp_specialized.cuh):
