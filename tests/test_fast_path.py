@@ -86,7 +86,10 @@ class FakeMLPExt:
         y = h.float() @ w_proj.float().T + (0 if b_proj is None else b_proj.float())
         return [y.bfloat16(), pre.bfloat16(), h]
 
-    def backward(self, dy, x, pre, h, w_fc, w_proj, bias_grads=True):
+    def backward(self, dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1):
+        # saved (session 8): what the real forward left in pre (1 gelu'(pre), 0 pre, -1 per the
+        # fcfast flag); this fake's forward always stores pre, so only the argument is checked
+        assert saved in (-1, 0, 1), saved
         self.calls["mlp.backward"] += 1
         self.calls[f"mlp.backward bias_grads={bias_grads}"] += 1
         dyf = dy.float()
