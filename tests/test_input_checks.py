@@ -244,7 +244,7 @@ GEMM_BAD = [
     ("b not a tensor", gemm_call(b=3), TypeError, "b must be a tensor"),
     ("M 0", gemm_call(a=rand(0, 64)), ValueError, "M must be at least 1"),
     ("step 7", gemm_call(step=7), ValueError, "step must be one of"),
-    ("variant 9", gemm_call(variant=9), ValueError, "variant must be one of"),
+    ("variant 99", gemm_call(variant=99), ValueError, "variant must be one of"),   # 9 exists on step 4 since session 8
     ("out_dtype", gemm_call(out_dtype=torch.half), ValueError, "out_dtype must be"),
     ("splits 0", gemm_call(splits=0), ValueError, "splits must be None"),
     ("bias + splits", gemm_call(bias=rand(64), splits=2), ValueError, "split-K cannot fuse bias/gelu"),
