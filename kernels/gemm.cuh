@@ -33,7 +33,8 @@ struct args {
     float* splitk_sums = nullptr;
     int* splitk_arrivals = nullptr;
     long long splitk_sums_count = 0, splitk_arrivals_count = 0;
-    // Step 5 variant 10's work schedule (kernels/gemm.py stream_schedule): schedule_units entries of
+    // The work schedule of step 5 variants 10, 11 and step 4 variant 9 (kernels/gemm.py
+    // stream_schedule): schedule_units entries of
     // 4 int32 {tile row, tile column, k_begin, k_end}, unit u on CTA u % schedule_grid.
     const int* schedule = nullptr;
     int schedule_units = 0, schedule_grid = 0;

@@ -341,7 +341,8 @@ def _fused_workspace(p, a, M, N):
     return ws
 
 
-# ---- step 5 variant 10's work schedule (kernels/gemm_splitk_epilogue.cuh, scheduled_splitk_epilogue) ----
+# ---- the work schedule of step 5 variants 10, 11 and step 4 variant 9 (kernels/gemm_splitk_epilogue.cuh,
+# scheduled_splitk_epilogue) ----
 GROUP_M = 16    # kernels/gemm_4_warp_specialized.cuh unit_work's raster: tile rows walked together
 MIN_SHARE = 8   # k-tiles a CTA gets at least (a piece's arrival and sum cost about 3 k-tiles)
 

@@ -52,7 +52,8 @@ using config5 = config<4, 64, false, 2, 2>;   // 2-CTA clusters sharing B by mul
 // 16 x 256 slab a piece of its own, 8 arrival counters a tile). For the weight gradients, whose
 // few tiles made split-K (and with it step 5's overlapped epilogues) necessary: with one or two
 // pieces per CTA, step 4's larger tile (48 KB of operands per 4.2 MFLOP k-step, 5v7's 32 KB per
-// 2.1) may win back what its exposed epilogue costs.
+// 2.1) might win back what its exposed epilogue costs. It did not (session 8, call 2, CUDA graphs:
+// 2-7% behind step 5 variant 10 at the four GPT-2 dW shapes): opt-in.
 
 // Variant 9's workspace and schedule (their contents: kernels/gemm.py).
 template <typename Cfg, major MA, major MB, typename OutT>

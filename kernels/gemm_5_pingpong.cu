@@ -33,8 +33,8 @@
 // 16384x768x3072 (v1 0.79x; 4-5% behind v1 at fwd x768x2304 and x768x768), 0.82-0.86x on the
 // weight gradients (step 4 0.78-0.81x) except dW 768x16384x768, where step 4 won (0.92x vs 0.86x;
 // final call 0.66x vs 0.65x). kernels/gemm.py `auto_step` picks step 5 v1 for K <= 1024, step 4
-// otherwise, for products with a fused bias/GELU (session 6: a plain product runs step 4 v8, or
-// step 5 v7 when it has too few tiles).
+// otherwise, for products with a fused bias/GELU (a plain product runs step 4 v8, or, when it has
+// too few tiles, step 5 v10 or v7: session 8, below).
 //
 // Session 6: with the plain epilogue (kernels/gemm_plain_epilogue.cuh; variants 6 = 64x256 and
 // 7 = 128x128) the ping-pong runs at 1.02-1.03x cuBLAS at the K = 768 forward shapes, and 128x128
@@ -78,6 +78,10 @@ using config5 = gemm5::config<1, 5, 1>;   // 64x256, 5 stages, ONE staging box p
 // pieces of unequal length, the same k-tiles per CTA) instead of `splits` equal pieces per
 // tile: far fewer fp32 partials per CTA (kernels/gemm_splitk_epilogue.cuh says why). A piece
 // arrives in its own epilogue (variant 10) or one tile of its consumer later, as in 8 (variant 11).
+// Variant 10 is matmul(step=0)'s choice for the weight gradients with at least SMs/2 tiles of
+// 128x128 (kernels/gemm.py auto_step; session 8, call 3, CUDA graphs: 0.950 / 1.068 / 1.026x cuBLAS
+// at dW 3072x768 / 768x3072 / 2304x768 against variant 7's 0.870 / 0.938 / 0.968x in the same run);
+// variant 11 ran 0-4.5% behind 10 (call 2): opt-in.
 
 template <typename Cfg, major MA, major MB, typename OutT, bool PLAIN>
 const char* launch(const gemm::args& g) {

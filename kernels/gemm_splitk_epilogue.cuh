@@ -1,7 +1,7 @@
 // kernels/gemm_splitk_epilogue.cuh — split-K finished inside the kernel: the weight gradient's
 // partial sums meet in a workspace that the kernel itself leaves zeroed, and the LAST split to
-// finish a tile stores the tile's final values (bf16 or fp32) by TMA. Step 5 variant 8
-// (kernels/gemm_5_pingpong.cu). Read after kernels/gemm_plain_epilogue.cuh (whose store_slab
+// finish a tile stores the tile's final values (bf16 or fp32) by TMA. Step 5 variants 8, 10 and 11
+// (kernels/gemm_5_pingpong.cu) and step 4 variant 9 (kernels/gemm_4_warp_specialized.cu). Read after kernels/gemm_plain_epilogue.cuh (whose store_slab
 // stores the final values) and the STORES_TILE hook in kernels/gemm_5_pingpong.cuh.
 //
 // Why (session 7): the weight gradient dW = dyᵀ·x has few output tiles (768 x 3072: 144 of
@@ -46,8 +46,10 @@
 // at a named barrier, one release, bar.red.or to tell them the last): the same figures as 8, so
 // the number of release fences is not the cost. 9 was removed after the session (code at 777f4c7).
 //
-// Variant 10 (the end of this file): the same protocol, but each CTA's units come from a schedule
-// planned on the host (whole tiles, plus a few pieces of unequal length), not from equal splits.
+// Variants 10 and 11 of step 5 and 9 of step 4 (session 8; the end of this file): the same
+// protocol, but each CTA's units come from a schedule planned on the host (whole tiles, plus a
+// few pieces of unequal length), not from equal splits. 5v10 is what matmul(step=0) runs for most
+// of GPT-2's weight gradients (kernels/gemm.py auto_step); 5v11 and 4v9 lost to it: opt-in.
 //
 // The workspace: sums = tiles x BM x BN floats, arrivals = one int per 16 KB piece (tiles x 4 for
 // 128x128; step 4 variant 9's 128x256 tiles: x 8, each consumer half a 64-row "tile"), zero at allocation
@@ -251,7 +253,7 @@ struct splitk_epilogue : plain_epilogue<OutT> {
 // Nothing waits for anything, so the schedule may order units any way.
 template <typename OutT, bool AT_ONCE>
 struct scheduled_splitk_epilogue : splitk_epilogue<OutT, AT_ONCE> {
-    static constexpr bool SCHEDULED = true;     // gemm5's kernel reads its units from the table
+    static constexpr bool SCHEDULED = true;     // gemm4's and gemm5's kernels read their units from the table
     const int4* schedule;   // [unit]: {tile row, tile column, k_begin, k_end} in k-tiles; unit u runs on CTA u % grid
     int grid, units;        // CTAs launched, entries in schedule (a multiple of grid)
 
