@@ -41,8 +41,9 @@ def cases(Case, quick):
 # ---- python -m kernels.mlp_bench: the GEMM schedules against each other and torch eager ---------
 # One process times several schedule choices (kernels/mlp_op.py set_schedule) interleaved with
 # torch eager (and with --compile, torch.compile of the same reference module), so the ratios come
-# from the same run (absolute figures drift ~10% between runs; each trial starts the list at the
-# next place, and a ratio is the median of per-trial ratios); the timer is the GEMM bench's
+# from the same run (absolute figures drift ~10% between runs; each trial after the first runs the
+# list in a fresh random order, and a ratio is the median of per-trial ratios, "x first" the one to
+# the first tk spec; --settle-ms idles before each burst); the timer is the GEMM bench's
 # (kernels/gemm_bench.py time_ms: back-to-back calls between events). With --graphs each step is
 # captured once in a CUDA graph (under its own schedule: the extension reads the schedule at
 # launch, so the graph keeps the kernels it was captured with) and replayed back to back: GPU time

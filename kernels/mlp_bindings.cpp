@@ -200,11 +200,12 @@ void raise_if_launch_failed(const char* err, const char* what) { tk_bindings::ra
 
 const void* ptr_or_null(const c10::optional<Tensor>& t) { return t && t->defined() ? t->data_ptr() : nullptr; }
 
-// The forward's two GEMMs. Returns [y, pre, h]: pre = x·w_fcᵀ + b_fc, h = GELU(pre),
-// y = h·w_projᵀ + b_proj. keep_pre = false (evaluation, forward_inference): c_fc's epilogue writes
-// h alone (gemm_args::c = nullptr; kernels/mlp_inference.cu), no (M, H) pre is allocated or
-// written and pre comes back undefined; y is bit-identical either way (the same math, schedules
-// and summation order).
+// The forward's two GEMMs. Returns [y, pre, h]: pre = x·w_fcᵀ + b_fc (gelu'(pre) in its place when
+// saves_gelu_grad: fcfast=5, the default, or 6 without biases), h = GELU(pre), y = h·w_projᵀ +
+// b_proj. keep_pre = false (evaluation, forward_inference): c_fc's epilogue writes h alone
+// (gemm_args::c = nullptr; kernels/mlp_inference.cu), no (M, H) pre is allocated or written and
+// pre comes back undefined; y is bit-identical either way (the same math, schedules and
+// summation order).
 std::vector<Tensor> run_forward(const Tensor& x, const Tensor& w_fc, const c10::optional<Tensor>& b_fc,
                                 const Tensor& w_proj, const c10::optional<Tensor>& b_proj, bool keep_pre) {
     tk_bindings::raise_if(forward_problem(x, w_fc, b_fc, w_proj, b_proj));

@@ -187,8 +187,9 @@ struct dgelu_epilogue : base_epilogue<bf16> {
     // dy's column sums over this CTA's rows, 4 columns (8 bytes) per thread, each row added as its
     // load returns: ONE dependent trip to memory per row, 2 x 124 trips per thread at M = 16384, C =
     // 768 (96 threads, 192 groups of 4 columns). Session 8's first call measured the dGELU kernel
-    // 16-21 us longer with bias gradients than without (kernels/NOTES.md, session 8 M): this is the
-    // suspect. side=1 (the default until an H200 run says otherwise).
+    // 16-21 us longer with bias gradients than without (kernels/NOTES.md, session 8 M) and suspected
+    // these sums; call 2 cleared them: pipelined (side=2, below) the kernel took 174.6 us against
+    // 175.1. side=1 stays the default.
     __device__ void sum_a_columns_serial(int tid, int threads, const shape& sh) const {
         const int G = gridDim.x, b = blockIdx.x;
         const int r0 = int((long long)sh.M * b / G), r1 = int((long long)sh.M * (b + 1) / G);
@@ -208,7 +209,7 @@ struct dgelu_epilogue : base_epilogue<bf16> {
     // The same sums, the same order of additions (so bit-identical), with EIGHT rows' loads in
     // flight before their adds (the producer warpgroup's 40 registers hold 8 uint2 and 4 sums):
     // 2 x 16 trips per thread instead of 2 x 124. Session 4 wrote it for dgelu_pre_tma (pre=1);
-    // side=2 gives it to every dGELU policy.
+    // side=2 (opt-in: no measured gain, above) gives it to every dGELU policy.
     __device__ void sum_a_columns_pipelined(int tid, int threads, const shape& sh) const {
         const int G = gridDim.x, b = blockIdx.x;
         const int r0 = int((long long)sh.M * b / G), r1 = int((long long)sh.M * (b + 1) / G);

@@ -14,13 +14,15 @@ the roofline and what each epilogue does); input checks are check_forward/check_
 The ops:
   tk::mlp_fwd(x, w_fc, b_fc, w_proj, b_proj) -> (y, pre, h)     two GEMMs
       pre = x·w_fcᵀ + b_fc and h = GELU(pre) come out of ONE GEMM's epilogue; both are kept for
-      the backward (pre for GELU', h for dw_proj), exactly what eager PyTorch keeps.
+      the backward (pre for GELU', h for dw_proj), what eager PyTorch keeps. Under the default
+      (fcfast=5, since session 8) the second output holds gelu'(pre) (bf16) in pre's place, what
+      the backward needs of it (fcfast=4 writes pre itself).
   tk::mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1) -> (dx, dw_fc, db_fc, dw_proj, db_proj)   four GEMMs
       dpre = (dy·w_proj) ⊙ GELU'(pre) in one GEMM's epilogue (which also sums db_fc per 16
       rows); dx = dpre·w_fc; dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x with split-K. With fcfast=5
-      (session 7) the forward saves gelu'(pre) in pre's place and the dGELU epilogue is one
-      product: `saved` says which the forward wrote (1 gelu'(pre), 0 pre, -1 as the fcfast flag
-      says now); autograd passes what its forward ran (section 3).
+      (session 7; the default since session 8) the forward saves gelu'(pre) in pre's place and
+      the dGELU epilogue is one product: `saved` says which the forward wrote (1 gelu'(pre),
+      0 pre, -1 as the fcfast flag says now); autograd passes what its forward ran (section 3).
 Both have `register_fake` (shapes only) and mlp_fwd has `register_autograd`, so torch.compile
 traces through them and DDP sees ordinary autograd. Outside torch.compile the public op calls
 _MLPEager instead, a plain autograd.Function around the same extension calls (less CPU per call),
@@ -228,7 +230,8 @@ def _saves_gelu_grad(has_biases):
 # ---- 1. the extension calls (after the input checks), used by the custom ops and the fast path
 
 def _ext_forward(x, w_fc, b_fc, w_proj, b_proj):
-    """x (M, C) bf16. Returns (y, pre, h): y (M, C), pre = x·w_fcᵀ + b_fc and h = GELU(pre), (M, H)."""
+    """x (M, C) bf16. Returns (y, pre, h): y (M, C), pre = x·w_fcᵀ + b_fc (gelu'(pre) under fcfast=5,
+    the default, or fcfast=6 without biases: _saves_gelu_grad) and h = GELU(pre), (M, H)."""
     x, w_fc, w_proj = realign16(x), realign16(w_fc), realign16(w_proj)   # odd-offset views: copy
     check_forward(x, w_fc, b_fc, w_proj, b_proj)
     y, pre, h = _module().forward(x, w_fc, b_fc, w_proj, b_proj)
@@ -260,7 +263,7 @@ def _ext_backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1):
 @torch.library.custom_op("tk::mlp_fwd", mutates_args=())
 def mlp_fwd(x: Tensor, w_fc: Tensor, b_fc: Optional[Tensor], w_proj: Tensor,
             b_proj: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-    """x (M, C) bf16. Returns (y, pre, h): y (M, C), pre = x·w_fcᵀ + b_fc and h = GELU(pre), (M, H)."""
+    """x (M, C) bf16. Returns (y, pre, h) as _ext_forward: pre holds gelu'(pre) under the default."""
     y, pre, h = _ext_forward(x, w_fc, b_fc, w_proj, b_proj)
     return y, pre, h
 
