@@ -27,9 +27,11 @@
 // read zeros (tk/ops/group/tma_4d.cuh), padded keys are masked like the causal ones, padded query
 // rows compute harmless finite garbage that the epilogue does not store.
 // Two savings of the default: the half tile (consumer 0's diagonal tile has all of its last 64
-// keys masked, so its softmax and P·V take the first 64 only) and, for head_dim 128, lazy
-// rescaling (m moves only when a row's max grows by more than 8 in log2 units of the scaled
-// scores; otherwise the exponentials stay <= 2^8 and O is not multiplied).
+// keys masked, so its softmax and P·V take the first 64 only) and a max that may be stale (m moves
+// only when a row's max grows by more than 8 in log2 units of the scaled scores; otherwise the
+// exponentials stay <= 2^8 and O is not multiplied). Since session 8 (variant 37, STALE_MAX) the
+// exponentials of a tile after the first do not even wait for the tile's max; before it, head_dim
+// 128 alone had the threshold, applied after the max (LAZY).
 //
 // ---- The pipeline (the default, persistent_kernel; forward_kernel is one pass of its loop) ----
 // Warpgroup 0 = producer (one elected thread issues all TMA copies; 24 registers/thread).
@@ -63,8 +65,12 @@
 //                                               O /= l into this warpgroup's rows of the Q slot,
 //                                               one TMA store of them, LSE (fp32), while the
 //                                               producer already loads the next item's Q and K
-// (The default, variant 21, LEAN_EPILOGUE; variants 8, 11-13 store O from registers and release
-// q_empty(slot) right after the last P·V.)
+// (That epilogue is LEAN_EPILOGUE's: variant 21 and those built on it, the default 37 among them;
+// variants 8, 11-13 store O from registers and release q_empty(slot) right after the last P·V.)
+// The default's loop turn differs from this picture in two places (persistent_kernel's DOUBLE_P and
+// STALE_MAX): P is converted to bf16 before the wait for P·V(n-1), into the other of two register
+// arrays, and its exponentials are taken against the running max, so O is multiplied only when a
+// row's max grew by more than 2^8.
 //
 // N is the item's number of key tiles (causal: up to its diagonal). The producer runs ahead as
 // far as free slots let it, into the next item; the first gridDim.x items go by blockIdx.x, every
@@ -913,7 +919,8 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         wgmma::commit_group();
         return s;
     };
-    auto issue_pv = [&](bool accumulate, bool half) {   // O (+)= P · Vₙ, n = the next V in the ring
+    // O (+)= P · Vₙ, n = the next V in the ring, P from pf (p_frag; DOUBLE_P: p_frag or p_frag2)
+    auto issue_pv = [&](uint32_t (&pf)[BN / 16][4], bool accumulate, bool half) {
         const int s = v_pos.slot;
         mbar::wait(v_full[s], v_pos.phase);
         v_pos.next();
@@ -921,19 +928,6 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         wgmma::fence();
 #pragma unroll
         for (int k = 0; k < BN / 16; ++k)               // k-step k: the next 16 keys = 16 rows of 128 B
-            if (!half || k < BN / 32)
-                wgmma::mma_rs<wgmma::major::MN>(o_acc, p_frag[k], desc_plus(v_desc, k * 16 * 128), accumulate || k > 0);
-        wgmma::commit_group();
-        return s;
-    };
-    auto issue_pv_from = [&](uint32_t (&pf)[BN / 16][4], bool accumulate, bool half) {   // DOUBLE_P: P from pf
-        const int s = v_pos.slot;
-        mbar::wait(v_full[s], v_pos.phase);
-        v_pos.next();
-        const uint64_t v_desc = desc_plus(v_desc0, s * C::kv_bytes);
-        wgmma::fence();
-#pragma unroll
-        for (int k = 0; k < BN / 16; ++k)
             if (!half || k < BN / 32)
                 wgmma::mma_rs<wgmma::major::MN>(o_acc, pf[k], desc_plus(v_desc, k * 16 * 128), accumulate || k > 0);
         wgmma::commit_group();
@@ -999,14 +993,8 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                                              p.seq_len, p.scale_log2);
             }
         };
-        auto to_a_operand = [&](bool half) {             // P (bf16) as P·V's A operand; half: 4 k-steps
-#pragma unroll
-            for (int j = 0; j < BN / 16; ++j)
-                if (!half || j < BN / 32)
-#pragma unroll
-                    for (int q = 0; q < 4; ++q) p_frag[j][q] = pack_bf16(s_acc.d[8 * j + 2 * q], s_acc.d[8 * j + 2 * q + 1]);
-        };
-        auto to_a_operand_into = [&](uint32_t (&pf)[BN / 16][4], bool half) {   // DOUBLE_P: into pf
+        // P (bf16) into pf (p_frag; DOUBLE_P: p_frag or p_frag2) as P·V's A operand; half: 4 k-steps
+        auto to_a_operand = [&](uint32_t (&pf)[BN / 16][4], bool half) {
 #pragma unroll
             for (int j = 0; j < BN / 16; ++j)
                 if (!half || j < BN / 32)
@@ -1019,10 +1007,10 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         auto probabilities_into = [&](int n, bool half, uint32_t (&pf)[BN / 16][4]) {
             if (half) {
                 scores_to_probabilities(n, true);
-                to_a_operand_into(pf, true);
+                to_a_operand(pf, true);
             } else {
                 scores_to_probabilities(n, false);
-                to_a_operand_into(pf, false);
+                to_a_operand(pf, false);
             }
         };
         // STALE_MAX (tiles n >= 1): the masks as LEAN_SOFTMAX, then softmax_tile_stale_max. Returns
@@ -1063,13 +1051,13 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
             probabilities_into(0, is_half(0), p_frag);
         } else {
             scores_to_probabilities(0, is_half(0));
-            to_a_operand(is_half(0));
+            to_a_operand(p_frag, is_half(0));
         }
 
         for (int n = 1; n < (DOUBLE_P ? 1 : n_tiles); ++n) {   // DOUBLE_P: its own loop, below
             turn_begin();
             k_slot = issue_qk(qs);
-            const int v_slot = issue_pv(n > 1, false);   // V of tile n - 1 (only the last tile is ever half)
+            const int v_slot = issue_pv(p_frag, n > 1, false);   // V of tile n - 1 (only the last tile is ever half)
             turn_end();
             wgmma::wait_group<1>();                      // S = Q·Kₙᵀ is done (P·V may still run)
             wgmma::fence_operand(s_acc);
@@ -1083,7 +1071,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
 #pragma unroll
                 for (int i = 0; i < D / 2; ++i) o_acc.d[i] *= rescale[(i >> 1) & 1];
             }
-            to_a_operand(is_half(n));
+            to_a_operand(p_frag, is_half(n));
         }
         // ---- epilogue: O /= l, store O (bf16) and LSE; the producer is already loading the next item ----
         auto epilogue = [&] {
@@ -1144,11 +1132,12 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
             // each) fill the gaps between the MUFU.EX2s (ptxas spaces those 8 cycles apart) instead of
             // sitting between the wait and the next turn. Register arrays cannot be indexed at run
             // time, so the loop takes two tiles per pass, and the last turn is written for either
-            // buffer. 32 more registers per thread (D = 64: ~195 of the 240).
+            // buffer. Registers per thread (ptxas, session 8): 163 -> 183 at D = 64 and 194 -> 215 at
+            // D = 128 for DOUBLE_P alone (variant 32), of the 240.
             auto tile_step = [&](int n, uint32_t (&p_read)[BN / 16][4], uint32_t (&p_write)[BN / 16][4]) {
                 turn_begin();
                 k_slot = issue_qk(qs);
-                const int v_slot = issue_pv_from(p_read, n > 1, false);
+                const int v_slot = issue_pv(p_read, n > 1, false);
                 turn_end();
                 wgmma::wait_group<1>();                  // S = Q·Kₙᵀ is done (P·Vₙ₋₁ may still run)
                 wgmma::fence_operand(s_acc);
@@ -1167,7 +1156,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
             };
             auto last_turn = [&](uint32_t (&p_last)[BN / 16][4]) {
                 turn_begin();
-                const int v_slot = issue_pv_from(p_last, n_tiles > 1, last_half);
+                const int v_slot = issue_pv(p_last, n_tiles > 1, last_half);
                 turn_end();
                 wgmma::wait_group<0>();
                 wgmma::fence_operand(o_acc);
@@ -1182,7 +1171,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
             }
         } else {
             turn_begin();
-            const int v_slot = issue_pv(n_tiles > 1, last_half);
+            const int v_slot = issue_pv(p_frag, n_tiles > 1, last_half);
             turn_end();
             wgmma::wait_group<0>();
             wgmma::fence_operand(o_acc);
@@ -1333,7 +1322,7 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //  13: one consumer, two CTAs per SM (as 8) with the half tile, lazy rescaling and dynamic
 //      scheduling (D = 64; 128 runs 11)
 //  21: 12 (D = 64) / 11 (D = 128) with LEAN_EPILOGUE: O through shared memory and a TMA store,
-//      items decoded by the producer, 1/l and log2(l) approximate (the default, session 6)
+//      items decoded by the producer, 1/l and log2(l) approximate (the default in session 6)
 //  26: 21 with PDL (launched as a programmatic dependent of the kernel before it; see persistent_kernel)
 //  30: 21 with SELF_RESET (the counter sets itself back to 0 after the launch's last ticket; the
 //      bindings give it a counter that is zero and that no other launch uses meanwhile: see
@@ -1346,7 +1335,7 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 // 2 and 4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zero, used by this launch alone (the bindings zero one
 // per call, or, where attention_hopper_counter_resets says the kernel sets it back to 0 itself,
-// hand out one they own); the dynamically scheduled variants (11-13, 21, 26, 30, the default)
+// hand out one they own); the dynamically scheduled variants (11-13, 21, 26, 30, 33, 35, 37 = the default)
 // refuse nullptr.
 int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant,
                                      unsigned int* work_counter) {

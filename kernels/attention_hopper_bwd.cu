@@ -854,19 +854,21 @@ int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_
 }
 
 // The variants, numbered as in kernels/NOTES.md (Session 3, Hopper backward); 0 = the default.
-//   1: each query block's five products in turn (2 slots, one dQ buffer); D = 128's default
+//   1: each query block's five products in turn (2 slots, one dQ buffer); D = 128's default in
+//      session 3
 //   2: 3 slots, two dQ buffers, consumer 1 skips its fully masked first block; D = 64's
-//      default (D = 128 has no room for the extra slot and buffers: it runs variant 1)
+//      default in session 3 (D = 128 has no room for the extra slot and buffers: it runs variant 1)
 //   3: D = 128: variant 1 with dQ split by columns over both consumers (D = 64 runs its default)
 //   4: the session-3 default (2 for D = 64, 1 for D = 128) with the CTAs in L2 groups of heads
-//   5: D = 128: 3 with L2 groups (D = 64 runs 4)
+//   5: D = 128: 3 with L2 groups (D = 64 runs 4); D = 128's default
 //   6, 7: removed (Di inside the main kernel: lost, see the opening comment)
 //   8: D = 64: 4 with the dQ partials added by vector atomics (DQ_ATOMIC)
 //   9: D = 64: one consumer (64 keys) per CTA, two CTAs per SM, dQ by vector atomics
 //  10: D = 64: 9 with the dQ partials by bulk reduce-add (4's two buffers)
 //  11-14: D = 64: 4, 8, 9, 10 with prep_kernel (dq_accum zeroed and Di in one pass)
-//  15: D = 64: 12 with a bar.sync after the dQ atomics (DS_SYNC: 12's race closed; not yet timed)
-//  15-23: removed (see the opening comment)
+//  15: D = 64: 12 with a bar.sync after the dQ atomics (DS_SYNC: 12's race closed); D = 64's
+//      default since session 8
+//  16-23: removed (see the opening comment; session 7's 15-18 were removed too, and 15 reused)
 //  D = 128 runs 5 for 8-10 and 5 with prep_kernel for 11-15.
 // 1-3 take the CTAs in session 3's order (block_at with one group of all heads).
 // (The file's opening comment says more about each.)

@@ -886,8 +886,8 @@ cudaError_t launch_forward(const AttentionForwardParams& p, cudaStream_t stream)
 // 0 = (4, 1, 64), 1 = (8, 1, 64), 2 = (4, 1, 128), 3 = (4, 2, 64) (head_dim 64 only: with 128 the
 // accumulators of two row tiles do not fit in registers). DEFAULT_FWD_VARIANT is the fastest
 // measured on the H200 (kernels/NOTES.md); TK_ATTENTION_FWD_VARIANT overrides it (bench.py).
-// D = 64: variant 3 (two row tiles per warp): 0.137 ms at the GPT-2 shape against 0.163 for
-// variant 0 and FA2's 0.136 (session 4, H3's first call).
+// D = 64 until session 8: variant 3 (two row tiles per warp): 0.137 ms at the GPT-2 shape against
+// 0.163 for variant 0 and FA2's 0.136 (session 4, H3's first call).
 // Tried in session 5 and removed: these blocks (and the backward's) taken in L2 groups of heads,
 // as the Hopper kernels take theirs: 2-3% SLOWER on the H200 at the GPT-2 shape (forward 0.1390
 // ms = 0.97x FA2 in the same run, where this order ran 0.1354 = 0.99x FA2 in session 4; fwd+bwd

@@ -127,7 +127,8 @@ def test_row_max_jumps_in_a_late_tile(D, variant):
     # Mild logits, except that one late key (and, for the later rows, a second one further on) scores
     # far above everything before it, for every query: the running max of those rows jumps by tens
     # of log2 units in a late key tile. Variants that keep a stale max while it stays within 2^8
-    # (STALE_MAX, 35-36) must take their slow path there; the rows before the key never see it.
+    # (STALE_MAX: 37, the default, and 35 at D = 64) must take their slow path there; the rows
+    # before the key never see it.
     T = 1000
     q, k, v = make_qkv(2, 3, T, D, std=0.5, seed=5 * D)
     g = torch.Generator(device="cuda").manual_seed(D)
