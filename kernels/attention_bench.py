@@ -26,7 +26,7 @@ fwd+bwd), holding every implementation below that can run it:
                   the views. On sm_90 the Hopper forward + the Hopper backward; elsewhere portable
   tk-hopper       the Hopper backend pinned (attention_op pinned to 'hopper'); fwd rows only: on
                   sm_90 its fwd+bwd is the 'tk' row
-  tk-hopper-vN    the same with forward variant N (2, 4, 5, 8, 11-13, 21, 26, 30, 33, 35, 37: kernels/attention_hopper.py VARIANTS);
+  tk-hopper-vN    the same with forward variant N (2, 4, 5, 8, 11-13, 21, 26, 30, 33, 37: kernels/attention_hopper.py VARIANTS);
                   fwd rows only, and only when named in TK_BENCH_ATTENTION_IMPLS
   tk-portable     the portable kernel for both passes (attention_op pinned to 'portable'), through
                   the same entry as 'tk'

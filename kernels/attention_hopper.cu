@@ -4,7 +4,7 @@
 // S = Q·Kᵀ (both operands in shared memory) and O += P·V (P in registers).
 // Two kernels share that pipeline: forward_kernel (one CTA per query block; variants 2, 4, 5) and
 // persistent_kernel (one CTA per SM walks over many query blocks; variants 8, 11-13, 21, 26, 30, 33,
-// 35, 37), which runs by default: variant 37 for head_dim 64 and 128 (DEFAULT_VARIANT_D64 / _D128).
+// 37), which runs by default: variant 37 for head_dim 64 and 128 (DEFAULT_VARIANT_D64 / _D128).
 // Read kernels/attention_portable.cu first: same algorithm, plainer machinery.
 // Read in order: the algorithm and the pipeline picture (this comment), config, item_at,
 // softmax_tile, forward_kernel (producer branch, consumer branch, epilogue: the pipeline for one
@@ -115,19 +115,19 @@
 //     0.0782 ms against 21's 0.0794 and cuDNN's 0.0864)
 //   33 30 with a leaner softmax (LEAN_SOFTMAX): the mask decision once per item, consumer 1's
 //     diagonal tile masked on its second half only, the rescale factor by ex2.approx (session 8)
-//   35 30 + LEAN_SOFTMAX + P in two register arrays that alternate by tile (DOUBLE_P) + the
+//   37 30 + LEAN_SOFTMAX + P in two register arrays that alternate by tile (DOUBLE_P) + the
 //     exponentials against the running max before the tile's max is known (STALE_MAX: the max
-//     moves only when a row grew by more than 2^8); D=128 without STALE_MAX (session 8, call 2:
-//     GPT-2 shape 0.0721 ms against 30's 0.0762 and cuDNN's 0.0841; shakespeare-char 0.0239 /
-//     0.0243 / 0.0248; t4096-d128 0.4774 / 0.4895 / 0.5627)
-//   37 35 with STALE_MAX's row sums as four running sums (RUNNING_SUMS), so that D=128 fits it too:
-//     the default for both head dims since session 8 (call 3, in turns: GPT-2 shape 0.0738 ms
-//     against 30's 0.0780, 35's 0.0735 and cuDNN's 0.0864; shakespeare-char 0.0277 / 0.0282 /
-//     0.0282 / 0.0285; t4096-d128 0.4469 / 0.4886 / 0.4798 / 0.5647)
-// Tried in session 8 and taken out (code in git at 90b58dd; kernels/NOTES.md, "Session 8: A"):
-//   32 = 30 + DOUBLE_P (GPT-2 0.0780 against 30's 0.0762: the loop unrolled by two for the two P
-//   arrays costs instruction-cache misses), 34 = 32 + LEAN_SOFTMAX (0.0785), 36 = 35 with every
-//   8th exponential by a cubic on the FMA pipe (0.0732 against 35's 0.0721).
+//     moves only when a row grew by more than 2^8; the row sums as four running sums, so that
+//     D=128 fits it too): the default for both head dims since session 8 (call 3, in turns: GPT-2
+//     shape 0.0738 ms against 30's 0.0780, 35's 0.0735 and cuDNN's 0.0864; shakespeare-char
+//     0.0277 / 0.0282 / 0.0282 / 0.0285; t4096-d128 0.4469 / 0.4886 / 0.4798 / 0.5647)
+// Tried in session 8 and taken out (code in git at 90b58dd, 35 at a92db3d; kernels/NOTES.md,
+//   "Session 8: A"): 32 = 30 + DOUBLE_P (GPT-2 0.0780 against 30's 0.0762: the loop unrolled by
+//   two for the two P arrays costs instruction-cache misses), 34 = 32 + LEAN_SOFTMAX (0.0785),
+//   35 = 37 with the row sums as a tree (D=64; D=128, where that spilled, ran 34: call 2, GPT-2
+//   0.0721 against 30's 0.0762; call 3 against 37: 0.0735 / 0.0738, shakespeare-char 0.0282 /
+//   0.0277, t4096-d128 0.4798 / 0.4469), 36 = 35 with every 8th exponential by a cubic on the
+//   FMA pipe (0.0732 against 35's 0.0721).
 // Taken out after session 5 (the code is in git at 65e8c26; figures in kernels/NOTES.md,
 //   "Session 4: H3 attention" and sessions 2-3's "H200 runs"): 1 = 2 with exp2f and sequential
 //   row max / sum (GPT-2 shape 221 against 2's 225 TFLOP/s), 3 = 2 without ping-pong (203: -10%),
@@ -196,7 +196,7 @@ struct config {
 // that passed its tests on the H200, timed beside the others in one run (kernels/NOTES.md,
 // "Session 8: A", call 3, in turns with cuDNN): variant 37 for both head dims (30 = persistent,
 // dynamic scheduling with a self-resetting counter, half diagonal tile, the lean epilogue; plus
-// DOUBLE_P, LEAN_SOFTMAX, STALE_MAX with RUNNING_SUMS): GPT-2 shape 0.0738 ms, shakespeare-char
+// DOUBLE_P, LEAN_SOFTMAX, STALE_MAX): GPT-2 shape 0.0738 ms, shakespeare-char
 // 0.0277, (4, 16, 4096, 128) 0.4469, against 0.0780 / 0.0282 / 0.4886 for session 7's default 30
 // and cuDNN's 0.0864 / 0.0285 / 0.5647.
 constexpr int DEFAULT_VARIANT_D64 = 37, DEFAULT_VARIANT_D128 = 37;
@@ -362,7 +362,7 @@ __device__ inline void scores_to_a_operand(uint32_t (&p)[N / 16][4], const float
         for (int q = 0; q < 4; ++q) p[j][q] = pack_bf16(s[8 * j + 2 * q], s[8 * j + 2 * q + 1]);
 }
 
-// STALE_MAX (variants 35, 37; FA4's "conditional rescaling", here with the exponentials first): one tile
+// STALE_MAX (variant 37; FA4's "conditional rescaling", here with the exponentials first): one tile
 // of online softmax whose exponentials do not wait for the tile's row max. They are taken against
 // the running max m as it is (finite: every row has an unmasked key in its first tile, which the
 // caller runs through softmax_tile), converted to P (bf16, into pf: pairs of adjacent columns of a
@@ -374,39 +374,26 @@ __device__ inline void scores_to_a_operand(uint32_t (&p)[N / 16][4], const float
 // the raw scores (s is not overwritten), l rescaled; returns true and rescale[] for O. O / l and
 // the LSE stay exact because O and l always share one m (as LAZY). P up to 2^8 instead of 1 keeps
 // bf16's relative precision; l, O in fp32 have room for it.
-// RUNNING_SUMS (variant 37): each pair of exponentials is packed and added to one of four running
-// sums at once, instead of a tree over all N/4 values of the row: no 32 temporaries (with the tree,
-// D = 128 spills 24 bytes, so variant 35 runs DOUBLE_P + LEAN_SOFTMAX alone there).
-template <int N, bool RUNNING_SUMS = false>
+// The row sums: each pair of exponentials is packed and added to one of four running sums at once,
+// not kept for a tree over all N/4 values of the row: no 32 temporaries (with the tree, session 8's
+// variant 35, D = 128 spilled 24 bytes).
+template <int N>
 __device__ inline bool softmax_tile_stale_max(const float (&s)[N / 2], float (&m)[2], float (&l)[2],
                                               float (&rescale)[2], uint32_t (&pf)[N / 16][4], float scale_log2) {
     float mx[2], sum[2];
     auto exponentials = [&](const float (&m_scaled)[2]) {   // P into pf, row sums into sum[]
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            if constexpr (RUNNING_SUMS) {
-                float acc[4] = {0.f, 0.f, 0.f, 0.f};
+            float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-                for (int j = 0; j < N / 4; j += 2) {    // elements i, i + 1: adjacent columns of row r
-                    const int i = row_element(r, j);
-                    const float e0 = exp2_ftz(fmaf(s[i], scale_log2, -m_scaled[r]));
-                    const float e1 = exp2_ftz(fmaf(s[i + 1], scale_log2, -m_scaled[r]));
-                    pf[i >> 3][(i & 7) >> 1] = pack_bf16(e0, e1);
-                    acc[(j >> 1) & 3] += e0 + e1;
-                }
-                sum[r] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-            } else {
-                float e[N / 4];
-#pragma unroll
-                for (int j = 0; j < N / 4; ++j) e[j] = exp2_ftz(fmaf(s[row_element(r, j)], scale_log2, -m_scaled[r]));
-#pragma unroll
-                for (int j = 0; j < N / 4; j += 2) {    // elements i, i + 1: adjacent columns of row r
-                    const int i = row_element(r, j);
-                    pf[i >> 3][(i & 7) >> 1] = pack_bf16(e[j], e[j + 1]);
-                }
-                tree_sum<N / 8>(e);
-                sum[r] = e[0];
+            for (int j = 0; j < N / 4; j += 2) {        // elements i, i + 1: adjacent columns of row r
+                const int i = row_element(r, j);
+                const float e0 = exp2_ftz(fmaf(s[i], scale_log2, -m_scaled[r]));
+                const float e1 = exp2_ftz(fmaf(s[i + 1], scale_log2, -m_scaled[r]));
+                pf[i >> 3][(i & 7) >> 1] = pack_bf16(e0, e1);
+                acc[(j >> 1) & 3] += e0 + e1;
             }
+            sum[r] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
         }
     };
     const float m_old[2] = {m[0] * scale_log2, m[1] * scale_log2};
@@ -746,7 +733,7 @@ struct persistent_config : config<D, CONSUMERS> {
 // cubic on the FMA pipe (Cody-Waite, FA4's trick): 0.0817 / 0.0833, the more the slower, as
 // session 5's variant 17: the consumer warps are issue- and latency-bound, not MUFU-bound.
 //
-// DOUBLE_P, LEAN_SOFTMAX, STALE_MAX (session 8; variants 33, 35, 37 (the default)): a consumer warp's loop turn is its own
+// DOUBLE_P, LEAN_SOFTMAX, STALE_MAX (session 8; variants 33 and 37, the default): a consumer warp's loop turn is its own
 // dependent instruction stream (session 6's ncu: ~2,080 cycles per turn for ~1,024 of tensor work,
 // stalls mostly fixed-latency waits, nothing saturated), so both shorten that stream. DOUBLE_P: P
 // alternates between two register arrays, so tile n's P is converted right after its exponentials
@@ -757,20 +744,20 @@ struct persistent_config : config<D, CONSUMERS> {
 // tiles after the first are taken against the running max as it is, and the tile's row max (FMNMX
 // tree, shuffles) is worked out beside them; only when a row grew by more than 2^8 does the warp
 // redo the tile against the new max (softmax_tile_stale_max). H200, session 8's call 2, GPT-2 shape
-// in turns: 30 0.0762 ms, + DOUBLE_P 0.0780, + LEAN_SOFTMAX 0.0760, + both 0.0785, + all three (35)
-// 0.0721 (cuDNN 0.0841). DOUBLE_P alone loses: its loop is unrolled by two (register arrays cannot
+// in turns: 30 0.0762 ms, + DOUBLE_P 0.0780, + LEAN_SOFTMAX 0.0760, + both 0.0785, + all three (35,
+// the tree-sum form of 37) 0.0721 (cuDNN 0.0841). DOUBLE_P alone loses: its loop is unrolled by two (register arrays cannot
 // be indexed at run time) and the bigger loop misses in the instruction cache (ncu of 35: "no
 // instruction" stalls 5% of the samples, against 2% for 21); with STALE_MAX the turn is short
-// enough that it pays anyway. kernels/NOTES.md, "Session 8: A".
+// enough that it pays anyway, so DOUBLE_P comes only with STALE_MAX now. kernels/NOTES.md, "Session 8: A".
 template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY = false, bool DYNAMIC = false, bool LEAN_EPILOGUE = false,
           bool PDL = false, bool SELF_RESET = false, bool DOUBLE_P = false, bool LEAN_SOFTMAX = false,
-          bool STALE_MAX = false, bool RUNNING_SUMS = false>
+          bool STALE_MAX = false>
 __global__ void __launch_bounds__(config<D, CONSUMERS>::threads, config<D, CONSUMERS>::ctas_per_sm)
 persistent_kernel(const __grid_constant__ kernel_params p) {
     using C = persistent_config<D, CONSUMERS>;
     using namespace tk;
     static_assert(!STALE_MAX || (DOUBLE_P && LEAN_SOFTMAX), "STALE_MAX is written on top of DOUBLE_P and LEAN_SOFTMAX");
-    static_assert(!RUNNING_SUMS || STALE_MAX, "RUNNING_SUMS only in softmax_tile_stale_max");
+    static_assert(DOUBLE_P == STALE_MAX, "DOUBLE_P alone (32) and with LEAN_SOFTMAX (34, 35 at D = 128) lost and were removed");
     constexpr bool PINGPONG = CONSUMERS == 2;          // as forward_kernel
     constexpr int BM = C::block_m, BN = C::block_n, S = C::stages, QS = C::q_slots;
 
@@ -1018,7 +1005,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
         auto probabilities_stale_max = [&](int n, bool half, uint32_t (&pf)[BN / 16][4]) {
             if (half) {
                 if (n >= mask_from) mask_tile<BN / 2>(first_half(s_acc.d), p.causal, row0, n * BN, p.seq_len);
-                return softmax_tile_stale_max<BN / 2, RUNNING_SUMS>(first_half(s_acc.d), m, l, rescale,
+                return softmax_tile_stale_max<BN / 2>(first_half(s_acc.d), m, l, rescale,
                                                       *reinterpret_cast<uint32_t(*)[BN / 32][4]>(&pf), p.scale_log2);
             }
             if (n >= mask_from) {
@@ -1027,7 +1014,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 else
                     mask_tile<BN>(s_acc.d, p.causal, row0, n * BN, p.seq_len);
             }
-            return softmax_tile_stale_max<BN, RUNNING_SUMS>(s_acc.d, m, l, rescale, pf, p.scale_log2);
+            return softmax_tile_stale_max<BN>(s_acc.d, m, l, rescale, pf, p.scale_log2);
         };
 
 #pragma unroll
@@ -1142,14 +1129,13 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
                 wgmma::wait_group<1>();                  // S = Q·Kₙᵀ is done (P·Vₙ₋₁ may still run)
                 wgmma::fence_operand(s_acc);
                 release(k_empty[k_slot]);
-                bool moved = true;                       // did the warp's rows take a new max?
-                if constexpr (STALE_MAX) moved = probabilities_stale_max(n, is_half(n), p_write);
-                else probabilities_into(n, is_half(n), p_write);   // P·Vₙ₋₁ reads p_read, not these
+                // Did the warp's rows take a new max? (P·Vₙ₋₁ reads p_read, not p_write.)
+                const bool moved = probabilities_stale_max(n, is_half(n), p_write);
                 wgmma::wait_group<0>();                  // O += P·Vₙ₋₁ is done
                 wgmma::fence_operand(o_acc);
                 keep_alive(p_read);
                 release(v_empty[v_slot]);
-                if (STALE_MAX ? moved : (!LAZY || __any_sync(0xffffffff, rescale[0] != 1.f || rescale[1] != 1.f))) {
+                if (moved) {
 #pragma unroll
                     for (int i = 0; i < D / 2; ++i) o_acc.d[i] *= rescale[(i >> 1) & 1];
                 }
@@ -1243,7 +1229,7 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
 // PDL etc.: see persistent_kernel; with PDL the launch carries the programmatic-serialization attribute.
 template <int D, int CONSUMERS, bool HALF_TILE, bool LAZY, bool DYNAMIC, bool LEAN_EPILOGUE = false,
           bool PDL = false, bool SELF_RESET = false, bool DOUBLE_P = false, bool LEAN_SOFTMAX = false,
-          bool STALE_MAX = false, bool RUNNING_SUMS = false>
+          bool STALE_MAX = false>
 cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stream, unsigned int* work_counter) {
     using C = persistent_config<D, CONSUMERS>;
     if (DYNAMIC && work_counter == nullptr) return cudaErrorInvalidValue;   // see work_counter
@@ -1257,7 +1243,7 @@ cudaError_t launch_persistent(const AttentionForwardParams& a, cudaStream_t stre
         if (!why.empty()) return cudaErrorInvalidValue;
     }
     auto kernel = persistent_kernel<D, CONSUMERS, HALF_TILE, LAZY, DYNAMIC, LEAN_EPILOGUE, PDL, SELF_RESET, DOUBLE_P, LEAN_SOFTMAX,
-                                    STALE_MAX, RUNNING_SUMS>;
+                                    STALE_MAX>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
     int device = 0, sms = 0;
@@ -1328,14 +1314,12 @@ const char* attention_hopper_why_not(const AttentionForwardParams& a) {
 //      bindings give it a counter that is zero and that no other launch uses meanwhile: see
 //      attention_hopper_counter_resets). The default in session 7
 //  33: 30 with LEAN_SOFTMAX (see persistent_kernel)
-//  35: 30 with DOUBLE_P, LEAN_SOFTMAX and STALE_MAX (softmax_tile_stale_max; D = 128 without
-//      STALE_MAX, which spills there in this form)
-//  37: 35 with RUNNING_SUMS (D = 128 with STALE_MAX too: 237 of the 240 registers, no spills). The
-//      default since session 8
+//  37: 30 with DOUBLE_P, LEAN_SOFTMAX and STALE_MAX (softmax_tile_stale_max; D = 128: 237 of the
+//      240 registers, no spills). The default since session 8
 // 2 and 4 take the query blocks in the first kernels' order (item_at with one group of all heads).
 // work_counter: one uint32 in device memory, zero, used by this launch alone (the bindings zero one
 // per call, or, where attention_hopper_counter_resets says the kernel sets it back to 0 itself,
-// hand out one they own); the dynamically scheduled variants (11-13, 21, 26, 30, 33, 35, 37 = the default)
+// hand out one they own); the dynamically scheduled variants (11-13, 21, 26, 30, 33, 37 = the default)
 // refuse nullptr.
 int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda_stream, int variant,
                                      unsigned int* work_counter) {
@@ -1364,13 +1348,9 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
                         : launch_persistent<128, 2, true, true, true, true, false, true>(p, stream, work_counter);
     case 33: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, false, true>(p, stream, work_counter)
                         : launch_persistent<128, 2, true, true, true, true, false, true, false, true>(p, stream, work_counter);
-    // 35 at D = 128 runs DOUBLE_P + LEAN_SOFTMAX without STALE_MAX (session 8's variant 34): with it,
-    // and softmax_tile_stale_max's tree of row sums, that kernel spills; 37 is the form that fits.
-    case 35: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, true, true, true>(p, stream, work_counter)
-                        : launch_persistent<128, 2, true, true, true, true, false, true, true, true>(p, stream, work_counter);
-    case 37: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, true, true, true, true>(p, stream, work_counter)
-                        : launch_persistent<128, 2, true, true, true, true, false, true, true, true, true, true>(p, stream, work_counter);
-    default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20, 22-25, 27-29, 31, 32, 34, 36) too
+    case 37: return d64 ? launch_persistent<64, 2, true, false, true, true, false, true, true, true, true>(p, stream, work_counter)
+                        : launch_persistent<128, 2, true, true, true, true, false, true, true, true, true>(p, stream, work_counter);
+    default: return cudaErrorInvalidValue;   // removed numbers (1, 3, 6, 7, 9, 10, 14-20, 22-25, 27-29, 31, 32, 34-36) too
     }
 }
 
@@ -1379,7 +1359,7 @@ int attention_hopper_forward_variant(const AttentionForwardParams& p, void* cuda
 bool attention_hopper_counter_resets(const AttentionForwardParams& p, int variant) {
     if (variant == 0) variant = p.shape.head_dim == 64 ? attention_hopper::DEFAULT_VARIANT_D64
                                                        : attention_hopper::DEFAULT_VARIANT_D128;
-    return variant == 30 || variant == 33 || variant == 35 || variant == 37;
+    return variant == 30 || variant == 33 || variant == 37;
 }
 
 // The launcher E1's dispatch calls on sm_90 (see kernels/NOTES.md, attention / Hopper forward).

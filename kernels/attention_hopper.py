@@ -11,10 +11,10 @@ table. See kernels/NOTES.md, attention / Hopper forward and Session 3 (Hopper ba
 Nothing here builds at import; `why_not` builds the extension only after every cheap check
 passed on CUDA tensors of a Hopper GPU.
 
-Streams: the persistent forwards (variants 11-13, 21, 26, 30, 33, 35, 37, "dynamic scheduling") hand
+Streams: the persistent forwards (variants 11-13, 21, 26, 30, 33, 37, "dynamic scheduling") hand
 out their work items through a counter that must be zero at the start and used by no other launch in
 flight. 11-13, 21 and 26 get one zeroed for each call (a fill kernel before the forward, ~1.2 us on
-the H200). 30, 33, 35 and 37 (the default) set their counter back to 0 themselves when they hand out
+the H200). 30, 33 and 37 (the default) set their counter back to 0 themselves when they hand out
 the last item, so the bindings keep one per CUDA stream (launches on a stream run one after the other) and
 give each launch captured into a CUDA graph one of its own (attention_hopper_bindings.cpp,
 owned_counter). Until session 5 there was one self-resetting counter per GPU, which two forwards in
@@ -91,11 +91,10 @@ VARIANTS = {0: "default (37 for D=64 and D=128)",
                 "give it a counter owned by the stream, or by the CUDA graph that captured the call)",
             33: "30 with a leaner softmax: the mask decision once per item, consumer 1's diagonal tile masks "
                 "only its second half, the rescale factor by ex2.approx",
-            35: "30 with 33's softmax, P in two register buffers that alternate by tile (converted to bf16 "
+            37: "30 with 33's softmax, P in two register buffers that alternate by tile (converted to bf16 "
                 "between the exponentials), and the exponentials taken against the running max before the "
                 "tile's own max is known: the max moves (and O is rescaled) only when a row's scores grew "
-                "by more than 2^8 (D=128: without the last, which spills there)",
-            37: "35 with the row sums as four running sums, so that D=128 takes the running max too"}
+                "by more than 2^8; the row sums as four running sums (D=128 fits it too)"}
 
 
 OP = "tk Hopper attention"

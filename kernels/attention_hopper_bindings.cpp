@@ -31,7 +31,7 @@ using tk_bindings::device_name;
 
 // 0 (the default) and the variants that remain (attention_hopper.cu's opening comment says where the
 // removed numbers went); kernels/attention_hopper.py names them.
-constexpr int VARIANTS[] = {0, 2, 4, 5, 8, 11, 12, 13, 21, 26, 30, 33, 35, 37};
+constexpr int VARIANTS[] = {0, 2, 4, 5, 8, 11, 12, 13, 21, 26, 30, 33, 37};
 constexpr int LAST_VARIANT = VARIANTS[sizeof(VARIANTS) / sizeof(VARIANTS[0]) - 1];
 bool is_variant(int64_t v) {
     for (int k : VARIANTS)
