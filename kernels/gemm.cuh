@@ -33,7 +33,7 @@ struct args {
     float* splitk_sums = nullptr;
     int* splitk_arrivals = nullptr;
     long long splitk_sums_count = 0, splitk_arrivals_count = 0;
-    // The work schedule of step 5 variants 10, 11 and step 4 variant 9 (kernels/gemm.py
+    // The work schedule of step 5 variant 10 and step 4 variant 9 (kernels/gemm.py
     // stream_schedule): schedule_units entries of
     // 4 int32 {tile row, tile column, k_begin, k_end}, unit u on CTA u % schedule_grid.
     const int* schedule = nullptr;

@@ -35,7 +35,7 @@ in the output dtype, so a weight gradient is one kernel (no memset of an fp32 bu
 conversion kernel); see splitk_workspace for the workspace's lifetime (one per device and shape;
 not two same-shape products on two streams at once). Correct and sanitizer-clean on the H200, but
 1-5% slower than 5v7 with its memset and conversion (session 7, call 4): opt-in, not the default.
-Variants 10 and 11 of step 5 and variant 9 of step 4 (session 8) run 8's protocol on a schedule
+Variant 10 of step 5 and variant 9 of step 4 (session 8) run 8's protocol on a schedule
 planned here (stream_schedule): every CTA gets the same number of k-tiles as whole tiles plus one
 or two k-pieces (or, with fewer tiles than SMs, one tile's head or a share of the tails), so a CTA
 sends one or two fp32 partials instead of ~10 and nothing is left for a memset or a conversion
@@ -43,7 +43,8 @@ kernel; 4v9 does it on step 4's 128x256 tile. See stream_schedule and
 kernels/gemm_splitk_epilogue.cuh. On the H200 (session 8, calls 2-3, CUDA graphs): 5v10 at
 0.95-1.03 / 1.07 / 1.03x cuBLAS at dW 3072x768 / 768x3072 / 2304x768 where 5v7 ran 0.87-0.91 /
 0.94 / 0.97x, so it is matmul(step=0)'s choice there; at dW 768x768 (36 tiles) 0.96x against
-5v7's 1.04x, so 5v7 stays there. 5v11 and 4v9: slower than 5v10, opt-in.
+5v7's 1.04x, so 5v7 stays there. 4v9: slower than 5v10, opt-in (5v11, a piece arriving one tile
+later as in 8, was slower too and was removed after the session; code at commit 553a564).
 
 Two environment variables, for experiments with the 2-CTA cluster variants (step 4 v5, step 5
 v3/v4; read at each launch by launch_pairs in kernels/gemm_4_warp_specialized.cuh):
@@ -81,17 +82,16 @@ VARIANTS5 = {0: "128x128 per consumer, 6 stages", 1: "64x256 per consumer, 4 sta
              6: "64x256 per consumer, 4 stages, plain epilogue (no bias/GELU; stmatrix staging)",
              7: "128x128 per consumer, 6 stages, plain epilogue (no bias/GELU; stmatrix staging)",
              8: "128x128 per consumer, 6 stages, plain epilogue, split-K finished in the kernel (no memset, no conversion)",
-             10: "128x128 per consumer, 6 stages, plain epilogue, a planned schedule: whole tiles + k-pieces summed in the kernel",
-             11: "as 10, a piece arriving one tile of its consumer later (as 8) instead of in its own epilogue"}
+             10: "128x128 per consumer, 6 stages, plain epilogue, a planned schedule: whole tiles + k-pieces summed in the kernel"}
 TILES5 = {0: (128, 128), 1: (64, 256), 2: (128, 128), 3: (128, 128), 4: (64, 256), 5: (64, 256), 6: (64, 256), 7: (128, 128),
-          8: (128, 128), 10: (128, 128), 11: (128, 128)}
-PLAIN_VARIANTS = {4: (6, 7, 8, 9), 5: (6, 7, 8, 10, 11)}   # kernels/gemm_plain_epilogue.cuh (session 6): the plain product only
+          8: (128, 128), 10: (128, 128)}
+PLAIN_VARIANTS = {4: (6, 7, 8, 9), 5: (6, 7, 8, 10)}   # kernels/gemm_plain_epilogue.cuh (session 6): the plain product only
 # kernels/gemm_splitk_epilogue.cuh (session 7): split-K whose last split stores the tile (bf16 or
 # fp32) from a workspace the kernel keeps zeroed (splitk_workspace below)
 FUSED_SPLITK = {5: (8,)}   # (session 7's 5v9, one arrival per consumer, timed as 5v8 and was removed)
 # ... and (session 8) the same protocol on a schedule planned here (stream_schedule below): whole
 # tiles plus a few k-pieces per CTA instead of `splits` equal pieces of every tile
-SCHEDULED = {4: (9,), 5: (10, 11)}
+SCHEDULED = {4: (9,), 5: (10,)}
 
 
 def auto_step(M, N, K, plain=False, num_sms=132):
@@ -298,7 +298,7 @@ def plan(a, b, *, out_dtype=torch.bfloat16, bias=None, gelu=False, step=4, split
     return p
 
 
-# ---- the workspace of the in-kernel split-K (step 5 variants 8, 10, 11; step 4 variant 9) ----
+# ---- the workspace of the in-kernel split-K (step 5 variants 8 and 10; step 4 variant 9) ----
 # fp32 running sums (tiles x BM x BN, in accumulator order) and int32 arrival counters (one per
 # 16 KB piece, a consumer warp's share of a tile: 4 a tile of 128x128, 8 of 128x256), zero when allocated; each call's last split of a tile reads
 # its sums, writes zeros back and resets its counters, so they are zero again when the kernel
@@ -341,7 +341,7 @@ def _fused_workspace(p, a, M, N):
     return ws
 
 
-# ---- the work schedule of step 5 variants 10, 11 and step 4 variant 9 (kernels/gemm_splitk_epilogue.cuh,
+# ---- the work schedule of step 5 variant 10 and step 4 variant 9 (kernels/gemm_splitk_epilogue.cuh,
 # scheduled_splitk_epilogue) ----
 GROUP_M = 16    # kernels/gemm_4_warp_specialized.cuh unit_work's raster: tile rows walked together
 MIN_SHARE = 8   # k-tiles a CTA gets at least (a piece's arrival and sum cost about 3 k-tiles)

@@ -144,7 +144,7 @@ __device__ inline work unit_work(const shape& p, int unit) {
 // The producer: one thread walks the same units as the consumers and loads each k-tile of A and
 // B into the next ring stage once the consumers have freed it (step 5 reuses it for its tiles).
 // work_of(unit) says what a unit is: unit_work here; the scheduled policies (step 4 variant 9,
-// step 5 variants 10 and 11) read it from a table (kernels/gemm_splitk_epilogue.cuh).
+// step 5 variant 10) read it from a table (kernels/gemm_splitk_epilogue.cuh).
 template <int STAGES, major MA, major MB, typename Smem, typename AGl, typename BGl, typename WorkOf>
 __device__ inline void produce_units(Smem& s, const AGl& A, const BGl& B, const shape& sh, WorkOf&& work_of) {
     using a_tile = std::remove_reference_t<decltype(s.a[0])>;

@@ -77,11 +77,11 @@ using config5 = gemm5::config<1, 5, 1>;   // 64x256, 5 stages, ONE staging box p
 // a schedule planned on the host (kernels/gemm.py stream_schedule: whole tiles plus a few
 // pieces of unequal length, the same k-tiles per CTA) instead of `splits` equal pieces per
 // tile: far fewer fp32 partials per CTA (kernels/gemm_splitk_epilogue.cuh says why). A piece
-// arrives in its own epilogue (variant 10) or one tile of its consumer later, as in 8 (variant 11).
-// Variant 10 is matmul(step=0)'s choice for the weight gradients with at least SMs/2 tiles of
-// 128x128 (kernels/gemm.py auto_step; session 8, call 3, CUDA graphs: 0.950 / 1.068 / 1.026x cuBLAS
-// at dW 3072x768 / 768x3072 / 2304x768 against variant 7's 0.870 / 0.938 / 0.968x in the same run);
-// variant 11 ran 0-4.5% behind 10 (call 2): opt-in.
+// arrives in its own epilogue (AT_ONCE). Variant 10 is matmul(step=0)'s choice for the weight
+// gradients with at least SMs/2 tiles of 128x128 (kernels/gemm.py auto_step; session 8, call 3, CUDA graphs: 0.950 / 1.068 / 1.026x cuBLAS
+// at dW 3072x768 / 768x3072 / 2304x768 against variant 7's 0.870 / 0.938 / 0.968x in the same run).
+// Session 8's variant 11, the same with a piece arriving one tile of its consumer later (as in 8),
+// ran 0-4.5% behind 10 (call 2) and was removed after the session (code at commit 553a564).
 
 template <typename Cfg, major MA, major MB, typename OutT, bool PLAIN>
 const char* launch(const gemm::args& g) {
@@ -120,17 +120,17 @@ const char* launch_splitk(const gemm::args& g) {
 
 // Variant 10: the workspace as variant 8's, and the schedule (its contents are kernels/gemm.py's;
 // here only that it exists and fits the launch).
-template <typename Cfg, major MA, major MB, typename OutT, bool AT_ONCE>
+template <typename Cfg, major MA, major MB, typename OutT>
 const char* launch_scheduled(const gemm::args& g) {
-    using Epi = gemm4::scheduled_splitk_epilogue<OutT, AT_ONCE>;
+    using Epi = gemm4::scheduled_splitk_epilogue<OutT, true>;
     const long long tiles = (long long)((g.M + Cfg::BM - 1) / Cfg::BM) * ((g.N + Cfg::BN - 1) / Cfg::BN);
     if (!g.splitk_sums || !g.splitk_arrivals || g.splitk_sums_count < tiles * Cfg::BM * Cfg::BN ||
         g.splitk_arrivals_count < tiles * 4)
-        return "gemm step 5: variants 10 and 11 need a zeroed workspace of tiles x BM x BN fp32 sums and tiles x 4 "
+        return "gemm step 5: variant 10 needs a zeroed workspace of tiles x BM x BN fp32 sums and tiles x 4 "
                "int32 arrival counters (kernels/gemm.py splitk_workspace makes it)";
     if (!g.schedule || g.schedule_grid < 1 || g.schedule_units < g.schedule_grid || g.schedule_units % g.schedule_grid)
-        return "gemm step 5: variants 10 and 11 need a schedule of units x grid entries (kernels/gemm.py stream_schedule makes it)";
-    if (g.splits != 1) return "gemm step 5: variants 10 and 11 plan their own split of K; pass splits = 1";
+        return "gemm step 5: variant 10 needs a schedule of units x grid entries (kernels/gemm.py stream_schedule makes it)";
+    if (g.splits != 1) return "gemm step 5: variant 10 plans its own split of K; pass splits = 1";
     return gemm5::launch<Cfg, MA, MB, Epi>(
         "gemm step 5", g.a, g.b, g.M, g.N, g.K, 1, g.num_sms, g.stream, [&] {
             return Epi{{{gemm4::out_gl<OutT>(static_cast<OutT*>(g.c), 1, g.M, g.N)},
@@ -139,16 +139,16 @@ const char* launch_scheduled(const gemm::args& g) {
         });
 }
 
-template <typename Cfg, bool AT_ONCE>
+template <typename Cfg>
 const char* dispatch_scheduled(const gemm::args& g) {
     if (g.c_fp32) {
-        if (!g.a_mn_major && !g.b_mn_major) return launch_scheduled<Cfg, major::K, major::K, float, AT_ONCE>(g);
-        if (!g.a_mn_major) return launch_scheduled<Cfg, major::K, major::MN, float, AT_ONCE>(g);
-        return launch_scheduled<Cfg, major::MN, major::MN, float, AT_ONCE>(g);
+        if (!g.a_mn_major && !g.b_mn_major) return launch_scheduled<Cfg, major::K, major::K, float>(g);
+        if (!g.a_mn_major) return launch_scheduled<Cfg, major::K, major::MN, float>(g);
+        return launch_scheduled<Cfg, major::MN, major::MN, float>(g);
     }
-    if (!g.a_mn_major && !g.b_mn_major) return launch_scheduled<Cfg, major::K, major::K, bf16, AT_ONCE>(g);
-    if (!g.a_mn_major) return launch_scheduled<Cfg, major::K, major::MN, bf16, AT_ONCE>(g);
-    return launch_scheduled<Cfg, major::MN, major::MN, bf16, AT_ONCE>(g);
+    if (!g.a_mn_major && !g.b_mn_major) return launch_scheduled<Cfg, major::K, major::K, bf16>(g);
+    if (!g.a_mn_major) return launch_scheduled<Cfg, major::K, major::MN, bf16>(g);
+    return launch_scheduled<Cfg, major::MN, major::MN, bf16>(g);
 }
 
 template <typename Cfg>
@@ -181,11 +181,11 @@ const char* gemm::step5_pingpong(const gemm::args& g) {
     if (g.splits > 1 && !g.c_fp32 && g.variant < 8)
         return "gemm step 5: split-K reduce-adds fp32 partials; ask for an fp32 output (or use variant 8)";
     if (g.variant >= 6 && (g.bias || g.gelu))
-        return "gemm step 5: variants 6-11 are the plain product (no bias, no GELU); use variant 1 for a fused epilogue";
+        return "gemm step 5: variants 6-8 and 10 are the plain product (no bias, no GELU); use variant 1 for a fused epilogue";
 #ifdef GEMM_DEFAULT_VARIANT_ONLY   // the CPU compile test: one configuration and the plain epilogues keep it quick
     if (g.variant != 0 && g.variant != 6 && g.variant != 8 && g.variant != 10) return "gemm step 5: built with GEMM_DEFAULT_VARIANT_ONLY";
     return g.variant == 6 ? dispatch<config1, true>(g) : g.variant == 8 ? dispatch_splitk<config0>(g)
-         : g.variant == 10 ? dispatch_scheduled<config0, true>(g) : dispatch<config0>(g);
+         : g.variant == 10 ? dispatch_scheduled<config0>(g) : dispatch<config0>(g);
 #endif
     switch (g.variant) {
         case 0: return dispatch<config0>(g);
@@ -197,8 +197,7 @@ const char* gemm::step5_pingpong(const gemm::args& g) {
         case 6: return dispatch<config1, true>(g);
         case 7: return dispatch<config0, true>(g);
         case 8: return dispatch_splitk<config0>(g);
-        case 10: return dispatch_scheduled<config0, true>(g);
-        case 11: return dispatch_scheduled<config0, false>(g);
-        default: return "gemm step 5: variant must be 0..8, 10 or 11 (9 was removed)";
+        case 10: return dispatch_scheduled<config0>(g);
+        default: return "gemm step 5: variant must be 0..8 or 10 (9 and 11 were removed)";
     }
 }

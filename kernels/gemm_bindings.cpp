@@ -105,7 +105,7 @@ Problem workspace_problem(const torch::Tensor& a, const c10::optional<torch::Ten
     return {};
 }
 
-// The scheduled variants' work schedule (step 5 v10, v11, step 4 v9; kernels/gemm.py stream_schedule): int32 [units per CTA][CTAs][4]
+// The scheduled variants' work schedule (step 5 v10, step 4 v9; kernels/gemm.py stream_schedule): int32 [units per CTA][CTAs][4]
 // on a's device, contiguous, or absent. Its contents are checked where it is made (Python).
 Problem schedule_problem(const torch::Tensor& a, const c10::optional<torch::Tensor>& schedule) {
     using tk_bindings::type_problem, tk_bindings::value_problem;
@@ -193,7 +193,7 @@ std::string check_run(int64_t step, const torch::Tensor& a, const torch::Tensor&
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     // The last three arguments are optional (None): the in-kernel split-K's workspace (step 5 variants
-    // 8, 10, 11; step 4 variant 9) and the scheduled variants' schedule (5v10, 5v11, 4v9).
+    // 8 and 10; step 4 variant 9) and the scheduled variants' schedule (5v10, 4v9).
     m.def("check_run", &check_run, "'' or what run(...) with the same arguments would raise", py::arg("step"), py::arg("a"),
           py::arg("b"), py::arg("c"), py::arg("a_mn_major"), py::arg("b_mn_major"), py::arg("bias"), py::arg("gelu"),
           py::arg("splits"), py::arg("variant"), py::arg("splitk_sums") = py::none(), py::arg("splitk_arrivals") = py::none(),

@@ -1,6 +1,6 @@
 // kernels/gemm_splitk_epilogue.cuh — split-K finished inside the kernel: the weight gradient's
 // partial sums meet in a workspace that the kernel itself leaves zeroed, and the LAST split to
-// finish a tile stores the tile's final values (bf16 or fp32) by TMA. Step 5 variants 8, 10 and 11
+// finish a tile stores the tile's final values (bf16 or fp32) by TMA. Step 5 variants 8 and 10
 // (kernels/gemm_5_pingpong.cu) and step 4 variant 9 (kernels/gemm_4_warp_specialized.cu). Read after kernels/gemm_plain_epilogue.cuh (whose store_slab
 // stores the final values) and the STORES_TILE hook in kernels/gemm_5_pingpong.cuh.
 //
@@ -46,10 +46,11 @@
 // at a named barrier, one release, bar.red.or to tell them the last): the same figures as 8, so
 // the number of release fences is not the cost. 9 was removed after the session (code at 777f4c7).
 //
-// Variants 10 and 11 of step 5 and 9 of step 4 (session 8; the end of this file): the same
-// protocol, but each CTA's units come from a schedule planned on the host (whole tiles, plus a
-// few pieces of unequal length), not from equal splits. 5v10 is what matmul(step=0) runs for most
-// of GPT-2's weight gradients (kernels/gemm.py auto_step); 5v11 and 4v9 lost to it: opt-in.
+// Variant 10 of step 5 and 9 of step 4 (session 8; the end of this file): the same protocol, but
+// each CTA's units come from a schedule planned on the host (whole tiles, plus a few pieces of
+// unequal length), not from equal splits, and a piece arrives in its own epilogue (AT_ONCE). 5v10
+// is what matmul(step=0) runs for most of GPT-2's weight gradients (kernels/gemm.py auto_step);
+// 4v9 lost to it: opt-in. (Session 8's 5v11, 10 arriving one tile later, lost too: removed.)
 //
 // The workspace: sums = tiles x BM x BN floats, arrivals = one int per 16 KB piece (tiles x 4 for
 // 128x128; step 4 variant 9's 128x256 tiles: x 8, each consumer half a 64-row "tile"), zero at allocation
@@ -85,8 +86,8 @@ __device__ __forceinline__ int atomic_add_release_gpu(int* p, int v) {
     return old;
 }
 
-// Each consumer warp arrives for its own piece (4 counters a tile). AT_ONCE = false (variants 8
-// and 11): a piece arrives one tile later, as described above; AT_ONCE = true (variant 10): it
+// Each consumer warp arrives for its own piece (4 counters a tile). AT_ONCE = false (variant 8):
+// a piece arrives one tile later, as described above; AT_ONCE = true (5v10, 4v9): it
 // arrives in its own epilogue, right after its reduce-adds are complete. With one or two pieces
 // per CTA (variant 10's schedule) waiting for the next tile of the consumer can mean waiting
 // until the end of the kernel, and the wait for fresh reduce-adds hides behind the other
@@ -234,7 +235,7 @@ struct splitk_epilogue : plain_epilogue<OutT> {
     }
 };
 
-// Step 5 variants 10 (AT_ONCE) and 11, step 4 variant 9 (AT_ONCE; session 8): the same protocol
+// Step 5 variant 10 and step 4 variant 9 (both AT_ONCE; session 8): the same protocol
 // under a WORK SCHEDULE planned on the host
 // (kernels/gemm.py stream_schedule), instead of cutting every tile into `splits` equal pieces.
 // Why: a weight gradient has few tiles and a long K (dW 3072x16384x768: 144 tiles of 128x128,
