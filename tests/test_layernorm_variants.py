@@ -25,11 +25,15 @@ BF16, F32 = base.BF16, base.F32
 # each flag alone; session 6's flags on the default plan (the candidates: each instance), with the
 # reversed backward (the first row steps are the last rows) and on the persistent forward grid; all.
 SEAM = ["fwd_early_pdl", "bwd_l2_first", "bwd_l2_first2"]
-# session 8's lean kernels (rows of one warp): alone (persistent forward grid, no pdl), on the
-# default plan each and together
-LEAN = ["fwd_lean", "bwd_lean", "default,fwd_lean", "default,bwd_lean", "default,fwd_lean,bwd_lean"]
+# session 6's default plan (spelt out: "default,fwd_early_pdl,bwd_l2_first2,bwd_reverse" here meant it
+# until session 8's default took the lean kernels): the plain kernels the lean ones are compared with
+LEAN_OFF = "fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first2,bwd_reverse"
+# session 8's lean kernels (rows of one warp): alone (persistent forward grid, no pdl), and each on
+# session 6's plan beside the other pass's plain kernel; both on it is the default plan since
+# session 8 ("default": once here; "default,fwd_lean" and the like were copies of it)
+LEAN = ["fwd_lean", "bwd_lean", LEAN_OFF + ",fwd_lean", LEAN_OFF + ",bwd_lean", "default"]
 VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", *SEAM, "default,fwd_early_pdl,bwd_l2_first",
-            "default,fwd_early_pdl,bwd_l2_first2,bwd_reverse", "bwd_tree,pdl,fwd_early_pdl,bwd_l2_first", *LEAN,
+            LEAN_OFF, "bwd_tree,pdl,fwd_early_pdl,bwd_l2_first", *LEAN,
             "fwd_full,bwd_reverse,bwd_tree,pdl," + ",".join(SEAM) + ",fwd_lean,bwd_lean"]
 # (rows, cols): 1 and 7 rows (fewer rows than a block takes), a tail of a few rows past a
 # block step, widths with 1 to 4 chunks a thread and 1 to 8 warps a row (1600: idle lanes),
@@ -162,8 +166,6 @@ def test_the_variant_is_what_launches(ln):
 # Shapes where a row is one warp (G = 1): bf16 h up to 1024 columns (1 to 4 chunks a lane, 1600 is
 # not one), fp32 h up to 512; rows 1, 7 and tails past a block's 8 rows.
 LEAN_SHAPES = [(1, 64), (7, 768), (1000, 768), (4099, 384), (333, 1024), (77, 320), (16387, 768)]
-# session 6's default plan: the plain kernels the lean ones are compared with
-LEAN_OFF = "fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first2,bwd_reverse"
 
 
 @needs_cuda
@@ -290,8 +292,7 @@ def test_session6_flags_leave_the_dropout_kernels_alone(ln):
 
 
 @needs_cuda
-@pytest.mark.parametrize("plan", ["pdl", "pdl,fwd_early_pdl", "pdl,fwd_early_pdl,bwd_l2_first2", "default",
-                                  "default,fwd_lean,bwd_lean"])
+@pytest.mark.parametrize("plan", ["pdl", "pdl,fwd_early_pdl", "pdl,fwd_early_pdl,bwd_l2_first2", LEAN_OFF, "default"])
 def test_pdl_launches_inside_a_cuda_graph(ln, plan):
     """bench.py and train.py's cuda_graphs replay forward and backward from a graph: with pdl each
     kernel is captured as a programmatic dependent of the one before (forward -> backward ->
