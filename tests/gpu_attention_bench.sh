@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench.py's attention rows on one H200 (issue 5): tk as model.py dispatches it (Hopper forward +
-# portable backward on sm_90), the Hopper forward alone, the portable kernel, and SDPA forced to
+# Hopper backward on sm_90), the Hopper forward alone, the portable kernel, and SDPA forced to
 # FA2, cuDNN and memory-efficient; causal bf16, fwd and fwd+bwd, at 5 shapes (the issue's 3 and
 # T=2048 at D 64/128). See kernels/attention_bench.py for what is measured.
 #

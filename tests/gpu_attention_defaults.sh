@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# tests/gpu_attention_defaults.sh OUT_DIR — the attention kernels with their defaults (Hopper
-# forward 12 / 11 and backward 4 / 5 for D = 64 / 128, portable forward 3 for D = 64) and the
+# tests/gpu_attention_defaults.sh OUT_DIR — the attention kernels with their defaults (whatever the
+# .cu files' DEFAULT_* say: since session 8 Hopper forward 37, backward 15 / 5 for D = 64 / 128,
+# portable forward 9 for D = 64; when written, forward 12 / 11, backward 4 / 5, portable 3) and the
 # dynamically scheduled forward variants 11-13, on ONE H200, in <= 230 s with the builds
 # (TORCH_EXTENSIONS_DIR=/tmp/ext). Session 4's call 3 ran it when the forward defaults were still
 # 8 / 5 (kernels/NOTES.md, H3 section); the smoke and memcheck steps test whatever the defaults
