@@ -8,7 +8,9 @@
 // Read kernels/attention_portable.cu first: same algorithm, plainer machinery.
 // Read in order: the algorithm and the pipeline picture (this comment), config, item_at,
 // softmax_tile, forward_kernel (producer branch, consumer branch, epilogue: the pipeline for one
-// query block), then persistent_kernel (the same with an outer loop over query blocks), and the
+// query block), then persistent_kernel (the same with an outer loop over query blocks; the
+// comment above it on DOUBLE_P, LEAN_SOFTMAX and STALE_MAX, then mask_tile and
+// softmax_tile_stale_max, which the default's loop calls for every tile after the first), and the
 // launchers with attention_hopper_forward_variant at the bottom.
 //
 // ---- The algorithm (online softmax) ---------------------------------------------------------
