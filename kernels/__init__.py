@@ -214,7 +214,8 @@ def prepare_for_compile():
     first time it meets one. Before that it logs the op's arguments, and torch 2.11 formats them
     eagerly: each argument's IR prints every unrealized node it depends on, nested, so at GPT-2's
     12 layers the strings explode and the compile never finishes (session 7: Python stacks every
-    20 s all inside inductor's exc.operator_str; tests/tk_compile_time.py). Registering the same
+    20 s all inside inductor's exc.operator_str; the probe, tests/tk_compile_time.py, is in git before
+    4e3c0c8, which removed it). Registering the same
     fallback here, with the layout constraint inductor would pick (the op's tag, else the default
     for custom ops), means inductor finds the op in its lowerings and never builds that string.
     Idempotent; returns the ops registered now."""

@@ -11,8 +11,9 @@ and the table the kernel reads ends each CTA's list with an empty entry.
 GPU tests (skip without CUDA): every result against a float64 reference into NaN-poisoned
 outputs (bf16 and fp32) at tails in M, N and K and at GPT-2's weight-gradient shapes, both
 schedule cases (more tiles than CTAs: whole tiles + pieces; fewer: heads + shared tails), the
-other operand layouts, the workspace zero after every call (shared with variant 8), CUDA graph
-replays, a first call inside a capture (takes 5v7), kernel_only, the binding's schedule checks.
+other operand layouts, the workspace zero after every call (shared with variant 8), a first
+call inside a capture (takes 5v7), kernel_only, the binding's schedule checks. Their CUDA-graph
+replays are test_gemm_splitk.py's test_cuda_graph_replays, which runs every in-kernel split-K plan.
 """
 import pytest
 import torch
@@ -168,29 +169,6 @@ def test_workspace_is_zero_after_each_call():
         sums, arrivals = workspace(M, N, *((128, 256) if step == 4 else (128, 128)))
         torch.cuda.synchronize()
         assert not sums.any() and not arrivals.any(), (K, step, variant)
-
-
-@gpu
-@pytest.mark.parametrize("step,variant", VARIANTS)
-def test_cuda_graph_replays(step, variant):
-    """Captured after a warm-up (workspace and schedule exist), replayed with new data."""
-    M, K, N = 768, 4096, 384
-    dy, x = randn(K, M), randn(K, N)
-    f = lambda: gemm.matmul(dy.t(), x, step=step, variant=variant)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        f()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        c = f()
-    for _ in range(3):
-        dy.copy_(randn(K, M))
-        x.copy_(randn(K, N))
-        g.replay()
-        torch.cuda.synchronize()
-        check(c, dy.double().t() @ x.double(), torch.bfloat16, "replay")
 
 
 @gpu
