@@ -58,21 +58,17 @@ using config5 = config<4, 64, false, 2, 2>;   // 2-CTA clusters sharing B by mul
 // Variant 9's workspace and schedule (their contents: kernels/gemm.py).
 template <typename Cfg, major MA, major MB, typename OutT>
 const char* launch_scheduled(const gemm::args& g) {
-    using Epi = gemm4::scheduled_splitk_epilogue<OutT, true>;
     const long long tiles = (long long)((g.M + gemm4::BM - 1) / gemm4::BM) * ((g.N + gemm4::BN - 1) / gemm4::BN);
-    if (!g.splitk_sums || !g.splitk_arrivals || g.splitk_sums_count < tiles * gemm4::BM * gemm4::BN ||
-        g.splitk_arrivals_count < tiles * 8)
-        return "gemm step 4: variant 9 needs a zeroed workspace of tiles x 128 x 256 fp32 sums and tiles x 8 int32 "
-               "arrival counters (kernels/gemm.py splitk_workspace makes it)";
-    if (!g.schedule || g.schedule_grid < 1 || g.schedule_units < g.schedule_grid || g.schedule_units % g.schedule_grid)
-        return "gemm step 4: variant 9 needs a schedule of units x grid entries (kernels/gemm.py stream_schedule makes it)";
-    if (g.splits != 1) return "gemm step 4: variant 9 plans its own split of K; pass splits = 1";
-    return gemm4::launch<Cfg, MA, MB, Epi>(
-        "gemm step 4", g.a, g.b, g.M, g.N, g.K, 1, g.num_sms, g.stream, [&] {
-            return Epi{{{gemm4::out_gl<OutT>(static_cast<OutT*>(g.c), 1, g.M, g.N)},
-                        reinterpret_cast<float4*>(g.splitk_sums), g.splitk_arrivals},
-                       reinterpret_cast<const int4*>(g.schedule), g.schedule_grid, g.schedule_units};
-        });
+    if (const char* error = gemm4::scheduled_args_error(
+            g, tiles, gemm4::BM * gemm4::BN, 8,
+            "gemm step 4: variant 9 needs a zeroed workspace of tiles x 128 x 256 fp32 sums and tiles x 8 int32 "
+            "arrival counters (kernels/gemm.py splitk_workspace makes it)",
+            "gemm step 4: variant 9 needs a schedule of units x grid entries (kernels/gemm.py stream_schedule makes it)",
+            "gemm step 4: variant 9 plans its own split of K; pass splits = 1"))
+        return error;
+    return gemm4::launch<Cfg, MA, MB, gemm4::scheduled_splitk_epilogue<OutT, true>>(
+        "gemm step 4", g.a, g.b, g.M, g.N, g.K, 1, g.num_sms, g.stream,
+        [&] { return gemm4::scheduled_epilogue_of<OutT>(g); });
 }
 
 template <typename Cfg>

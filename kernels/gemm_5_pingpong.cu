@@ -122,21 +122,17 @@ const char* launch_splitk(const gemm::args& g) {
 // here only that it exists and fits the launch).
 template <typename Cfg, major MA, major MB, typename OutT>
 const char* launch_scheduled(const gemm::args& g) {
-    using Epi = gemm4::scheduled_splitk_epilogue<OutT, true>;
     const long long tiles = (long long)((g.M + Cfg::BM - 1) / Cfg::BM) * ((g.N + Cfg::BN - 1) / Cfg::BN);
-    if (!g.splitk_sums || !g.splitk_arrivals || g.splitk_sums_count < tiles * Cfg::BM * Cfg::BN ||
-        g.splitk_arrivals_count < tiles * 4)
-        return "gemm step 5: variant 10 needs a zeroed workspace of tiles x BM x BN fp32 sums and tiles x 4 "
-               "int32 arrival counters (kernels/gemm.py splitk_workspace makes it)";
-    if (!g.schedule || g.schedule_grid < 1 || g.schedule_units < g.schedule_grid || g.schedule_units % g.schedule_grid)
-        return "gemm step 5: variant 10 needs a schedule of units x grid entries (kernels/gemm.py stream_schedule makes it)";
-    if (g.splits != 1) return "gemm step 5: variant 10 plans its own split of K; pass splits = 1";
-    return gemm5::launch<Cfg, MA, MB, Epi>(
-        "gemm step 5", g.a, g.b, g.M, g.N, g.K, 1, g.num_sms, g.stream, [&] {
-            return Epi{{{gemm4::out_gl<OutT>(static_cast<OutT*>(g.c), 1, g.M, g.N)},
-                        reinterpret_cast<float4*>(g.splitk_sums), g.splitk_arrivals},
-                       reinterpret_cast<const int4*>(g.schedule), g.schedule_grid, g.schedule_units};
-        });
+    if (const char* error = gemm4::scheduled_args_error(
+            g, tiles, Cfg::BM * Cfg::BN, 4,
+            "gemm step 5: variant 10 needs a zeroed workspace of tiles x BM x BN fp32 sums and tiles x 4 "
+            "int32 arrival counters (kernels/gemm.py splitk_workspace makes it)",
+            "gemm step 5: variant 10 needs a schedule of units x grid entries (kernels/gemm.py stream_schedule makes it)",
+            "gemm step 5: variant 10 plans its own split of K; pass splits = 1"))
+        return error;
+    return gemm5::launch<Cfg, MA, MB, gemm4::scheduled_splitk_epilogue<OutT, true>>(
+        "gemm step 5", g.a, g.b, g.M, g.N, g.K, 1, g.num_sms, g.stream,
+        [&] { return gemm4::scheduled_epilogue_of<OutT>(g); });
 }
 
 template <typename Cfg>

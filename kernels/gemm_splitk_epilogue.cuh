@@ -57,6 +57,7 @@
 // (kernels/gemm.py keeps one pair per device and shape and documents its lifetime: one product of
 // a shape at a time per device, i.e. not two of the same shape concurrently on two streams).
 #pragma once
+#include "gemm.cuh"                  // gemm::args (the host side at the end)
 #include "gemm_plain_epilogue.cuh"
 
 namespace gemm4 {
@@ -263,5 +264,26 @@ struct scheduled_splitk_epilogue : splitk_epilogue<OutT, AT_ONCE> {
         return {e.x, e.y, e.z, e.w};
     }
 };
+
+// ---- host side of a scheduled launch (step 4 variant 9, step 5 variant 10) ----------------------
+// What the launcher checks before its kernel reads the workspace and the table: nullptr, or the
+// caller's message for the first thing missing (each step words its own: tile sizes, counters).
+inline const char* scheduled_args_error(const gemm::args& g, long long tiles, long long tile_elems,
+                                        long long counters_per_tile, const char* no_workspace,
+                                        const char* no_schedule, const char* not_one_split) {
+    if (!g.splitk_sums || !g.splitk_arrivals || g.splitk_sums_count < tiles * tile_elems ||
+        g.splitk_arrivals_count < tiles * counters_per_tile)
+        return no_workspace;
+    if (!g.schedule || g.schedule_grid < 1 || g.schedule_units < g.schedule_grid || g.schedule_units % g.schedule_grid)
+        return no_schedule;
+    return g.splits != 1 ? not_one_split : nullptr;
+}
+// The epilogue a scheduled launch hands its kernel: c, the workspace, the table.
+template <typename OutT>
+scheduled_splitk_epilogue<OutT, true> scheduled_epilogue_of(const gemm::args& g) {
+    return {{{out_gl<OutT>(static_cast<OutT*>(g.c), 1, g.M, g.N)}, reinterpret_cast<float4*>(g.splitk_sums),
+             g.splitk_arrivals},
+            reinterpret_cast<const int4*>(g.schedule), g.schedule_grid, g.schedule_units};
+}
 
 }  // namespace gemm4
