@@ -1,7 +1,7 @@
 """CPU checks (CI) of kernels/attention_bench.py's interleaved timing (--interleave): the order of
 the turns, what is skipped and why, the report, and the argument checks. The GPU parts (CUDA
 graphs, events) are replaced by stand-ins that record what would run; the real run is in
-tests/gpu_attention_forward_epilogue.sh."""
+tests/gpu_attention_forward_default.sh."""
 import json
 import os
 import sys
