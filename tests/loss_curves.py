@@ -9,6 +9,8 @@ passes when the largest relative difference to the first path stays within --tol
 
     python tests/loss_curves.py --out OUT --text .gpu_carry/input.txt              # GPT-2 124M
     python tests/loss_curves.py --out OUT --paths torch,auto --gpu-per-path        # 2 GPUs
+    python tests/loss_curves.py --out OUT --gpu-per-path \\
+        --paths torch,auto,auto,auto@TK_MLP_SCHEDULE=fcfast=4                     # a bisect
     python tests/loss_curves.py --out OUT --iters 20 --paths torch,torch --device=cpu \\
         --n_layer=2 --n_head=2 --n_embd=32 --block_size=32 --batch_size=4         # CPU smoke
 
@@ -92,6 +94,8 @@ def compare(reference, other, window, tolerance):
         "max_abs_rel_diff": abs(rel[worst]) if worst is not None else None,
         "max_abs_rel_diff_iter": worst + window if worst is not None else None,
         "first_iter_rel_diff": (other[0] - reference[0]) / reference[0] if n else None,
+        # the drift a bisect reads: where the curves sit apart on average once both have settled
+        "mean_rel_diff_second_half": sum(rel[len(rel) // 2:]) / len(rel[len(rel) // 2:]) if rel else None,
         "within_tolerance": bool(rel) and finite and max(abs(x) for x in rel) <= tolerance,
     }
 
@@ -103,11 +107,14 @@ def parse_args(argv):
     p.add_argument("--out", required=True, help="output folder (JSON, PNG, one log per path)")
     p.add_argument("--iters", type=int, default=500, help="training iterations per path")
     p.add_argument("--paths", default="torch,tk",
-                   help="comma-separated kernel settings, one run each; the first is the reference")
+                   help="comma-separated kernel settings (torch, tk, auto), one run each; the first "
+                        "is the reference; a setting may carry environment settings for its run "
+                        "alone: auto@TK_MLP_SCHEDULE=fcfast=4")
     p.add_argument("--text", default="", help="Tiny Shakespeare text to prepare shakespeare_char from")
     p.add_argument("--data-dir", default="", help="a data_dir already holding <dataset>/train.bin, val.bin")
     p.add_argument("--gpu-per-path", action="store_true",
-                   help="with as many GPUs as paths, run the paths at once, one GPU each")
+                   help="run the paths at once, one GPU each (round robin when there are more "
+                        "paths than GPUs)")
     p.add_argument("--window", type=int, default=10, help="running-mean window, iterations")
     p.add_argument("--tolerance", type=float, default=0.01, help="allowed relative difference")
     p.add_argument("--timeout", type=float, default=600, help="seconds per path")
@@ -179,12 +186,31 @@ def prepare_data(args, config, work):
     return os.path.abspath(text)
 
 
+def parse_path(path):
+    """'auto@TK_MLP_SCHEDULE=fcfast=4' -> ('auto', {'TK_MLP_SCHEDULE': 'fcfast=4'}): a kernel
+    setting, then any environment settings for that run alone, each after an '@' (how a default
+    is bisected: the same tree with one kernel choice reverted by its environment variable)."""
+    setting, *envs = path.split("@")
+    env = {}
+    for item in envs:
+        key, eq, value = item.partition("=")
+        if not eq or not re.fullmatch(r"[A-Z_][A-Z0-9_]*", key):
+            raise CurvesError(f"--paths: {item!r} in {path!r} is not an environment setting KEY=VALUE "
+                              f"(e.g. auto@TK_MLP_SCHEDULE=fcfast=4)")
+        env[key] = value
+    if setting not in ("auto", "tk", "torch"):
+        raise CurvesError(f"--paths: {path!r} starts with {setting!r}; each path is torch, tk or auto, "
+                          f"optionally followed by @KEY=VALUE environment settings")
+    return setting, env
+
+
 def run_names(paths):
     """'torch,torch' -> ['torch', 'torch_2']: one distinct name (and log file) per run."""
     names, seen = [], {}
     for path in paths:
         seen[path] = seen.get(path, 0) + 1
-        names.append(path if seen[path] == 1 else f"{path}_{seen[path]}")
+        name = re.sub(r"[^A-Za-z0-9_.=+-]+", "_", path.replace("@", "+"))   # a file name
+        names.append(name if seen[path] == 1 else f"{name}_{seen[path]}")
     return names
 
 
@@ -212,6 +238,8 @@ def child(spec_path, result_path):
         "device": (torch.cuda.get_device_name() if torch.cuda.is_available()
                    and not str(spec["config"]["device"]).startswith("cpu") else "cpu"),
         "torch": torch.__version__, "cuda": torch.version.cuda,
+        # the run's own environment settings as this process saw them (a bisect's evidence)
+        "env_seen": {k: os.environ.get(k) for k in spec.get("env", {})},
     }
     with open(result_path, "w") as f:
         json.dump(result, f)
@@ -231,14 +259,17 @@ def losses_from_log(log_path):
     return losses
 
 
-def start_run(name, kernel_setting, config, out, work, gpu):
+def start_run(name, path, config, out, work, gpu):
     """Start one run in its own process: its log goes to out, everything else to work."""
-    spec = {"config": dict(config, kernels=kernel_setting, out_dir=os.path.join(work, f"run_{name}"))}
+    kernel_setting, path_env = parse_path(path)
+    spec = {"config": dict(config, kernels=kernel_setting, out_dir=os.path.join(work, f"run_{name}")),
+            "env": path_env}
     spec_path, result_path = os.path.join(work, f"{name}.spec.json"), os.path.join(work, f"{name}.result.json")
     with open(spec_path, "w") as f:
         json.dump(spec, f, indent=1)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
     env["PYTHONUNBUFFERED"] = "1"
+    env.update(path_env)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
     log_path = os.path.join(out, f"{name}.log")
@@ -247,7 +278,7 @@ def start_run(name, kernel_setting, config, out, work, gpu):
                              "--_child", spec_path, result_path],
                             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)   # its own group: a timeout ends its builds too
-    return {"name": name, "kernels": kernel_setting, "gpu": gpu, "proc": proc, "log": log,
+    return {"name": name, "kernels": kernel_setting, "env": path_env, "gpu": gpu, "proc": proc, "log": log,
             "log_path": log_path, "result_path": result_path, "started": time.time()}
 
 
@@ -261,7 +292,8 @@ def finish_run(run, deadline):
         proc.wait()
         status = "timed out"
     run["log"].close()
-    entry = {"name": run["name"], "kernels": run["kernels"], "gpu": run["gpu"], "status": status,
+    entry = {"name": run["name"], "kernels": run["kernels"], "env": run["env"], "gpu": run["gpu"],
+             "status": status,
              "log": os.path.basename(run["log_path"]), "elapsed_s": time.time() - run["started"]}
     if status == "ok" and os.path.exists(run["result_path"]):
         with open(run["result_path"]) as f:
@@ -282,7 +314,9 @@ def finish_run(run, deadline):
 
 
 def gpu_slots(n_paths, wanted):
-    """One CUDA_VISIBLE_DEVICES value per path for concurrent runs, or None (one after another)."""
+    """One CUDA_VISIBLE_DEVICES value per path for concurrent runs, or None (one after another).
+    With more paths than GPUs the runs share them round robin, all at once (a GPT-2 124M run
+    takes ~30 GB of an H200's 141; sharing slows each run, not its arithmetic)."""
     if not wanted:
         return None
     import torch
@@ -290,7 +324,7 @@ def gpu_slots(n_paths, wanted):
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = [s.strip() for s in visible.split(",") if s.strip()] if visible else [str(i) for i in range(count)]
     ids = ids[:count]
-    return ids[:n_paths] if len(ids) >= n_paths else None
+    return [ids[k % len(ids)] for k in range(n_paths)] if ids else None
 
 
 # ----------------------------------------------------------------------------- report
@@ -300,7 +334,7 @@ def plot(path, runs, cmp, args, title):
     import matplotlib.pyplot as plt
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 8), sharex=True,
                                       gridspec_kw={"height_ratios": [2, 1]})
-    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray"]
     for k, run in enumerate(runs):
         losses, color = run["losses"], colors[k % len(colors)]
         if not losses:
@@ -348,9 +382,10 @@ def compare_paths(args, extra, out, work):
         os.makedirs(out, exist_ok=True)
         config = build_config(args, extra)
         paths = [p.strip() for p in args.paths.split(",") if p.strip()]
-        bad = [p for p in paths if p not in ("auto", "tk", "torch")]
-        if len(paths) < 2 or bad:
+        if len(paths) < 2:
             raise CurvesError(f"--paths={args.paths}: give two or more of torch, tk, auto, comma-separated")
+        for path in paths:
+            parse_path(path)
         text = prepare_data(args, config, work)
     except CurvesError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -444,7 +479,8 @@ def report(runs, config, args, out, text=None, gpus=None, total_s=None):
         if c["max_abs_rel_diff"] is not None:
             parts.append(f"{c['other']} vs {c['reference']}: max |rel diff| of {args.window}-iter running "
                          f"means {100 * c['max_abs_rel_diff']:.3f}% at iter {c['max_abs_rel_diff_iter']} "
-                         f"over {c['iters_compared']} iters")
+                         f"over {c['iters_compared']} iters, mean "
+                         f"{100 * c['mean_rel_diff_second_half']:+.3f}% over the second half")
     speed = ", ".join(f"{r['name']} {r['tokens_per_s']:,.0f} tok/s" if "tokens_per_s" in r
                       else f"{r['name']} {r['status']}" for r in runs)
     partial = "; ".join(f"{n} ran {', '.join(f'{op}={how}' for op, how in d.items())}"

@@ -36,13 +36,14 @@ def test_running_mean_by_hand():
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    """torch, torch: 20 iterations of a tiny model on the CPU, each run in its own process."""
+    """torch, torch: 20 iterations of a tiny model on the CPU, each run in its own process; the
+    second with an environment setting of its own (as a bisect gives one)."""
     root = tmp_path_factory.mktemp("curves")
     text = root / "input.txt"
     text.write_text(make_text())
     out = root / "out"
     result = subprocess.run([sys.executable, "tests/loss_curves.py", "--out", str(out), "--text", str(text),
-                             "--iters", "20", "--paths", "torch,torch", *TINY_FLAGS],
+                             "--iters", "20", "--paths", "torch,torch@TK_CURVES_PROBE=on", *TINY_FLAGS],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     with open(out / "loss_curves.json") as f:
         return result, json.load(f), out
@@ -51,7 +52,9 @@ def tiny_run(tmp_path_factory):
 def test_tiny_run_json_and_arithmetic(tiny_run):
     result, report, out = tiny_run
     torch_a, torch_b = report["runs"]
-    assert [r["name"] for r in report["runs"]] == ["torch", "torch_2"]
+    assert [r["name"] for r in report["runs"]] == ["torch", "torch+TK_CURVES_PROBE=on"]
+    assert torch_a["env"] == {} and torch_a["env_seen"] == {}
+    assert torch_b["env"] == {"TK_CURVES_PROBE": "on"} and torch_b["env_seen"] == {"TK_CURVES_PROBE": "on"}
     for run in (torch_a, torch_b):
         assert run["status"] == "ok" and run["losses_from"] == "train() history"
         assert run["train_iters"] == list(range(1, 21))
@@ -64,17 +67,17 @@ def test_tiny_run_json_and_arithmetic(tiny_run):
     # same seed, same data, same ops, float32 on one CPU: the same numbers
     assert torch_a["losses"] == torch_b["losses"]
     first = report["comparisons"][0]
-    assert (first["reference"], first["other"]) == ("torch", "torch_2")
+    assert (first["reference"], first["other"]) == ("torch", "torch+TK_CURVES_PROBE=on")
     assert first["running_mean_iters"] == list(range(10, 21))
     hand_rel = [(b - a) / a for a, b in zip(hand_running_mean(torch_a["losses"], 10),
                                             hand_running_mean(torch_b["losses"], 10))]
     assert first["rel_diff"] == pytest.approx(hand_rel, abs=1e-15)
-    assert first["max_abs_rel_diff"] == 0 and first["within_tolerance"]
+    assert first["max_abs_rel_diff"] == 0 and first["within_tolerance"] and first["mean_rel_diff_second_half"] == 0
     assert report["verdict"] == "PASS" and report["passed"] and report["complete"]
     assert report["max_abs_rel_diff"] == 0 and report["concurrent_gpus"] is None
     assert result.returncode == 0, result.stderr[-2000:]
     verdict = [line for line in result.stdout.splitlines() if line.startswith(("PASS", "FAIL"))]
-    assert len(verdict) == 1 and "torch_2 vs torch: max |rel diff| of 10-iter running means 0.000%" in verdict[0]
+    assert len(verdict) == 1 and "torch+TK_CURVES_PROBE=on vs torch: max |rel diff| of 10-iter running means 0.000%" in verdict[0]
     # the settings that make the runs comparable, and the schedule scaled to the run
     config = report["config"]
     assert config["dropout"] == 0 and config["attn_dropout"] == 0 and config["log_interval"] == 1
@@ -82,7 +85,7 @@ def test_tiny_run_json_and_arithmetic(tiny_run):
     assert config["eval_interval"] > 20 and config["compile"] is False and config["seed"] == 1337
     assert "vocab 45 characters (shakespeare_char), not GPT-2's 50304" in report["model"]
     # only logs, JSON and PNG in the output folder; no checkpoint anywhere in it
-    assert sorted(os.listdir(out)) == ["loss_curves.json", "loss_curves.png", "torch.log", "torch_2.log"]
+    assert sorted(os.listdir(out)) == ["loss_curves.json", "loss_curves.png", "torch+TK_CURVES_PROBE=on.log", "torch.log"]
     png = (out / "loss_curves.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
 
@@ -127,7 +130,9 @@ def test_a_partial_log_still_gives_a_curve(tmp_path):
     (["--max_iters=5"], "use --iters"),
     (["--n_layr=2"], "did you mean n_layer"),
     (["--paths=torch"], "--paths=torch"),
-    (["--paths=torch,cuda"], "--paths=torch,cuda"),
+    (["--paths=torch,cuda"], "'cuda' starts with 'cuda'"),
+    (["--paths=torch,auto@fcfast=4"], "'fcfast=4' in 'auto@fcfast=4' is not an environment setting"),
+    (["--paths=torch,auto@TK_X"], "'TK_X' in 'auto@TK_X' is not an environment setting"),
     (["--text=/nonexistent/input.txt"], "--text"),
     (["--iters=0"], "--iters=0"),
 ])
@@ -148,11 +153,21 @@ def test_gpu_slots_follow_cuda_visible_devices(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert loss_curves.gpu_slots(2, wanted=True) == ["0", "1"]
     assert loss_curves.gpu_slots(2, wanted=False) is None
-    assert loss_curves.gpu_slots(3, wanted=True) is None            # too few GPUs: one after another
+    assert loss_curves.gpu_slots(5, wanted=True) == ["0", "1", "0", "1", "0"]   # shared round robin
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,3")
     assert loss_curves.gpu_slots(2, wanted=True) == ["5", "3"]      # the i-th visible GPU, as named
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    assert loss_curves.gpu_slots(2, wanted=True) is None
+    assert loss_curves.gpu_slots(2, wanted=True) == ["5", "5"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert loss_curves.gpu_slots(2, wanted=True) is None            # no GPU: one after another
+
+
+def test_paths_carry_their_own_environment():
+    assert loss_curves.parse_path("auto") == ("auto", {})
+    assert loss_curves.parse_path("auto@TK_MLP_SCHEDULE=fcfast=4@TK_X=") == (
+        "auto", {"TK_MLP_SCHEDULE": "fcfast=4", "TK_X": ""})
+    assert loss_curves.run_names(["torch", "auto", "auto", "auto@TK_A=1,2"]) == [
+        "torch", "auto", "auto_2", "auto+TK_A=1_2"]
 
 
 def test_concurrent_runs_on_the_cpu(tmp_path, monkeypatch, capsys):
