@@ -27,12 +27,18 @@ not a multiple of 16 (sampling, odd evaluation batches) dy and x get zero rows a
 (zeros add nothing to the sum). K and N (the layer's widths) must be multiples of 16: why_not
 refuses other widths, and `auto` then runs F.linear.
 
-Dtypes. The GEMM computes in bfloat16 (fp32 accumulation). Under torch.autocast(bfloat16) the
-fp32 x, W and b are cast to bf16 with .to() BEFORE the autograd core, exactly what autocast's
-F.linear does: the core returns bf16 gradients and the casts' own backward widens them to the
-fp32 parameters' dtype. So the gradient's rounding is the reference path's (bf16 dW, then fp32),
-the custom op has one dtype to handle, and nothing here knows about fp32. Without autocast the
-inputs must already be bf16 (otherwise why_not says so and `auto` runs F.linear). y is bf16.
+Dtypes. The GEMM computes in bfloat16 (fp32 accumulation); y is bf16. Under
+torch.autocast(bfloat16), x and b are cast to bf16 with .to() BEFORE the autograd core, exactly
+what autocast's F.linear does (their casts' backward widens dx and db to their dtypes). The WEIGHT
+goes into the core in its own dtype (fp32 in training; session 9): the core casts it to bf16 once
+in the forward and keeps that copy for dx, and the weight gradient comes out of the GEMM directly
+in fp32 (gemm.matmul(out_dtype=float32): split-K's fp32 sums are stored as they are). autocast's
+F.linear instead rounds dW to bf16 and then widens it in a separate kernel (the cast's backward),
+and step 5 v7's split-K adds a conversion to bf16 before that: per layer this saves 1-2 elementwise
+kernels over the weight, and dW is no longer rounded to bf16 (closer to the float64 product than
+the reference path's, never further). bf16 weights get bf16 gradients; a weight of another dtype
+(fp16 under bf16 autocast) is cast outside the core as before. Without autocast the inputs must
+already be bf16 (otherwise why_not says so and `auto` runs F.linear).
 
 Outside torch.compile the public op calls _LinearEager (a plain autograd.Function around the
 same calls; kernels/layernorm.py, section 4, says why: the torch.library dispatch costs CPU per
@@ -60,17 +66,23 @@ def _pad_rows(t, multiple=MULTIPLE):
     return F.pad(t, (0, 0, 0, extra)) if extra else t
 
 
-def _forward(x2d, weight, bias):
-    """y (M, N) = x2d (M, K) · weightᵀ (+ bias), bf16."""
-    return gemm.matmul(x2d, weight.t(), bias=bias, step=0)
+def _weight_bf16(weight):
+    """The weight as the GEMM reads it: bf16 (a no-op for a bf16 weight; one cast kernel for fp32)."""
+    return weight.to(BF16)
 
 
-def _backward(dy, x2d, weight, has_bias):
-    """(dx (M, K), dW (N, K), db (N,) or an empty (0,) tensor without a bias), bf16."""
+def _forward(x2d, weight16, bias):
+    """y (M, N) = x2d (M, K) · weight16ᵀ (+ bias), bf16."""
+    return gemm.matmul(x2d, weight16.t(), bias=bias, step=0)
+
+
+def _backward(dy, x2d, weight16, weight_dtype, has_bias):
+    """(dx (M, K) bf16, dW (N, K) in weight_dtype (bf16 or fp32), db (N,) bf16 or an empty (0,)
+    tensor without a bias). dW is stored by the GEMM in weight_dtype: no cast kernel after it."""
     dy = dy.contiguous()
-    dx = gemm.matmul(dy, weight, step=0)
+    dx = gemm.matmul(dy, weight16, step=0)
     dy_k, x_k = _pad_rows(dy), _pad_rows(x2d.contiguous())   # dW reduces over the tokens
-    dw = gemm.matmul(dy_k.t(), x_k, step=0)
+    dw = gemm.matmul(dy_k.t(), x_k, step=0, out_dtype=weight_dtype)
     db = dy.sum(0) if has_bias else dy.new_empty(0)
     return dx, dw, db
 
@@ -79,14 +91,16 @@ def _backward(dy, x2d, weight, has_bias):
 
 @torch.library.custom_op("tk::linear_fwd", mutates_args=())
 def linear_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
-    """x (M, K), weight (N, K), bias (N,) or None, all bf16. Returns y (M, N) bf16."""
-    return _forward(x, weight, bias)
+    """x (M, K) bf16, weight (N, K) bf16 or fp32, bias (N,) bf16 or None. Returns y (M, N) bf16."""
+    return _forward(x, _weight_bf16(weight), bias)
 
 
 @torch.library.custom_op("tk::linear_bwd", mutates_args=())
 def linear_bwd(dy: Tensor, x: Tensor, weight: Tensor, has_bias: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """Returns (dx, dW, db), bf16; db is empty (0,) when has_bias is False."""
-    return _backward(dy, x, weight, has_bias)
+    """Returns (dx bf16, dW in weight's dtype, db bf16); db is empty (0,) when has_bias is False.
+    (A custom op saves only its inputs, so the weight is cast to bf16 again here; the eager path
+    keeps the forward's copy.)"""
+    return _backward(dy, x, _weight_bf16(weight), weight.dtype, has_bias)
 
 
 @linear_fwd.register_fake
@@ -96,7 +110,7 @@ def _(x, weight, bias):
 
 @linear_bwd.register_fake
 def _(dy, x, weight, has_bias):
-    return torch.empty_like(x), torch.empty_like(weight), weight.new_empty(weight.shape[0] if has_bias else 0)
+    return torch.empty_like(x), torch.empty_like(weight), dy.new_empty(weight.shape[0] if has_bias else 0)
 
 
 # ---- 3. autograd: save x and W; the backward is the two GEMMs (and db) -----------------------
@@ -107,26 +121,31 @@ def _setup(ctx, inputs, output):
     ctx.has_bias = bias is not None
 
 
-def _make_backward(backward_products):
-    def backward(ctx, dy):
-        x, weight = ctx.saved_tensors
-        dx, dw, db = backward_products(dy, x, weight, ctx.has_bias)
-        return dx, dw, (db if ctx.has_bias else None)
-    return backward
+def _backward_custom(ctx, dy):
+    x, weight = ctx.saved_tensors
+    dx, dw, db = linear_bwd(dy, x, weight, ctx.has_bias)
+    return dx, dw, (db if ctx.has_bias else None)
 
 
-linear_fwd.register_autograd(_make_backward(linear_bwd), setup_context=_setup)
+linear_fwd.register_autograd(_backward_custom, setup_context=_setup)
 
 
 class _LinearEager(torch.autograd.Function):
-    """linear_fwd without torch.library: the same products, saved tensors and backward."""
+    """linear_fwd without torch.library: the same products and gradients (bit for bit), but the
+    forward's bf16 weight is saved for dx instead of being cast again in the backward."""
     @staticmethod
     def forward(ctx, x, weight, bias):
-        y = _forward(x, weight, bias)
-        _setup(ctx, (x, weight, bias), y)
+        weight16 = _weight_bf16(weight)
+        y = _forward(x, weight16, bias)
+        ctx.save_for_backward(x, weight16)
+        ctx.has_bias, ctx.weight_dtype = bias is not None, weight.dtype
         return y
 
-    backward = staticmethod(_make_backward(_backward))
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight16 = ctx.saved_tensors
+        dx, dw, db = _backward(dy, x, weight16, ctx.weight_dtype, ctx.has_bias)
+        return dx, dw, (db if ctx.has_bias else None)
 
 
 # ---- 4. the public op, with the same signature as reference.linear ---------------------------
@@ -135,10 +154,14 @@ def _bf16(t):
     return None if t is None else t.to(BF16)   # a no-op on bf16 tensors; else autocast's cast
 
 
+CORE_WEIGHT_DTYPES = (BF16, torch.float32)   # the dtypes the core takes a weight in (dW's out_dtype)
+
+
 def linear(x, weight, bias=None):
     """y = x·weightᵀ (+ bias), x (..., K), weight (N, K), bias (N,) or None; y (..., N) in bf16."""
     lead = x.shape[:-1]
-    args = (_bf16(x.reshape(-1, x.shape[-1])), _bf16(weight), _bf16(bias))
+    w = weight if weight.dtype in CORE_WEIGHT_DTYPES else _bf16(weight)   # cast inside the core
+    args = (_bf16(x.reshape(-1, x.shape[-1])), w, _bf16(bias))
     y = linear_fwd(*args) if torch.compiler.is_compiling() else _LinearEager.apply(*args)
     return y.reshape(*lead, y.shape[-1])
 
