@@ -28,9 +28,20 @@ using cfg = gemm4::config<4, 64, false, 2>;   // step 4's MLP pipeline (4 stages
 
 // GP = true (fcfast=5): output 0 is gelu'(pre) instead of pre (the backward's dGELU then needs one
 // product per value, kernels/mlp_dgelu_deferred.cu): from the same tanh as h, 5 more operations.
-template <bool GP>
+// SPLIT: parts per 64-column box. 2 (fcfast=4, 5): half boxes after k-steps 0-7. 4 (fcfast=7,
+// session 9, opt-in): quarter boxes, part s after k-step s for s = 0..15, so at K = 768 (12 k-steps)
+// parts 0-11 sit one per k-step and 12-15 run before the tile's last wgmmas are waited for. Why:
+// the ncu of session 8 (kernels/NOTES.md, session 8 M) had the deferred kernels' consumers seldom
+// waiting for the tensor cores (DEPBAR 4% of stall samples against 15% in the plain product) and
+// issuing at ~0.3 instructions per cycle: a half box (~270 instructions per warp, two warps per
+// scheduler) seems to outlast the ~1000 cycles of tensor work of its k-step, so the tensor pipe
+// waits for the part, 8 times a tile. A quarter box is half as long; the 4 k-steps with no part at
+// K = 768 (8-11) get one each.
+template <bool GP, int SPLIT = 2>
 struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
-    static constexpr int NBUF = 2, PARTS = 2 * gemm4::BN / CC, INPUT_BOXES = 0;   // buffers: pre, h
+    static_assert(SPLIT == 2 || SPLIT == 4, "half or quarter boxes (4 column pairs q per box)");
+    static constexpr int Q_PER_PART = 4 / SPLIT;                                       // stmatrix.x4 groups (16 columns) per part
+    static constexpr int NBUF = 2, PARTS = SPLIT * gemm4::BN / CC, INPUT_BOXES = 0;   // buffers: pre, h
     static constexpr int PEEL_STEPS = PARTS;                                         // part s after k-step s
     __host__ __device__ static constexpr int part_at_step(int s) { return s < PARTS ? s : -1; }
     __host__ __device__ static constexpr int input_step(int) { return 0; }          // (no input boxes)
@@ -42,19 +53,20 @@ struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
     }
     __device__ void load_input_box(tile (&)[NBUF], mbarrier (&)[NBUF], int, const tile_pos&, const shape&) const {}
 
-    // Part P: half P % 2 (blocks 4·(P % 2) .. +3) of box P / 2. The first half waits for the last
-    // box's two stores to have read the buffers; the second sends the box (one fence, two stores).
+    // Part P: piece P % SPLIT (column groups q = Q_PER_PART·(P % SPLIT) ..) of box P / SPLIT. The
+    // first piece waits for the last box's two stores to have read the buffers; the last sends the
+    // box (one fence, two stores).
     template <int P>
     __device__ __forceinline__ void run_part(tile (&bufs)[NBUF], mbarrier (&)[NBUF], const held& hd, const shape& sh,
                                              int lane) const {
-        constexpr int B = P / 2, HALF = P % 2;
-        if constexpr (HALF == 0) {
+        constexpr int B = P / SPLIT, PIECE = P % SPLIT;
+        if constexpr (PIECE == 0) {
             if (lane == 0) tma::store_wait_read<0>();
             __syncwarp();
         }
 #pragma unroll
-        for (int qq = 0; qq < 2; ++qq) {
-            const int q = 2 * HALF + qq;
+        for (int qq = 0; qq < Q_PER_PART; ++qq) {
+            const int q = Q_PER_PART * PIECE + qq;
             const int i = 2 * (B * CC / 8 + 2 * q);    // blocks 2q, 2q + 1 of box B, rows g and g + 8
             uint32_t hr[4], gr[4];
 #pragma unroll
@@ -72,7 +84,7 @@ struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
             else stmatrix_staging::stage_blocks(bufs[0], q, {hd.pre[i], hd.pre[i + 1], hd.pre[i + 2], hd.pre[i + 3]}, lane);
             stmatrix_staging::stage_blocks(bufs[1], q, hr, lane);
         }
-        if constexpr (HALF == 1) {
+        if constexpr (PIECE == SPLIT - 1) {
             fence_proxy_async();                       // generic writes -> TMA reads
             __syncwarp();
             if (lane == 0) {
@@ -85,9 +97,10 @@ struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
 };
 }  // namespace
 
-// pre (fcfast=4) or gelu'(pre) (fcfast=5) and h of c_fc on step 4's tile with the epilogue in half
-// boxes under the next tile's k-steps.
+// pre (fcfast=4) or gelu'(pre) (fcfast=5, and fcfast=7 in quarter boxes) and h of c_fc on step 4's
+// tile with the epilogue in half boxes under the next tile's k-steps.
 const char* linear_bias_gelu_parts(const gemm_args& g) {
+    if (g.fast_gelu == 7) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true, 4>>(g);   // session 9, opt-in
     if (g.fast_gelu == 5) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true>>(g);
     return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<false>>(g);
 }

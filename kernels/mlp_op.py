@@ -130,6 +130,8 @@ SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 # tile (kernels/mlp_fc_deferred.cu). fcfast=5 (the default since session 8): as 4,
 # but the forward saves gelu'(pre) in pre's place and the backward's dGELU multiplies by it (step 4 only).
 # fcfast=6 (session 8): 5 for an MLP without biases (GPT-2's bias=False), 4 with.
+# fcfast=7 (session 9, opt-in): 5's values (the same outputs bit for bit), c_fc's epilogue in quarter boxes,
+# one after each of the tile's first 16 k-steps (kernels/mlp_fc_deferred.cu says why).
 FLAGS = ("side", "pre", "fast", "finish", "fcfast", "defer")
 FLAG_DEFAULTS = (1, 0, 1, 1, 5, 0)     # fast=1 by default since session 5; finish=1 since session 7 (kernels/NOTES.md,
                                        # session 7 M, call 4); fcfast=5 since session 8 (was 4; session 8 M: the
@@ -153,7 +155,8 @@ def parse_schedule(spec):
     under the next tile's math on step 4, h from the bf16 pre as eager computes it) or 'fcfast=4'
     (session 7: fcfast=3's values in half boxes on step 4's tile) or 'fcfast=5' (the default since session 8: as 4, saving gelu'(pre)
     in pre's place for the backward; fc and dgelu on 0 or 4) or 'fcfast=6' (session 8: 5 for an MLP
-    without biases, 4 with) and 'defer=1' (session 6, opt-in: c_proj's
+    without biases, 4 with) or 'fcfast=7' (session 9, opt-in: 5's values, c_fc's epilogue in quarter
+    boxes) and 'defer=1' (session 6, opt-in: c_proj's
     and dx's stores under the next tile's math on step 4)
     -> eleven ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
     (defaults FLAG_DEFAULTS). A DEFAULT fcfast of 5 or 6 (not named in the spec) steps back to 4 where
@@ -186,10 +189,10 @@ def parse_schedule(spec):
     if out[fcfast] >= 5 and (out[PRODUCTS.index("fc")] not in (0, 4) or
                              out[PRODUCTS.index("dgelu")] not in (0, 4) or
                              out[len(PRODUCTS) + FLAGS.index("pre")] != 0):
-        raise ValueError(f"{OP}: schedule {spec!r}: fcfast=5 and 6 (gelu'(pre) saved in place of pre) run c_fc and the "
+        raise ValueError(f"{OP}: schedule {spec!r}: fcfast=5, 6 and 7 (gelu'(pre) saved in place of pre) run c_fc and the "
                          f"dGELU GEMM on schedule 4 only (fc and dgelu 0 or 4, pre=0)")
     for name, value in zip(FLAGS, out[len(PRODUCTS):]):
-        allowed = (0, 1, 2, 3, 4, 5, 6) if name == "fcfast" else (0, 1, 3) if name == "fast" else (0, 1, 2) if name == "side" else (0, 1)
+        allowed = (0, 1, 2, 3, 4, 5, 6, 7) if name == "fcfast" else (0, 1, 3) if name == "fast" else (0, 1, 2) if name == "side" else (0, 1)
         if value not in allowed:
             raise ValueError(f"{OP}: schedule {spec!r}: {name} must be {' or '.join(map(str, allowed))}, got {value}")
     return out
@@ -224,7 +227,7 @@ def _saves_gelu_grad(has_biases):
     for an MLP without biases (b_fc and b_proj both None). The binding's saves_gelu_grad, mirrored."""
     if not _env_checked and os.environ.get(SCHEDULE_ENV):
         _module()
-    return _fcfast == 5 or (_fcfast == 6 and not has_biases)
+    return _fcfast in (5, 7) or (_fcfast == 6 and not has_biases)
 
 
 # ---- 1. the extension calls (after the input checks), used by the custom ops and the fast path
@@ -260,10 +263,38 @@ def _ext_backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1):
 
 # ---- 2. the custom ops: what torch.compile sees ----------------------------------------------
 
+def _check_saves(saves, has_biases):
+    """saves (mlp_fwd's argument): what the caller was told pre would hold when it decided, 1
+    gelu'(pre), 0 pre, -1 (nothing promised). Under torch.compile that decision is made once, when
+    the graph is traced, and the backward graph reads pre accordingly; the fcfast flag is process
+    state that set_schedule can change later. A flag that now disagrees would have the backward read
+    gelu'(pre) as pre or the reverse (wrong gradients, silently): refuse it here, before any kernel."""
+    if saves not in (-1, 0, 1):
+        fail(OP, f"saves must be -1 (as the fcfast flag says), 0 (pre) or 1 (gelu'(pre)), got {saves!r}")
+    if saves != -1 and int(_saves_gelu_grad(has_biases)) != saves:
+        now = "gelu'(pre)" if _saves_gelu_grad(has_biases) else "pre"
+        then = "gelu'(pre)" if saves else "pre"
+        fail(OP, f"this call was traced (torch.compile) when c_fc saved {then} for the backward, but the MLP "
+                 f"schedule has changed since (fcfast={_fcfast}: it would save {now}), and the traced backward would "
+                 f"misread it. Set the schedule (set_schedule / {SCHEDULE_ENV}) before compiling, or call "
+                 f"torch._dynamo.reset() after changing it so that the model is traced again", RuntimeError)
+
+
+@torch.compiler.assume_constant_result
+def _saves_when_traced(has_biases: bool) -> int:
+    # Called by mlp() under torch.compile: runs once at trace time (not traced into: it may build
+    # the extension) and its answer becomes a constant of the graph.
+    return 1 if _saves_gelu_grad(has_biases) else 0
+
+
 @torch.library.custom_op("tk::mlp_fwd", mutates_args=())
 def mlp_fwd(x: Tensor, w_fc: Tensor, b_fc: Optional[Tensor], w_proj: Tensor,
-            b_proj: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-    """x (M, C) bf16. Returns (y, pre, h) as _ext_forward: pre holds gelu'(pre) under the default."""
+            b_proj: Optional[Tensor], saves: int = -1) -> tuple[Tensor, Tensor, Tensor]:
+    """x (M, C) bf16. Returns (y, pre, h) as _ext_forward: pre holds gelu'(pre) under the default.
+    saves: what the caller expects pre to hold (1 gelu'(pre), 0 pre, -1 whatever the fcfast flag says
+    now); the public op passes it under torch.compile, where the backward's reading of pre is fixed
+    when the graph is traced (review R2, session 8): a flag changed since is refused (_check_saves)."""
+    _check_saves(saves, b_fc is not None or b_proj is not None)
     y, pre, h = _ext_forward(x, w_fc, b_fc, w_proj, b_proj)
     return y, pre, h
 
@@ -277,7 +308,7 @@ def mlp_bwd(dy: Tensor, x: Tensor, pre: Tensor, h: Tensor, w_fc: Tensor,
 
 
 @mlp_fwd.register_fake
-def _(x, w_fc, b_fc, w_proj, b_proj):
+def _(x, w_fc, b_fc, w_proj, b_proj, saves=-1):
     M, H = x.shape[0], w_fc.shape[0]
     return x.new_empty(M, w_proj.shape[0]), x.new_empty(M, H), x.new_empty(M, H)
 
@@ -293,16 +324,21 @@ def _(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1):
 # custom op the backward calls the custom op mlp_bwd; on the eager fast path, _ext_backward.
 
 def _setup(ctx, inputs, output):
-    x, w_fc, b_fc, w_proj, b_proj = inputs
+    x, w_fc, b_fc, w_proj, b_proj, *saves = inputs      # (mlp_fwd's saves; _MLPEager has none)
     _, pre, h = output
     ctx.save_for_backward(x, pre, h, w_fc, w_proj)
     ctx.has_b_fc, ctx.has_b_proj = b_fc is not None, b_proj is not None
     # What the forward wrote into pre (session 8): gelu'(pre) when its c_fc ran with fcfast=5. The
     # backward is told, so a schedule changed in between cannot make it read one as the other.
-    ctx.saved = 1 if _saves_gelu_grad(ctx.has_b_fc or ctx.has_b_proj) else 0
+    # Under torch.compile this runs once, at trace time: the caller's saves (mlp() passes it there)
+    # is then what the forward checks at every run (_check_saves), so the two cannot disagree.
+    if saves and saves[0] != -1:
+        ctx.saved = saves[0]
+    else:
+        ctx.saved = 1 if _saves_gelu_grad(ctx.has_b_fc or ctx.has_b_proj) else 0
 
 
-def _make_backward(mlp_backward):
+def _make_backward(mlp_backward, inputs=5):
     def backward(ctx, dy, _dpre, _dh):
         # pre and h are internal outputs (the public op returns only y): their gradients are unused
         # (zeros on the custom op, None on the fast path), and dy is never None.
@@ -311,11 +347,12 @@ def _make_backward(mlp_backward):
         # of dy and dpre and their casts (~0.3 ms of a GPT-2 step).
         bias_grads = ctx.has_b_fc or ctx.has_b_proj
         dx, dw_fc, db_fc, dw_proj, db_proj = mlp_backward(dy.contiguous(), x, pre, h, w_fc, w_proj, bias_grads, ctx.saved)
-        return (dx, dw_fc, db_fc if ctx.has_b_fc else None, dw_proj, db_proj if ctx.has_b_proj else None)
+        return (dx, dw_fc, db_fc if ctx.has_b_fc else None, dw_proj, db_proj if ctx.has_b_proj else None) + \
+            (None,) * (inputs - 5)                      # (mlp_fwd's saves: an int, no gradient)
     return backward
 
 
-mlp_fwd.register_autograd(_make_backward(mlp_bwd), setup_context=_setup)
+mlp_fwd.register_autograd(_make_backward(mlp_bwd, inputs=6), setup_context=_setup)
 
 
 class _MLPEager(torch.autograd.Function):
@@ -361,7 +398,9 @@ def mlp(x, w_fc, b_fc, w_proj, b_proj):
     x2 = _bf16(x.reshape(-1, x.shape[-1]))
     args = (x2, _bf16(w_fc), _bf16(b_fc), _bf16(w_proj), _bf16(b_proj))
     if torch.compiler.is_compiling():
-        y, _, _ = mlp_fwd(*args)
+        # The backward graph's reading of pre is fixed now, at trace time: the forward is told the
+        # same, and refuses to run if the fcfast flag has changed since (_check_saves).
+        y, _, _ = mlp_fwd(*args, _saves_when_traced(b_fc is not None or b_proj is not None))
     elif _wants_inference((x, w_fc, b_fc, w_proj, b_proj)):
         y = _ext_forward_inference(*args)
     else:

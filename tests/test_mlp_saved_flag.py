@@ -1,0 +1,106 @@
+"""CPU test (no GPU, no extension build): under torch.compile the MLP's backward reads what the
+forward saved in pre (gelu'(pre) under fcfast=5/7, pre otherwise) as the graph was traced; a
+schedule changed after compiling must not let the forward save one while the traced backward reads
+the other (review R2, session 8). kernels/mlp_op.py: mlp() passes the trace-time answer to mlp_fwd
+(saves), the backward gets the same, and mlp_fwd refuses to run when the fcfast flag disagrees.
+
+The extension calls (_ext_forward, _ext_backward) are replaced by float stand-ins that record what
+the forward saved (following the fcfast flag, as the binding does) and what the backward was told;
+the custom ops, autograd and torch.compile (backend aot_eager) around them are the real ones."""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from kernels import mlp_op  # noqa: E402
+
+
+def _gelu_grad(p):
+    t = torch.tanh(0.7978845608 * (p + 0.044715 * p ** 3))
+    return 0.5 * (1 + t) + 0.5 * p * (1 - t * t) * 0.7978845608 * (1 + 3 * 0.044715 * p * p)
+
+
+@pytest.fixture
+def stand_ins(monkeypatch):
+    log = []
+
+    def forward(x, w_fc, b_fc, w_proj, b_proj):
+        pre = F.linear(x.float(), w_fc.float(), None if b_fc is None else b_fc.float())
+        saves = mlp_op._saves_gelu_grad(b_fc is not None or b_proj is not None)   # what the binding does
+        h = F.gelu(pre, approximate="tanh")
+        y = F.linear(h, w_proj.float(), None if b_proj is None else b_proj.float())
+        log.append(("fwd", int(saves)))
+        stored = _gelu_grad(pre) if saves else pre
+        return y.to(x.dtype), stored.to(x.dtype), h.to(x.dtype)
+
+    def backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1):
+        log.append(("bwd", int(saved)))
+        gp = pre.float() if saved == 1 else _gelu_grad(pre.float())   # read pre as the flag says
+        dh = dy.float() @ w_proj.float()
+        dpre = dh * gp
+        n_fc, n_proj = (w_fc.shape[0], w_proj.shape[0]) if bias_grads else (0, 0)
+        return ((dpre @ w_fc.float()).to(x.dtype), (dpre.t() @ x.float()).to(x.dtype), x.new_zeros(n_fc),
+                (dy.float().t() @ h.float()).to(x.dtype), x.new_zeros(n_proj))
+
+    monkeypatch.setattr(mlp_op, "_ext_forward", forward)
+    monkeypatch.setattr(mlp_op, "_ext_backward", backward)                 # (mlp_bwd looks it up per call)
+    monkeypatch.setattr(mlp_op._MLPEager, "backward", staticmethod(mlp_op._make_backward(backward)))   # (bound at import)
+    monkeypatch.setattr(mlp_op, "_env_checked", True)          # no TK_MLP_SCHEDULE, no extension
+    return log
+
+
+def _inputs(bias):
+    g = torch.Generator().manual_seed(5)
+    t = lambda *s: (torch.randn(*s, generator=g) * 0.5).to(torch.bfloat16).requires_grad_()
+    return t(16, 64), t(256, 64), (t(256) if bias else None), t(64, 256), (t(64) if bias else None)
+
+
+def _step(fn, args):
+    for a in args:
+        if a is not None:
+            a.grad = None
+    fn(*args).float().square().mean().backward()
+    return args[0].grad.clone()
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("first,second", [(5, 4), (4, 5), (7, 4), (4, 7)])
+def test_compiled_mlp_refuses_a_stale_saved_flag(stand_ins, monkeypatch, bias, first, second):
+    torch._dynamo.reset()
+    args = _inputs(bias)
+    monkeypatch.setattr(mlp_op, "_fcfast", first)
+    eager_dx = _step(mlp_op.mlp, args)                          # the eager path (_MLPEager)
+    assert stand_ins == [("fwd", int(first != 4)), ("bwd", int(first != 4))]
+    compiled = torch.compile(mlp_op.mlp, backend="aot_eager", fullgraph=True)
+    stand_ins.clear()
+    dx = _step(compiled, args)
+    assert stand_ins == [("fwd", int(first != 4)), ("bwd", int(first != 4))], stand_ins
+    assert torch.allclose(dx.float(), eager_dx.float(), rtol=2e-2, atol=1e-3)
+
+    monkeypatch.setattr(mlp_op, "_fcfast", second)             # what set_schedule does to the mirror
+    stand_ins.clear()
+    with pytest.raises(RuntimeError, match=r"traced \(torch.compile\).*torch._dynamo.reset"):
+        _step(compiled, args)
+    assert not stand_ins, "the forward ran under a flag the traced backward would misread"
+
+    torch._dynamo.reset()                                      # traced again: consistent with the new flag
+    stand_ins.clear()
+    _step(torch.compile(mlp_op.mlp, backend="aot_eager", fullgraph=True), args)
+    assert stand_ins == [("fwd", int(second != 4)), ("bwd", int(second != 4))], stand_ins
+
+
+def test_saves_argument_is_checked(stand_ins, monkeypatch):
+    monkeypatch.setattr(mlp_op, "_fcfast", 5)
+    x, w_fc, _, w_proj, _ = (None if t is None else t.detach() for t in _inputs(False))
+    with pytest.raises(ValueError, match="saves must be -1"):
+        mlp_op.mlp_fwd(x, w_fc, None, w_proj, None, 2)
+    mlp_op.mlp_fwd(x, w_fc, None, w_proj, None, 1)               # agrees with fcfast=5
+    mlp_op.mlp_fwd(x, w_fc, None, w_proj, None, -1)              # nothing promised
+    with pytest.raises(RuntimeError, match="fcfast=5"):
+        mlp_op.mlp_fwd(x, w_fc, None, w_proj, None, 0)
