@@ -19,8 +19,9 @@ W: (N, K), dy: (M, N)):
     dW = matmul(dy.t(), x2d)      A = dy.t(): dy read in place (M-major A) when M % 16 == 0
 
 matmul(step=0) picks the kernel by shape (gemm.auto_step): without a bias, the plain epilogue
-(step 4 v8, or step 5 v7 for products with few output tiles: the weight gradients, split-K over
-the tokens); with a bias, the fused bias epilogue (step 5 v1 at K <= 1024). db = dy.sum(0).
+(step 4 v8; for products with few output tiles, the weight gradients, split-K over the tokens:
+step 5 v10's planned schedule for c_attn's 2304x768, step 5 v7's equal splits for c_proj's
+768x768); with a bias, the fused bias epilogue (step 5 v1 at K <= 1024). db = dy.sum(0).
 
 The GEMM reduces over K in multiples of 16, and dW's reduction runs over the tokens M: when M is
 not a multiple of 16 (sampling, odd evaluation batches) dy and x get zero rows appended for dW
@@ -35,8 +36,8 @@ in the forward and keeps that copy for dx, and the weight gradient comes out of 
 in fp32 (gemm.matmul(out_dtype=float32): split-K's fp32 sums are stored as they are). autocast's
 F.linear instead rounds dW to bf16 and then widens it in a separate kernel (the cast's backward),
 and step 5 v7's split-K adds a conversion to bf16 before that: per layer this saves 1-2 elementwise
-kernels over the weight, and dW is no longer rounded to bf16 (closer to the float64 product than
-the reference path's, never further). bf16 weights get bf16 gradients; a weight of another dtype
+kernels over the weight, and dW is no longer rounded to bf16 (the reference path's rounding adds
+~2e-3 relative error to it; the fp32 sums' own error is ~1e-6). bf16 weights get bf16 gradients; a weight of another dtype
 (fp16 under bf16 autocast) is cast outside the core as before. Without autocast the inputs must
 already be bf16 (otherwise why_not says so and `auto` runs F.linear).
 
