@@ -37,9 +37,10 @@ in fp32 (gemm.matmul(out_dtype=float32): split-K's fp32 sums are stored as they 
 F.linear instead rounds dW to bf16 and then widens it in a separate kernel (the cast's backward),
 and step 5 v7's split-K adds a conversion to bf16 before that: per layer this saves 1-2 elementwise
 kernels over the weight, and dW is no longer rounded to bf16 (the reference path's rounding adds
-~2e-3 relative error to it; the fp32 sums' own error is ~1e-6 to 1e-5). bf16 weights get bf16 gradients; a weight of another dtype
-(fp16 under bf16 autocast) is cast outside the core as before. Without autocast the inputs must
-already be bf16 (otherwise why_not says so and `auto` runs F.linear).
+~2e-3 relative error to it; the fp32 sums' own error is ~1e-6 to 1e-5). bf16 weights get bf16
+gradients; a weight of another dtype (fp16 under bf16 autocast) is cast outside the core as
+before. Without autocast the inputs must already be bf16 (otherwise why_not says so and `auto`
+runs F.linear).
 
 Outside torch.compile the public op calls _LinearEager (a plain autograd.Function around the
 same calls; kernels/layernorm.py, section 4, says why: the torch.library dispatch costs CPU per
