@@ -108,8 +108,10 @@
 //               per (head, query block), in place of the memset and kernel 1
 //   Variants: 8 = 4 + DQ_ATOMIC; 9 = ONE_CONSUMER + DQ_ATOMIC; 10 = ONE_CONSUMER; 11-14 = 4, 8, 9,
 //   10 + PREP; 12 was D = 64's default for part of session 7 (taken back: the race note at
-//   DEFAULT_VARIANT_D64); 15 = 12 + DS_SYNC (D = 64's default since session 8). D = 128 runs 5
-//   for 8-10 and 5 + PREP for 11-15 (its consumers have no registers to spare for the rest).
+//   DEFAULT_VARIANT_D64); 15 = 12 + DS_SYNC (D = 64's default since session 8); 16 = 15 +
+//   PERSISTENT (session 9, opt-in: one CTA per SM takes items from a counter, the next item's K/V
+//   loaded under the current one; config's comment on the bit). D = 128 runs 5 for 8-10 and
+//   5 + PREP for 11-16 (its consumers have no registers to spare for the rest).
 //   Tried in session 7 and removed (code at commit b31b295; figures in kernels/NOTES.md):
 //   6/7  Di computed inside the main kernel by producer warps 2-3 (cp.async of O and dO; 32
 //        producer registers, consumers 232): GPT-2 backward 843 us against 548, the Di warps
@@ -152,7 +154,13 @@ namespace attention_hopper_bwd {
 // next block's dS into the consumer's one dS tile while another warp's dQ wgmma may still read it
 // (the race noted at DEFAULT_VARIANT_D64). Variant 4 gets the same order from its bulk path's
 // bar.syncs.
-constexpr int DQ_ATOMIC = 2, ONE_CONSUMER = 4, PREP = 8, DS_SYNC = 16;
+// Bit PERSISTENT (variant 16, session 9, opt-in): one CTA per SM walks over the work items (key
+// blocks) instead of one CTA per item, with two K/V buffers: while the consumers finish item k, the
+// producer has already fetched item k+1 (one atomicAdd on a counter that prep_kernel zeroed) and
+// loaded its K and V and first (Q, dO) slots, so an item's start (K/V from DRAM, the first slot, the
+// CTA's launch, barrier set-up, setmaxnreg) and its end (the last products, the dK/dV stores) no
+// longer leave the SM idle. The slots' phases run on across items. Needs PREP (the zeroing).
+constexpr int DQ_ATOMIC = 2, ONE_CONSUMER = 4, PREP = 8, DS_SYNC = 16, PERSISTENT = 32;
 
 template <int D, bool PIPELINED = false, bool SPLIT_DQ = false, int OPT = 0>
 struct config {
@@ -174,8 +182,10 @@ struct config {
     static constexpr int ds_bytes = block_m * 64 * 2;   // one consumer's dS (64 queries x 64 keys)
     static constexpr int dq_bytes = block_m * (SPLIT_DQ ? D / 2 : D) * 4;   // one consumer's fp32 dQ partial
     static constexpr int dq_buffers = PIPELINED ? 2 : 1;
-    // offsets from the 1024-aligned base; every tile 1024-aligned (128B swizzle)
-    static constexpr int k_off = 0, v_off = kv_bytes, q_off = 2 * kv_bytes;
+    static constexpr bool persistent = (OPT & PERSISTENT) != 0;
+    static constexpr int kv_sets = persistent ? 2 : 1;   // K/V buffers (persistent: item k+1's beside item k's)
+    // offsets from the 1024-aligned base; every tile 1024-aligned (128B swizzle); K/V set j at j·2·kv_bytes
+    static constexpr int k_off = 0, v_off = kv_bytes, q_off = kv_sets * 2 * kv_bytes;
     static constexpr int do_off = q_off + stages * q_bytes;
     static constexpr int ds_off = do_off + stages * q_bytes;
     static constexpr int dq_off = ds_off + (SPLIT_DQ ? 2 : 1) * consumers * ds_bytes;
@@ -186,6 +196,8 @@ struct config {
     // ONE_CONSUMER: 2 CTAs x 256 threads, entry cap 128; 128·(24 + 232) = 32768 = half the SM.
     static constexpr int producer_regs = 24, consumer_regs = one_consumer ? 232 : 240;
     static constexpr bool prep = (OPT & PREP) != 0;
+    static_assert(!persistent || (prep && dq_atomic && PIPELINED && !one_consumer),
+                  "PERSISTENT: variant 15's kernel (prep_kernel zeroes its counter; no bulk dQ copies to wait for)");
     // D = 128 (variant 1): dQ is issued only after dV and dK finished (frees P's and dS's A
     // operands; with all of them live ptxas ran out of registers and serialized: C7512).
     static constexpr bool dq_after_dk = D == 128 && !SPLIT_DQ;
@@ -209,6 +221,8 @@ struct kernel_params {
     float scale, scale_log2;
     int causal;
     int batch_heads, n_blocks, heads_per_group;         // the CTA order: see block_at
+    int* work_counter;                                  // PERSISTENT: items handed out past the grid (zeroed by prep_kernel)
+    int total_items;                                    // batch_heads · n_blocks
 };
 
 // Which (batch, head, key block) CTA i takes. Every key block of a head reads that head's Q, dO,
@@ -326,7 +340,8 @@ __global__ void __launch_bounds__(256) rowsum_kernel(const AttentionBackwardPara
 // divisions per thread (kernel 1 divides its row index by T and H in every thread). Each thread
 // zeroes its float4s of the chunk and loads all its 16-byte pieces of O and dO (PASSES rows of
 // the block) before summing, so the loads are in flight together.
-template <int D>
+// ZERO_COUNTER (PERSISTENT): block 0 also zeroes the work counter, the int just past the chunks.
+template <int D, bool ZERO_COUNTER = false>
 __global__ void __launch_bounds__(256) prep_kernel(const AttentionBackwardParams p, int q_blocks) {
     constexpr int LANES = D / 8, ROWS = 256 / LANES, PASSES = 64 / ROWS;   // D = 64: 8, 32, 2
     const int T = p.shape.seq_len, H = p.shape.heads;
@@ -334,6 +349,8 @@ __global__ void __launch_bounds__(256) prep_kernel(const AttentionBackwardParams
     float4* chunk = reinterpret_cast<float4*>(p.dq_accum) + int64_t(blockIdx.x) * (64 * D / 4);
 #pragma unroll
     for (int f = threadIdx.x; f < 64 * D / 4; f += 256) chunk[f] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if constexpr (ZERO_COUNTER)
+        if (blockIdx.x == 0 && threadIdx.x == 0) *reinterpret_cast<int*>(p.dq_accum + int64_t(gridDim.x) * (64 * D)) = 0;
     const int part = threadIdx.x % LANES, r0 = threadIdx.x / LANES;
     const auto* o = static_cast<const __nv_bfloat16*>(p.o.data) + b * p.o.stride_batch + h * p.o.stride_head + part * 8;
     const auto* g = static_cast<const __nv_bfloat16*>(p.d_o.data) + b * p.d_o.stride_batch + h * p.d_o.stride_head +
@@ -374,24 +391,35 @@ backward_kernel(const __grid_constant__ kernel_params p) {
     constexpr int BN = C::block_n, BM = C::block_m, S = C::stages;
 
     extern __shared__ uint8_t smem_raw[];
-    __shared__ mbarrier kv_full, full[S], empty[S];
+    __shared__ mbarrier kv_full[C::kv_sets], full[S], empty[S];
+    __shared__ mbarrier kv_empty[C::kv_sets];           // PERSISTENT: K/V set j free again
+    __shared__ int item_s[C::kv_sets];                  // PERSISTENT: the item in K/V set j (-1: no more)
     const uint32_t smem = (smem_addr(smem_raw) + 1023) & ~1023u;
     uint8_t* smem_ptr = smem_raw + (smem - smem_addr(smem_raw));   // the same, as a pointer
-    const uint32_t k_tile = smem + C::k_off, v_tile = smem + C::v_off;
+    uint32_t k_tile = smem + C::k_off, v_tile = smem + C::v_off;   // PERSISTENT: set k % 2 of item k
     auto q_tile = [&](int s) { return smem + C::q_off + s * C::q_bytes; };
     auto do_tile = [&](int s) { return smem + C::do_off + s * C::q_bytes; };
     float* lse2_s = reinterpret_cast<float*>(smem_ptr + C::vec_off);   // [S][BM]: lse·log2(e)
     float* di_s = lse2_s + S * BM;                                       // [S][BM]
 
-    const block_item item = block_at(blockIdx.x, p);   // heaviest (earliest keys) first
-    const int b = item.b, h = item.h, n_block = item.n_block, bh = b * p.heads + h;
-    const int kv0 = n_block * BN;
-    const int m_begin = p.causal ? kv0 / BM : 0;        // first query block that sees these keys
-    const int n_iter = p.q_blocks - m_begin;
+    // The work item (b, h, key block) and the query blocks it walks: the CTA's own (blockIdx.x), or
+    // with PERSISTENT each item the CTA takes in turn.
+    int b, h, bh, kv0, m_begin, n_iter;
+    auto set_item = [&](int index) {
+        const block_item item = block_at(index, p);     // heaviest (earliest keys) first
+        b = item.b, h = item.h, bh = b * p.heads + h;
+        kv0 = item.n_block * BN;
+        m_begin = p.causal ? kv0 / BM : 0;              // first query block that sees these keys
+        n_iter = p.q_blocks - m_begin;
+    };
+    set_item(blockIdx.x);
     const int warpgroup = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
-        mbar::init(kv_full, 1);
+        for (int j = 0; j < C::kv_sets; ++j) {
+            mbar::init(kv_full[j], 1);
+            if (C::persistent) mbar::init(kv_empty[j], C::consumers * 128 + 32);   // consumers + warp 1
+        }
         for (int s = 0; s < S; ++s) {
             mbar::init(full[s], 1 + 32);                // TMA thread + the 32 lanes of warp 1
             mbar::init(empty[s], C::consumers * 128);   // every consumer thread (see release)
@@ -410,33 +438,80 @@ backward_kernel(const __grid_constant__ kernel_params p) {
                 for (int cb = 0; cb < C::col_blocks; ++cb)
                     tma::load_box_4d(dst + cb * rows * 128, map, cb * 64, row, h, b, bar);
             };
-            mbar::arrive_expect_bytes(kv_full, 2 * C::kv_bytes);
-            load(k_tile, &p.k_map, BN, kv0, kv_full);
-            load(v_tile, &p.v_map, BN, kv0, kv_full);
-            // slot s = i % S and its phase bit, kept as counters (24 registers here: no divisions)
-            for (int i = 0, s = 0, phase = 0; i < n_iter; ++i) {
-                const int m0 = (m_begin + i) * BM;
-                mbar::wait(empty[s], phase ^ 1);
-                mbar::arrive_expect_bytes(full[s], 2 * C::q_bytes);
-                load(q_tile(s), &p.q_map, BM, m0, full[s]);
-                load(do_tile(s), &p.do_map, BM, m0, full[s]);
-                if (++s == S) { s = 0; phase ^= 1; }
+            // slot s = (running query block count) % S and its phase bit, kept as counters (24
+            // registers here: no divisions); they run on across a persistent CTA's items
+            int s = 0, phase = 0;
+            auto load_item = [&](mbarrier& kv_bar, uint32_t kt) {   // K, V into set kt; Q, dO into slots
+                mbar::arrive_expect_bytes(kv_bar, 2 * C::kv_bytes);
+                load(kt, &p.k_map, BN, kv0, kv_bar);
+                load(kt + C::kv_bytes, &p.v_map, BN, kv0, kv_bar);
+                // PERSISTENT: not unrolled (unrolled, 24 registers spilled 40 bytes); 4 is what
+                // ptxas chose for the others
+#pragma unroll (C::persistent ? 1 : 4)
+                for (int i = 0; i < n_iter; ++i) {
+                    const int m0 = (m_begin + i) * BM;
+                    mbar::wait(empty[s], phase ^ 1);
+                    mbar::arrive_expect_bytes(full[s], 2 * C::q_bytes);
+                    load(q_tile(s), &p.q_map, BM, m0, full[s]);
+                    load(do_tile(s), &p.do_map, BM, m0, full[s]);
+                    if (++s == S) { s = 0; phase ^= 1; }
+                }
+            };
+            if constexpr (!C::persistent) {
+                load_item(kv_full[0], k_tile);
+            } else {
+                // Item k goes to K/V set k % 2 once the consumers freed it (item k - 2 done). Its
+                // index is fetched here, as soon as item k-1's last Q/dO load is issued: the first
+                // is blockIdx.x, the next ones gridDim.x + a counter (zeroed by prep_kernel). The
+                // index goes to item_s[set] before kv_full's arrival (release), which every other
+                // role waits on (acquire) before reading it; -1 tells them to stop. kv_empty[set]
+                // completes when every consumer thread is done with the item and warp 1 has read
+                // item_s[set].
+                for (int k = 0, index = int(blockIdx.x); ; ++k) {
+                    const int kb = k & 1;
+                    mbar::wait(kv_empty[kb], ((k >> 1) & 1) ^ 1);
+                    if (k > 0) index = int(gridDim.x) + atomicAdd(p.work_counter, 1);
+                    if (index >= p.total_items) {
+                        item_s[kb] = -1;
+                        mbar::arrive(kv_full[kb]);
+                        break;
+                    }
+                    item_s[kb] = index;
+                    set_item(index);
+                    load_item(kv_full[kb], smem + kb * 2 * C::kv_bytes);
+                }
             }
         } else if (warp == 1) {
-            const float* lse = p.lse + int64_t(bh) * p.seq_len;
-            const float* di = p.d_rowsum + int64_t(bh) * p.seq_len;
-            for (int i = 0, s = 0, phase = 0; i < n_iter; ++i) {
-                const int m0 = (m_begin + i) * BM;
-                mbar::wait(empty[s], phase ^ 1);
+            int s = 0, phase = 0;
+            auto fill_item = [&]() {
+                const float* lse = p.lse + int64_t(bh) * p.seq_len;
+                const float* di = p.d_rowsum + int64_t(bh) * p.seq_len;
+                for (int i = 0; i < n_iter; ++i) {
+                    const int m0 = (m_begin + i) * BM;
+                    mbar::wait(empty[s], phase ^ 1);
 #pragma unroll
-                for (int r = lane; r < BM; r += 32) {
-                    const int q = m0 + r;
-                    // a query past T: lse = +inf makes its P exactly 0
-                    lse2_s[s * BM + r] = q < p.seq_len ? lse[q] * LOG2E : INFINITY;
-                    di_s[s * BM + r] = q < p.seq_len ? di[q] : 0.f;
+                    for (int r = lane; r < BM; r += 32) {
+                        const int q = m0 + r;
+                        // a query past T: lse = +inf makes its P exactly 0
+                        lse2_s[s * BM + r] = q < p.seq_len ? lse[q] * LOG2E : INFINITY;
+                        di_s[s * BM + r] = q < p.seq_len ? di[q] : 0.f;
+                    }
+                    mbar::arrive(full[s]);                  // release: the writes above are visible
+                    if (++s == S) { s = 0; phase ^= 1; }
                 }
-                mbar::arrive(full[s]);                  // release: the writes above are visible
-                if (++s == S) { s = 0; phase ^= 1; }
+            };
+            if constexpr (!C::persistent) {
+                fill_item();
+            } else {
+                for (int k = 0; ; ++k) {                 // the items in the producer's order
+                    const int kb = k & 1;
+                    mbar::wait(kv_full[kb], (k >> 1) & 1);
+                    const int index = item_s[kb];
+                    if (index < 0) break;
+                    mbar::arrive(kv_empty[kb]);          // item_s[kb] read: the producer may reuse it
+                    set_item(index);
+                    fill_item();
+                }
             }
         }
         return;
@@ -446,8 +521,17 @@ backward_kernel(const __grid_constant__ kernel_params p) {
     warpgroup_increase_registers<C::consumer_regs>();
     const int c = warpgroup - 1;                         // keys kv0 + 64c .. + 63
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t = lane % 4;
-    const int key0 = kv0 + 64 * c + 16 * warp + lane / 4;   // this thread's keys: key0, key0 + 8
-    const int first_key = kv0 + 64 * c, last_key = first_key + 63;
+    int key0, first_key, last_key;                       // this thread's keys: key0, key0 + 8
+    auto set_keys = [&]() {
+        first_key = kv0 + 64 * c, last_key = first_key + 63;
+        key0 = first_key + 16 * warp + lane / 4;
+    };
+    set_keys();
+    // Query block i of the item uses slot (g0 + i) % S with phase ((g0 + i) / S) & 1; g0 counts the
+    // query blocks of a persistent CTA's earlier items (0 otherwise).
+    int g0 = 0;
+    auto slot_of = [&](int i) { return (g0 + i) % S; };
+    auto phase_of = [&](int i) { return ((g0 + i) / S) & 1; };
     // dS tiles: [buffer][consumer], 64 x 64 each; the two of one buffer side by side form one
     // 64 x 128 K-major tile (two 128-byte column blocks), which variant 3's dQ reads whole.
     auto ds_pair = [&](int i) { return smem + C::ds_off + (SPLIT_DQ ? i % 2 : 0) * C::consumers * C::ds_bytes; };
@@ -461,8 +545,8 @@ backward_kernel(const __grid_constant__ kernel_params p) {
 
     // ---- the steps of one query block i (slot s = i % S); both variants below call them ----
     auto issue_s_dp = [&](int i) {                       // Sᵀ = K_c·Qᵀ, dPᵀ = V_c·dOᵀ: two groups
-        const int s = i % S;
-        mbar::wait(full[s], (i / S) & 1);
+        const int s = slot_of(i);
+        mbar::wait(full[s], phase_of(i));
         wgmma::fence();
 #pragma unroll
         for (int k = 0; k < D / 16; ++k)
@@ -480,7 +564,7 @@ backward_kernel(const __grid_constant__ kernel_params p) {
     // After Sᵀ is done: P = exp2(S·scale·log2e − lse·log2e), masked; issue dV += Pᵀ·dO.
     // Thread holds keys key0 (+8) x queries m0 + 8j + 2t (+1).
     auto softmax_and_dv = [&](int i, bool accumulate) {
-        const int s = i % S, m0 = (m_begin + i) * BM;
+        const int s = slot_of(i), m0 = (m_begin + i) * BM;
         wgmma::fence_operand(s_acc);
         const float* lse2 = lse2_s + s * BM;
         const bool mask = p.causal ? (last_key > m0) : (last_key >= p.seq_len);
@@ -510,7 +594,7 @@ backward_kernel(const __grid_constant__ kernel_params p) {
     // After dPᵀ is done: dS = P ∘ (dP − Di); dS to shared memory; issue dK += dSᵀ·Q, then (after
     // the warpgroup's bar.sync) dQ_c = dS·K_c.
     auto ds_dk_dq = [&](int i, bool accumulate) {
-        const int s = i % S;
+        const int s = slot_of(i);
         wgmma::fence_operand(dp_acc);
         const float* di = di_s + s * BM;
 #pragma unroll
@@ -586,7 +670,7 @@ backward_kernel(const __grid_constant__ kernel_params p) {
         wgmma::fence_operand(dq_acc);
         keep_alive(p_frag);
         keep_alive(ds_frag);
-        mbar::arrive(empty[i % S]);                     // Q, dO, lse, Di of slot s are free
+        mbar::arrive(empty[slot_of(i)]);                // Q, dO, lse, Di of slot s are free
     };
     // Add query block i's dQ partial into dq_accum: registers -> shared memory (register order)
     // -> one bulk reduce-add, in flight while the loop goes on. Split in three for variant 2,
@@ -627,36 +711,24 @@ backward_kernel(const __grid_constant__ kernel_params p) {
         if (tid == 0) reduce_dq(0, i);
     };
 
-    mbar::wait(kv_full, 0);
-    int i0 = 0;
-    if constexpr (PIPELINED) {
-        // Consumer 1's keys are all right of the first query block's queries (causal): nothing to
-        // do there but hand the slot back (after it filled, so the empty phases stay in order).
-        if (p.causal && first_key > m_begin * BM + BM - 1) {
-            mbar::wait(full[0], 0);
-            mbar::arrive(empty[0]);                      // every thread, as release does
-            i0 = 1;
+    // Consumer 1's keys may all lie right of the item's first query block's queries (causal):
+    // nothing to do there but hand the slot back (after it filled, so the empty phases stay in
+    // order). Returns the first block to compute.
+    auto skip_first = [&]() -> int {
+        if (PIPELINED && p.causal && first_key > m_begin * BM + BM - 1) {
+            mbar::wait(full[slot_of(0)], phase_of(0));
+            mbar::arrive(empty[slot_of(0)]);             // every thread, as release does
+            return 1;
         }
-    }
-    if constexpr (!PIPELINED) {
-        // Variant 1: each block's five products in turn; the two consumers overlap each other.
-        for (int i = 0; i < n_iter; ++i) {
-            issue_s_dp(i);
-            wgmma::wait_group<1>();                      // Sᵀ done
-            softmax_and_dv(i, i > 0);
-            wgmma::wait_group<1>();                      // dPᵀ done (dV may still run)
-            ds_dk_dq(i, i > 0);
-            wgmma::wait_group<0>();
-            release(i);
-            store_dq(i);
-        }
-    } else {
-        // Variant 2: two dQ buffers, so no thread waits for a bulk copy still reading the one it
-        // is about to fill (variant 1's wait_read 0), and one bar.sync fewer per block.
-        // (Tried and dropped: writing block i-1's dQ registers to shared memory while block i's
-        // Sᵀ, dPᵀ run makes ptxas serialize the wgmmas (C7517/C7518), and issuing block i+1's
-        // products before waiting for block i's keeps wgmmas in flight across the loop's back
-        // edge, which it serializes too (C7514).)
+        return 0;
+    };
+    // Variant 2: two dQ buffers, so no thread waits for a bulk copy still reading the one it
+    // is about to fill (variant 1's wait_read 0), and one bar.sync fewer per block.
+    // (Tried and dropped: writing block i-1's dQ registers to shared memory while block i's
+    // Sᵀ, dPᵀ run makes ptxas serialize the wgmmas (C7517/C7518), and issuing block i+1's
+    // products before waiting for block i's keeps wgmmas in flight across the loop's back
+    // edge, which it serializes too (C7514).)
+    auto pipelined_blocks = [&](int i0) {
         for (int i = i0; i < n_iter; ++i) {
             issue_s_dp(i);
             wgmma::wait_group<1>();                      // Sᵀ done
@@ -675,9 +747,9 @@ backward_kernel(const __grid_constant__ kernel_params p) {
                 // them: a WAR race across proxies (.sync.aligned is warp-level; wait_group only
                 // covers the executing warp's own wgmmas). racecheck need not see wgmma's async-
                 // proxy reads, so call 3's 0 hazards do not rule it out; a warp would have to lag
-                // most of a block (S, dP, softmax, dV) behind, so the tests never saw it. The fix, to time
-                // on the H200: alternate two dS tiles by i % 2 (the freed dQ smem holds them; the
-                // next block's bar.sync then orders the reuse) or a named_sync<128>(1 + c) here.
+                // most of a block (S, dP, softmax, dV) behind, so the tests never saw it. Variant 15
+                // (DS_SYNC, the default since session 8) closes it with the named_sync below; two dS
+                // tiles alternated by block would too (not built).
                 red_dq(i);                               // variants 8, 9, 12, 13, 15: no shared memory
                 if constexpr (C::ds_sync) named_sync<128>(1 + c);   // 15: every warp's dQ wgmma has
                                                          // read dS_c (its wait_group<0> is above)
@@ -695,7 +767,7 @@ backward_kernel(const __grid_constant__ kernel_params p) {
 #pragma unroll
             for (int x = 0; x < D / 2; ++x) dv_acc.d[x] = dk_acc.d[x] = 0.f;
         }
-    }
+    };
 
     // ---- epilogue: dK·scale and dV to global memory (bf16), rows key0 and key0 + 8 ----
     auto store = [&](__nv_bfloat16* base, int64_t sb, int64_t sh, int64_t ss, const float (&d)[D / 2], float mul) {
@@ -707,8 +779,47 @@ backward_kernel(const __grid_constant__ kernel_params p) {
                 *reinterpret_cast<uint32_t*>(head + key * ss + col) = pack_bf16x2(d[i] * mul, d[i + 1] * mul);
         }
     };
-    store(p.dv, p.dv_stride_batch, p.dv_stride_head, p.dv_stride_seq, dv_acc.d, 1.f);
-    store(p.dk, p.dk_stride_batch, p.dk_stride_head, p.dk_stride_seq, dk_acc.d, p.scale);
+    auto store_dk_dv = [&]() {
+        store(p.dv, p.dv_stride_batch, p.dv_stride_head, p.dv_stride_seq, dv_acc.d, 1.f);
+        store(p.dk, p.dk_stride_batch, p.dk_stride_head, p.dk_stride_seq, dk_acc.d, p.scale);
+    };
+
+    if constexpr (C::persistent) {
+        // The items in the producer's order: item k's K, V in set k % 2 (item_s says which item).
+        for (int k = 0; ; ++k) {
+            const int kb = k & 1;
+            mbar::wait(kv_full[kb], (k >> 1) & 1);
+            const int index = item_s[kb];
+            if (index < 0) break;
+            set_item(index);
+            set_keys();
+            k_tile = smem + kb * 2 * C::kv_bytes;
+            v_tile = k_tile + C::kv_bytes;
+            pipelined_blocks(skip_first());
+            mbar::arrive(kv_empty[kb]);                  // every wgmma that read K, V is complete
+                                                         // (the last block's wait_group<0>)
+            store_dk_dv();                               // the producer loads item k+2 meanwhile
+            g0 += n_iter;                                // the producer filled n_iter slots
+        }
+        return;
+    }
+    mbar::wait(kv_full[0], 0);
+    if constexpr (!PIPELINED) {
+        // Variant 1: each block's five products in turn; the two consumers overlap each other.
+        for (int i = 0; i < n_iter; ++i) {
+            issue_s_dp(i);
+            wgmma::wait_group<1>();                      // Sᵀ done
+            softmax_and_dv(i, i > 0);
+            wgmma::wait_group<1>();                      // dPᵀ done (dV may still run)
+            ds_dk_dq(i, i > 0);
+            wgmma::wait_group<0>();
+            release(i);
+            store_dq(i);
+        }
+    } else {
+        pipelined_blocks(skip_first());
+    }
+    store_dk_dv();
     if (tid == 0) tma::store_wait<0>();                  // the last reduce-add has landed
 }
 
@@ -756,6 +867,9 @@ inline int query_blocks(int seq_len) { return (seq_len + 63) / 64; }
 inline int64_t dq_accum_floats(int batch, int heads, int seq_len, int head_dim) {
     return int64_t(batch) * heads * query_blocks(seq_len) * 64 * head_dim;
 }
+// What the caller allocates: the chunks and, past them, 16 floats (64 bytes) for PERSISTENT's
+// work counter (an int; zeroed by prep_kernel, so no separate memset).
+constexpr int64_t COUNTER_FLOATS = 16;
 
 template <int D, bool PIPELINED, bool SPLIT_DQ = false, int OPT = 0>
 cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l2_groups) {
@@ -767,7 +881,7 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     const int64_t accum_floats = dq_accum_floats(sh.batch, sh.heads, sh.seq_len, D);
     cudaError_t err;
     if (C::prep) {
-        prep_kernel<D><<<unsigned(int64_t(sh.batch) * sh.heads * q_blocks), 256, 0, stream>>>(a, q_blocks);
+        prep_kernel<D, C::persistent><<<unsigned(int64_t(sh.batch) * sh.heads * q_blocks), 256, 0, stream>>>(a, q_blocks);
         if ((err = cudaGetLastError()) != cudaSuccess) return err;
     } else if ((err = cudaMemsetAsync(a.dq_accum, 0, size_t(accum_floats) * sizeof(float), stream)) != cudaSuccess) {
         return err;
@@ -804,6 +918,15 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     kp.n_blocks = (sh.seq_len + C::block_n - 1) / C::block_n;
     const int64_t bytes_per_head = int64_t(sh.seq_len) * D * (2 + 2 + 4);   // Q, dO, dQ accumulator
     kp.heads_per_group = attention_l2::heads_per_group(l2_groups, bytes_per_head, kp.batch_heads);
+    kp.total_items = kp.batch_heads * kp.n_blocks;
+    kp.work_counter = reinterpret_cast<int*>(a.dq_accum + accum_floats);   // the int past the chunks
+    int grid = kp.total_items;
+    if (C::persistent) {                                 // one CTA per SM (registers), at most one per item
+        int device = 0, sms = 0;
+        if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
+        if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return err;
+        grid = std::min(grid, sms);
+    }
 
     auto kernel = backward_kernel<D, PIPELINED, SPLIT_DQ, OPT>;
     static cudaError_t configured = [&] {
@@ -814,7 +937,7 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
         return e;
     }();
     if (configured != cudaSuccess) return configured;
-    kernel<<<kp.batch_heads * kp.n_blocks, C::threads, C::smem_bytes, stream>>>(kp);
+    kernel<<<grid, C::threads, C::smem_bytes, stream>>>(kp);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
 
     convert_dq_kernel<D><<<unsigned(int64_t(sh.batch) * sh.heads * q_blocks), 256, 0, stream>>>(a, q_blocks);
@@ -850,7 +973,7 @@ const char* attention_hopper_backward_why_not(const AttentionBackwardParams& a) 
 
 // Floats the launcher needs in AttentionBackwardParams::dq_accum (query blocks padded to 64 rows).
 int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_len, int head_dim) {
-    return attention_hopper_bwd::dq_accum_floats(batch, heads, seq_len, head_dim);
+    return attention_hopper_bwd::dq_accum_floats(batch, heads, seq_len, head_dim) + attention_hopper_bwd::COUNTER_FLOATS;
 }
 
 // The variants, numbered as in kernels/NOTES.md (Session 3, Hopper backward); 0 = the default.
@@ -868,8 +991,10 @@ int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_
 //  11-14: D = 64: 4, 8, 9, 10 with prep_kernel (dq_accum zeroed and Di in one pass)
 //  15: D = 64: 12 with a bar.sync after the dQ atomics (DS_SYNC: 12's race closed); D = 64's
 //      default since session 8
-//  16-23: removed (see the opening comment; session 7's 15-18 were removed too, and 15 reused)
-//  D = 128 runs 5 for 8-10 and 5 with prep_kernel for 11-15.
+//  16: D = 64: 15 with one persistent CTA per SM (PERSISTENT: K/V of the next item loaded while
+//      the current one runs; session 9, opt-in)
+//  17-23: removed (see the opening comment; session 7's 15-18 were removed too, 15 and 16 reused)
+//  D = 128 runs 5 for 8-10 and 5 with prep_kernel for 11-16.
 // 1-3 take the CTAs in session 3's order (block_at with one group of all heads).
 // (The file's opening comment says more about each.)
 // Runs the three kernels on `cuda_stream`; returns the CUDA error (0 = ok).
@@ -885,7 +1010,7 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
         case 4: return launch<128, false>(p, stream, true);
         case 5: return launch<128, false, true>(p, stream, true);
         case 8: case 9: case 10: return launch<128, false, true>(p, stream, true);   // = 5 (see above)
-        case 11: case 12: case 13: case 14: case 15: return launch<128, false, true, PREP>(p, stream, true);   // 5 + prep
+        case 11: case 12: case 13: case 14: case 15: case 16: return launch<128, false, true, PREP>(p, stream, true);   // 5 + prep
         default: return cudaErrorInvalidValue;
         }
     }
@@ -902,6 +1027,7 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
     case 13: return launch<64, true, false, PREP | ONE_CONSUMER | DQ_ATOMIC>(p, stream, true);
     case 14: return launch<64, true, false, PREP | ONE_CONSUMER>(p, stream, true);
     case 15: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC>(p, stream, true);
+    case 16: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -1,0 +1,148 @@
+"""Tests of the Hopper attention backward's persistent variant 16 (kernels/attention_hopper_bwd.cu,
+PERSISTENT: one CTA per SM takes work items from a counter that prep_kernel zeroes, two K/V sets).
+
+What can go wrong there and nowhere else, so what these shapes aim at: a CTA's second, third, ...
+item (more items than SMs: 132 on the H200), the slots' phases carried from one item to the next
+(items of different lengths, consumer 1's skipped first block at every item), the K/V set in use
+when the producer has already loaded the next one, and the counter, zeroed again before every call
+(repeated calls, CUDA-graph replays).
+
+GPU (sm_90 only): dq, dk, dv against a float64 reference, outputs poisoned with NaN first; dK and
+dV bit-identical to the default's (15: the same arithmetic per item, one CTA's registers), dQ within
+bf16 rounding (fp32 sums in L2 in another order).
+CPU: the GPU script parses.
+
+Also the sanitizer case: `python3 tests/test_attention_hopper_bwd_persistent.py [V ...]` runs
+backward variants V (default 15 16) once each at shapes with more items than SMs, no checks
+(compute-sanitizer racecheck / memcheck wrap it; tests/gpu_attention_bwd_persistent.sh).
+"""
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+gpu = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 (Hopper) GPU")
+PERSISTENT = 16
+DEFAULT = 15
+
+
+def sms():
+    return torch.cuda.get_device_properties(0).multi_processor_count
+
+
+def items(B, H, T):
+    return B * H * ((T + 127) // 128)
+
+
+# (B, H, T, causal): items = B·H·ceil(T/128); every one well above 132
+SHAPES = [
+    (8, 12, 1000, True),    # 768 items, T a tail of 104 keys in the last key block
+    (16, 12, 300, True),    # 576 short items (3 key blocks, 5 query blocks), every slot reused across items
+    (40, 7, 65, True),      # 280 one-block items: consumer 1's keys past T and right of the only query block
+    (12, 12, 255, False),   # 288 items, non-causal: every item walks all 4 query blocks
+    (3, 30, 1000, True),    # 720 items, 90 heads: the last L2 group short (26 of 32 heads)
+]
+
+
+@gpu
+@pytest.mark.parametrize("B,H,T,causal", SHAPES)
+def test_persistent_against_float64(B, H, T, causal):
+    import test_attention_hopper_bwd as base
+    assert items(B, H, T) > sms(), "the shape must give each CTA more than one item"
+    base.check(B, H, T, 64, causal=causal, seed=B * 1000 + T, variant=PERSISTENT)
+
+
+def run(variant, x, out=None):
+    from kernels import attention_hopper
+    ext = attention_hopper._bwd_ext.module
+    if out is None:
+        out = tuple(torch.full_like(x["q"], float("nan")) for _ in range(3))
+    ext.backward_into(x["d_o"], x["q"], x["k"], x["v"], x["o"], x["lse"], x["causal"], x["scale"], *out, variant)
+    return out
+
+
+def inputs(B, H, T, causal, seed):
+    import test_attention_hopper_bwd as base
+    from kernels import attention_hopper
+    _, q, k, v, d_o = base.make_inputs(B, H, T, 64, packed=True, seed=seed)
+    scale = 1.0 / math.sqrt(64)
+    o, lse = attention_hopper.forward(q, k, v, causal, scale)
+    return dict(q=q, k=k, v=v, d_o=d_o, o=o, lse=lse, causal=causal, scale=scale)
+
+
+@gpu
+@pytest.mark.parametrize("B,H,T,causal", SHAPES[:4])
+def test_persistent_equals_the_default(B, H, T, causal):
+    import test_attention_hopper_bwd as base
+    x = inputs(B, H, T, causal, seed=T + B)
+    ref = run(DEFAULT, x)
+    for _ in range(3):   # repeated calls: the counter is zeroed again each time
+        got = run(PERSISTENT, x)
+        torch.cuda.synchronize()
+        assert torch.equal(got[1], ref[1]), "dk differs from the default's"
+        assert torch.equal(got[2], ref[2]), "dv differs from the default's"
+        assert not torch.isnan(got[0]).any()
+        err = base.rel_err(got[0], ref[0].double())
+        assert err < 1e-2, f"dq: {err:.2e} from the default's"
+
+
+@gpu
+def test_persistent_in_a_cuda_graph():
+    # prep_kernel's zeroing of the counter is part of the captured work: every replay starts at 0
+    x = inputs(8, 12, 1000, True, seed=77)
+    ref = run(DEFAULT, x)
+    out = tuple(torch.full_like(x["q"], float("nan")) for _ in range(3))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        run(PERSISTENT, x, out)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        run(PERSISTENT, x, out)
+    for _ in range(3):
+        for t in out:
+            t.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out[1], ref[1]) and torch.equal(out[2], ref[2])
+        assert not torch.isnan(out[0]).any()
+
+
+def test_gpu_script_parses():
+    script = ROOT / "tests" / "gpu_attention_bwd_persistent.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    assert "test_attention_hopper_bwd_persistent.py" in text and "compute-sanitizer" in text
+    assert "kernels.attention_bwd_bench" in text
+
+
+def sanitize_case(variants):
+    """One call of each variant at shapes with more items than SMs (small T, so the sanitizers
+    finish), and one with fewer (every CTA's first fetch is the stop)."""
+    from kernels import attention_hopper as A
+    ext = A._bwd_ext.module
+    for B, H, T in ((12, 12, 130), (2, 3, 300), (24, 7, 65)):
+        torch.manual_seed(T)
+        qkv = torch.randn(B, T, 3, H, 64, device="cuda").bfloat16()
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        o, lse = A.forward(q, k, v, True, 0.125)
+        d_o = torch.randn(B, T, H, 64, device="cuda").bfloat16().transpose(1, 2)
+        for variant in variants:
+            dqkv = torch.empty_like(qkv)
+            ext.backward_into(d_o, q, k, v, o, lse, True, 0.125, *dqkv.permute(2, 0, 3, 1, 4).unbind(0), variant)
+            torch.cuda.synchronize()
+            print(f"  B={B} H={H} T={T} ({items(B, H, T)} items) variant {variant} ran", flush=True)
+    print("sanitize case ran: variants", variants)
+
+
+if __name__ == "__main__":
+    sanitize_case([int(v) for v in sys.argv[1:]] or [DEFAULT, PERSISTENT])
