@@ -224,6 +224,7 @@ def mode_time(args, letters):
 # ---- the summary (no GPU) ---------------------------------------------------------------------
 
 SCALE = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6,     # -> µs
+         "ns": 1e-3, "us": 1.0, "ms": 1e3,                                    # (what ncu 2025's --print-units base wrote)
          "byte": 1e-6, "Kbyte": 1e-3, "Mbyte": 1.0, "Gbyte": 1e3, "Tbyte": 1e6,   # -> MB
          "KB": 1e-3, "MB": 1.0, "GB": 1e3}
 
@@ -278,7 +279,10 @@ def stall_reasons(row, top=4):
     return sorted(got, reverse=True)[:top]
 
 
-def summarize_raw(path, letters):
+def summarize_raw(path, letters, cases=None):
+    """cases: the case table whose name fragments the kernels are checked against (default this
+    file's CASES; tests/mlp_fc_ncu_case.py passes its own)."""
+    cases = CASES if cases is None else cases
     rows = read_raw(path)
     print(f"ncu (clocks locked by ncu, caches flushed per pass; {len(rows)} kernels in {os.path.basename(path)}; "
           f"cases in launch order {','.join(letters)})")
@@ -288,7 +292,7 @@ def summarize_raw(path, letters):
     if len(rows) != len(letters):
         print(f"  WARNING: {len(rows)} kernels for {len(letters)} cases: the mapping below is by order and may be wrong")
     hdr = (f"  {'case':4s} {'us':>7s} {'DRAM rd MB':>10s} {'wr MB':>6s} {'DRAM %':>6s} {'GB/s':>6s} {'L2 hit%':>7s} "
-           f"{'issue%':>6s} {'tensor%':>7s} {'cyc/iss':>7s}  top stalls (cycles per issued instruction)")
+           f"{'issue%':>6s} {'tensor%':>7s} {'cyc/iss':>7s} {'inst M':>6s}  top stalls (cycles per issued instruction)")
     print(hdr)
     for k, row in zip(letters + ["?"] * len(rows), rows):
         us = metric(row, "gpu__time_duration.sum", to="us")
@@ -301,15 +305,16 @@ def summarize_raw(path, letters):
         vals = [us, rd, wr, metric(row, "dram__throughput.avg.pct_of_peak_sustained_elapsed"), gbs,
                 metric(row, "lts__t_sector_hit_rate.pct"), issue,
                 metric(row, "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"),
-                metric(row, "smsp__average_warp_latency_per_inst_issued.ratio")]
+                metric(row, "smsp__average_warp_latency_per_inst_issued.ratio"),
+                None if metric(row, "smsp__inst_executed.sum") is None else metric(row, "smsp__inst_executed.sum") / 1e6]
         fmt = lambda x, w, p: f"{x:{w}.{p}f}" if x is not None else f"{'n/a':>{w}s}"
-        widths = [(7, 1), (10, 1), (6, 1), (6, 1), (6, 0), (7, 1), (6, 1), (7, 1), (7, 2)]
+        widths = [(7, 1), (10, 1), (6, 1), (6, 1), (6, 0), (7, 1), (6, 1), (7, 1), (7, 2), (6, 1)]
         stalls = ", ".join(f"{n} {x:.2f}" for x, n in stall_reasons(row))
         print(f"  {k:4s} " + " ".join(fmt(v, w, p) for v, (w, p) in zip(vals, widths)) + f"  {stalls}")
     print("  kernels (name check: the fragment the case should show):")
     for k, row in zip(letters + ["?"] * len(rows), rows):
         name = row.get("Kernel Name", ("?", ""))[0]
-        frags = CASES[k][4] if k in CASES else ()
+        frags = cases[k][4] if k in cases else ()
         ok = "ok" if any(f in name for f in frags) else f"MISMATCH (expected {' or '.join(frags)})"
         regs = metric(row, "launch__registers_per_thread")
         smem = metric(row, "launch__shared_mem_per_block_dynamic")

@@ -1,0 +1,234 @@
+"""tests/mlp_fc_ncu_case.py — where do c_fc's extra ~80 µs a layer go (GPT-2's step, M = 32768:
+c_fc 311 µs against ~229 for a plain product of its shape; session 9's first call), and the dGELU
+GEMM's ~35? Run by tests/gpu_mlp_fc_parts.sh; not a pytest file (no test_ prefix). Written in
+session 9 (M); the ncu table and source-counter summary are tests/mlp_dgelu_ncu_case.py's.
+
+The cases (M x 768 -> M x 3072, bf16, no biases as in GPT-2; one kernel each):
+  a  c_fc as the default runs it (fcfast=5: h and gelu'(pre), epilogue in half boxes, deferred)
+  b  fcfast=7 (session 9, opt-in): the same values, the epilogue in quarter boxes
+  c  the plain product x·W1ᵀ by gemm.matmul(step=0) (step 4 v8; W1 K-major, as c_fc reads it)
+  d  fcfast=4 (h and pre: no gelu'(pre), 5 fewer operations per value than a)      [control]
+  e  the backward's dGELU GEMM as the default runs it (fcfast=5's: one product per value)
+  f  the plain product dy·W2 by gemm.matmul(step=0) (the dGELU GEMM's shape and layout)
+a, b, d run the whole forward (c_fc and c_proj), e the whole backward; ncu and the profiler pick
+the c_fc / dGELU / plain kernel out by name (NCU_REGEX).
+
+Modes:
+  --mode ncu   warm-up outside the NVTX range 'ncu', then ONE call per case inside it, then checks
+               against float references (not profiled)
+  --mode time  CUDA events: --rounds interleaved rounds of --iters calls per case (a, b, d: the
+               whole forward; e: the whole backward; c, f: the kernel alone), then the profiler's
+               time of the matching kernel alone (one pass of --iters calls per case)
+  --list       print the cases (no GPU)
+"""
+import argparse
+import os
+import re
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, HERE)
+
+import mlp_dgelu_ncu_case as shared  # noqa: E402  (ncu CSV summaries)
+
+# letter: (what, kind, schedule spec or operands, bias, kernel-name fragments ncu should show)
+CASES = {
+    "a": ("c_fc, default (fcfast=5, half boxes)", "fwd", "fcfast=5", False, ("parts_epilogue<1, 2>", "(bool)1, (int)2>")),
+    "b": ("c_fc, fcfast=7 (quarter boxes)", "fwd", "fcfast=7", False, ("parts_epilogue<1, 4>", "(bool)1, (int)4>")),
+    "c": ("plain x.W1^T, matmul(step=0) = 4v8", "gemm", ("x", "w1t"), None, ("deferred_plain",)),
+    "d": ("c_fc, fcfast=4 (pre and h, no gelu')", "fwd", "fcfast=4", False, ("parts_epilogue<0, 2>", "(bool)0, (int)2>")),
+    "e": ("dGELU, default (fcfast=5's, no bias grads)", "bwd", "fcfast=5", False, ("dgelu_parts",)),
+    "f": ("plain dy.W2, matmul(step=0) = 4v8", "gemm", ("dy", "w2"), None, ("deferred_plain",)),
+}
+NCU_REGEX = "bias_gelu_parts|dgelu_parts|deferred_plain"   # the shell passes this to ncu -k regex:...
+
+
+def parse_cases(text):
+    letters = [c.strip() for c in text.split(",") if c.strip()]
+    bad = [c for c in letters if c not in CASES]
+    if bad or not letters:
+        raise SystemExit(f"mlp_fc_ncu_case.py: --cases must be letters from {','.join(CASES)} separated by commas "
+                         f"(got {text!r})")
+    return letters
+
+
+def make_inputs(M, C, H):
+    import torch
+    from kernels import mlp_op
+    g = torch.Generator(device="cuda").manual_seed(M + 1)
+    r = lambda *s, scale=1.0: (torch.randn(*s, device="cuda", generator=g) * scale).to(torch.bfloat16)
+    x, w1, w2, dy = r(M, C), r(H, C, scale=C ** -0.5), r(C, H, scale=H ** -0.5), r(M, C)
+    mlp_op.set_schedule("fcfast=5")
+    _, gp, h = mlp_op._ext_forward(x, w1, None, w2, None)
+    mlp_op.set_schedule("0")
+    torch.cuda.synchronize()
+    return dict(x=x, w1=w1, w1t=w1.t(), w2=w2, dy=dy, gp=gp, h=h)
+
+
+def make_calls(letters, t):
+    """{letter: (schedule spec or None, fn)}; fn() launches the case once and returns its outputs."""
+    from kernels import gemm, mlp_op
+    calls = {}
+    for k in letters:
+        _, kind, spec, _, _ = CASES[k]
+        if kind == "fwd":
+            calls[k] = (spec, lambda: mlp_op._ext_forward(t["x"], t["w1"], None, t["w2"], None))
+        elif kind == "bwd":
+            calls[k] = (spec, lambda: mlp_op._ext_backward(t["dy"], t["x"], t["gp"], t["h"], t["w1"], t["w2"],
+                                                           bias_grads=False, saved=1))
+        else:
+            a, b = (t[n] for n in spec)
+            p = gemm.plan(a, b, step=0)
+            print(f"  case {k}: gemm plan step {p.step} v{p.variant}, B mode {p.b_mode!r}, splits {p.splits}")
+            launch, c = gemm.kernel_only(a, b, step=0)
+            calls[k] = (None, lambda launch=launch, c=c: (launch(), c)[1])
+    return calls
+
+
+def run(calls, k):
+    from kernels import mlp_op
+    spec, fn = calls[k]
+    if spec is not None:
+        mlp_op.set_schedule(spec)
+    return fn()
+
+
+def check(letters, outs, t):
+    """Each case against a float reference: h (fwd), dx (bwd), the product (gemm)."""
+    x, w1, w2, dy = (t[n].float() for n in ("x", "w1", "w2", "dy"))
+    import torch
+    pre = x @ w1.t()
+    th = torch.tanh(0.7978845608028654 * (pre + 0.044715 * pre ** 3))
+    h = 0.5 * pre * (1 + th)
+    gp = 0.5 * (1 + th) + 0.5 * pre * (1 - th * th) * 0.7978845608028654 * (1 + 3 * 0.044715 * pre * pre)
+    dx = ((dy @ w2) * gp) @ w1
+    refs = {"c": pre, "f": dy @ w2}
+    rel = lambda a, b: ((a.float() - b).norm() / b.norm()).item()
+    for k in letters:
+        kind = CASES[k][1]
+        out = outs[k]
+        got, ref, what = ((out[2], h, "h") if kind == "fwd" else (out[0], dx, "dx") if kind == "bwd"
+                          else (out, refs[k], "product"))
+        err = rel(got, ref)
+        print(f"  check {k}: {what} vs float ref: rel err {err:.2e} {'OK' if err < 2e-2 else 'BAD'}")
+
+
+def mode_ncu(args, letters):
+    import torch
+    from kernels import mlp_op
+    t = make_inputs(args.M, args.C, args.H)
+    calls = make_calls(letters, t)
+    for _ in range(args.warmup):                   # outside the NVTX range: ncu skips these
+        for k in letters:
+            run(calls, k)
+    torch.cuda.synchronize()
+    print(f"measured order: {','.join(letters)}", flush=True)
+    outs = {}
+    torch.cuda.nvtx.range_push("ncu")
+    for k in letters:
+        outs[k] = run(calls, k)
+        torch.cuda.synchronize()
+    torch.cuda.nvtx.range_pop()
+    check(letters, outs, t)
+    mlp_op.set_schedule("0")
+    print("ncu case done")
+
+
+def mode_time(args, letters):
+    for M in args.Ms:
+        time_at(args, letters, M)
+
+
+def time_at(args, letters, M):
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from kernels import mlp_op
+    from kernels.gemm_bench import time_ms
+    t = make_inputs(M, args.C, args.H)
+    calls = make_calls(letters, t)
+    for k in letters:
+        run(calls, k)
+    per = {k: [] for k in letters}
+    for rnd in range(args.rounds):
+        order = letters[rnd % len(letters):] + letters[:rnd % len(letters)]
+        for k in order:
+            spec, fn = calls[k]
+            if spec is not None:
+                mlp_op.set_schedule(spec)
+            per[k].append(time_ms(fn, args.iters) * 1e3)
+    print(f"M={M}: CUDA events, {args.rounds} interleaved rounds of {args.iters} calls (µs per call; fwd = the "
+          f"WHOLE forward, bwd = the whole backward, gemm = the kernel alone):")
+    for k in letters:
+        v = per[k]
+        print(f"  {k} {CASES[k][1]:4s} median {statistics.median(v):8.1f}  min {min(v):8.1f}  max {max(v):8.1f}   {CASES[k][0]}")
+    print(f"M={M}: profiler (CUPTI) time of the matching kernel alone, {args.iters} calls per case:")
+    for k in letters:
+        spec, fn = calls[k]
+        if spec is not None:
+            mlp_op.set_schedule(spec)
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(args.iters):
+                fn()
+            torch.cuda.synchronize()
+        rows = [(e.key, (getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)) / e.count, e.count)
+                for e in prof.key_averages()
+                if re.search(NCU_REGEX, e.key) and not e.key.startswith("cuda")]
+        for name, us, n in rows[:2]:
+            print(f"  {k} {us:8.1f} µs x{n:<3d} {CASES[k][0]:42s} {name[:90]}")
+        if not rows:
+            print(f"  {k} no matching kernel seen by the profiler")
+    mlp_op.set_schedule("0")
+    print("time case done")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mode", choices=("ncu", "time"))
+    ap.add_argument("--cases", default=",".join(CASES), help="case letters in launch order (see --list)")
+    ap.add_argument("--M", default="32768", help="token count; time mode: a comma list (ncu mode takes the first)")
+    ap.add_argument("--C", type=int, default=768)
+    ap.add_argument("--H", type=int, default=3072)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--summarize", metavar="RAW_CSV", help="summarize `ncu --page raw --csv` output (no GPU)")
+    ap.add_argument("--source", metavar="SRC_CSV", help="summarize `ncu --page source --csv` output (no GPU)")
+    args = ap.parse_args(argv)
+    letters = parse_cases(args.cases)
+    try:
+        args.Ms = [int(m) for m in str(args.M).split(",") if m.strip()]
+    except ValueError:
+        raise SystemExit(f"mlp_fc_ncu_case.py: --M must be token counts separated by commas (got {args.M!r})") from None
+    if not args.Ms or min(args.Ms) < 1 or args.C % 64 or args.H % 64 or args.C < 64 or args.H < 64:
+        raise SystemExit(f"mlp_fc_ncu_case.py: need M >= 1 and C, H positive multiples of 64 "
+                         f"(got M={args.M}, C={args.C}, H={args.H})")
+    args.M = args.Ms[0]
+    if args.summarize or args.source:
+        if args.summarize:
+            shared.summarize_raw(args.summarize, letters, CASES)
+        if args.source:
+            shared.summarize_source(args.source, letters)
+        return
+    from kernels import mlp_op
+    for k in letters:                                  # a bad schedule spec fails here, before any GPU work
+        if CASES[k][1] != "gemm":
+            mlp_op.parse_schedule(CASES[k][2])
+    if args.list:
+        print(f"M={args.M} C={args.C} H={args.H} bf16, no biases; ncu kernel regex {NCU_REGEX!r}")
+        for k in letters:
+            print(f"  {k}  {CASES[k][1]:4s}  {CASES[k][0]}")
+        return
+    if not args.mode:
+        ap.error("give --mode ncu|time, --list or --summarize")
+    shared.require_cuda()
+    print(f"M={args.M} C={args.C} H={args.H} bf16, no biases, cases {','.join(letters)}", flush=True)
+    (mode_ncu if args.mode == "ncu" else mode_time)(args, letters)
+
+
+if __name__ == "__main__":
+    main()
