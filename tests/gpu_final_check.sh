@@ -14,7 +14,8 @@
 #           back to back (issue 7's shakespeare comparison; ~200 s more)
 #   GPU 1:  tests/gpu_loss_curves.sh (500 iterations of GPT-2 124M, torch then tk); the GEMM bench
 #           (issue 3: eager, CUDA-graph and kernel-alone timing against torch.matmul; GEMM_BENCH=0
-#           leaves it out); memcheck of the MLP's default; then the closing scripts of the third argument
+#           leaves it out); memcheck of the MLP's default; the GPU test files of PYTEST_FILES1 (a
+#           second half of the suite); then the closing scripts of the third argument
 #   then:   bench.py --e2e on GPT-2 124M (issue 7's comparison) on GPU 0 of an otherwise idle
 #           machine: torch.compile (default mode), tk, tk with CUDA graphs (E2E_VARIANTS to choose;
 #           E2E_MODELS=gpt2,shakespeare-char adds the small model).
@@ -98,6 +99,16 @@ lane1() {
     if [ "${SANITIZE:-1}" = 1 ]; then   # the MLP's default schedule under memcheck
         step 25 memcheck_mlp.log compute-sanitizer --tool memcheck --print-limit 5 python3 tests/mlp_sanitize_case.py 0 2
         note "memcheck, MLP default: $(grep -E 'ERROR SUMMARY|sanitize case ran' "$L/memcheck_mlp.log" | tr '\n' ' ')"
+    fi
+    # PYTEST_FILES1: a second group of GPU test files here, after the curves (8 workers,
+    # PYTEST_SECONDS1, default 120), so that the two lanes share a full run of the suite
+    if [ -n "${PYTEST_FILES1:-}" ]; then
+        step ${PYTEST_SECONDS1:-120} pytest1.log python3 -m pytest -v -n 8 -p no:cacheprovider $PYTEST_FILES1
+        local rc=$?
+        note "pytest (GPU 1): $(grep -cE ' PASSED' "$L/pytest1.log") passed, $(grep -cE ' FAILED' "$L/pytest1.log") failed" \
+             "of $(grep -oE '[0-9]+ items' "$L/pytest1.log" | head -1), status $rc$([ $rc = 124 ] && echo ' (TIMED OUT)');" \
+             "$(grep -E '^=+ .*(passed|failed)' "$L/pytest1.log" | tail -1)"
+        grep -E " FAILED|^ERROR" "$L/pytest1.log" | sort -u | head -20 | tee -a "$S"
     fi
     run_scripts "$SCRIPTS1"
 }
