@@ -70,6 +70,9 @@
 // default plan runs forward_lean_kernel and backward_lean_kernel (flags fwd_lean, bwd_lean): the same
 // arithmetic in fewer instructions (no group arithmetic, predicated loads and stores in one basic
 // block, parameters loaded at once); fwd+bwd 61.4 -> 57.0 us at 16384x768 (NOTES, "Session 8: L").
+// Session 9 (opt-in flags fwd_wide, bwd_wide): the same for GPT-2's rows under autocast, fp32 h at 768
+// columns (two warps a row in the plain kernels): the lean forward with one warp a row and 6 chunks a
+// lane, the lean backward with rows of two warps (its G a template argument) (NOTES, "Session 9: L").
 //
 // DROPOUT of the branch (session 4): training drops elements of each residual branch (attention
 // and MLP outputs) before adding them to the stream. Done by kernels of its own, dropout costs a
@@ -442,7 +445,12 @@ template <typename T, int E> __device__ __forceinline__ void store_if(T* dst, co
     }
 }
 
-enum class ParamsAt { with_row, with_h, after_stats };
+enum class ParamsAt { with_row, with_h, after_stats, in_pairs };
+
+// fwd_wide (session 9): GPT-2's residual stream under autocast is fp32 at 768 columns, 192 chunks a
+// row: two warps a row (G = 2, 3 chunks a thread) in forward_kernel, ONE warp with 6 chunks a lane
+// here. The lean forward takes that width (fp32 h of 576..768 columns) with this many chunks.
+constexpr int WIDE_CHUNKS = 6;
 
 // tk::warp_sum's butterfly (the same adds in the same order, so the same bits) with the lane masks
 // as immediates: SHFL.BFLY instead of SHFL.IDX with five lane-index registers (tk::shfl_xor_sync
@@ -454,7 +462,7 @@ __device__ __forceinline__ float warp_sum_bfly(float v) {
 }
 
 template <typename TH, typename TR, typename TY, typename TP, int CHUNKS, bool EARLY_PDL>
-__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 4 : 1)
+__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 || CHUNKS == WIDE_CHUNKS ? 4 : 1)
 forward_lean_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const TP* __restrict__ w,
                     const TP* __restrict__ b, TY* __restrict__ y, TH* __restrict__ h,
                     float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows, int cols, float eps) {
@@ -462,11 +470,14 @@ forward_lean_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const TP
     // When the weight and bias chunks are loaded: with the row's loads where the registers allow
     // (a thread has 64 at four blocks an SM; CHUNKS = 4 has no such cap), else as soon as h is in
     // registers (their L1 round trip under the two warp sums), else after the statistics. The
-    // byte budgets are where ptxas -v stops spilling (session 8, sm_90a).
+    // byte budgets are where ptxas -v stops spilling (session 8, sm_90a). fwd_wide's 6 chunks of
+    // fp32 h (24 floats of h a lane, 48 of w and b) at 64 registers: two chunks' w and b at a time,
+    // after the statistics (three L1 round trips a row, as forward_kernel's three chunks).
     constexpr int ROW_BYTES = CHUNKS * E * (int(sizeof(TH)) + int(sizeof(TR)));   // x, r as loaded
     constexpr int PARAM_BYTES = 2 * CHUNKS * E * int(sizeof(TP));                  // w, b as loaded
     constexpr int V_BYTES = CHUNKS * E * 4;                                        // h as floats
-    constexpr ParamsAt PARAMS_AT = CHUNKS > 3 || ROW_BYTES + PARAM_BYTES <= 160 ? ParamsAt::with_row
+    constexpr ParamsAt PARAMS_AT = CHUNKS == WIDE_CHUNKS                         ? ParamsAt::in_pairs
+                                   : CHUNKS > 3 || ROW_BYTES + PARAM_BYTES <= 160 ? ParamsAt::with_row
                                    : V_BYTES + PARAM_BYTES <= 128              ? ParamsAt::with_h
                                                                                : ParamsAt::after_stats;
     const int lane = threadIdx.x % 32;
@@ -494,13 +505,14 @@ forward_lean_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const TP
         // (Later than with the row: plain loads, which ptxas keeps after the h stores; read-only
         // ones it hoisted to the row's loads and spilled.)
         constexpr bool NC = PARAMS_AT == ParamsAt::with_row;
-        auto load_params = [&] {
+        auto load_params_of = [&](int first, int end) {   // chunks first .. end-1
 #pragma unroll
-            for (int i = 0; i < CHUNKS; ++i) {
+            for (int i = first; i < end; ++i) {
                 load_if<NC>(wc[i], w + col[i], has[i]);
                 load_if<NC>(bc[i], b + col[i], has[i] && b != nullptr);
             }
         };
+        auto load_params = [&] { load_params_of(0, CHUNKS); };
         if constexpr (PARAMS_AT == ParamsAt::with_row) load_params();
 
         // 2. h = x + r rounded to TH (packed once: the store's words), stored now; v holds it
@@ -538,6 +550,9 @@ forward_lean_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const TP
         if constexpr (PARAMS_AT == ParamsAt::after_stats) load_params();
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i) {
+            if constexpr (PARAMS_AT == ParamsAt::in_pairs) {
+                if (i % 2 == 0) load_params_of(i, i + 2 < CHUNKS ? i + 2 : CHUNKS);
+            }
             float out[E];
 #pragma unroll
             for (int e = 0; e < E; ++e) out[e] = (v[i][e] - mean) * rstd * wc[i][e] + bc[i][e];
@@ -753,6 +768,10 @@ backward_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* 
 // as backward_kernel: bitwise the same results for bf16 h; for fp32 h ptxas fuses one multiply-add
 // differently (this kernel keeps g = dy * w from the first pass, backward_kernel recomputes it inside
 // an FMA), so dx there may differ in its last bits (H200, session 8: within 1e-5 of the largest).
+// G (flag bwd_wide, session 9): rows of TWO warps (G = 2, 3 chunks a thread: GPT-2's fp32 h at 768
+// columns under autocast) in the same straight-line form: G is a template argument, so a thread's
+// rank in its row and its row slot are shifts, and the two warps' sums meet through shared memory
+// at one named barrier a row (pair_sum). G = 1 is session 8's kernel, the same PTX.
 __device__ __forceinline__ float2 warp_sum_bfly(float2 v) {
 #pragma unroll
     for (int mask = 16; mask >= 1; mask >>= 1) {
@@ -762,7 +781,23 @@ __device__ __forceinline__ float2 warp_sum_bfly(float2 v) {
     return v;
 }
 
-template <typename TH, typename TR, typename TY, typename TP, int CHUNKS>
+// The G warps of a row slot add their sums: each warp's (already warp-summed) v to shared memory,
+// one named barrier for the slot's 32 G threads, then every thread adds the G values in the same
+// order (backward_kernel's group_sum order: bitwise the same sums). scratch has two halves used by
+// alternate rows (parity), so one barrier a row is enough: a warp writes a half again two rows
+// later, after the barrier of the row between, which its partner reaches only after reading.
+// (The barrier id is known only at run time, so ptxas reserves all 16 named barriers: at most 4 blocks
+// an SM, and registers allow this kernel 2 anyway; group_barrier's comment says more.)
+template <int G> __device__ __forceinline__ float2 pair_sum(float2 v, float2 (*scratch)[BLOCK_WARPS], int parity, int slot) {
+    if (tk::laneid() == 0) scratch[parity][threadIdx.x / 32] = v;
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + slot), "n"(32 * G) : "memory");
+    float2 total = scratch[parity][slot * G];
+#pragma unroll
+    for (int w = 1; w < G; ++w) total = add(total, scratch[parity][slot * G + w]);
+    return total;
+}
+
+template <typename TH, typename TR, typename TY, typename TP, int CHUNKS, int G = 1>
 __global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 2 : 1)
 backward_lean_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const TH* __restrict__ h,
                      const float* __restrict__ mean, const float* __restrict__ rstd, const TP* __restrict__ w,
@@ -770,32 +805,34 @@ backward_lean_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const
                      int cols, bool reverse, int first_steps) {
     constexpr int E = 16 / int(sizeof(TH));
     constexpr bool WRITE_DR = !std::is_same_v<TH, TR>;   // r's gradient, when r's dtype differs from h's
+    constexpr int SLOTS = BLOCK_WARPS / G;               // rows a block takes at once
     __shared__ __align__(16) float col_sums[2 * MAX_COLS];   // the block sum's tree (as backward_kernel's)
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int t = threadIdx.x % (32 * G), slot = threadIdx.x / (32 * G);   // (G = 1: lane, warp)
     bool has[CHUNKS];
     int col[CHUNKS];
     float dw[CHUNKS][E], db[CHUNKS][E];   // this thread's columns, summed over its rows
 #pragma unroll
     for (int i = 0; i < CHUNKS; ++i) {
-        has[i] = lane + 32 * i < cols / E;
-        col[i] = (lane + 32 * i) * E;
+        has[i] = t + 32 * G * i < cols / E;
+        col[i] = (t + 32 * G * i) * E;
 #pragma unroll
         for (int e = 0; e < E; ++e) dw[i][e] = db[i][e] = 0.0f;
     }
-    const int64_t stride = int64_t(gridDim.x) * BLOCK_WARPS;
-    const int64_t first = int64_t(blockIdx.x) * BLOCK_WARPS + warp;
+    const int64_t stride = int64_t(gridDim.x) * SLOTS;
+    const int64_t first = int64_t(blockIdx.x) * SLOTS + slot;
     auto row_of = [&](int64_t step_row) { return reverse ? rows - 1 - step_row : step_row; };
     for (int k = 0; k < first_steps; ++k) {   // bwd_l2_first(2): ask L2 for the first rows before the wait
         const int64_t step_row = first + k * stride;
         if (step_row < rows) {
             const int64_t row = row_of(step_row);
-            const RowGroup g(1, cols / E);
+            const RowGroup g(G, cols / E);
             prefetch_row_l2(dy, row, cols, g);
             if (dh != nullptr) prefetch_row_l2(dh, row, cols, g);
             prefetch_row_l2(h, row, cols, g);
         }
     }
     wait_for_previous_grid();   // pdl: dy, dh and h are written by kernels before this one
+    [[maybe_unused]] int parity = 0;   // (G > 1) which half of pair_sum's scratch this row uses
     for (int64_t step_row = first; step_row < rows; step_row += stride) {
         const int64_t row = row_of(step_row);
         const int64_t base = row * cols;
@@ -837,6 +874,11 @@ backward_lean_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const
             }
         }
         sums = warp_sum_bfly(sums);
+        if constexpr (G > 1) {
+            __shared__ float2 scratch[2][BLOCK_WARPS];
+            sums = pair_sum<G>(sums, scratch, parity, slot);
+            parity ^= 1;
+        }
         const float mean_g = sums.x / cols, mean_gx = sums.y / cols;
 
         // 3. The one write: dh_out = dh + rstd * (g - mean(g) - xhat * mean(g * xhat)).
@@ -856,10 +898,10 @@ backward_lean_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const
     }
     allow_next_grid();   // the column sum may launch now; it waits for this grid to finish
 
-    // 4. The block's dw, db: backward_kernel's bwd_tree, warp w in the place of row group w.
-    for (int width = BLOCK_WARPS / 2; width >= 1; width /= 2) {
-        if (warp >= width && warp < 2 * width) {
-            float* dst = col_sums + (warp - width) * 2 * cols;
+    // 4. The block's dw, db: backward_kernel's bwd_tree, row slot s in the place of row group s.
+    for (int width = SLOTS / 2; width >= 1; width /= 2) {
+        if (slot >= width && slot < 2 * width) {
+            float* dst = col_sums + (slot - width) * 2 * cols;
 #pragma unroll
             for (int i = 0; i < CHUNKS; ++i) {
                 if (!has[i]) continue;
@@ -868,8 +910,8 @@ backward_lean_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const
             }
         }
         __syncthreads();
-        if (warp < width) {
-            const float* src = col_sums + warp * 2 * cols;
+        if (slot < width) {
+            const float* src = col_sums + slot * 2 * cols;
 #pragma unroll
             for (int i = 0; i < CHUNKS; ++i) {
                 if (!has[i]) continue;
@@ -879,7 +921,7 @@ backward_lean_kernel(const TY* __restrict__ dy, const TH* __restrict__ dh, const
         }
         __syncthreads();
     }
-    if (warp == 0) {
+    if (slot == 0) {
         float* out = partial + int64_t(blockIdx.x) * 2 * cols;
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i) {
@@ -944,6 +986,10 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //                with dropout, or G > 1, forward_kernel runs)
 //   bwd_lean     the same for the backward: backward_lean_kernel (always with bwd_tree's block sum)
 //                (both in the default plan since session 8)
+//   fwd_wide     fp32 h rows of 576..768 columns (G = 2: GPT-2's residual stream under autocast) run
+//                forward_lean_kernel with one warp a row, 6 chunks a lane (session 9; no dropout)
+//   bwd_wide     rows of two warps with 3 chunks a thread (fp32 h 576..768, bf16 h 1088..1536 columns)
+//                run backward_lean_kernel<..., G = 2> (session 9; no dropout, not bf16 h + fp32 w)
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -956,7 +1002,9 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"bwd_l2_first", &Variant::bwd_l2_first},
                           {"bwd_l2_first2", &Variant::bwd_l2_first2},
                           {"fwd_lean", &Variant::fwd_lean},
-                          {"bwd_lean", &Variant::bwd_lean}};
+                          {"bwd_lean", &Variant::bwd_lean},
+                          {"fwd_wide", &Variant::fwd_wide},
+                          {"bwd_wide", &Variant::bwd_wide}};
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
 // Chosen from the H200 measurements in kernels/NOTES.md; "none" is session 2's plan. Session 6's
@@ -1100,6 +1148,13 @@ cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
         if (current_variant().fwd_lean && G == 1)
             return a.params_bf16 ? launch_forward_lean<TH, TR, TY, bf16, CHUNKS>(a, stream)
                                  : launch_forward_lean<TH, TR, TY, float, CHUNKS>(a, stream);
+        // fwd_wide: fp32 h rows of two warps with 3 chunks a thread (576..768 columns) as rows of ONE
+        // warp with 6 chunks a lane
+        if constexpr (std::is_same_v<TH, float> && 2 * CHUNKS == WIDE_CHUNKS) {
+            if (current_variant().fwd_wide && G == 2)
+                return a.params_bf16 ? launch_forward_lean<TH, TR, TY, bf16, WIDE_CHUNKS>(a, stream)
+                                     : launch_forward_lean<TH, TR, TY, float, WIDE_CHUNKS>(a, stream);
+        }
     }
     return with_forward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() {
         return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, stream, a.x,
@@ -1108,42 +1163,48 @@ cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
     });
 }
 
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> bool lean_backward(int G, bool params_bf16);
+// Which lean backward runs, as the warps of its rows: 1 (bwd_lean: rows of one warp), 2 (bwd_wide:
+// rows of two warps with 3 chunks a thread, e.g. fp32 h at 768 columns), or 0: backward_kernel. No
+// dropout instances, and none for bf16 h beside fp32 parameters (the weight's 8 floats a chunk did
+// not fit its registers at G = 1: spills).
+template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> int lean_backward_warps(int G, bool params_bf16) {
+    if (DROP || (std::is_same_v<TH, bf16> && !params_bf16)) return 0;
+    const Variant& v = current_variant();
+    if (G == 1 && v.bwd_lean) return 1;
+    if (G == 2 && CHUNKS == 3 && v.bwd_wide) return 2;
+    return 0;
+}
+
+// f.template operator()<kernel>() for the lean backward instance of lean_backward_warps' answer (not 0).
+template <typename TH, typename TR, typename TY, int CHUNKS, typename F> auto with_lean_backward_kernel(int warps, bool params_bf16, F&& f) {
+    using TPf = std::conditional_t<std::is_same_v<TH, bf16>, bf16, float>;   // (bf16 h never has fp32 parameters here)
+    if constexpr (CHUNKS == 3) {
+        if (warps == 2)
+            return params_bf16 ? f.template operator()<backward_lean_kernel<TH, TR, TY, bf16, CHUNKS, 2>>()
+                               : f.template operator()<backward_lean_kernel<TH, TR, TY, TPf, CHUNKS, 2>>();
+    }
+    return params_bf16 ? f.template operator()<backward_lean_kernel<TH, TR, TY, bf16, CHUNKS>>()
+                       : f.template operator()<backward_lean_kernel<TH, TR, TY, TPf, CHUNKS>>();
+}
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> int backward_grid(const BackwardArgs& a, int G) {
-    if (lean_backward<TH, TR, TY, CHUNKS, DROP>(G, a.params_bf16)) {   // (its occupancy, which registers decide)
-        if (a.params_bf16) return grid_for<backward_lean_kernel<TH, TR, TY, bf16, CHUNKS>>(a.rows, G);
-        if constexpr (!std::is_same_v<TH, bf16>) return grid_for<backward_lean_kernel<TH, TR, TY, float, CHUNKS>>(a.rows, G);
-    }
+    // (each kernel's own occupancy, which registers decide)
+    if (const int warps = lean_backward_warps<TH, TR, TY, CHUNKS, DROP>(G, a.params_bf16))
+        return with_lean_backward_kernel<TH, TR, TY, CHUNKS>(warps, a.params_bf16,
+                                                             [&]<auto kernel>() { return grid_for<kernel>(a.rows, G); });
     return with_backward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() { return grid_for<kernel>(a.rows, G); });
-}
-
-// bwd_lean runs backward_lean_kernel for rows of one warp without dropout, except for bf16 h beside
-// fp32 parameters (the weight's 8 floats a chunk did not fit its registers: spills; no instance).
-template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP> bool lean_backward(int G, bool params_bf16) {
-    return !DROP && G == 1 && current_variant().bwd_lean && (params_bf16 || !std::is_same_v<TH, bf16>);
-}
-template <typename TH, typename TP> constexpr bool has_lean_backward = !(std::is_same_v<TH, bf16> && std::is_same_v<TP, float>);
-
-template <typename TH, typename TR, typename TY, typename TP, int CHUNKS>
-cudaError_t launch_backward_lean(const BackwardArgs& a, int blocks, cudaStream_t stream) {
-    if constexpr (!has_lean_backward<TH, TP>) {
-        return cudaErrorInvalidValue;   // (never: lean_backward said no)
-    } else {
-        const Variant& v = current_variant();
-        return launch(backward_lean_kernel<TH, TR, TY, TP, CHUNKS>, blocks, BLOCK_THREADS, stream, a.dy, a.dh, a.h,
-                      a.mean, a.rstd, a.weight, a.dh_out, a.dresidual_out, a.partial, a.rows, a.cols, v.bwd_reverse,
-                      v.bwd_l2_first2 ? 2 : v.bwd_l2_first ? 1 : 0);
-    }
 }
 
 template <typename TH, typename TR, typename TY, int CHUNKS, bool DROP>
 cudaError_t launch_backward(const BackwardArgs& a, int G, cudaStream_t stream) {
     const int blocks = backward_grid<TH, TR, TY, CHUNKS, DROP>(a, G);
     cudaError_t err = cudaSuccess;
-    if (lean_backward<TH, TR, TY, CHUNKS, DROP>(G, a.params_bf16)) {
-        err = a.params_bf16 ? launch_backward_lean<TH, TR, TY, bf16, CHUNKS>(a, blocks, stream)
-                            : launch_backward_lean<TH, TR, TY, float, CHUNKS>(a, blocks, stream);
+    if (const int warps = lean_backward_warps<TH, TR, TY, CHUNKS, DROP>(G, a.params_bf16)) {
+        const Variant& v = current_variant();
+        err = with_lean_backward_kernel<TH, TR, TY, CHUNKS>(warps, a.params_bf16, [&]<auto kernel>() {
+            return launch(kernel, blocks, BLOCK_THREADS, stream, a.dy, a.dh, a.h, a.mean, a.rstd, a.weight, a.dh_out,
+                          a.dresidual_out, a.partial, a.rows, a.cols, v.bwd_reverse, v.bwd_l2_first2 ? 2 : v.bwd_l2_first ? 1 : 0);
+        });
     } else {
         err = with_backward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() {
             return launch(kernel, blocks, BLOCK_THREADS, stream, a.dy, a.dh, a.h, a.mean, a.rstd, a.weight, a.params_bf16,

@@ -33,6 +33,12 @@ mask (tests/test_layernorm_dropout.py checks the values).
 each --plans plan (the default first) in interleaved rounds of CUDA-graph replays, then the kernels
 alone; --s5 the same rows for the default plan only, each timed on its own (the comments above
 interleaved_rows and S5_SHAPES say more).
+
+    python -m kernels.layernorm_bench --interleaved --mixed   # session 9: the GPT-2 step's op
+
+--mixed makes --interleaved time the op as the GPT-2 step calls it under bf16 autocast (fp32 residual
+stream x, h, dh; bf16 branch r, y, dy; fp32 w, b; PyTorch's twin casts y to bf16 as the next matmul
+would), and the kernels alone at GPT-2's 32768x768 only.
 """
 import argparse
 import json
@@ -297,6 +303,27 @@ def step_sets(rows, cols, l2_bytes, device="cuda"):
     return [make(i) for i in range(max(2, min(6, -(-2 * l2_bytes // size))))]
 
 
+def eager_add_layernorm_mixed(x, r, w, b):
+    """The GPT-2 step's op under bf16 autocast, in PyTorch: fp32 h = fp32 x + bf16 r, LayerNorm in
+    fp32 (autocast runs layer_norm in fp32), y cast to bf16 for the next matmul (autocast casts it
+    there; the tk op writes bf16 y itself)."""
+    import torch.nn.functional as F
+    h = x + r
+    return F.layer_norm(h, (h.shape[-1],), w, b, 1e-5).to(BF16), h
+
+
+def step_sets_mixed(rows, cols, l2_bytes, device="cuda"):
+    """Input sets [x, r, w, b, dy, dh] in the GPT-2 step's dtypes under autocast: fp32 x (the residual
+    stream), bf16 r (the branch), fp32 w, b, bf16 dy (y feeds a bf16 matmul), fp32 dh."""
+    def make(seed):
+        g = torch.Generator(device=device).manual_seed(seed)
+        t = lambda *shape, dt, grad=False: torch.randn(*shape, generator=g, device=device).to(dt).requires_grad_(grad)
+        return [t(rows, cols, dt=F32, grad=True), t(rows, cols, dt=BF16, grad=True), t(cols, dt=F32, grad=True),
+                t(cols, dt=F32, grad=True), t(rows, cols, dt=BF16), t(rows, cols, dt=F32)]
+    size = rows * cols * (4 + 2 + 2 + 4)
+    return [make(i) for i in range(max(2, min(6, -(-2 * l2_bytes // size))))]
+
+
 def forward_step(inp, f):
     with torch.no_grad():
         f(*inp[:4])
@@ -392,25 +419,37 @@ INTERLEAVED_PLANS = ["default", "fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_firs
 
 
 def interleaved_rows(args, ln, l2_bytes, plans, rows_list, cols=768):
-    """{case: {impl: {"us": median, "spread": (lo, hi) of the round medians}}}, printed shape by shape."""
+    """{case: {impl: {"us": median, "spread": (lo, hi) of the round medians}}}, printed shape by shape.
+    args.mixed (session 9): the GPT-2 step's dtypes under bf16 autocast (step_sets_mixed) instead of
+    bf16 everywhere, every step run under autocast."""
+    import contextlib
     from torch import _dynamo
 
     def tk(x, r, w, b):
         return ln.add_layernorm(x, r, w, b, 1e-5)
 
+    mixed = getattr(args, "mixed", False)
+    eager_op = eager_add_layernorm_mixed if mixed else eager_add_layernorm
+
+    def under_autocast(step):
+        def run(inp, f):
+            with torch.autocast("cuda", dtype=BF16) if mixed else contextlib.nullcontext():
+                step(inp, f)
+        return run
+
     out = {}
     for n, rows in enumerate(rows_list):
-        sets = step_sets(rows, cols, l2_bytes)
+        sets = step_sets_mixed(rows, cols, l2_bytes) if mixed else step_sets(rows, cols, l2_bytes)
         _dynamo.reset()
-        impls = {"eager": (eager_add_layernorm, None)}
+        impls = {"eager": (eager_op, None)}
         if not args.no_compile:
-            impls["compile"] = (torch.compile(eager_add_layernorm, dynamic=False), None)
+            impls["compile"] = (torch.compile(eager_op, dynamic=False), None)
         for plan in plans:
             impls[f"tk {plan}"] = (tk, plan)
 
         graphs, errors = {}, {}
         for impl, (f, plan) in impls.items():
-            for kind, step in (("fwd", forward_step), ("fwd+bwd", forward_backward_step)):
+            for kind, step in (("fwd", under_autocast(forward_step)), ("fwd+bwd", under_autocast(forward_backward_step))):
                 if plan is not None:
                     ln.set_variant(plan)   # read at launch: the graph keeps it
                 try:
@@ -460,22 +499,28 @@ def interleaved_rows(args, ln, l2_bytes, plans, rows_list, cols=768):
             both, one = rows_out[f"fwd+bwd {rows}x{cols}"].get(impl), rows_out[f"fwd {rows}x{cols}"].get(impl)
             if isinstance(both, dict) and isinstance(one, dict):
                 rows_out[f"bwd {rows}x{cols}"][impl] = {"us": both["us"] - one["us"], "spread": None}
-        print_interleaved_rows(rows_out, header=n == 0, rounds=args.rounds, reps=args.reps)
+        print_interleaved_rows(rows_out, header=n == 0, rounds=args.rounds, reps=args.reps, mixed=mixed)
         out.update(rows_out)
         del graphs, sets
         torch.cuda.empty_cache()
     return out
 
 
-def print_interleaved_rows(rows, header, rounds, reps):
+def print_interleaved_rows(rows, header, rounds, reps, mixed=False):
     if header:
-        print(f"\n--interleaved: bf16, us (CUDA-graph replays, median of {rounds} interleaved rounds x {reps}; "
-              "[lo-hi] = range of the round medians; bwd = fwd+bwd - fwd); TB/s at bench.py's bytes "
-              "(fwd 4, bwd 4, fwd+bwd 8 passes); x = eager's time / this")
+        what = ("mixed (GPT-2 under autocast: fp32 x, h, dh; bf16 r, y, dy; fp32 w, b)" if mixed else "bf16")
+        where = ("the bytes each kernel must move (fwd 12, bwd 16, fwd+bwd 28 bytes an element)" if mixed
+                 else "bench.py's bytes (fwd 4, bwd 4, fwd+bwd 8 passes)")
+        print(f"\n--interleaved: {what}, us (CUDA-graph replays, median of {rounds} interleaved rounds x {reps}; "
+              f"[lo-hi] = range of the round medians; bwd = fwd+bwd - fwd); TB/s at {where}; x = eager's time / this")
     for name, r in rows.items():
         kind, shape = name.split()
         n, c = map(int, shape.split("x"))
-        nbytes = {"fwd": 4, "bwd": 4, "fwd+bwd": 8}[kind] * n * c * 2
+        if mixed:
+            fwd_bytes, bwd_bytes = kernel_bytes(n, c, F32, BF16, BF16)
+            nbytes = {"fwd": fwd_bytes, "bwd": bwd_bytes, "fwd+bwd": fwd_bytes + bwd_bytes}[kind]
+        else:
+            nbytes = {"fwd": 4, "bwd": 4, "fwd+bwd": 8}[kind] * n * c * 2
         print(f"{name}")
         e = r.get("eager", {}).get("us") if isinstance(r.get("eager"), dict) else None
         for impl, v in r.items():
@@ -512,6 +557,9 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5, help="--interleaved: timed rounds")
     ap.add_argument("--no-compile", action="store_true", help="--interleaved: leave torch.compile out")
     ap.add_argument("--no-kernels", action="store_true", help="--interleaved: leave the kernels-alone rows out")
+    ap.add_argument("--mixed", action="store_true",
+                    help="--interleaved: the GPT-2 step's dtypes under bf16 autocast (fp32 residual stream, bf16 "
+                         "branch and y, fp32 parameters) instead of bf16 everywhere; kernels alone at GPT-2's shape only")
     ap.add_argument("--s5", action="store_true",
                     help="issue 4 (session 5): fwd, bwd, fwd+bwd at 16384x768 and 32768x768 bf16, the default plan, "
                          "eager and torch.compile, then the kernels alone")
@@ -544,7 +592,8 @@ def main(argv=None):
         ln.set_variant("default")
         rows = interleaved_rows(args, ln, l2, plans, [int(n) for n in args.rows.split(",")])
         alone = [p for p in plans if "bwd_reverse" not in p]   # (reverse order: a back-to-back effect only)
-        kernels = {} if args.no_kernels else kernel_rows(args, ln, l2, alone, alone)
+        kernels = {} if args.no_kernels else kernel_rows(args, ln, l2, alone, alone,
+                                                         ["gpt2 mixed 32768x768"] if args.mixed else None)
         if kernels:
             print("\nkernels alone (extension calls; bwd = its kernel + the column sum), us (TB/s at the bytes each must move)")
         for name, r in kernels.items():

@@ -32,9 +32,14 @@ LEAN_OFF = "fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first2,bwd_reverse"
 # session 6's plan beside the other pass's plain kernel; both on it is the default plan since
 # session 8 ("default": once here; "default,fwd_lean" and the like were copies of it)
 LEAN = ["fwd_lean", "bwd_lean", LEAN_OFF + ",fwd_lean", LEAN_OFF + ",bwd_lean", "default"]
+# session 9's wide kernels (fp32 h rows of 576..768 columns, GPT-2's residual stream: fwd_wide one warp a
+# row; bwd_wide the lean backward for rows of two warps): each on the default plan, both, and both alone
+# (persistent forward grid, no pdl)
+WIDE_CANDIDATE = "default,fwd_wide,bwd_wide"
+WIDE = ["default,fwd_wide", "default,bwd_wide", WIDE_CANDIDATE, "fwd_wide,bwd_wide"]
 VARIANTS = ["fwd_full", "bwd_reverse", "bwd_tree", "pdl", *SEAM, "default,fwd_early_pdl,bwd_l2_first",
-            LEAN_OFF, "bwd_tree,pdl,fwd_early_pdl,bwd_l2_first", *LEAN,
-            "fwd_full,bwd_reverse,bwd_tree,pdl," + ",".join(SEAM) + ",fwd_lean,bwd_lean"]
+            LEAN_OFF, "bwd_tree,pdl,fwd_early_pdl,bwd_l2_first", *LEAN, *WIDE,
+            "fwd_full,bwd_reverse,bwd_tree,pdl," + ",".join(SEAM) + ",fwd_lean,bwd_lean,fwd_wide,bwd_wide"]
 # (rows, cols): 1 and 7 rows (fewer rows than a block takes), a tail of a few rows past a
 # block step, widths with 1 to 4 chunks a thread and 1 to 8 warps a row (1600: idle lanes),
 # and more rows than one wave of blocks.
@@ -223,7 +228,7 @@ def test_lean_kernels_equal_the_plain_kernels_bitwise(ln, combo, param_dtype):
 @needs_cuda
 def test_lean_flags_launch_the_lean_kernels_where_a_row_is_one_warp(ln):
     """fwd_lean / bwd_lean launch forward_lean_kernel<TH, TR, TY, TP, CHUNKS, EARLY_PDL> and
-    backward_lean_kernel<TH, TR, TY, TP, CHUNKS> for rows of one warp without dropout; wider rows
+    backward_lean_kernel<TH, TR, TY, TP, CHUNKS, G = 1> for rows of one warp without dropout; wider rows
     (G > 1: fp32 h at 768 columns), dropout and bf16 h beside fp32 parameters (backward) run the
     plain kernels."""
     ext = ln._ext.module
@@ -243,7 +248,7 @@ def test_lean_flags_launch_the_lean_kernels_where_a_row_is_one_warp(ln):
         x, r, w, b, dy, dh = base.make(2048, 768, base.KERNEL_COMBOS["bf16"], 1, param_dtype=BF16)
         names = launched(lambda: step(x, r, w, b, dy, dh))
         assert instances(names, "forward_lean_kernel") == {(bf16, bf16, bf16, bf16, "3", "true")}, names
-        assert instances(names, "backward_lean_kernel") == {(bf16, bf16, bf16, bf16, "3")}, names
+        assert instances(names, "backward_lean_kernel") == {(bf16, bf16, bf16, bf16, "3", "1")}, names   # G = 1
         assert not instances(names, "forward_kernel") and not instances(names, "backward_kernel"), names
         names = launched(lambda: step(x, r, w, b, dy, dh, dropout_seed=seed, dropout_p=0.1))
         assert not instances(names, "forward_lean_kernel") and not instances(names, "backward_lean_kernel"), names
@@ -257,7 +262,146 @@ def test_lean_flags_launch_the_lean_kernels_where_a_row_is_one_warp(ln):
         x, r, w, b, dy, dh = base.make(2048, 384, base.KERNEL_COMBOS["fp32_bf16r_autocast"], 4)   # G = 1
         names = launched(lambda: step(x, r, w, b, dy, dh, mixed=True))
         assert instances(names, "forward_lean_kernel") == {("float", bf16, bf16, "float", "3", "true")}, names
-        assert instances(names, "backward_lean_kernel") == {("float", bf16, bf16, "float", "3")}, names
+        assert instances(names, "backward_lean_kernel") == {("float", bf16, bf16, "float", "3", "1")}, names
+    finally:
+        ln.set_variant("default")
+
+
+# Widths where the wide kernels run: fp32 h of 576..768 columns (two warps a row, 3 chunks a thread in
+# the plain kernels; 4.5 to 6 chunks a lane in fwd_wide's one warp: lanes without a last chunk), and
+# bf16 h of 1088..1536 (bwd_wide only); 832 and 1600 are past them (the plain kernels run).
+WIDE_WIDTHS_FP32 = [576, 640, 704, 768]
+WIDE_WIDTHS_BF16 = [1088, 1280, 1536]
+
+
+@needs_cuda
+@pytest.mark.parametrize("plan", [WIDE_CANDIDATE, "fwd_wide,bwd_wide"])
+@pytest.mark.parametrize("combo", base.COMBO_NAMES)
+def test_wide_kernels_match_float64_reference_at_their_widths(ln, plan, combo):
+    """The float64 reference (test_layernorm.check: poisoned outputs, every gradient) at every width the
+    wide kernels take, rows 1, 7 (fewer than a block's 8 or 4 row slots), a tail past a block step and
+    more rows than one wave; without bias and without residual too; bf16 parameters."""
+    ln.set_variant(plan)
+    try:
+        widths = WIDE_WIDTHS_BF16 if base.KERNEL_COMBOS[combo][0] == BF16 else WIDE_WIDTHS_FP32
+        for n, cols in enumerate(widths):
+            for rows in (1, 7, 1001, 16387):
+                base.check(rows, cols, combo, seed=rows + cols)
+            base.check(333, cols, combo, bias=False, seed=n)
+            base.check(77, cols, combo, residual=False, seed=n + 10)
+            base.check(513, cols, combo, param_dtype=BF16, seed=n + 20)
+        base.check(99, 832, combo, seed=5)   # past the wide widths: the plain kernels
+    finally:
+        ln.set_variant("default")
+
+
+@needs_cuda
+@pytest.mark.parametrize("combo", base.COMBO_NAMES)
+@pytest.mark.parametrize("param_dtype", [F32, BF16], ids=["fp32_params", "bf16_params"])
+def test_wide_kernels_agree_with_the_plain_kernels(ln, combo, param_dtype):
+    """fwd_wide sums a row's statistics over one warp's 24 elements a lane where forward_kernel adds two
+    warps' sums: h bitwise, mean and rstd to fp32 rounding, y within one rounding of y's dtype.
+    bwd_wide is backward_kernel's arithmetic in backward_kernel's order (the two warps' sums added as
+    group_sum adds them), given the same h, mean and rstd: dx bitwise for bf16 h; for fp32 h within 1e-5
+    of its largest element (session 8: ptxas fuses one multiply-add differently in the lean kernels),
+    a bf16 residual's gradient exactly dx rounded and within one bf16 step of the plain kernel's; dw, db
+    within 1e-5 of their largest (one bf16 step for bf16 parameters)."""
+    ext = ln._ext.module
+    x_dtype, r_dtype, autocast = base.KERNEL_COMBOS[combo]
+    widths = WIDE_WIDTHS_BF16 if x_dtype == BF16 else WIDE_WIDTHS_FP32
+    if x_dtype == BF16 and param_dtype == F32:
+        pytest.skip("no lean backward for bf16 h beside fp32 parameters (layernorm.cu, lean_backward_warps)")
+    try:
+        for n, cols in enumerate(widths):
+            for rows, bias, residual in ((4099, True, True), (7, False, True), (1001, True, False)):
+                x, r, w, b, dy, dh = base.make(rows, cols, base.KERNEL_COMBOS[combo], n + rows, bias, residual, param_dtype)
+                outs = {}
+                for plan in (LEAN_OFF, WIDE_CANDIDATE):
+                    ln.set_variant(plan)
+                    base.poison_allocator(x, x)
+                    fwd = ext.forward(x, r, w, b, 1e-5, autocast)
+                    outs[plan] = fwd
+                ln.set_variant(LEAN_OFF)   # the backward's inputs: the plain forward's h, mean, rstd
+                y0, h0, mean0, rstd0 = outs[LEAN_OFF]
+                h_in = h0 if r is not None else x
+                grads = {}
+                for plan in (LEAN_OFF, WIDE_CANDIDATE):
+                    ln.set_variant(plan)
+                    base.poison_allocator(x, x)
+                    grads[plan] = ext.backward(dy, dh, h_in, mean0, rstd0, w, residual and r_dtype != x_dtype)
+                where = (combo, param_dtype, rows, cols, bias, residual)
+                y1, h1, mean1, rstd1 = outs[WIDE_CANDIDATE]
+                if r is not None:
+                    assert torch.equal(h1, h0), where
+                torch.testing.assert_close(mean1, mean0, rtol=1e-5, atol=1e-6)
+                torch.testing.assert_close(rstd1, rstd0, rtol=1e-5, atol=0)
+                step = 2 ** -7 if y0.dtype == BF16 else 1e-5
+                err = (y1.float() - y0.float()).abs()
+                assert (err <= step * y0.float().abs() + 1e-5 * y0.float().abs().max()).all(), (where, "y", err.max().item())
+                plain, wide = grads[LEAN_OFF], grads[WIDE_CANDIDATE]
+                assert len(plain) == len(wide), where
+                for i, (a, c) in enumerate(zip(wide, plain)):   # dx, dw, db(, dr)
+                    assert (a is None) == (c is None), (where, i)
+                    if a is None:
+                        continue
+                    assert torch.isfinite(a).all(), (where, "output", i)
+                    if i == 0 and x_dtype == BF16:
+                        assert torch.equal(a, c), (where, "dx")
+                        continue
+                    if i == 3:
+                        assert torch.equal(a, wide[0].to(BF16)), (where, "dr is not dx rounded")
+                    err = (a.float() - c.float()).abs()
+                    bound = (2 ** -7 * c.float().abs() if a.dtype == BF16 else 0) + 1e-5 * c.float().abs().max()
+                    assert (err <= bound).all(), (where, "output", i, err.max().item())
+    finally:
+        ln.set_variant("default")
+
+
+@needs_cuda
+def test_wide_flags_launch_the_wide_kernels(ln):
+    """fwd_wide runs forward_lean_kernel<float, TR, TY, TP, 6, EARLY_PDL> (one warp a row) for fp32 h of
+    576..768 columns; bwd_wide backward_lean_kernel<TH, TR, TY, TP, 3, 2> (rows of two warps) there and for
+    bf16 h of 1088..1536 with bf16 parameters; the plain kernels run with dropout, at 832 columns, and
+    for bf16 h beside fp32 parameters (backward)."""
+    ext = ln._ext.module
+    bf16 = "__nv_bfloat16"
+    seed = torch.tensor([5], dtype=torch.int64, device="cuda")
+
+    def instances(names, kernel):
+        return {tuple(a.strip() for a in args.split(","))
+                for n in names for args in re.findall(r"\b" + kernel + r"<([^<>]*)>", n)}
+
+    def step(x, r, w, b, dy, dh, mixed=False, **drop):
+        y, h, mean, rstd = ext.forward(x, r, w, b, 1e-5, mixed, **drop)
+        ext.backward(dy, dh, h, mean, rstd, w, mixed, **drop)
+
+    try:
+        ln.set_variant(WIDE_CANDIDATE)
+        x, r, w, b, dy, dh = base.make(2048, 768, base.KERNEL_COMBOS["fp32_bf16r_autocast"], 1)   # GPT-2's call
+        names = launched(lambda: step(x, r, w, b, dy, dh, mixed=True))
+        assert instances(names, "forward_lean_kernel") == {("float", bf16, bf16, "float", "6", "true")}, names
+        assert instances(names, "backward_lean_kernel") == {("float", bf16, bf16, "float", "3", "2")}, names
+        assert not instances(names, "forward_kernel") and not instances(names, "backward_kernel"), names
+        ln.set_variant("default")   # the same call on the default plan: the plain kernels (two warps a row)
+        names = launched(lambda: step(x, r, w, b, dy, dh, mixed=True))
+        assert not instances(names, "forward_lean_kernel") and not instances(names, "backward_lean_kernel"), names
+        ln.set_variant(WIDE_CANDIDATE)
+        x, r, w, b, dy, dh = base.make(2048, 640, base.KERNEL_COMBOS["fp32"], 2, param_dtype=BF16)
+        names = launched(lambda: step(x, r, w, b, dy, dh))
+        assert instances(names, "forward_lean_kernel") == {("float", "float", "float", bf16, "6", "true")}, names
+        assert instances(names, "backward_lean_kernel") == {("float", "float", "float", bf16, "3", "2")}, names
+        names = launched(lambda: step(x, x, w, b, dy, dh, dropout_seed=seed, dropout_p=0.1))
+        assert not instances(names, "forward_lean_kernel") and not instances(names, "backward_lean_kernel"), names
+        x, r, w, b, dy, dh = base.make(2048, 832, base.KERNEL_COMBOS["fp32_bf16r_autocast"], 3)   # 4 chunks a thread
+        names = launched(lambda: step(x, r, w, b, dy, dh, mixed=True))
+        assert not instances(names, "forward_lean_kernel") and not instances(names, "backward_lean_kernel"), names
+        x, r, w, b, dy, dh = base.make(2048, 1280, base.KERNEL_COMBOS["bf16"], 4, param_dtype=BF16)
+        names = launched(lambda: step(x, r, w, b, dy, dh))
+        assert instances(names, "forward_kernel") and not instances(names, "forward_lean_kernel"), names
+        assert instances(names, "backward_lean_kernel") == {(bf16, bf16, bf16, bf16, "3", "2")}, names
+        x, r, w, b, dy, dh = base.make(2048, 1280, base.KERNEL_COMBOS["bf16"], 5, param_dtype=F32)
+        names = launched(lambda: step(x, r, w, b, dy, dh))
+        assert instances(names, "backward_kernel") and not instances(names, "backward_lean_kernel"), names
     finally:
         ln.set_variant("default")
 
@@ -292,7 +436,8 @@ def test_session6_flags_leave_the_dropout_kernels_alone(ln):
 
 
 @needs_cuda
-@pytest.mark.parametrize("plan", ["pdl", "pdl,fwd_early_pdl", "pdl,fwd_early_pdl,bwd_l2_first2", LEAN_OFF, "default"])
+@pytest.mark.parametrize("plan", ["pdl", "pdl,fwd_early_pdl", "pdl,fwd_early_pdl,bwd_l2_first2", LEAN_OFF, "default",
+                                  WIDE_CANDIDATE])
 def test_pdl_launches_inside_a_cuda_graph(ln, plan):
     """bench.py and train.py's cuda_graphs replay forward and backward from a graph: with pdl each
     kernel is captured as a programmatic dependent of the one before (forward -> backward ->
