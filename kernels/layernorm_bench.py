@@ -433,7 +433,8 @@ def interleaved_rows(args, ln, l2_bytes, plans, rows_list, cols=768):
 
     def under_autocast(step):
         def run(inp, f):
-            with torch.autocast("cuda", dtype=BF16) if mixed else contextlib.nullcontext():
+            # (no autocast cache: steps are captured into CUDA graphs, and a cached cast would outlive its capture)
+            with torch.autocast("cuda", dtype=BF16, cache_enabled=False) if mixed else contextlib.nullcontext():
                 step(inp, f)
         return run
 
