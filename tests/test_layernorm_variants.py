@@ -382,9 +382,10 @@ def test_wide_flags_launch_the_wide_kernels(ln):
         assert instances(names, "forward_lean_kernel") == {("float", bf16, bf16, "float", "6", "true")}, names
         assert instances(names, "backward_lean_kernel") == {("float", bf16, bf16, "float", "3", "2")}, names
         assert not instances(names, "forward_kernel") and not instances(names, "backward_kernel"), names
-        ln.set_variant("default")   # the same call on the default plan: the plain kernels (two warps a row)
+        ln.set_variant(LEAN_OFF)   # the same call without the wide flags: the plain kernels (two warps a row)
         names = launched(lambda: step(x, r, w, b, dy, dh, mixed=True))
         assert not instances(names, "forward_lean_kernel") and not instances(names, "backward_lean_kernel"), names
+        assert instances(names, "forward_kernel") and instances(names, "backward_kernel"), names
         ln.set_variant(WIDE_CANDIDATE)
         x, r, w, b, dy, dh = base.make(2048, 640, base.KERNEL_COMBOS["fp32"], 2, param_dtype=BF16)
         names = launched(lambda: step(x, r, w, b, dy, dh))
