@@ -1,15 +1,17 @@
 #!/bin/bash
 # tests/gpu_attention_bwd_persistent.sh OUT — session 9 (B): the Hopper backward's persistent
-# variant 16 (15 in one CTA per SM, the next item's K/V loaded under the current one) on ONE H200,
-# <= 200 s (LANE_LIMIT, default 190 s):
+# variants 16 (15 in one CTA per SM, the next item's K/V loaded under the current one) and 17 (16 +
+# a block's dQ atomics under the next block's first products) on ONE H200, <= 200 s (LANE_LIMIT,
+# default 190 s):
 #   1. build tk_attention_hopper_bwd (a no-op when the call prebuilt this tree)
-#   2. ncu --set full of the default (15) and of 16 at GPT-2 B=32, one launch each: the details
+#   2. ncu --set full of the default (15), 16 and 17 at GPT-2 B=32, one launch each: the details
 #      page (stall reasons, pipes, L2, occupancy) and the raw metrics (where the time goes)
-#   3. compute-sanitizer racecheck, then memcheck: 15 and 16 at shapes with more items than SMs
+#   3. compute-sanitizer racecheck, then memcheck: 15, 16, 17 at shapes with more items than SMs
 #   4. GPU tests: tests/test_attention_hopper_bwd_persistent.py (float64 reference, bitwise dK/dV
-#      vs 15, repeated calls, graph replays) and tests/test_attention_hopper_bwd.py for 15 and 16
-#   5. kernels/attention_bwd_bench.py: 15 vs 16 vs cuDNN, interleaved graph replays, GPT-2 B=32
-#      and shakespeare
+#      vs 15, repeated calls, graph replays)
+#   5. kernels/attention_bwd_bench.py: 15 vs 16 vs 17 vs cuDNN, interleaved graph replays, GPT-2
+#      B=32 and shakespeare
+#   6. tests/test_attention_hopper_bwd.py for 15, 16, 17 (as far as the time goes)
 cd "$(dirname "$0")/.."
 export LANE_LIMIT=${LANE_LIMIT:-190}
 source tests/gpu_lib.sh "${1:-/tmp/attention_bwd_persistent_out}"
@@ -19,18 +21,21 @@ note "gpu_attention_bwd_persistent.sh on $(nvidia-smi --query-gpu=name,clocks.sm
 step 60 build.log python3 -m kernels --build tk_attention_hopper_bwd tk_attention_hopper
 note "$(grep -E '^build|^built' "$L/build.log" | tr '\n' ' ')"
 
-# 1b. smoke: 16 once at the sanitizer shapes; if it fails or hangs, the rest runs the default alone
-NEW=16
-if step 25 smoke.log python3 tests/test_attention_hopper_bwd_persistent.py 16; then
-    note "smoke 16: $(grep -c ' ran$' "$L/smoke.log") calls ran"
-else
-    NEW=""; note "smoke 16 FAILED (rc in smoke.log): the rest without 16"; tail -5 "$L/smoke.log" >> "$S"
-fi
-V="15${NEW:+,$NEW}"
+# 1b. smoke: 16, then 17, once each at the sanitizer shapes; one that fails or hangs is left out
+NEW=""
+for v in 16 17; do
+    if step 20 smoke.log python3 tests/test_attention_hopper_bwd_persistent.py $v; then
+        NEW="$NEW $v"; note "smoke $v: ok"
+    else
+        note "smoke $v FAILED (smoke.log): left out of the rest"; tail -5 "$L/smoke.log" >> "$S"
+    fi
+done
+NEW=${NEW# }
+V="15${NEW:+,${NEW// /,}}"
 
 # 2. where the time goes: ncu --set full of one launch each (clocks locked at base: durations read
 #    longer than in the bench); the details page (stall reasons, pipes, L2) and every raw metric
-step 50 ncu.log ncu --set full --import-source no -k regex:backward_kernel -c 2 -f -o /tmp/bwd_ncu \
+step 50 ncu.log ncu --set full --import-source no -k regex:backward_kernel -c 3 -f -o /tmp/bwd_ncu \
     python3 -m kernels.attention_bwd_bench --ncu-once $V
 step 15 ncu_details.log ncu -i /tmp/bwd_ncu.ncu-rep --page details --print-details all
 step 15 ncu_raw.log ncu -i /tmp/bwd_ncu.ncu-rep --page raw --csv
@@ -42,9 +47,9 @@ note "racecheck (15 $NEW): $(grep -E 'RACECHECK SUMMARY|sanitize case ran' "$L/r
 step 20 memcheck.log compute-sanitizer --tool memcheck python3 tests/test_attention_hopper_bwd_persistent.py 15 $NEW
 note "memcheck (15 $NEW): $(grep -E 'ERROR SUMMARY|sanitize case ran' "$L/memcheck.log" | tr '\n' ' ')"
 
-# 4. GPU tests: the persistent file first, then the main file's tests of 15 and 16
-[ -n "$NEW" ] && step 30 pytest_persistent.log python3 -m pytest -q --tb=short -rf -p no:cacheprovider \
-    tests/test_attention_hopper_bwd_persistent.py
+# 4. GPU tests: the persistent file (then the bench, then the main file's tests)
+[ -n "$NEW" ] && step 30 pytest_persistent.log env TK_ATTENTION_HOPPER_BWD_VARIANTS="$NEW" python3 -m pytest -q \
+    --tb=short -rf -p no:cacheprovider tests/test_attention_hopper_bwd_persistent.py
 note "pytest persistent: $(grep -E 'passed|failed|error' "$L/pytest_persistent.log" | tail -1)"
 grep -E "^FAILED|^ERROR" "$L/pytest_persistent.log" | head -10 | cut -c1-220 >> "$S"
 

@@ -1,5 +1,6 @@
-"""Tests of the Hopper attention backward's persistent variant 16 (kernels/attention_hopper_bwd.cu,
-PERSISTENT: one CTA per SM takes work items from a counter that prep_kernel zeroes, two K/V sets).
+"""Tests of the Hopper attention backward's persistent variants 16 and 17 (kernels/attention_hopper_bwd.cu,
+PERSISTENT: one CTA per SM takes work items from a counter that prep_kernel zeroes, two K/V sets;
+17 adds LATE_DQ: a block's dQ atomics issued after the next block's first products).
 
 What can go wrong there and nowhere else, so what these shapes aim at: a CTA's second, third, ...
 item (more items than SMs: 132 on the H200), the slots' phases carried from one item to the next
@@ -13,10 +14,11 @@ bf16 rounding (fp32 sums in L2 in another order).
 CPU: the GPU script parses.
 
 Also the sanitizer case: `python3 tests/test_attention_hopper_bwd_persistent.py [V ...]` runs
-backward variants V (default 15 16) once each at shapes with more items than SMs, no checks
+backward variants V (default 15 16 17) once each at shapes with more items than SMs, no checks
 (compute-sanitizer racecheck / memcheck wrap it; tests/gpu_attention_bwd_persistent.sh).
 """
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,8 +32,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 gpu = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 (Hopper) GPU")
-PERSISTENT = 16
+# TK_ATTENTION_HOPPER_BWD_VARIANTS="15 16" narrows these to the ones named (the GPU script leaves
+# out a variant whose smoke run failed)
+_WANTED = [int(v) for v in os.environ.get("TK_ATTENTION_HOPPER_BWD_VARIANTS", "16 17").split()]
+PERSISTENT = tuple(v for v in (16, 17) if v in _WANTED)
 DEFAULT = 15
+needs_variants = pytest.mark.skipif(not PERSISTENT, reason="TK_ATTENTION_HOPPER_BWD_VARIANTS names neither 16 nor 17")
 
 
 def sms():
@@ -53,11 +59,26 @@ SHAPES = [
 
 
 @gpu
+@needs_variants
 @pytest.mark.parametrize("B,H,T,causal", SHAPES)
 def test_persistent_against_float64(B, H, T, causal):
+    # test_attention_hopper_bwd.check's comparison, the float64 reference computed once for both
     import test_attention_hopper_bwd as base
     assert items(B, H, T) > sms(), "the shape must give each CTA more than one item"
-    base.check(B, H, T, 64, causal=causal, seed=B * 1000 + T, variant=PERSISTENT)
+    scale = 1.0 / math.sqrt(64)
+    _, q, k, v, d_o = base.make_inputs(B, H, T, 64, seed=B * 1000 + T)
+    o_ref, lse_ref, grads_ref = base.reference(q, k, v, d_o, causal, scale)
+    o = o_ref.bfloat16().transpose(1, 2).contiguous().transpose(1, 2)
+    lse = lse_ref.float().contiguous()
+    for variant in PERSISTENT:
+        out = tuple(torch.empty(B, T, H, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(3))
+        base.poison(*out)
+        base.run_backward(d_o, q, k, v, o, lse, causal, scale, out, variant)
+        torch.cuda.synchronize()
+        for name, x, ref in zip(("dq", "dk", "dv"), out, grads_ref):
+            assert not torch.isnan(x).any(), f"variant {variant} {name} has NaN (unwritten elements)"
+            err = base.rel_err(x, ref)
+            assert err < base.GRAD_TOL, f"variant {variant} {name}: relative error {err:.2e} (B={B} H={H} T={T})"
 
 
 def run(variant, x, out=None):
@@ -79,23 +100,26 @@ def inputs(B, H, T, causal, seed):
 
 
 @gpu
+@needs_variants
 @pytest.mark.parametrize("B,H,T,causal", SHAPES[:4])
 def test_persistent_equals_the_default(B, H, T, causal):
     import test_attention_hopper_bwd as base
     x = inputs(B, H, T, causal, seed=T + B)
     ref = run(DEFAULT, x)
-    for _ in range(3):   # repeated calls: the counter is zeroed again each time
-        got = run(PERSISTENT, x)
-        torch.cuda.synchronize()
-        assert torch.equal(got[1], ref[1]), "dk differs from the default's"
-        assert torch.equal(got[2], ref[2]), "dv differs from the default's"
-        assert not torch.isnan(got[0]).any()
-        err = base.rel_err(got[0], ref[0].double())
-        assert err < 1e-2, f"dq: {err:.2e} from the default's"
+    for variant in PERSISTENT:
+        for _ in range(3):   # repeated calls: the counter is zeroed again each time
+            got = run(variant, x)
+            torch.cuda.synchronize()
+            assert torch.equal(got[1], ref[1]), f"variant {variant}: dk differs from the default's"
+            assert torch.equal(got[2], ref[2]), f"variant {variant}: dv differs from the default's"
+            assert not torch.isnan(got[0]).any()
+            err = base.rel_err(got[0], ref[0].double())
+            assert err < 1e-2, f"variant {variant} dq: {err:.2e} from the default's"
 
 
 @gpu
-def test_persistent_in_a_cuda_graph():
+@pytest.mark.parametrize("variant", PERSISTENT)
+def test_persistent_in_a_cuda_graph(variant):
     # prep_kernel's zeroing of the counter is part of the captured work: every replay starts at 0
     x = inputs(8, 12, 1000, True, seed=77)
     ref = run(DEFAULT, x)
@@ -103,11 +127,11 @@ def test_persistent_in_a_cuda_graph():
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        run(PERSISTENT, x, out)
+        run(variant, x, out)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        run(PERSISTENT, x, out)
+        run(variant, x, out)
     for _ in range(3):
         for t in out:
             t.fill_(float("nan"))
@@ -145,4 +169,4 @@ def sanitize_case(variants):
 
 
 if __name__ == "__main__":
-    sanitize_case([int(v) for v in sys.argv[1:]] or [DEFAULT, PERSISTENT])
+    sanitize_case([int(v) for v in sys.argv[1:]] or [DEFAULT, 16, 17])
