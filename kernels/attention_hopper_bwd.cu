@@ -111,8 +111,9 @@
 //   DEFAULT_VARIANT_D64); 15 = 12 + DS_SYNC (D = 64's default since session 8); 16 = 15 +
 //   PERSISTENT (session 9, opt-in: one CTA per SM takes items from a counter, the next item's K/V
 //   loaded under the current one; config's comment on the bit); 17 = 16 + LATE_DQ (session 9,
-//   opt-in: a block's dQ atomics issued under the next block's first products).
-//   D = 128 runs 5 for 8-10 and 5 + PREP for 11-17 (its consumers have no registers to spare).
+//   opt-in: a block's dQ atomics issued under the next block's first products); 18 = 15 +
+//   SPLIT_MASK, 19 = 17 + SPLIT_MASK (session 9, opt-in: P's mask tests only in the diagonal and
+//   tail blocks). D = 128 runs 5 for 8-10 and 5 + PREP for 11-19 (no registers to spare).
 //   Tried in session 7 and removed (code at commit b31b295; figures in kernels/NOTES.md):
 //   6/7  Di computed inside the main kernel by producer warps 2-3 (cp.async of O and dO; 32
 //        producer registers, consumers 232): GPT-2 backward 843 us against 548, the Di warps
@@ -167,7 +168,11 @@ namespace attention_hopper_bwd {
 // bar.sync run while the tensor cores work on Sᵀ instead of in the chain between block i's last
 // products and block i+1's first (dq_acc is no operand of Sᵀ, dPᵀ; block i+1's dQ wgmma, which
 // overwrites it, comes after the wgmma fence that follows). The last block's go after the loop.
-constexpr int DQ_ATOMIC = 2, ONE_CONSUMER = 4, PREP = 8, DS_SYNC = 16, PERSISTENT = 32, LATE_DQ = 64;
+// Bit SPLIT_MASK (variants 18, 19, session 9, opt-in): P's causal/tail mask as its own copy of the
+// exponentials' loop behind a branch taken by the diagonal (and tail) blocks only; 15's one loop
+// tests the mask flag per element, and ptxas predicates those tests into every block.
+constexpr int DQ_ATOMIC = 2, ONE_CONSUMER = 4, PREP = 8, DS_SYNC = 16, PERSISTENT = 32, LATE_DQ = 64,
+              SPLIT_MASK = 128;
 
 template <int D, bool PIPELINED = false, bool SPLIT_DQ = false, int OPT = 0>
 struct config {
@@ -175,6 +180,7 @@ struct config {
     static constexpr bool dq_atomic = (OPT & DQ_ATOMIC) != 0;
     static constexpr bool ds_sync = (OPT & DS_SYNC) != 0;
     static constexpr bool late_dq = (OPT & LATE_DQ) != 0;
+    static constexpr bool split_mask = (OPT & SPLIT_MASK) != 0;
     static_assert(!late_dq || (dq_atomic && ds_sync), "LATE_DQ moves variant 15's atomics and bar.sync");
     static_assert(!ds_sync || dq_atomic, "DS_SYNC orders the dS reuse of the atomics path only");
     static_assert(!SPLIT_DQ || (D == 128 && !PIPELINED), "variant 3 is D = 128's (its halves are whole 64-column blocks)");
@@ -577,6 +583,7 @@ backward_kernel(const __grid_constant__ kernel_params p) {
         wgmma::fence_operand(s_acc);
         const float* lse2 = lse2_s + s * BM;
         const bool mask = p.causal ? (last_key > m0) : (last_key >= p.seq_len);
+        if constexpr (!C::split_mask) {
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             const float2 l2 = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
@@ -590,6 +597,29 @@ backward_kernel(const __grid_constant__ kernel_params p) {
                 }
                 s_acc.d[i_acc] = x;
             }
+        }
+        } else {
+            // SPLIT_MASK: the same loop twice, with and without the mask tests, behind one branch
+            // (without it ptxas predicates the tests into every block: ~130 of 15's ~545
+            // instructions a block are the mask's ISETP/FSEL/VIADD, on blocks that need none)
+            auto exps = [&](auto masked) {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const float2 l2 = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int i_acc = 4 * j + e;
+                        float x = exp2_approx(fmaf(s_acc.d[i_acc], p.scale_log2, -((e & 1) ? l2.y : l2.x)));
+                        if constexpr (decltype(masked)::value) {
+                            const int key = key0 + 8 * (e >> 1), query = m0 + 8 * j + 2 * t + (e & 1);
+                            if ((p.causal && key > query) || key >= p.seq_len) x = 0.f;
+                        }
+                        s_acc.d[i_acc] = x;
+                    }
+                }
+            };
+            if (mask) exps(std::true_type{});
+            else exps(std::false_type{});
         }
         to_a_operand(p_frag, s_acc.d);
         // dV += Pᵀ·dO: A = Pᵀ from registers, B = dO (queries x D, D contiguous: MN-major)
@@ -1023,8 +1053,10 @@ int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_
 //      the current one runs; session 9, opt-in)
 //  17: D = 64: 16 with block i's dQ atomics after block i+1's Sᵀ, dPᵀ are issued (LATE_DQ; session 9,
 //      opt-in; 15 + LATE_DQ alone spilled 8 bytes in the consumers and was not kept)
-//  18-23: removed (see the opening comment; session 7's 15-18 were removed too, 15-17 reused)
-//  D = 128 runs 5 for 8-10 and 5 with prep_kernel for 11-17.
+//  18: D = 64: 15 with the mask's tests only in the blocks that need them (SPLIT_MASK; session 9)
+//  19: D = 64: 17 + SPLIT_MASK (session 9)
+//  20-23: removed (see the opening comment; session 7's 15-18 were removed too, 15-19 reused)
+//  D = 128 runs 5 for 8-10 and 5 with prep_kernel for 11-19.
 // 1-3 take the CTAs in session 3's order (block_at with one group of all heads).
 // (The file's opening comment says more about each.)
 // Runs the three kernels on `cuda_stream`; returns the CUDA error (0 = ok).
@@ -1040,7 +1072,7 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
         case 4: return launch<128, false>(p, stream, true);
         case 5: return launch<128, false, true>(p, stream, true);
         case 8: case 9: case 10: return launch<128, false, true>(p, stream, true);   // = 5 (see above)
-        case 11: case 12: case 13: case 14: case 15: case 16: case 17:
+        case 11: case 12: case 13: case 14: case 15: case 16: case 17: case 18: case 19:
             return launch<128, false, true, PREP>(p, stream, true);   // 5 + prep
         default: return cudaErrorInvalidValue;
         }
@@ -1060,6 +1092,8 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
     case 15: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC>(p, stream, true);
     case 16: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT>(p, stream, true);
     case 17: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | LATE_DQ>(p, stream, true);
+    case 18: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | SPLIT_MASK>(p, stream, true);
+    case 19: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | LATE_DQ | SPLIT_MASK>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }
