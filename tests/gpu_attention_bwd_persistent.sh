@@ -54,13 +54,13 @@ note "racecheck ($RACE_V): $(grep -E 'RACECHECK SUMMARY|sanitize case ran' "$L/r
 note "memcheck ($NEW): $(grep -E 'ERROR SUMMARY|sanitize case ran' "$L/memcheck.log" | tr '\n' ' ')"
 
 # 4. GPU tests: the persistent file (then the bench, then the main file's tests)
-[ -n "$NEW" ] && step 30 pytest_persistent.log env TK_ATTENTION_HOPPER_BWD_VARIANTS="$NEW" python3 -m pytest -q \
+[ -n "$NEW" ] && step 40 pytest_persistent.log env TK_ATTENTION_HOPPER_BWD_VARIANTS="$NEW" python3 -m pytest -q \
     --tb=short -rf -p no:cacheprovider tests/test_attention_hopper_bwd_persistent.py
 note "pytest persistent: $(grep -E 'passed|failed|error' "$L/pytest_persistent.log" | tail -1)"
 grep -E "^FAILED|^ERROR" "$L/pytest_persistent.log" | head -10 | cut -c1-220 >> "$S"
 
 # 5. the bench (before the long test file, so a slow pytest cannot cut it)
-step 30 bwd_bench.log python3 -m kernels.attention_bwd_bench --shapes gpt2,shakespeare --variants $V \
+step 35 bwd_bench.log python3 -m kernels.attention_bwd_bench --shapes gpt2,shakespeare --variants $V \
     --rounds 11 --reps 10 --json "$L/bwd_bench.json"
 grep -vE "UserWarning|_warn_once|^===|^rc=" "$L/bwd_bench.log" >> "$S"
 
