@@ -8,8 +8,10 @@ Read after kernels/__init__.py (the switch), kernels/layernorm.py (the op-module
 follows) and kernels/gemm.py (the GEMM and the operand layouts it reads in place). model.py sends
 the attention block's two linears here: c_attn (768 -> 2304 in GPT-2) and the attention's c_proj
 (768 -> 768). The MLP's linears are kernels/mlp_op.py's and the LM head is kernels/lm_head_op.py's.
-Off by default: train.py and sample.py set kernels_linear = "torch" (session 6's final check
-timed the GPT-2 step at 59.82 ms with this op and 59.03 ms without); kernels_linear=tk turns it on.
+Off by default: train.py and sample.py set kernels_linear = "torch"; kernels_linear=tk turns it on.
+Its products run at 1.00-1.09x cuBLAS at GPT-2's 32k tokens, but in the eager GPT-2 step its
+Python path costs more host time than autocast's F.linear where the forward is host-bound: session
+9 measured the step 0.52 ms slower with it (paired rounds in one process, within noise; NOTES.md).
 
 The three products of a linear layer, as gemm.py's docstring writes them (x2d: x as (M, K) rows,
 W: (N, K), dy: (M, N)):
