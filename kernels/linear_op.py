@@ -49,6 +49,7 @@ same calls; kernels/layernorm.py, section 4, says why: the torch.library dispatc
 call); under torch.compile it calls the custom ops tk::linear_fwd / tk::linear_bwd, which have
 fake implementations, so the model compiles into one graph. Nothing builds at import.
 """
+import os
 from typing import Optional
 
 import torch
@@ -60,6 +61,15 @@ from . import _preflight_checks, checks, gemm, register_tk
 _ext = gemm._ext          # the GEMM extension (tk_gemm); `python -m kernels` lists it under linear
 MULTIPLE = 16             # gemm.matmul: N and K multiples of 16
 BF16 = torch.bfloat16
+# Where y = x·Wᵀ runs: "tk" (the tk GEMM, the default) or "cublas" (torch.mm / addmm: its host
+# path is all C++, while the products with the larger gains, dW, stay on tk in the backward).
+# Session 9 (kernels/NOTES.md): the eager GPT-2 step's forward is at the host bound, and this op's
+# Python path costs more host time than F.linear's; "cublas" is the experiment that keeps most of
+# the kernel savings (dW: -0.29 ms a step) and drops most of the forward's extra host work. NOT
+# timed on a GPU yet. TK_LINEAR_FORWARD=cublas sets it at import; tests may set it directly.
+FORWARD = os.environ.get("TK_LINEAR_FORWARD", "tk")
+if FORWARD not in ("tk", "cublas"):
+    raise ValueError(f"TK_LINEAR_FORWARD={FORWARD!r}: use tk (the default) or cublas")
 
 
 # ---- 1. the three products (after the checks; the GEMM's own checks run in gemm.plan) ----------
@@ -76,7 +86,10 @@ def _weight_bf16(weight):
 
 
 def _forward(x2d, weight16, bias):
-    """y (M, N) = x2d (M, K) · weight16ᵀ (+ bias), bf16."""
+    """y (M, N) = x2d (M, K) · weight16ᵀ (+ bias), bf16, on the tk GEMM or (FORWARD = "cublas") on
+    torch's (the operands are bf16 already, so autocast adds no cast)."""
+    if FORWARD == "cublas":
+        return torch.mm(x2d, weight16.t()) if bias is None else torch.addmm(bias, x2d, weight16.t())
     return gemm.matmul(x2d, weight16.t(), bias=bias, step=0)
 
 

@@ -15,8 +15,9 @@ CUDA graphs of back-to-back calls, trials interleaved, TFLOP/s and the ratio to 
 steps: ONE process, ONE model and optimizer (kernels/e2e_bench.py's training_step: train.py's
 GPT-2 step, B=32, T=1024, bf16 autocast, AdamW, clipping), the switch's `linear` setting flipped
 between rounds of `per-round` steps: torch (F.linear, cuBLAS; train.py's default), tk (this
-session's op), and tk-castout (the op as it was until session 9: the weight cast to bf16 outside
-the core, dW rounded to bf16 and widened by the cast's backward). The arms' order rotates every
+session's op), tk-castout (the op as it was until session 9: the weight cast to bf16 outside
+the core, dW rounded to bf16 and widened by the cast's backward) and tk-cublasfwd (the op with
+linear_op.FORWARD = "cublas": y on cuBLAS, dx and dW on tk). The arms' order rotates every
 round. Each step is timed by CUDA events; the first step of each round is dropped (it follows a
 switch). Reported: median ms/step per arm, and the median of paired differences (each round's
 arm median minus torch's in the same round); each arm-round's host span (unix seconds) is printed
@@ -122,7 +123,7 @@ def whole_op(args):
 
 # ---- steps ----------------------------------------------------------------------------------------
 
-ARMS = ("torch", "tk", "tk-castout")
+ARMS = ("torch", "tk", "tk-castout", "tk-cublasfwd")
 
 
 def castout_linear(x, weight, bias=None):
@@ -133,22 +134,24 @@ def castout_linear(x, weight, bias=None):
 
 def steps(args):
     import kernels
-    from kernels import e2e_bench
+    from kernels import e2e_bench, linear_op
     cuda = args.device.startswith("cuda")
     # on the CPU (a dry run of the loop) every op runs torch: the arms then differ only in name
     spec = {"model": args.model, "kernels": "tk" if cuda else "torch", "overrides": {"linear": "tk"} if cuda else {},
             "compile": None, "graphs": False, "device": args.device, "dtype": "auto", "dropout": 0.0}
     step, info = e2e_bench.training_step(spec)
     print(f"plan {info['plan']}, {info['tokens_per_step']} tokens/step", flush=True)
-    base = kernels.choice()
+    base, forward = kernels.choice(), linear_op.FORWARD
     impl, why = kernels._tk_impls["linear"]
-    arms = {"torch": ("torch", impl), "tk": ("tk", impl), "tk-castout": ("tk", castout_linear)}
+    arms = {"torch": ("torch", impl), "tk": ("tk", impl), "tk-castout": ("tk", castout_linear),
+            "tk-cublasfwd": ("tk", impl)}
     names = [a for a in args.arms.split(",") if a]
 
     def use(arm):
         setting, fn = arms[arm]
         kernels.configure("torch", **{**base, "linear": setting if cuda else "torch"})
         kernels._tk_impls["linear"] = (fn, why)
+        linear_op.FORWARD = "cublas" if arm == "tk-cublasfwd" else "tk"
 
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     i = 0
@@ -189,6 +192,7 @@ def steps(args):
         print(f"round {rnd}: " + ", ".join(f"{a} {per_round[a][-1]:.2f}" for a in names), flush=True)
     kernels.configure("torch", **base)
     kernels._tk_impls["linear"] = (impl, why)
+    linear_op.FORWARD = forward
     print(f"\n{args.rounds} rounds x {args.per_round - 1} timed steps per arm ({time.time() - t0:.0f} s), "
           f"{info['tokens_per_step']} tokens/step:")
     ref = names[0]

@@ -188,6 +188,27 @@ class CastLog(OpLog):
         return out
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_cublas_forward_keeps_the_tk_backward(fake_gemm, monkeypatch, bias):
+    """FORWARD = "cublas": y on torch.mm / addmm, dx and dW still on the tk GEMM (dW in fp32);
+    both paths bit-identical, every result within bf16 rounding of float64."""
+    monkeypatch.setattr(linear_op, "FORWARD", "cublas")
+    x, w, b, dy = _inputs((3, 7), 64, 96, bias, torch.float32, seed=5)
+    results = {}
+    for compiling in (False, True):
+        fake_gemm.out_dtypes.clear()
+        y, grads, _, _ = _run(x, w, b, dy, compiling)
+        assert fake_gemm.out_dtypes == [torch.bfloat16, torch.float32], fake_gemm.out_dtypes   # dx, dW only
+        results[compiling] = [y, *grads]
+    for a, c in zip(results[False], results[True]):
+        assert a.dtype == c.dtype and torch.equal(a, c)
+    y, *grads = results[False]
+    assert y.dtype == torch.bfloat16 and grads[1].dtype == torch.float32
+    want = [t for t in _float64(x, w, b, dy) if t is not None]
+    for name, got, ref in zip(["y", "dx", "dW", "db"], [y, *grads], want):
+        assert rel_err(got, ref) < 1e-2, name
+
+
 @pytest.mark.parametrize("M", [16384, 32768])
 def test_plans_at_gpt2_shapes(M):
     """The kernels gemm.auto_step picks for the attention's linears at 16k and 32k tokens (GPT-2,
@@ -385,6 +406,23 @@ def test_gpu_autocast_fp32_parameters(built, lead, K, N, bias):
         assert rel_err(g, r) < TOL, (name, rel_err(g, r))
     # dW is stored from the fp32 sums, not rounded to bf16: far closer than bf16's ~3e-3
     assert rel_err(got[2], want[2]) < 1e-4, rel_err(got[2], want[2])
+
+
+@gpu
+@pytest.mark.parametrize("lead,K,N,bias", [((32, 1024), 768, 2304, False), ((3, 333), 768, 768, True)])
+def test_gpu_cublas_forward(built, monkeypatch, lead, K, N, bias):
+    """FORWARD = "cublas" (y on cuBLAS, dx and dW on tk) under autocast with fp32 parameters."""
+    monkeypatch.setattr(linear_op, "FORWARD", "cublas")
+    x, w, b, dy = _gpu_inputs(lead, K, N, bias, dtype=torch.float32, seed=11 + N)
+    want = [t for t in _float64(x, w, b, dy) if t is not None]
+    leaves = [t.clone().requires_grad_() for t in (x, w, b) if t is not None]
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y = linear_op.linear(*leaves)
+    y.backward(dy)
+    got = [y.detach()] + [t.grad for t in leaves]
+    assert y.dtype == torch.bfloat16 and got[2].dtype == torch.float32
+    for name, g, r in zip(["y", "dx", "dW", "db"], got, want):
+        assert rel_err(g, r) < TOL, (name, rel_err(g, r))
 
 
 @gpu
