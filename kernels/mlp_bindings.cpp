@@ -124,7 +124,8 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // the forward saves gelu'(pre) where pre was and the backward's dGELU multiplies by it (step 4 only;
 // the backward is told what its forward saved: pre_holds_gelu_grad; the default since session 8).
 // Session 8: fcfast=6, 5 for an MLP without biases (GPT-2's bias=False) and 4 with. Session 9: fcfast=7,
-// 5's values with c_fc's epilogue in quarter boxes (kernels/mlp_fc_deferred.cu; opt-in).
+// 5's values with c_fc's epilogue in quarter boxes, and fcfast=8, in whole boxes with the two consumer
+// warpgroups taking turns (kernels/mlp_fc_deferred.cu; opt-in).
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
 constexpr int FLAG_VALUES = 6;                 // side, pre, fast, finish, fcfast, defer
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
@@ -139,7 +140,7 @@ int fast_gelu = 5;                             // session 6 (fcfast=1, 2 or 3), 
 // What c_fc's training forward saves in pre under the fcfast flag: gelu'(pre) (fcfast=5; fcfast=6
 // when the MLP has no biases, GPT-2's bias=False) or pre itself. "Has biases" is b_fc or b_proj
 // given in the forward, bias_grads in the backward (autograd asks for bias gradients exactly then).
-bool saves_gelu_grad(bool has_biases) { return fast_gelu == 5 || fast_gelu == 7 || (fast_gelu == 6 && !has_biases); }
+bool saves_gelu_grad(bool has_biases) { return fast_gelu == 5 || fast_gelu >= 7 || (fast_gelu == 6 && !has_biases); }
 bool defer_store = false;                      // session 6 (defer=1), opt-in
 
 void set_schedule(const std::vector<int64_t>& s) {
@@ -162,10 +163,10 @@ void set_schedule(const std::vector<int64_t>& s) {
         raise_if(value_problem("tk_mlp: the fast-dGELU flag is 0, 1 or 3 (2 and 4 were removed), got " + std::to_string(s[PRODUCTS + 2])));
     if (s[PRODUCTS + 3] != 0 && s[PRODUCTS + 3] != 1)
         raise_if(value_problem("tk_mlp: the finish-kernel flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 3])));
-    if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 7)
-        raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0, 1, 2, 3, 4, 5, 6 or 7, got " + std::to_string(s[PRODUCTS + 4])));
+    if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 8)
+        raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0, 1, 2, 3, 4, 5, 6, 7 or 8, got " + std::to_string(s[PRODUCTS + 4])));
     if (s[PRODUCTS + 4] >= 5 && ((s[FC] != 0 && s[FC] != 4) || (s[DGELU] != 0 && s[DGELU] != 4) || s[PRODUCTS + 1] != 0))
-        raise_if(value_problem("tk_mlp: fcfast=5, 6 and 7 (gelu'(pre) saved in place of pre) run c_fc and the dGELU GEMM on "
+        raise_if(value_problem("tk_mlp: fcfast=5 to 8 (gelu'(pre) saved in place of pre) run c_fc and the dGELU GEMM on "
                                "schedule 4 only (fc and dgelu 0 or 4, pre=0)"));
     if (s[PRODUCTS + 5] != 0 && s[PRODUCTS + 5] != 1)
         raise_if(value_problem("tk_mlp: the deferred-stores flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 5])));

@@ -26,6 +26,8 @@
 //   PEEL_STEPS, part_at_step(s)   the first PEEL_STEPS k-steps are written out, and after
 //                              k-step s the held tile's part part_at_step(s) runs (-1: none;
 //                              every one of the policy's PARTS parts at exactly one s)
+//     or part_at_step(s, c)    the same for consumer warpgroup c alone (session 9's fcfast=8: the
+//                              two consumers' parts after different k-steps)
 //   struct held                what a tile leaves in registers for its parts (e.g. bf16 pairs)
 //   hold(held, acc, pos)       at a tile's end
 //   run_part<P>(bufs, bars, held, sh, lane)   part P of the held tile (P a compile-time number)
@@ -61,6 +63,14 @@ template <typename Cfg, major MB, typename Epi> struct smem_t {
     mbarrier full[Cfg::STAGES], empty[Cfg::STAGES];
     mbarrier input_full[gemm4::CONSUMERS][4][Epi::NBUF];       // an input box has landed in c[..][..][b]
 };
+
+// The part consumer C runs after k-step S: the policy's part_at_step(S, C) if it schedules the two
+// consumers apart, else part_at_step(S) (-1: none).
+template <typename Epi, int S, int C>
+__host__ __device__ constexpr int part_after() {
+    if constexpr (requires { Epi::part_at_step(S, C); }) return Epi::part_at_step(S, C);
+    else return Epi::part_at_step(S);
+}
 
 template <typename Cfg, major MB, typename Epi>
 __global__ void __launch_bounds__(gemm4::THREADS, 1)
@@ -138,8 +148,17 @@ parts_kernel(const __grid_constant__ typename gemm4::layout<Cfg, major::K, MB, E
             ([&] {
                 const bool step_here = kt < w.k_end;
                 if (step_here) issue(kt);
-                if constexpr (Epi::part_at_step(S) >= 0)   // (no k-step when K is short: the part still runs)
-                    if (holding) p.epi.template run_part<Epi::part_at_step(S)>(bufs, bars, held, p.sh, lane);
+                constexpr int P0 = part_after<Epi, S, 0>(), P1 = part_after<Epi, S, 1>();
+                if constexpr (P0 == P1) {              // both consumers alike (no k-step when K is short: the part still runs)
+                    if constexpr (P0 >= 0)
+                        if (holding) p.epi.template run_part<P0>(bufs, bars, held, p.sh, lane);
+                } else if (c == 0) {
+                    if constexpr (P0 >= 0)
+                        if (holding) p.epi.template run_part<P0>(bufs, bars, held, p.sh, lane);
+                } else {
+                    if constexpr (P1 >= 0)
+                        if (holding) p.epi.template run_part<P1>(bufs, bars, held, p.sh, lane);
+                }
                 if (step_here) { after(kt); ++kt; ++it; }
             }(), ...);
         }(std::make_integer_sequence<int, Epi::PEEL_STEPS>{});

@@ -37,13 +37,24 @@ using cfg = gemm4::config<4, 64, false, 2>;   // step 4's MLP pipeline (4 stages
 // scheduler) seems to outlast the ~1000 cycles of tensor work of its k-step, so the tensor pipe
 // waits for the part, 8 times a tile. A quarter box is half as long; the 4 k-steps with no part at
 // K = 768 (8-11) get one each.
-template <bool GP, int SPLIT = 2>
+// ALTERNATE (with SPLIT = 1: whole boxes; fcfast=8, session 9, opt-in): the two consumer
+// warpgroups take turns, consumer 0's box b after k-step 2b, consumer 1's after k-step 2b + 1. In
+// the cooperative kernel both consumers issue the same k-step together and then run their parts
+// together, so the tensor pipe gets nothing new while both are busy; taking turns, one consumer's
+// next wgmmas are queued while the other runs its part (in the spirit of a ping-pong schedule).
+// A whole box per part is ~540 instructions per warp, run while the scheduler's other consumer
+// warp mostly waits to issue wgmmas.
+template <bool GP, int SPLIT = 2, bool ALTERNATE = false>
 struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
-    static_assert(SPLIT == 2 || SPLIT == 4, "half or quarter boxes (4 column pairs q per box)");
+    static_assert(SPLIT == 1 || SPLIT == 2 || SPLIT == 4, "whole, half or quarter boxes (4 column pairs q per box)");
+    static_assert(!ALTERNATE || SPLIT == 1, "the consumers take turns with whole boxes");
     static constexpr int Q_PER_PART = 4 / SPLIT;                                       // stmatrix.x4 groups (16 columns) per part
     static constexpr int NBUF = 2, PARTS = SPLIT * gemm4::BN / CC, INPUT_BOXES = 0;   // buffers: pre, h
-    static constexpr int PEEL_STEPS = PARTS;                                         // part s after k-step s
-    __host__ __device__ static constexpr int part_at_step(int s) { return s < PARTS ? s : -1; }
+    static constexpr int PEEL_STEPS = ALTERNATE ? 2 * PARTS : PARTS;                   // part s after k-step s
+    __host__ __device__ static constexpr int part_at_step(int s) requires (!ALTERNATE) { return s < PARTS ? s : -1; }
+    __host__ __device__ static constexpr int part_at_step(int s, int c) requires ALTERNATE {   // consumer c's part after k-step s
+        return s % 2 == c && s / 2 < PARTS ? s / 2 : -1;
+    }
     __host__ __device__ static constexpr int input_step(int) { return 0; }          // (no input boxes)
     static bias_gelu_parts_epilogue make(const gemm_args& g) { return {bias_gelu_deferred_epilogue::make(g)}; }
     using tile = gemm4::out_tile<bf16>;
@@ -97,10 +108,11 @@ struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
 };
 }  // namespace
 
-// pre (fcfast=4) or gelu'(pre) (fcfast=5, and fcfast=7 in quarter boxes) and h of c_fc on step 4's
-// tile with the epilogue in half boxes under the next tile's k-steps.
+// pre (fcfast=4) or gelu'(pre) (fcfast=5; fcfast=7 in quarter boxes; fcfast=8 in whole boxes, the
+// consumers taking turns) and h of c_fc on step 4's tile with the epilogue under the next tile's k-steps.
 const char* linear_bias_gelu_parts(const gemm_args& g) {
     if (g.fast_gelu == 7) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true, 4>>(g);   // session 9, opt-in
+    if (g.fast_gelu == 8) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true, 1, true>>(g);   // session 9, opt-in
     if (g.fast_gelu == 5) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true>>(g);
     return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<false>>(g);
 }
