@@ -110,10 +110,10 @@
 //   10 + PREP; 12 was D = 64's default for part of session 7 (taken back: the race note at
 //   DEFAULT_VARIANT_D64); 15 = 12 + DS_SYNC (D = 64's default since session 8); 16 = 15 +
 //   PERSISTENT (session 9, opt-in: one CTA per SM takes items from a counter, the next item's K/V
-//   loaded under the current one; config's comment on the bit); 17 = 16 + LATE_DQ (session 9,
-//   opt-in: a block's dQ atomics issued under the next block's first products); 18 = 15 +
-//   SPLIT_MASK, 19 = 17 + SPLIT_MASK (session 9, opt-in: P's mask tests only in the diagonal and
-//   tail blocks). D = 128 runs 5 for 8-10 and 5 + PREP for 11-19 (no registers to spare).
+//   loaded under the current one; config's comment on the bit; 4.2% faster than 15 in its one
+//   run); 17 removed (LATE_DQ, lost); 18 = 15 + SPLIT_MASK, 19 = 16 + SPLIT_MASK (session 9,
+//   opt-in, not yet run on a GPU: P's mask tests only in the diagonal and tail blocks).
+//   D = 128 runs 5 for 8-10 and 5 + PREP for 11-16, 18, 19 (no registers to spare).
 //   Tried in session 7 and removed (code at commit b31b295; figures in kernels/NOTES.md):
 //   6/7  Di computed inside the main kernel by producer warps 2-3 (cp.async of O and dO; 32
 //        producer registers, consumers 232): GPT-2 backward 843 us against 548, the Di warps
@@ -125,7 +125,7 @@
 //        warp 2 and raised a flag the consumers waited for before their first dQ addition
 //        (+24 us on 12 at GPT-2, -1.7 us at shakespeare).
 #include <algorithm>
-#include <type_traits>
+#include <type_traits>   // std::true_type: SPLIT_MASK's two copies of one loop
 #include <cstdint>
 #include <cmath>
 #include <string>
@@ -163,25 +163,23 @@ namespace attention_hopper_bwd {
 // loaded its K and V and first (Q, dO) slots, so an item's start (K/V from DRAM, the first slot, the
 // CTA's launch, barrier set-up, setmaxnreg) and its end (the last products, the dK/dV stores) no
 // longer leave the SM idle. The slots' phases run on across items. Needs PREP (the zeroing).
-// Bit LATE_DQ (variant 17, session 9, opt-in): the dQ atomics of block i (and DS_SYNC's
-// bar.sync) move to after block i+1's Sᵀ, dPᵀ are issued, so the 8 vector reds per thread and the
-// bar.sync run while the tensor cores work on Sᵀ instead of in the chain between block i's last
-// products and block i+1's first (dq_acc is no operand of Sᵀ, dPᵀ; block i+1's dQ wgmma, which
-// overwrites it, comes after the wgmma fence that follows). The last block's go after the loop.
-// Bit SPLIT_MASK (variants 18, 19, session 9, opt-in): P's causal/tail mask as its own copy of the
-// exponentials' loop behind a branch taken by the diagonal (and tail) blocks only; 15's one loop
-// tests the mask flag per element, and ptxas predicates those tests into every block.
-constexpr int DQ_ATOMIC = 2, ONE_CONSUMER = 4, PREP = 8, DS_SYNC = 16, PERSISTENT = 32, LATE_DQ = 64,
-              SPLIT_MASK = 128;
+// Session 9, H200: 16 = 15 + PERSISTENT measured 507.6 us against 15's 529.6 (GPT-2 B = 32, the
+// backward alone; cuDNN 534.3) and 86.9 against 90.9 at shakespeare (kernels/NOTES.md, session 9, B).
+// (Bit 64 was LATE_DQ, session 9's variant 17: a block's dQ atomics and DS_SYNC's bar.sync issued
+// after the next block's Sᵀ, dPᵀ: 535.0 us, +27 on 16; the reds, issued between the dPᵀ wgmmas,
+// stalled their issue (MIO throttle). Removed; code at commit 882ef32.)
+// Bit SPLIT_MASK (variants 18, 19, session 9, opt-in, NOT yet run on a GPU): P's causal/tail mask as
+// its own copy of the exponentials' loop behind a branch taken by the diagonal (and tail) blocks
+// only; 15's one loop tests the mask flag per element, and ptxas predicates those tests into every
+// block (91 ISETP, 32 FSEL of the 237 instructions between the Sᵀ wait and the dV issue).
+constexpr int DQ_ATOMIC = 2, ONE_CONSUMER = 4, PREP = 8, DS_SYNC = 16, PERSISTENT = 32, SPLIT_MASK = 128;
 
 template <int D, bool PIPELINED = false, bool SPLIT_DQ = false, int OPT = 0>
 struct config {
     static_assert(D == 64 || D == 128, "head_dim 64 or 128");
     static constexpr bool dq_atomic = (OPT & DQ_ATOMIC) != 0;
     static constexpr bool ds_sync = (OPT & DS_SYNC) != 0;
-    static constexpr bool late_dq = (OPT & LATE_DQ) != 0;
     static constexpr bool split_mask = (OPT & SPLIT_MASK) != 0;
-    static_assert(!late_dq || (dq_atomic && ds_sync), "LATE_DQ moves variant 15's atomics and bar.sync");
     static_assert(!ds_sync || dq_atomic, "DS_SYNC orders the dS reuse of the atomics path only");
     static_assert(!SPLIT_DQ || (D == 128 && !PIPELINED), "variant 3 is D = 128's (its halves are whole 64-column blocks)");
     static constexpr bool one_consumer = (OPT & ONE_CONSUMER) != 0;
@@ -501,7 +499,7 @@ backward_kernel(const __grid_constant__ kernel_params p) {
             auto fill_item = [&]() {
                 const float* lse = p.lse + int64_t(bh) * p.seq_len;
                 const float* di = p.d_rowsum + int64_t(bh) * p.seq_len;
-                for (int i = 0; i < n_iter; ++i) {
+                auto fill_block = [&](int i) {
                     const int m0 = (m_begin + i) * BM;
                     mbar::wait(empty[s], phase ^ 1);
 #pragma unroll
@@ -513,6 +511,13 @@ backward_kernel(const __grid_constant__ kernel_params p) {
                     }
                     mbar::arrive(full[s]);                  // release: the writes above are visible
                     if (++s == S) { s = 0; phase ^= 1; }
+                };
+                if constexpr (C::persistent && C::split_mask) {
+                    // 19: not unrolled (unrolled as ptxas chose, this warp spilled 4 bytes)
+#pragma unroll 1
+                    for (int i = 0; i < n_iter; ++i) fill_block(i);
+                } else {
+                    for (int i = 0; i < n_iter; ++i) fill_block(i);
                 }
             };
             if constexpr (!C::persistent) {
@@ -767,59 +772,40 @@ backward_kernel(const __grid_constant__ kernel_params p) {
     // Sᵀ, dPᵀ run makes ptxas serialize the wgmmas (C7517/C7518), and issuing block i+1's
     // products before waiting for block i's keeps wgmmas in flight across the loop's back
     // edge, which it serializes too (C7514).)
-    // One block; LATE (LATE_DQ after the item's first block, a compile-time constant: a branch
-    // around the atomics between the issue and the wait made ptxas serialize the wgmmas, C7518)
-    // adds block i-1's dQ partial under block i's Sᵀ, dPᵀ.
-    auto one_block = [&](int i, int i0, auto late) {
-        issue_s_dp(i);
-        if constexpr (decltype(late)::value) {       // block i-1's atomics under Sᵀ, dPᵀ of block i
-            red_dq(i - 1);
-            named_sync<128>(1 + c);                  // DS_SYNC: before this block's stmatrix of dS_c
-        }
-        wgmma::wait_group<1>();                      // Sᵀ done
-        softmax_and_dv(i, i > i0);
-        wgmma::wait_group<1>();                      // dPᵀ done (dV may still run)
-        ds_dk_dq(i, i > i0);
-        wgmma::wait_group<0>();
-        release(i);
-        if constexpr (C::late_dq) {
-            // the atomics of block i follow block i+1's Sᵀ, dPᵀ (or the loop)
-        } else if constexpr (C::dq_atomic) {
-            // (review, session 7) No bar.sync here, unlike the bulk path below, whose
-            // named_sync also ordered every warp's dQ wgmma reads of dS_c (all 64 query rows,
-            // all 4 warps' key columns) before any warp's stmatrix of the next block's dS_c
-            // into the SAME tile (one dS tile per consumer when !SPLIT_DQ). With atomics the
-            // only bar.sync of a block is the one after that stmatrix, so warp w may overwrite
-            // its key columns of dS_c while a slower warp's wgmma of this block still reads
-            // them: a WAR race across proxies (.sync.aligned is warp-level; wait_group only
-            // covers the executing warp's own wgmmas). racecheck need not see wgmma's async-
-            // proxy reads, so call 3's 0 hazards do not rule it out; a warp would have to lag
-            // most of a block (S, dP, softmax, dV) behind, so the tests never saw it. Variant 15
-            // (DS_SYNC, the default since session 8) closes it with the named_sync below; two dS
-            // tiles alternated by block would too (not built).
-            red_dq(i);                               // variants 8, 9, 12, 13, 15: no shared memory
-            if constexpr (C::ds_sync) named_sync<128>(1 + c);   // 15: every warp's dQ wgmma has
-                                                     // read dS_c (its wait_group<0> is above)
-                                                     // before any warp stores block i+1's dS_c
-        } else {
-            write_dq(i % 2);                         // buffer i % 2 was freed by the wait_read
-            named_sync<128>(1 + c);                  // of block i-1 (before the bar.sync of
-            if (tid == 0) {                          // this block's ds_dk_dq)
-                reduce_dq(i % 2, i);
-                tma::store_wait_read<1>();           // block i-1's copy has read its buffer
-            }
-        }
-    };
     auto pipelined_blocks = [&](int i0) {
-        if constexpr (C::late_dq) {
-            if (i0 < n_iter) {
-                one_block(i0, i0, std::false_type{});
-                for (int i = i0 + 1; i < n_iter; ++i) one_block(i, i0, std::true_type{});
-                red_dq(n_iter - 1);                      // the last block's atomics
-                named_sync<128>(1 + c);                  // (a persistent CTA's next item stores dS_c)
+        for (int i = i0; i < n_iter; ++i) {
+            issue_s_dp(i);
+            wgmma::wait_group<1>();                      // Sᵀ done
+            softmax_and_dv(i, i > i0);
+            wgmma::wait_group<1>();                      // dPᵀ done (dV may still run)
+            ds_dk_dq(i, i > i0);
+            wgmma::wait_group<0>();
+            release(i);
+            if constexpr (C::dq_atomic) {
+                // (review, session 7) No bar.sync here, unlike the bulk path below, whose
+                // named_sync also ordered every warp's dQ wgmma reads of dS_c (all 64 query rows,
+                // all 4 warps' key columns) before any warp's stmatrix of the next block's dS_c
+                // into the SAME tile (one dS tile per consumer when !SPLIT_DQ). With atomics the
+                // only bar.sync of a block is the one after that stmatrix, so warp w may overwrite
+                // its key columns of dS_c while a slower warp's wgmma of this block still reads
+                // them: a WAR race across proxies (.sync.aligned is warp-level; wait_group only
+                // covers the executing warp's own wgmmas). racecheck need not see wgmma's async-
+                // proxy reads, so call 3's 0 hazards do not rule it out; a warp would have to lag
+                // most of a block (S, dP, softmax, dV) behind, so the tests never saw it. Variant 15
+                // (DS_SYNC, the default since session 8) closes it with the named_sync below; two dS
+                // tiles alternated by block would too (not built).
+                red_dq(i);                               // variants 8, 9, 12, 13, 15: no shared memory
+                if constexpr (C::ds_sync) named_sync<128>(1 + c);   // 15: every warp's dQ wgmma has
+                                                         // read dS_c (its wait_group<0> is above)
+                                                         // before any warp stores block i+1's dS_c
+            } else {
+                write_dq(i % 2);                         // buffer i % 2 was freed by the wait_read
+                named_sync<128>(1 + c);                  // of block i-1 (before the bar.sync of
+                if (tid == 0) {                          // this block's ds_dk_dq)
+                    reduce_dq(i % 2, i);
+                    tma::store_wait_read<1>();           // block i-1's copy has read its buffer
+                }
             }
-        } else {
-            for (int i = i0; i < n_iter; ++i) one_block(i, i0, std::false_type{});
         }
         if (i0 == n_iter) {                              // nothing at all for these keys: zeros
 #pragma unroll
@@ -1051,12 +1037,13 @@ int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_
 //      default since session 8
 //  16: D = 64: 15 with one persistent CTA per SM (PERSISTENT: K/V of the next item loaded while
 //      the current one runs; session 9, opt-in)
-//  17: D = 64: 16 with block i's dQ atomics after block i+1's Sᵀ, dPᵀ are issued (LATE_DQ; session 9,
-//      opt-in; 15 + LATE_DQ alone spilled 8 bytes in the consumers and was not kept)
-//  18: D = 64: 15 with the mask's tests only in the blocks that need them (SPLIT_MASK; session 9)
-//  19: D = 64: 17 + SPLIT_MASK (session 9)
+//  17: removed (session 9's LATE_DQ: 16 with a block's dQ atomics after the next block's Sᵀ, dPᵀ
+//      were issued; 535.0 us against 16's 507.6; code at commit 882ef32)
+//  18: D = 64: 15 with the mask's tests only in the blocks that need them (SPLIT_MASK; session 9,
+//      not yet run on a GPU)
+//  19: D = 64: 16 + SPLIT_MASK (session 9, not yet run on a GPU)
 //  20-23: removed (see the opening comment; session 7's 15-18 were removed too, 15-19 reused)
-//  D = 128 runs 5 for 8-10 and 5 with prep_kernel for 11-19.
+//  D = 128 runs 5 for 8-10 and 5 with prep_kernel for 11-16, 18, 19.
 // 1-3 take the CTAs in session 3's order (block_at with one group of all heads).
 // (The file's opening comment says more about each.)
 // Runs the three kernels on `cuda_stream`; returns the CUDA error (0 = ok).
@@ -1072,7 +1059,7 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
         case 4: return launch<128, false>(p, stream, true);
         case 5: return launch<128, false, true>(p, stream, true);
         case 8: case 9: case 10: return launch<128, false, true>(p, stream, true);   // = 5 (see above)
-        case 11: case 12: case 13: case 14: case 15: case 16: case 17: case 18: case 19:
+        case 11: case 12: case 13: case 14: case 15: case 16: case 18: case 19:
             return launch<128, false, true, PREP>(p, stream, true);   // 5 + prep
         default: return cudaErrorInvalidValue;
         }
@@ -1091,9 +1078,8 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
     case 14: return launch<64, true, false, PREP | ONE_CONSUMER>(p, stream, true);
     case 15: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC>(p, stream, true);
     case 16: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT>(p, stream, true);
-    case 17: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | LATE_DQ>(p, stream, true);
     case 18: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | SPLIT_MASK>(p, stream, true);
-    case 19: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | LATE_DQ | SPLIT_MASK>(p, stream, true);
+    case 19: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | SPLIT_MASK>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }
