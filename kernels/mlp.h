@@ -48,7 +48,8 @@ struct gemm_args {
                                 //   on step 4 in clusters as 3, elsewhere as 2; 5 = as 4, but c holds gelu'(pre)
                                 //   instead of pre (schedule 4 only; the backward's linear_dgelu then gets
                                 //   fast_dgelu = 5 and reads gelu'(pre) from pre); 7 = 5 in quarter boxes, 8 = 5 in
-                                //   whole boxes, the consumers taking turns (session 9, opt-in; the bindings'
+                                //   whole boxes, the consumers taking turns, 9 = 5 on a leaner k-step
+                                //   (session 9, opt-in; the bindings'
                                 //   fcfast=6 arrives here as 4 or 5)
     int defer_store;            // linear_bias / linear_grad_input only: 1 = on step 4, the tile's stores
                                 //   under the next tile's math (bias_deferred, session 6); elsewhere as 0

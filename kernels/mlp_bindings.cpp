@@ -124,8 +124,9 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // the forward saves gelu'(pre) where pre was and the backward's dGELU multiplies by it (step 4 only;
 // the backward is told what its forward saved: pre_holds_gelu_grad; the default since session 8).
 // Session 8: fcfast=6, 5 for an MLP without biases (GPT-2's bias=False) and 4 with. Session 9: fcfast=7,
-// 5's values with c_fc's epilogue in quarter boxes, and fcfast=8, in whole boxes with the two consumer
-// warpgroups taking turns (kernels/mlp_fc_deferred.cu; opt-in).
+// 5's values with c_fc's epilogue in quarter boxes, fcfast=8, in whole boxes with the two consumer
+// warpgroups taking turns, and fcfast=9, 5's parts on a leaner k-step (kernels/mlp_fc_deferred.cu,
+// kernels/mlp_deferred.cuh; opt-in).
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
 constexpr int FLAG_VALUES = 6;                 // side, pre, fast, finish, fcfast, defer
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
@@ -163,10 +164,10 @@ void set_schedule(const std::vector<int64_t>& s) {
         raise_if(value_problem("tk_mlp: the fast-dGELU flag is 0, 1 or 3 (2 and 4 were removed), got " + std::to_string(s[PRODUCTS + 2])));
     if (s[PRODUCTS + 3] != 0 && s[PRODUCTS + 3] != 1)
         raise_if(value_problem("tk_mlp: the finish-kernel flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 3])));
-    if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 8)
-        raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0, 1, 2, 3, 4, 5, 6, 7 or 8, got " + std::to_string(s[PRODUCTS + 4])));
+    if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 9)
+        raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0 to 9, got " + std::to_string(s[PRODUCTS + 4])));
     if (s[PRODUCTS + 4] >= 5 && ((s[FC] != 0 && s[FC] != 4) || (s[DGELU] != 0 && s[DGELU] != 4) || s[PRODUCTS + 1] != 0))
-        raise_if(value_problem("tk_mlp: fcfast=5 to 8 (gelu'(pre) saved in place of pre) run c_fc and the dGELU GEMM on "
+        raise_if(value_problem("tk_mlp: fcfast=5 to 9 (gelu'(pre) saved in place of pre) run c_fc and the dGELU GEMM on "
                                "schedule 4 only (fc and dgelu 0 or 4, pre=0)"));
     if (s[PRODUCTS + 5] != 0 && s[PRODUCTS + 5] != 1)
         raise_if(value_problem("tk_mlp: the deferred-stores flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 5])));

@@ -64,6 +64,29 @@ template <typename Cfg, major MB, typename Epi> struct smem_t {
     mbarrier input_full[gemm4::CONSUMERS][4][Epi::NBUF];       // an input box has landed in c[..][..][b]
 };
 
+// lean_kstep (session 9, opt-in, a policy's LEAN_KSTEP = true; fcfast=9): a k-step's issue without
+// recomputing, every k-step, the shared-memory window of the stage's tiles and barrier and each
+// wgmma's descriptor from scratch (call 2's ncu: ~100 instructions per k-step and warp here, ~98 in
+// the k-loop; every instruction a consumer adds cost the tensor pipe ~1.3 cycles): the addresses
+// of stage 0 are taken once, a stage's two descriptors are built once per k-step and stepped by a
+// constant per k. SASS (sm_90a, fcfast=5's values): the k-loop's step 98 -> 58 instructions, a
+// peeled step with its part ~30-40 fewer; not run on a GPU yet.
+template <typename Epi>
+constexpr bool lean_kstep = [] {
+    if constexpr (requires { Epi::LEAN_KSTEP; }) return bool(Epi::LEAN_KSTEP);
+    else return false;
+}();
+
+// try_wait on an mbarrier given by its shared address (mbar::wait converts a reference each call)
+__device__ inline void wait_parity(uint32_t bar, uint32_t phase) {
+#ifdef TK_SM90
+    asm volatile("{\n .reg .pred p;\n"
+                 "WAIT_%=:\n"
+                 " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 " @!p bra WAIT_%=;\n}" :: "r"(bar), "r"(phase) : "memory");
+#endif
+}
+
 // The part consumer C runs after k-step S: the policy's part_at_step(S, C) if it schedules the two
 // consumers apart, else part_at_step(S) (-1: none).
 template <typename Epi, int S, int C>
@@ -104,6 +127,16 @@ parts_kernel(const __grid_constant__ typename gemm4::layout<Cfg, major::K, MB, E
     auto& bufs = s.c[c][warp];
     auto& bars = s.input_full[c][warp];
     wgmma::accumulator<BN> acc;
+    // (lean_kstep only) shared addresses and descriptor steps computed once, not per k-step
+    using L = gemm4::layout<Cfg, major::K, MB, Epi>;
+    [[maybe_unused]] const uint32_t full0 = smem_addr(&s.full[0]), a0 = smem_addr(&s.a[0]), b0 = smem_addr(&s.b[0]);
+    constexpr uint32_t A_BYTES = sizeof(typename L::a_tile), B_BYTES = sizeof(typename L::b_tile);
+    constexpr int A_ROWS = L::a_tile::rows, B_ROWS = L::b_tile::rows;
+    static_assert(!lean_kstep<Epi> || (L::a_tile::swizzle_bytes == 128 && L::b_tile::swizzle_bytes == 128 &&
+                                       Cfg::BK * 2 <= 128), "lean_kstep: 128-byte swizzled operands, a stage's K in one column block");
+    // one k-step of 16 along K moves a descriptor's start (in 16-byte units) by 32 bytes (K-major) or
+    // by 16 swizzled rows (MN-major): what wgmma::desc gives for k against k = 0, without carries
+    constexpr uint64_t DK_A = (16 * 2) >> 4, DK_B = MB == major::K ? (16 * 2) >> 4 : (16 * 128) >> 4;
     typename Epi::held held{};
     bool holding = false;
     int it = 0;                                        // k-steps run so far (the ring's position)
@@ -116,14 +149,26 @@ parts_kernel(const __grid_constant__ typename gemm4::layout<Cfg, major::K, MB, E
         int requested = 0;                             // this tile's input boxes requested so far
         // one k-step's wgmmas (issued, not waited for)
         auto issue = [&](int kt) {
-            const int stage = it % STAGES;
-            mbar::wait(s.full[stage], (it / STAGES) & 1);
-            wgmma::fence();
+            if constexpr (lean_kstep<Epi>) {           // session 9's fcfast=9 (opt-in): see lean_kstep
+                const uint32_t stage = uint32_t(it) % STAGES;
+                wait_parity(full0 + stage * uint32_t(sizeof(mbarrier)), (uint32_t(it) / STAGES) & 1);
+                wgmma::fence();
+                const uint64_t da = wgmma::desc<major::K, A_ROWS, 128>(a0 + stage * A_BYTES, 64 * c, 0),
+                               db = wgmma::desc<MB, B_ROWS, 128>(b0 + stage * B_BYTES, 0, 0);
 #pragma unroll
-            for (int k = 0; k < Cfg::BK / 16; ++k)
-                wgmma::mma_ss<major::K, MB>(acc, wgmma::desc<major::K>(s.a[stage], 64 * c, k),
-                                            wgmma::desc<MB>(s.b[stage], 0, k), kt > w.k_begin || k > 0);
-            wgmma::commit_group();
+                for (int k = 0; k < Cfg::BK / 16; ++k)
+                    wgmma::mma_ss<major::K, MB>(acc, da + k * DK_A, db + k * DK_B, kt > w.k_begin || k > 0);
+                wgmma::commit_group();
+            } else {
+                const int stage = it % STAGES;
+                mbar::wait(s.full[stage], (it / STAGES) & 1);
+                wgmma::fence();
+#pragma unroll
+                for (int k = 0; k < Cfg::BK / 16; ++k)
+                    wgmma::mma_ss<major::K, MB>(acc, wgmma::desc<major::K>(s.a[stage], 64 * c, k),
+                                                wgmma::desc<MB>(s.b[stage], 0, k), kt > w.k_begin || k > 0);
+                wgmma::commit_group();
+            }
         };
         // after k-step kt's issue and its part: the input box due now (policy's choice of step), then,
         // once the previous k-step's wgmmas are done, free its stage. (Freeing it before the part was

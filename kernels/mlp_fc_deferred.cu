@@ -44,8 +44,11 @@ using cfg = gemm4::config<4, 64, false, 2>;   // step 4's MLP pipeline (4 stages
 // next wgmmas are queued while the other runs its part (in the spirit of a ping-pong schedule).
 // A whole box per part is ~540 instructions per warp, run while the scheduler's other consumer
 // warp mostly waits to issue wgmmas.
-template <bool GP, int SPLIT = 2, bool ALTERNATE = false>
+// LEAN (fcfast=9, session 9, opt-in): fcfast=5's policy on the kernel's lean k-step
+// (kernels/mlp_deferred.cuh, lean_kstep): the same parts, fewer instructions per k-step.
+template <bool GP, int SPLIT = 2, bool ALTERNATE = false, bool LEAN = false>
 struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
+    static constexpr bool LEAN_KSTEP = LEAN;
     static_assert(SPLIT == 1 || SPLIT == 2 || SPLIT == 4, "whole, half or quarter boxes (4 column pairs q per box)");
     static_assert(!ALTERNATE || SPLIT == 1, "the consumers take turns with whole boxes");
     static constexpr int Q_PER_PART = 4 / SPLIT;                                       // stmatrix.x4 groups (16 columns) per part
@@ -113,6 +116,7 @@ struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
 const char* linear_bias_gelu_parts(const gemm_args& g) {
     if (g.fast_gelu == 7) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true, 4>>(g);   // session 9, opt-in
     if (g.fast_gelu == 8) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true, 1, true>>(g);   // session 9, opt-in
+    if (g.fast_gelu == 9) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true, 2, false, true>>(g);   // session 9, opt-in
     if (g.fast_gelu == 5) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true>>(g);
     return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<false>>(g);
 }

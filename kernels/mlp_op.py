@@ -133,6 +133,8 @@ SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 # fcfast=7 (session 9, opt-in): 5's values (the same outputs bit for bit), c_fc's epilogue in quarter boxes,
 # one after each of the tile's first 16 k-steps (kernels/mlp_fc_deferred.cu says why). fcfast=8 (session 9,
 # opt-in): 5's values, in whole boxes, the two consumer warpgroups' boxes after alternate k-steps.
+# fcfast=9 (session 9, opt-in): 5's parts on a k-step that does not rebuild its addresses and
+# descriptors from scratch (kernels/mlp_deferred.cuh, lean_kstep).
 FLAGS = ("side", "pre", "fast", "finish", "fcfast", "defer")
 FLAG_DEFAULTS = (1, 0, 1, 1, 5, 0)     # fast=1 by default since session 5; finish=1 since session 7 (kernels/NOTES.md,
                                        # session 7 M, call 4); fcfast=5 since session 8 (was 4; session 8 M: the
@@ -158,7 +160,7 @@ def parse_schedule(spec):
     in pre's place for the backward; fc and dgelu on 0 or 4) or 'fcfast=6' (session 8: 5 for an MLP
     without biases, 4 with) or 'fcfast=7' (session 9, opt-in: 5's values, c_fc's epilogue in quarter
     boxes) or 'fcfast=8' (session 9, opt-in: the same in whole boxes, the two consumer warpgroups taking
-    turns) and 'defer=1' (session 6, opt-in: c_proj's
+    turns) or 'fcfast=9' (session 9, opt-in: 5 on a leaner k-step) and 'defer=1' (session 6, opt-in: c_proj's
     and dx's stores under the next tile's math on step 4)
     -> eleven ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
     (defaults FLAG_DEFAULTS). A DEFAULT fcfast of 5 or 6 (not named in the spec) steps back to 4 where
@@ -191,10 +193,10 @@ def parse_schedule(spec):
     if out[fcfast] >= 5 and (out[PRODUCTS.index("fc")] not in (0, 4) or
                              out[PRODUCTS.index("dgelu")] not in (0, 4) or
                              out[len(PRODUCTS) + FLAGS.index("pre")] != 0):
-        raise ValueError(f"{OP}: schedule {spec!r}: fcfast=5 to 8 (gelu'(pre) saved in place of pre) run c_fc and the "
+        raise ValueError(f"{OP}: schedule {spec!r}: fcfast=5 to 9 (gelu'(pre) saved in place of pre) run c_fc and the "
                          f"dGELU GEMM on schedule 4 only (fc and dgelu 0 or 4, pre=0)")
     for name, value in zip(FLAGS, out[len(PRODUCTS):]):
-        allowed = (0, 1, 2, 3, 4, 5, 6, 7, 8) if name == "fcfast" else (0, 1, 3) if name == "fast" else (0, 1, 2) if name == "side" else (0, 1)
+        allowed = tuple(range(10)) if name == "fcfast" else (0, 1, 3) if name == "fast" else (0, 1, 2) if name == "side" else (0, 1)
         if value not in allowed:
             raise ValueError(f"{OP}: schedule {spec!r}: {name} must be {' or '.join(map(str, allowed))}, got {value}")
     return out
@@ -229,7 +231,7 @@ def _saves_gelu_grad(has_biases):
     for an MLP without biases (b_fc and b_proj both None). The binding's saves_gelu_grad, mirrored."""
     if not _env_checked and os.environ.get(SCHEDULE_ENV):
         _module()
-    return _fcfast in (5, 7, 8) or (_fcfast == 6 and not has_biases)
+    return _fcfast == 5 or _fcfast >= 7 or (_fcfast == 6 and not has_biases)
 
 
 # ---- 1. the extension calls (after the input checks), used by the custom ops and the fast path

@@ -307,7 +307,7 @@ def test_set_schedule_refuses_bad_values(mlp):
     with pytest.raises(ValueError, match="finish"):
         mlp.set_schedule("finish=-1")
     with pytest.raises(ValueError, match="fcfast"):
-        mlp.set_schedule("fcfast=9")
+        mlp.set_schedule("fcfast=10")
     with pytest.raises(ValueError, match="fcfast=5"):
         mlp.set_schedule("fcfast=5,fc=6")                            # gelu'(pre) in pre's place: schedule 4 only
     with pytest.raises(ValueError, match="fcfast=5"):
@@ -339,7 +339,7 @@ def test_set_schedule_refuses_bad_values(mlp):
     with pytest.raises(ValueError, match="finish-kernel flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 2, 0, 0])
     with pytest.raises(ValueError, match="fast-c_fc-epilogue flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 9, 0])   # (7 and 8 are session 9's part sizes)
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 10, 0])   # (7, 8, 9: session 9's candidates)
     with pytest.raises(ValueError, match="deferred-stores flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 0, 2])
     assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0, 1, 1, 5, 0]   # fast=1 (session 5), finish=1 (7), fcfast=5 (8)
@@ -768,11 +768,12 @@ def test_fc_parts_matches_fcfast3(mlp, fc, M, C, bias, H):
 
 # Session 9's fcfast=7 (opt-in): fcfast=5's epilogue in quarter boxes, part s after k-step s for
 # s = 0..15 (kernels/mlp_fc_deferred.cu); fcfast=8 (opt-in): in whole boxes, consumer c's box b after
-# k-step 2b + c. The same operations on the same values: gelu'(pre), h and y bit-identical to fcfast=5's. K = 768 (12 k-steps: parts 12-15 after the last), 1280 (20: parts
+# k-step 2b + c; fcfast=9 (opt-in): fcfast=5's parts on the kernel's lean k-step (the wgmmas' descriptors
+# stepped, not rebuilt). The same operations on the same values: gelu'(pre), h and y bit-identical to fcfast=5's. K = 768 (12 k-steps: parts 12-15 after the last), 1280 (20: parts
 # after the first 16 only), 384 and 128 (6 and 2 k-steps: most parts after the k-loop); tails in M
 # and N (H = 2880: boxes past N), one row, with and without bias, poisoned outputs; and the backward
 # of its forward (the dGELU GEMM reading gelu'(pre)) against float64.
-@pytest.mark.parametrize("fcfast", [7, 8])
+@pytest.mark.parametrize("fcfast", [7, 8, 9])
 @pytest.mark.parametrize("M,C,bias,H", [(1, 768, True, 3072), (1000, 768, False, 3072), (4099, 1280, True, 5120),
                                         (1000, 768, True, 2880), (16384 + 77, 768, False, 3072), (517, 128, True, 512),
                                         (333, 384, False, 1536)])
@@ -884,7 +885,7 @@ def test_side_job_pipelined_sums(mlp, base, M, C):
 # moves dx and dw_fc by tens of percent.
 @pytest.mark.parametrize("first,second", [("fcfast=5", "0"), ("0", "fcfast=5"), ("fcfast=5", "dgelu=6,pre=1"),
                                           ("fcfast=5,side=2", "fcfast=4,fast=3"), ("fcfast=6", "fcfast=4"), ("fcfast=4", "fcfast=6"),
-                                          ("fcfast=7", "fcfast=4"), ("fcfast=4", "fcfast=7"), ("fcfast=8", "0")])
+                                          ("fcfast=7", "fcfast=4"), ("fcfast=4", "fcfast=7"), ("fcfast=8", "0"), ("fcfast=9", "fcfast=4")])
 @pytest.mark.parametrize("path", ["eager", "custom_op"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_backward_reads_what_forward_saved(mlp, first, second, path, bias):

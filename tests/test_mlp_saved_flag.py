@@ -70,7 +70,7 @@ def _step(fn, args):
 
 
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("first,second", [(5, 4), (4, 5), (7, 4), (4, 7), (8, 4)])
+@pytest.mark.parametrize("first,second", [(5, 4), (4, 5), (7, 4), (4, 7), (8, 4), (9, 4)])
 def test_compiled_mlp_refuses_a_stale_saved_flag(stand_ins, monkeypatch, bias, first, second):
     torch._dynamo.reset()
     args = _inputs(bias)
