@@ -108,10 +108,10 @@
 //               per (head, query block), in place of the memset and kernel 1
 //   Variants: 8 = 4 + DQ_ATOMIC; 9 = ONE_CONSUMER + DQ_ATOMIC; 10 = ONE_CONSUMER; 11-14 = 4, 8, 9,
 //   10 + PREP; 12 was D = 64's default for part of session 7 (taken back: the race note at
-//   DEFAULT_VARIANT_D64); 15 = 12 + DS_SYNC (D = 64's default since session 8); 16 = 15 +
-//   PERSISTENT (session 9, opt-in: one CTA per SM takes items from a counter, the next item's K/V
-//   loaded under the current one; config's comment on the bit; 4.2% faster than 15 in its one
-//   run); 17 removed (LATE_DQ, lost); 18 = 15 + SPLIT_MASK, 19 = 16 + SPLIT_MASK (session 9,
+//   DEFAULT_VARIANT_D64); 15 = 12 + DS_SYNC (D = 64's default in session 8); 16 = 15 +
+//   PERSISTENT (D = 64's default since session 9: one CTA per SM takes items from a counter, the
+//   next item's K/V loaded under the current one; config's comment on the bit; 4.2% faster than 15
+//   in its one run); 17 removed (LATE_DQ, lost); 18 = 15 + SPLIT_MASK, 19 = 16 + SPLIT_MASK (session 9,
 //   opt-in, not yet run on a GPU: P's mask tests only in the diagonal and tail blocks).
 //   D = 128 runs 5 for 8-10 and 5 + PREP for 11-16, 18, 19 (no registers to spare).
 //   Tried in session 7 and removed (code at commit b31b295; figures in kernels/NOTES.md):
@@ -267,7 +267,10 @@ constexpr float LOG2E = 1.4426950408889634f;
 // Session 8 (first H200 run of 15: tests, memcheck and racecheck clean): D = 64 takes 15, the race
 // closed at no measurable cost: GPT-2 B = 32 522.8 us vs 547.1 for 4 and 522.0 for 12 (cuDNN
 // 528.0); shakespeare 90.2 vs 92.5 (cuDNN 92.0); interleaved graph replays, one run.
-constexpr int DEFAULT_VARIANT_D64 = 15;
+// Session 9 (B): D = 64 takes 16 (15 on a persistent grid): 507.6 us vs 529.6 for 15 at GPT-2 B = 32
+// (cuDNN 534.3), 86.9 vs 90.9 at shakespeare (cuDNN 92.8); racecheck and memcheck clean with more
+// items than SMs; its tests (float64 reference, dK/dV bitwise equal to 15's, graph replays) passed.
+constexpr int DEFAULT_VARIANT_D64 = 16;
 constexpr int DEFAULT_VARIANT_D128 = 5;
 
 using tk::sm80::exp2_approx;   // ex2.approx.ftz
@@ -1034,9 +1037,9 @@ int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_
 //  10: D = 64: 9 with the dQ partials by bulk reduce-add (4's two buffers)
 //  11-14: D = 64: 4, 8, 9, 10 with prep_kernel (dq_accum zeroed and Di in one pass)
 //  15: D = 64: 12 with a bar.sync after the dQ atomics (DS_SYNC: 12's race closed); D = 64's
-//      default since session 8
+//      default in session 8
 //  16: D = 64: 15 with one persistent CTA per SM (PERSISTENT: K/V of the next item loaded while
-//      the current one runs; session 9, opt-in)
+//      the current one runs); D = 64's default since session 9
 //  17: removed (session 9's LATE_DQ: 16 with a block's dQ atomics after the next block's Sᵀ, dPᵀ
 //      were issued; 535.0 us against 16's 507.6; code at commit 882ef32)
 //  18: D = 64: 15 with the mask's tests only in the blocks that need them (SPLIT_MASK; session 9,

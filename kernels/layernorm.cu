@@ -1011,8 +1011,11 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
 // call 3 added fwd_early_pdl, bwd_l2_first2 and bwd_reverse: bench.py's fwd+bwd 65.2 -> 62.6 us at
 // 16384x768, 114.3 -> 111.9 at 32768, 210.9 -> 208.6 at 65536 (same run, interleaved). Session 8
 // added fwd_lean and bwd_lean (call 2, interleaved: 61.4 -> 57.0 us at 16384x768, 110.3 -> 105.6 at
-// 32768, 206.5 -> 200.0 at 65536; eager 183.9 / 345.6 / 666.0).
-constexpr const char* DEFAULT_PLAN = "fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first2,bwd_reverse,fwd_lean,bwd_lean";
+// 32768, 206.5 -> 200.0 at 65536; eager 183.9 / 345.6 / 666.0). Session 9 added bwd_wide (GPT-2's
+// rows of two warps, fp32 h under autocast, on the lean backward; layernorm_bench --interleaved
+// --mixed, graphs, one run: backward 54.8 -> 49.5 us at 16384x768, 104.4 -> 97.0 at 32768, 203.6 ->
+// 193.5 at 65536; fwd_wide lost 0.5-2.7 us at every size and stays opt-in).
+constexpr const char* DEFAULT_PLAN = "fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first2,bwd_reverse,fwd_lean,bwd_lean,bwd_wide";
 
 // Flags are switched on one by one, starting from none; "default" switches on DEFAULT_PLAN's.
 // An unknown name sets *error (when given) and is otherwise ignored.
