@@ -8,6 +8,7 @@ be NaN afterwards. Reference: float64 PyTorch on the same (rounded) inputs, comp
 norm error, or exactly where the op is exact (moves, masks, fills).
 """
 import ctypes
+import fcntl
 import hashlib
 import glob
 import os
@@ -36,7 +37,13 @@ def _gencode(arch):
 
 
 def build(arch):
-    """Compile the test library for `arch` (e.g. 'sm_90a') into build/tk_test/<hash>/ and return its path."""
+    """Compile the test library for `arch` (e.g. 'sm_90a') into build/tk_test/<hash>/ and return its path.
+
+    pytest-xdist's workers all call this at once on a fresh machine: one builds under an exclusive
+    lock on <hash>.lock while the others wait, then find the library and load it. (Unlocked, twelve
+    workers compiled into the same object files and linked each other's half-written ones: session
+    9's final check saw a segfault, an illegal instruction and 18 failed tests in test_tk_ops, the
+    first test of each worker, on tk/ code whose 819 tests passed in session 5.)"""
     files = sorted(SOURCES + [os.path.join(ROOT, "tests", "tk", "tk_test.cuh")] +
                    glob.glob(os.path.join(ROOT, "tk", "**", "*.cuh"), recursive=True))
     h = hashlib.sha256(arch.encode())
@@ -47,6 +54,15 @@ def build(arch):
     lib = os.path.join(out_dir, "libtk_test.so")
     if os.path.exists(lib):
         return lib
+    os.makedirs(os.path.dirname(out_dir), exist_ok=True)
+    with open(out_dir + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes
+        if not os.path.exists(lib):        # another process may have built it while this one waited
+            _compile_and_link(arch, out_dir, lib)
+    return lib
+
+
+def _compile_and_link(arch, out_dir, lib):
     os.makedirs(out_dir, exist_ok=True)
     flags = ["-std=c++20", "-O2", f"-I{ROOT}", "-Xcompiler", "-fPIC", _gencode(arch)]
 
@@ -62,8 +78,7 @@ def build(arch):
     r = subprocess.run([NVCC, "-shared", _gencode(arch), "-o", lib + ".tmp", *objs], capture_output=True, text=True)
     if r.returncode:
         raise RuntimeError(f"nvcc link failed:\n{r.stderr[-4000:]}")
-    os.replace(lib + ".tmp", lib)
-    return lib
+    os.replace(lib + ".tmp", lib)   # appears whole: a process that finds it can load it
 
 
 _lib = None
