@@ -100,6 +100,7 @@ def lib():
         _lib.tk_swizzle_offsets.argtypes = [I, I, I, P]
         _lib.tk_mma.argtypes = [I, I, I, I, I, P, P, P, P, I]
         _lib.tk_tile_op.argtypes = [I, I, P, P, P, P, P, P, I, F, I]
+        _lib.tk_error_name.argtypes, _lib.tk_error_name.restype = [I], ctypes.c_char_p
     return _lib
 
 
@@ -111,7 +112,7 @@ def call(fn, *args):
     torch.cuda.synchronize()
     rc = fn(*args)
     assert rc != -1, "this combination is not instantiated in the test library"
-    assert rc == 0, f"CUDA error {rc}"
+    assert rc == 0, f"CUDA error {rc} ({lib().tk_error_name(rc).decode()})"
 
 
 def poison(shape, dtype):

@@ -5,6 +5,9 @@
 #include "tk_test.cuh"
 using namespace tk;
 
+// The name of a launcher's error code, for the test's message (e.g. cudaErrorMemoryAllocation).
+TK_TEST_API const char* tk_error_name(int code) { return cudaGetErrorName(cudaError_t(code)); }
+
 // mode bit 0: cp.async instead of a synchronous load into shared
 // mode bit 1: registers -> global directly (store with rows_valid: tail rows stay untouched)
 // mode bit 2: global -> registers directly (load with rows_valid), skipping the first shared tile
