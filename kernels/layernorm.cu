@@ -70,9 +70,10 @@
 // default plan runs forward_lean_kernel and backward_lean_kernel (flags fwd_lean, bwd_lean): the same
 // arithmetic in fewer instructions (no group arithmetic, predicated loads and stores in one basic
 // block, parameters loaded at once); fwd+bwd 61.4 -> 57.0 us at 16384x768 (NOTES, "Session 8: L").
-// Session 9 (opt-in flags fwd_wide, bwd_wide): the same for GPT-2's rows under autocast, fp32 h at 768
-// columns (two warps a row in the plain kernels): the lean forward with one warp a row and 6 chunks a
-// lane, the lean backward with rows of two warps (its G a template argument) (NOTES, "Session 9: L").
+// Session 9 (flag bwd_wide, in the default plan since session 9): the lean backward for GPT-2's rows
+// under autocast, fp32 h at 768 columns (two warps a row), its G a template argument: backward 104.4
+// -> 97.0 us at 32768x768. A lean forward with one warp a row there (fwd_wide) lost 0.3-2.7 us and was
+// removed (code at commit d362a9e) (NOTES, "Session 9: L").
 //
 // DROPOUT of the branch (session 4): training drops elements of each residual branch (attention
 // and MLP outputs) before adding them to the stream. Done by kernels of its own, dropout costs a
@@ -445,12 +446,7 @@ template <typename T, int E> __device__ __forceinline__ void store_if(T* dst, co
     }
 }
 
-enum class ParamsAt { with_row, with_h, after_stats, in_pairs };
-
-// fwd_wide (session 9): GPT-2's residual stream under autocast is fp32 at 768 columns, 192 chunks a
-// row: two warps a row (G = 2, 3 chunks a thread) in forward_kernel, ONE warp with 6 chunks a lane
-// here. The lean forward takes that width (fp32 h of 576..768 columns) with this many chunks.
-constexpr int WIDE_CHUNKS = 6;
+enum class ParamsAt { with_row, with_h, after_stats };
 
 // tk::warp_sum's butterfly (the same adds in the same order, so the same bits) with the lane masks
 // as immediates: SHFL.BFLY instead of SHFL.IDX with five lane-index registers (tk::shfl_xor_sync
@@ -462,7 +458,7 @@ __device__ __forceinline__ float warp_sum_bfly(float v) {
 }
 
 template <typename TH, typename TR, typename TY, typename TP, int CHUNKS, bool EARLY_PDL>
-__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 || CHUNKS == WIDE_CHUNKS ? 4 : 1)
+__global__ void __launch_bounds__(BLOCK_THREADS, CHUNKS <= 3 ? 4 : 1)
 forward_lean_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const TP* __restrict__ w,
                     const TP* __restrict__ b, TY* __restrict__ y, TH* __restrict__ h,
                     float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows, int cols, float eps) {
@@ -470,14 +466,11 @@ forward_lean_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const TP
     // When the weight and bias chunks are loaded: with the row's loads where the registers allow
     // (a thread has 64 at four blocks an SM; CHUNKS = 4 has no such cap), else as soon as h is in
     // registers (their L1 round trip under the two warp sums), else after the statistics. The
-    // byte budgets are where ptxas -v stops spilling (session 8, sm_90a). fwd_wide's 6 chunks of
-    // fp32 h (24 floats of h a lane, 48 of w and b) at 64 registers: two chunks' w and b at a time,
-    // after the statistics (three L1 round trips a row, as forward_kernel's three chunks).
+    // byte budgets are where ptxas -v stops spilling (session 8, sm_90a).
     constexpr int ROW_BYTES = CHUNKS * E * (int(sizeof(TH)) + int(sizeof(TR)));   // x, r as loaded
     constexpr int PARAM_BYTES = 2 * CHUNKS * E * int(sizeof(TP));                  // w, b as loaded
     constexpr int V_BYTES = CHUNKS * E * 4;                                        // h as floats
-    constexpr ParamsAt PARAMS_AT = CHUNKS == WIDE_CHUNKS                         ? ParamsAt::in_pairs
-                                   : CHUNKS > 3 || ROW_BYTES + PARAM_BYTES <= 160 ? ParamsAt::with_row
+    constexpr ParamsAt PARAMS_AT = CHUNKS > 3 || ROW_BYTES + PARAM_BYTES <= 160 ? ParamsAt::with_row
                                    : V_BYTES + PARAM_BYTES <= 128              ? ParamsAt::with_h
                                                                                : ParamsAt::after_stats;
     const int lane = threadIdx.x % 32;
@@ -505,14 +498,13 @@ forward_lean_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const TP
         // (Later than with the row: plain loads, which ptxas keeps after the h stores; read-only
         // ones it hoisted to the row's loads and spilled.)
         constexpr bool NC = PARAMS_AT == ParamsAt::with_row;
-        auto load_params_of = [&](int first, int end) {   // chunks first .. end-1
+        auto load_params = [&] {
 #pragma unroll
-            for (int i = first; i < end; ++i) {
+            for (int i = 0; i < CHUNKS; ++i) {
                 load_if<NC>(wc[i], w + col[i], has[i]);
                 load_if<NC>(bc[i], b + col[i], has[i] && b != nullptr);
             }
         };
-        auto load_params = [&] { load_params_of(0, CHUNKS); };
         if constexpr (PARAMS_AT == ParamsAt::with_row) load_params();
 
         // 2. h = x + r rounded to TH (packed once: the store's words), stored now; v holds it
@@ -550,9 +542,6 @@ forward_lean_kernel(const TH* __restrict__ x, const TR* __restrict__ r, const TP
         if constexpr (PARAMS_AT == ParamsAt::after_stats) load_params();
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i) {
-            if constexpr (PARAMS_AT == ParamsAt::in_pairs) {
-                if (i % 2 == 0) load_params_of(i, i + 2 < CHUNKS ? i + 2 : CHUNKS);
-            }
             float out[E];
 #pragma unroll
             for (int e = 0; e < E; ++e) out[e] = (v[i][e] - mean) * rstd * wc[i][e] + bc[i][e];
@@ -986,10 +975,10 @@ column_sum_kernel(const float* __restrict__ partial, int blocks, int cols, void*
 //                with dropout, or G > 1, forward_kernel runs)
 //   bwd_lean     the same for the backward: backward_lean_kernel (always with bwd_tree's block sum)
 //                (both in the default plan since session 8)
-//   fwd_wide     fp32 h rows of 576..768 columns (G = 2: GPT-2's residual stream under autocast) run
-//                forward_lean_kernel with one warp a row, 6 chunks a lane (session 9; no dropout)
 //   bwd_wide     rows of two warps with 3 chunks a thread (fp32 h 576..768, bf16 h 1088..1536 columns)
-//                run backward_lean_kernel<..., G = 2> (session 9; no dropout, not bf16 h + fp32 w)
+//                run backward_lean_kernel<..., G = 2> (session 9; no dropout, not bf16 h + fp32 w; in
+//                the default plan since session 9). (Session 9's fwd_wide, the lean forward with one
+//                warp a row at those widths, lost and was removed: code at commit d362a9e.)
 struct Flag {
     const char* name;
     bool Variant::*field;
@@ -1003,7 +992,6 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
                           {"bwd_l2_first2", &Variant::bwd_l2_first2},
                           {"fwd_lean", &Variant::fwd_lean},
                           {"bwd_lean", &Variant::bwd_lean},
-                          {"fwd_wide", &Variant::fwd_wide},
                           {"bwd_wide", &Variant::bwd_wide}};
 
 // The plan used unless TK_LAYERNORM_VARIANT or set_variant says otherwise ("default" names it).
@@ -1014,7 +1002,7 @@ constexpr Flag FLAGS[] = {{"fwd_full", &Variant::fwd_full_grid},
 // 32768, 206.5 -> 200.0 at 65536; eager 183.9 / 345.6 / 666.0). Session 9 added bwd_wide (GPT-2's
 // rows of two warps, fp32 h under autocast, on the lean backward; layernorm_bench --interleaved
 // --mixed, graphs, one run: backward 54.8 -> 49.5 us at 16384x768, 104.4 -> 97.0 at 32768, 203.6 ->
-// 193.5 at 65536; fwd_wide lost 0.5-2.7 us at every size and stays opt-in).
+// 193.5 at 65536; fwd_wide lost 0.5-2.7 us at every size and was removed).
 constexpr const char* DEFAULT_PLAN = "fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first2,bwd_reverse,fwd_lean,bwd_lean,bwd_wide";
 
 // Flags are switched on one by one, starting from none; "default" switches on DEFAULT_PLAN's.
@@ -1151,13 +1139,6 @@ cudaError_t launch_forward(const ForwardArgs& a, int G, cudaStream_t stream) {
         if (current_variant().fwd_lean && G == 1)
             return a.params_bf16 ? launch_forward_lean<TH, TR, TY, bf16, CHUNKS>(a, stream)
                                  : launch_forward_lean<TH, TR, TY, float, CHUNKS>(a, stream);
-        // fwd_wide: fp32 h rows of two warps with 3 chunks a thread (576..768 columns) as rows of ONE
-        // warp with 6 chunks a lane
-        if constexpr (std::is_same_v<TH, float> && 2 * CHUNKS == WIDE_CHUNKS) {
-            if (current_variant().fwd_wide && G == 2)
-                return a.params_bf16 ? launch_forward_lean<TH, TR, TY, bf16, WIDE_CHUNKS>(a, stream)
-                                     : launch_forward_lean<TH, TR, TY, float, WIDE_CHUNKS>(a, stream);
-        }
     }
     return with_forward_kernel<TH, TR, TY, CHUNKS, DROP>([&]<auto kernel>() {
         return launch(kernel, grid_for<kernel>(a.rows, G, current_variant().fwd_full_grid), BLOCK_THREADS, stream, a.x,

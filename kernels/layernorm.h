@@ -84,7 +84,6 @@ struct Variant {
     bool bwd_l2_first2 = false;   // "bwd_l2_first2"
     bool fwd_lean = false;        // "fwd_lean" (session 8: rows of one warp, no dropout)
     bool bwd_lean = false;        // "bwd_lean" (session 8: the same for the backward)
-    bool fwd_wide = false;        // "fwd_wide" (session 9: fp32 h rows of 576..768 columns as one warp's)
     bool bwd_wide = false;        // "bwd_wide" (session 9: the lean backward for rows of two warps)
 };
 

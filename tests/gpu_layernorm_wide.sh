@@ -3,23 +3,24 @@
 # every layernorm of the GPT-2 step is fp32 h at 768 columns under autocast, rows of TWO warps, where the
 # default plan still runs forward_kernel / backward_kernel: 74.3 + 107.5 us a call, 24 calls a step).
 # On ONE H200 within 200 s (LANE_LIMIT, default 190 s, bounds every step so that `pack` always runs).
-# The candidates (kernels/layernorm.cu, opt-in): fwd_wide (forward_lean_kernel, one warp a row, 6 chunks
-# a lane) and bwd_wide (backward_lean_kernel<..., G = 2>: the lean backward for rows of two warps).
-# No default change in this call.
+# Ran in session 9's call 2 with two candidates (logs /work/gpu_logs/s9call2/gpu_layernorm_wide/):
+# bwd_wide (backward_lean_kernel<..., G = 2>: the lean backward for rows of two warps) won and is in
+# the default plan since; fwd_wide (a one-warp lean forward) lost and was removed (review, session 9),
+# so this script now checks and times bwd_wide alone: the default against session 8's plan (LEAN_ON).
 #   1. load tk_layernorm (prebuilt from this tree; rebuilt here only if not)          -> build.log
 #   2. at the same time (correctness only, no timing):
-#      a. compute-sanitizer memcheck of fwd+bwd under the wide plans (fp32 h 576..768, bf16 h 1280,
+#      a. compute-sanitizer memcheck of fwd+bwd under the bwd_wide plans (fp32 h 576..768, bf16 h 1280,
 #         tails, rows 1 and 7, no residual / no bias, bf16 parameters, dropout falling back), then
 #         racecheck of the backward's two-warp sums (shared scratch, one named barrier a row)
 #                                                                   -> memcheck.log, racecheck.log
-#      b. test_layernorm_variants.py: every flag (the wide ones on the default plan and alone) vs
-#         float64 on every dtype combination; the wide kernels vs float64 at every width they take and
-#         vs the plain kernels; which instances launch; pdl inside a CUDA graph      -> pytest.log
-#      c. every other layernorm GPU test with TK_LAYERNORM_VARIANT=$CANDIDATE, as if it were the
-#         default (test_layernorm.py, dropout, the model)                     -> pytest_candidate.log
+#      b. test_layernorm_variants.py: every flag (bwd_wide on session 8's plan and alone) vs
+#         float64 on every dtype combination; bwd_wide vs float64 at every width it takes and vs
+#         the plain backward; which instances launch; pdl inside a CUDA graph       -> pytest.log
+#      c. every other layernorm GPU test with TK_LAYERNORM_VARIANT=$CANDIDATE, named explicitly
+#         (test_layernorm.py, dropout, the model)                             -> pytest_candidate.log
 #   3. python -m kernels.layernorm_bench --interleaved --mixed: the GPT-2 step's op (fp32 residual
 #      stream, bf16 branch and y, fp32 parameters, under autocast), fwd and fwd+bwd at 16384, 32768,
-#      65536 x 768: eager, torch.compile, the default, +fwd_wide, +bwd_wide, +both, 7 interleaved
+#      65536 x 768: eager, torch.compile, session 8's plan, the default (its + bwd_wide), 7 interleaved
 #      rounds of 20 CUDA-graph replays; then the kernels alone at 32768x768              -> bench.log
 # Results: OUT/summary.txt (compact) and OUT/logs.tgz (every log).
 cd "$(dirname "$0")/.." || exit 1
@@ -28,7 +29,8 @@ source tests/gpu_lib.sh "${1:?usage: bash tests/gpu_layernorm_wide.sh OUT}"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 unset TK_LAYERNORM_VARIANT
 status=0
-CANDIDATE=default,fwd_wide,bwd_wide
+CANDIDATE=default                                       # bwd_wide is in it
+SESSION8=fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first2,bwd_reverse,fwd_lean,bwd_lean   # without bwd_wide
 note "gpu_layernorm_wide.sh on $(nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | head -1); candidate $CANDIDATE; $(git log -1 --format=%h 2>/dev/null)"
 
 # 1. build (a cached load when the prebuild had this tree)
@@ -44,7 +46,7 @@ assert ln._ext.why_not() is None
 B, F = torch.bfloat16, torch.float32
 seed = torch.tensor([7], dtype=torch.int64, device="cuda")
 quick = len(sys.argv) > 1 and sys.argv[1] == "quick"   # racecheck: one plan, two shapes
-plans = ("default,fwd_wide,bwd_wide",) if quick else ("default,fwd_wide,bwd_wide", "fwd_wide,bwd_wide")
+plans = ("default",) if quick else ("default", "bwd_wide")
 shapes = (((1001, 768, F, B, F), (9, 1280, B, B, B)) if quick else
           ((7, 768, F, B, F), (1, 576, F, F, F), (4099, 640, F, B, B), (333, 704, F, F, B), (16387, 768, F, B, F),
            (1001, 1280, B, B, B), (5, 1088, B, B, B), (3, 832, F, B, F)))
@@ -62,7 +64,7 @@ for plan in plans:
             ln._ext.module.backward(torch.randn_like(y), dh, h if residual else x, mean, rstd, w, residual and rd != xd)
             if quick:
                 break
-        if xd == rd and not quick:   # dropout: the plain kernels under the wide flags
+        if xd == rd and not quick:   # dropout: the plain kernels under bwd_wide
             y, h, mean, rstd = ln._ext.module.forward(x, torch.randn_like(x), w, b, 1e-5, dropout_seed=seed, dropout_p=0.1)
             ln._ext.module.backward(torch.randn_like(y), torch.randn_like(x), h, mean, rstd, w, dropout_seed=seed, dropout_p=0.1)
 torch.cuda.synchronize()
@@ -90,7 +92,7 @@ grep -hE "^FAILED|^ERROR" "$L/pytest.log" "$L/pytest_candidate.log" | head -12 >
 
 # 3. timing: eager, torch.compile and the tk plans in one process, interleaved rounds, GPT-2's dtypes
 step 80 bench.log python3 -m kernels.layernorm_bench --interleaved --mixed \
-    --plans "default;default,fwd_wide;default,bwd_wide;$CANDIDATE" --reps 20 --rounds 7 --json "$L/interleaved.json" || status=1
+    --plans "$CANDIDATE;$SESSION8" --reps 20 --rounds 7 --json "$L/interleaved.json" || status=1
 sed -n '/^--interleaved/,$p' "$L/bench.log" | grep -vE "^ *$" | head -60 >> "$S"
 
 note "done, status $status"

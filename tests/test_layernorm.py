@@ -682,10 +682,9 @@ NVCC = shutil.which("nvcc") or next((p for p in ("/usr/local/bin/nvcc", "/usr/lo
 # an early pdl trigger: 3; the backward with dropout, without it, and without it asking L2 for its
 # first 1 or 2 row steps: 4), and the column sum; session 8's lean kernels (fwd_lean, bwd_lean): the
 # forward for bf16 and fp32 parameters, with and without the early trigger (5 x 4 x 2 x 2), the
-# backward for bf16 parameters (5 x 4) and fp32 ones beside fp32 h (4 x 4); session 9's wide kernels
-# (fwd_wide, bwd_wide): the forward with 6 chunks for the 4 fp32-h combinations, both parameter dtypes,
-# with and without the early trigger (4 x 2 x 2), the backward for rows of two warps with 3 chunks (5 + 4)
-EXPECTED_KERNELS = 5 * 4 * (3 + 4) + 1 + 5 * 4 * 2 * 2 + 5 * 4 + 4 * 4 + 4 * 2 * 2 + (5 + 4)
+# backward for bf16 parameters (5 x 4) and fp32 ones beside fp32 h (4 x 4); session 9's bwd_wide: the
+# lean backward for rows of two warps with 3 chunks (5 + 4)
+EXPECTED_KERNELS = 5 * 4 * (3 + 4) + 1 + 5 * 4 * 2 * 2 + 5 * 4 + 4 * 4 + (5 + 4)
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
