@@ -14,9 +14,10 @@
 //   P    = exp(scale·S − LSE)                   (recomputed exactly from the saved LSE)
 //   dV   = Pᵀ·dO        dP = dO·Vᵀ        dS = P∘(dP − Di)
 //   dK   = scale·dSᵀ·Q  dQ = scale·dS·K
-// Kernel 2 gives each CTA one block of 128 keys (K and V stay in shared memory for the whole
-// CTA) and walks over the blocks of 64 queries that can see those keys (causal: from the
-// diagonal down). Each of the two consumer warpgroups owns 64 of the keys and works on
+// Kernel 2 gives each CTA one block of 128 keys, a work item (K and V stay in shared memory for
+// the whole item), and walks over the blocks of 64 queries that can see those keys (causal: from
+// the diagonal down). (D = 64's default, 16, runs one CTA per SM that takes items one after
+// another: PERSISTENT, config.) Each of the two consumer warpgroups owns 64 of the keys and works on
 // TRANSPOSED tiles, Sᵀ = K·Qᵀ (rows = its keys, columns = the 64 queries), so that Pᵀ and dSᵀ
 // sit in its registers exactly as the A operand of dV += Pᵀ·dO and dK += dSᵀ·Q wants them
 // (the accumulator -> A-fragment identity, hopper-facts §4.3): dK and dV accumulate in
@@ -31,7 +32,8 @@
 // The buffer's layout is ours to choose: each (head, query block) chunk is contiguous and ordered
 // as the accumulator registers are ([register/4][thread][4] floats), so the shared-memory writes
 // are conflict-free float4 stores and the bulk copy is one contiguous range. Kernel 3 undoes that
-// order. Atomics from registers instead (DQ_ATOMIC, opt-in: see DEFAULT_VARIANT_D64's race note): in that
+// order. Atomics from registers instead (DQ_ATOMIC, in D = 64's default since session 8; see
+// DEFAULT_VARIANT_D64's race note): in that
 // order each thread's 32 floats are 8 red.global.add.v4.f32 of 16 bytes, a warp's 32 of one
 // register group 512 contiguous bytes, so the L2 sees whole lines; and the warpgroup skips the
 // 16 KB shared-memory round trip, its fence and bar.sync, and the wait for the bulk copy's read:
@@ -45,15 +47,16 @@
 // warpgroup's diagonal (or the last key block, non-causal) test element by element.
 //
 // ---- The pipeline -------------------------------------------------------------------------------
-// As pictured: variant 1. The defaults are its refinements: 12 (D = 64) = variant 2 (3 slots)
-// with the dQ atomics and prep_kernel, and 5 (D = 128) = variant 3 (dQ split by columns), both
-// with the CTAs in L2 groups of heads (block_at); the variants list below says what each changes.
+// As pictured: variant 1. The defaults are its refinements: 16 (D = 64) = variant 2 (3 slots)
+// with the dQ atomics, prep_kernel, DS_SYNC's bar.sync and a persistent grid, and 5 (D = 128) =
+// variant 3 (dQ split by columns), both with the CTAs (items) in L2 groups of heads (block_at);
+// the variants list below says what each changes.
 // Warpgroup 0 = producer (24 registers/thread): warp 0's elected thread issues the TMA copies,
 // warp 1's 32 lanes copy LSE·log2(e) and Di of the query block into shared memory.
 // Warpgroups 1, 2 = consumers (240 registers/thread), warpgroup c owns keys 64c .. 64c+63.
 // Shared memory: K, V (128 x D each, loaded once), STAGES slots of (Q, dO, lse, Di) for query
 // blocks, per consumer one dS tile (64 x 64 bf16) and one dQ partial (64 x D fp32).
-// mbarriers: kv_full (TMA, once), full[s] (TMA bytes + 1 + 32 arrivals: TMA thread and warp 1),
+// mbarriers: kv_full (TMA, once; PERSISTENT: once an item, see below), full[s] (TMA bytes + 1 + 32 arrivals: TMA thread and warp 1),
 // empty[s] (one arrival per consumer THREAD: 256, see release). Named barrier 1 + c: the 128
 // threads of consumer c.
 //
@@ -78,6 +81,10 @@
 // The two consumers do not wait on each other; while one does its exponentials the other's
 // wgmmas keep the tensor cores busy (no explicit ping-pong). Phases: query block i uses slot
 // i % STAGES with parity (i / STAGES) & 1; the producer waits on empty with the opposite parity.
+// PERSISTENT (16, the D = 64 default) runs the picture once per item in one CTA: two K/V sets
+// (kv_full[set], and kv_empty[set] for the consumers and warp 1 to hand a set back), item k in set
+// k % 2, the next item's index fetched and its K, V loaded while the current one runs, and the slot
+// counter running on across items (block i of an item is the CTA's block g0 + i).
 //
 // ---- Variants (attention_hopper_backward_variant at the bottom; figures in kernels/NOTES.md) ----
 //   1  as pictured: 2 slots, one dQ buffer per consumer (thread 0 waits until the previous
@@ -157,7 +164,7 @@ namespace attention_hopper_bwd {
 // next block's dS into the consumer's one dS tile while another warp's dQ wgmma may still read it
 // (the race noted at DEFAULT_VARIANT_D64). Variant 4 gets the same order from its bulk path's
 // bar.syncs.
-// Bit PERSISTENT (variant 16, session 9, opt-in): one CTA per SM walks over the work items (key
+// Bit PERSISTENT (variant 16, session 9; D = 64's default since session 9): one CTA per SM walks over the work items (key
 // blocks) instead of one CTA per item, with two K/V buffers: while the consumers finish item k, the
 // producer has already fetched item k+1 (one atomicAdd on a counter that prep_kernel zeroed) and
 // loaded its K and V and first (Q, dO) slots, so an item's start (K/V from DRAM, the first slot, the

@@ -67,8 +67,9 @@ def rel_err(x, ref, floor=1e-30):
 
 # The kernel variants of each head dim (attention_hopper_backward_variant): 1, 2, 4, 8-16, 18, 19 for
 # D = 64 and 1, 3, 4, 5, 11 for D = 128 (4, 5: L2 groups of heads; session 7's 8-14 combine vector
-# atomics for dQ, one consumer per CTA and prep_kernel; 15 (D = 64's default since session 8) = 12
-# + a bar.sync closing 12's dS race; 16 (session 9) = 15 in one persistent CTA per SM, 18 = 15 and
+# atomics for dQ, one consumer per CTA and prep_kernel; 15 (D = 64's default in session 8) = 12
+# + a bar.sync closing 12's dS race; 16 (D = 64's default since session 9) = 15 in one persistent
+# CTA per SM, 18 = 15 and
 # 19 = 16 with the mask's tests only in the blocks that need them (17 removed): the .cu's opening
 # comment lists them; D = 128 runs 5, or 5 with prep_kernel for 11-16, 18, 19).
 # TK_ATTENTION_HOPPER_BWD_VARIANTS="12 13" narrows the sweep (GPU scripts).
