@@ -8,13 +8,17 @@
 # running max, P double-buffered). The backward's dQ atomics make the tk path nondeterministic,
 # so one curve is one draw: two draws of each unchanged path measure the spread.
 #
-# One tests/loss_curves.py call, six runs at once on a TWO-GPU machine (three per GPU, ~5 min):
+# One tests/loss_curves.py call, six runs at once on a TWO-GPU machine (three per GPU; session 9's
+# call 1: 141 s of runs after ~70 s of builds, /work/gpu_logs/s9call1/bisect/):
 #   torch, torch_2                              torch's own spread
 #   auto, auto_2                                the defaults, twice (tk's spread)
 #   auto+TK_MLP_SCHEDULE=fcfast=4               session 7's MLP numerics
 #   auto+TK_ATTENTION_HOPPER_FWD_VARIANT=30     session 7's attention forward
 # Reading: the verdict line gives each run's max and second-half mean difference to torch; if
 # one reverted run sits back at 0.1-0.4% while auto and auto_2 sit at ~0.65%, that default moved it.
+# Session 9's call 1: every run within 0.64% of torch (torch_2 itself 0.639%, auto 0.499%, auto_2
+# 0.390%, fcfast=4 0.465%, forward 30 0.404%; second-half means -0.15..+0.17%): session 8's 1.371%
+# did not reproduce, and neither default stands out; the defaults were kept.
 set -uo pipefail
 OUT=${1:?usage: bash tests/gpu_loss_curves_bisect.sh OUT}
 cd "$(dirname "$0")/.."

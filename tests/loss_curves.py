@@ -205,12 +205,13 @@ def parse_path(path):
 
 
 def run_names(paths):
-    """'torch,torch' -> ['torch', 'torch_2']: one distinct name (and log file) per run."""
+    """'torch,torch' -> ['torch', 'torch_2']: one distinct name (and log file) per run, also for
+    two paths that differ only in characters a file name does not keep."""
     names, seen = [], {}
     for path in paths:
-        seen[path] = seen.get(path, 0) + 1
         name = re.sub(r"[^A-Za-z0-9_.=+-]+", "_", path.replace("@", "+"))   # a file name
-        names.append(name if seen[path] == 1 else f"{name}_{seen[path]}")
+        seen[name] = seen.get(name, 0) + 1
+        names.append(name if seen[name] == 1 else f"{name}_{seen[name]}")
     return names
 
 
@@ -315,8 +316,8 @@ def finish_run(run, deadline):
 
 def gpu_slots(n_paths, wanted):
     """One CUDA_VISIBLE_DEVICES value per path for concurrent runs, or None (one after another).
-    With more paths than GPUs the runs share them round robin, all at once (a GPT-2 124M run
-    takes ~30 GB of an H200's 141; sharing slows each run, not its arithmetic)."""
+    With more paths than GPUs the runs share them round robin, all at once (session 9's call 1 ran
+    six 85M-parameter runs, three per H200; sharing slows each run, not its arithmetic)."""
     if not wanted:
         return None
     import torch

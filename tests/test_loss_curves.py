@@ -168,6 +168,8 @@ def test_paths_carry_their_own_environment():
         "auto", {"TK_MLP_SCHEDULE": "fcfast=4", "TK_X": ""})
     assert loss_curves.run_names(["torch", "auto", "auto", "auto@TK_A=1,2"]) == [
         "torch", "auto", "auto_2", "auto+TK_A=1_2"]
+    # two settings that only a file name's characters tell apart still get two logs
+    assert loss_curves.run_names(["auto@TK_A=1 2", "auto@TK_A=1/2"]) == ["auto+TK_A=1_2", "auto+TK_A=1_2_2"]
 
 
 def test_concurrent_runs_on_the_cpu(tmp_path, monkeypatch, capsys):
