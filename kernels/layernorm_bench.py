@@ -413,8 +413,8 @@ def print_s5_rows(rows, header=True):
 # or of its neighbour's load over the run falls on all of them alike. The figure is the median of
 # all rounds' replays; the spread is the range of the per-round medians.
 INTERLEAVED_ROWS = [16384, 32768, 65536]
-# the default (since session 8: session 6's plan fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first2,
-# bwd_reverse + the lean kernels fwd_lean, bwd_lean) against session 6's plan
+# the default (session 6's plan fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first2,bwd_reverse + the
+# lean kernels fwd_lean, bwd_lean since session 8, + bwd_wide since session 9) against session 6's plan
 INTERLEAVED_PLANS = ["default", "fwd_full,bwd_tree,pdl,fwd_early_pdl,bwd_l2_first2,bwd_reverse"]
 
 
