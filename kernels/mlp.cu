@@ -139,9 +139,9 @@ namespace tk_mlp {
 const char* linear_bias_gelu(const gemm_args& g) {
     if (!g.c2) return "tk_mlp: linear_bias_gelu needs the output h (c2)";
     if (!g.c) return linear_bias_gelu_h_only(g);     // evaluation: h only, no pre (kernels/mlp_inference.cu)
-    if (g.fast_gelu == 5 || g.fast_gelu >= 7) {      // session 7 (the default since session 8): gelu'(pre) saved in place of pre,
-        if (g.schedule != 0 && g.schedule != SCHEDULE_STEP4)   // step 4 only; 7-9 (session 9, opt-in): other parts / k-step
-            return "tk_mlp: fcfast=5, 7, 8 and 9 (gelu'(pre) saved in place of pre) run c_fc and the dGELU GEMM on schedule 4 only";
+    if (g.fast_gelu == 5 || g.fast_gelu == 8 || g.fast_gelu == 9) {   // session 7 (the default since session 8): gelu'(pre) saved
+        if (g.schedule != 0 && g.schedule != SCHEDULE_STEP4)   // in place of pre, step 4 only; 8, 9 (session 9, opt-in, not GPU-run): other parts / k-step
+            return "tk_mlp: fcfast=5, 8 and 9 (gelu'(pre) saved in place of pre) run c_fc and the dGELU GEMM on schedule 4 only";
         return linear_bias_gelu_parts(g);            // (kernels/mlp_fc_deferred.cu)
     }
     if (g.fast_gelu == 4 && valid_schedule(g.schedule)) {       // session 7 (the default): in half boxes on step 4's tile

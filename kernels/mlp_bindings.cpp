@@ -123,10 +123,10 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // (kernels/mlp_fc_deferred.cu; fcfast=3's values); fcfast=5, as 4 but
 // the forward saves gelu'(pre) where pre was and the backward's dGELU multiplies by it (step 4 only;
 // the backward is told what its forward saved: pre_holds_gelu_grad; the default since session 8).
-// Session 8: fcfast=6, 5 for an MLP without biases (GPT-2's bias=False) and 4 with. Session 9: fcfast=7,
-// 5's values with c_fc's epilogue in quarter boxes, fcfast=8, in whole boxes with the two consumer
+// Session 8: fcfast=6, 5 for an MLP without biases (GPT-2's bias=False) and 4 with. Session 9 (opt-in,
+// not run on a GPU yet): fcfast=8, 5's values with c_fc's epilogue in whole boxes, the two consumer
 // warpgroups taking turns, and fcfast=9, 5's parts on a leaner k-step (kernels/mlp_fc_deferred.cu,
-// kernels/mlp_deferred.cuh; opt-in).
+// kernels/mlp_deferred.cuh); its fcfast=7 (quarter boxes) lost on the H200 and was removed.
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
 constexpr int FLAG_VALUES = 6;                 // side, pre, fast, finish, fcfast, defer
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
@@ -138,10 +138,10 @@ bool finish_kernel = true;                     // default since session 7 (was f
 int fast_gelu = 5;                             // session 6 (fcfast=1, 2 or 3), 7 (4, 5) and 8 (6: 5 for an MLP without
                                                // biases, 4 with); 5 the default since session 8 (4 since session 7, 0 before)
 
-// What c_fc's training forward saves in pre under the fcfast flag: gelu'(pre) (fcfast=5; fcfast=6
-// when the MLP has no biases, GPT-2's bias=False) or pre itself. "Has biases" is b_fc or b_proj
+// What c_fc's training forward saves in pre under the fcfast flag: gelu'(pre) (fcfast=5, 8 and 9;
+// fcfast=6 when the MLP has no biases, GPT-2's bias=False) or pre itself. "Has biases" is b_fc or b_proj
 // given in the forward, bias_grads in the backward (autograd asks for bias gradients exactly then).
-bool saves_gelu_grad(bool has_biases) { return fast_gelu == 5 || fast_gelu >= 7 || (fast_gelu == 6 && !has_biases); }
+bool saves_gelu_grad(bool has_biases) { return fast_gelu == 5 || fast_gelu >= 8 || (fast_gelu == 6 && !has_biases); }
 bool defer_store = false;                      // session 6 (defer=1), opt-in
 
 void set_schedule(const std::vector<int64_t>& s) {
@@ -164,10 +164,10 @@ void set_schedule(const std::vector<int64_t>& s) {
         raise_if(value_problem("tk_mlp: the fast-dGELU flag is 0, 1 or 3 (2 and 4 were removed), got " + std::to_string(s[PRODUCTS + 2])));
     if (s[PRODUCTS + 3] != 0 && s[PRODUCTS + 3] != 1)
         raise_if(value_problem("tk_mlp: the finish-kernel flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 3])));
-    if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 9)
-        raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0 to 9, got " + std::to_string(s[PRODUCTS + 4])));
+    if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 9 || s[PRODUCTS + 4] == 7)
+        raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0 to 6, 8 or 9 (7 was removed), got " + std::to_string(s[PRODUCTS + 4])));
     if (s[PRODUCTS + 4] >= 5 && ((s[FC] != 0 && s[FC] != 4) || (s[DGELU] != 0 && s[DGELU] != 4) || s[PRODUCTS + 1] != 0))
-        raise_if(value_problem("tk_mlp: fcfast=5 to 9 (gelu'(pre) saved in place of pre) run c_fc and the dGELU GEMM on "
+        raise_if(value_problem("tk_mlp: fcfast=5, 6, 8 and 9 (gelu'(pre) saved in place of pre) run c_fc and the dGELU GEMM on "
                                "schedule 4 only (fc and dgelu 0 or 4, pre=0)"));
     if (s[PRODUCTS + 5] != 0 && s[PRODUCTS + 5] != 1)
         raise_if(value_problem("tk_mlp: the deferred-stores flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 5])));

@@ -1,6 +1,7 @@
 // kernels/mlp_fc_deferred.cu — c_fc's forward (pre = x·W1ᵀ + b1, h = GELU(pre)) with its epilogue
 // under the next tile's math in half boxes ("fcfast=4", session 7; "fcfast=5", the default since session 8,
-// also saves gelu'(pre) in pre's place), on kernels/mlp_deferred.cuh's
+// also saves gelu'(pre) in pre's place; session 9's opt-in fcfast=8 and 9, not run on a GPU yet: the
+// same values in whole boxes by turns, and on a lean k-step), on kernels/mlp_deferred.cuh's
 // kernel. Read that header first (the kernel and why), then session 6's bias_gelu_deferred
 // (kernels/mlp_epilogues.cuh, fcfast=3), whose values and held registers this reuses.
 //
@@ -28,28 +29,22 @@ using cfg = gemm4::config<4, 64, false, 2>;   // step 4's MLP pipeline (4 stages
 
 // GP = true (fcfast=5): output 0 is gelu'(pre) instead of pre (the backward's dGELU then needs one
 // product per value, kernels/mlp_dgelu_deferred.cu): from the same tanh as h, 5 more operations.
-// SPLIT: parts per 64-column box. 2 (fcfast=4, 5): half boxes after k-steps 0-7. 4 (fcfast=7,
-// session 9, opt-in): quarter boxes, part s after k-step s for s = 0..15, so at K = 768 (12 k-steps)
-// parts 0-11 sit one per k-step and 12-15 run before the tile's last wgmmas are waited for. Why:
-// the ncu of session 8 (kernels/NOTES.md, session 8 M) had the deferred kernels' consumers seldom
-// waiting for the tensor cores (DEPBAR 4% of stall samples against 15% in the plain product) and
-// issuing at ~0.3 instructions per cycle: a half box (~270 instructions per warp, two warps per
-// scheduler) seems to outlast the ~1000 cycles of tensor work of its k-step, so the tensor pipe
-// waits for the part, 8 times a tile. A quarter box is half as long; the 4 k-steps with no part at
-// K = 768 (8-11) get one each.
-// ALTERNATE (with SPLIT = 1: whole boxes; fcfast=8, session 9, opt-in): the two consumer
+// SPLIT: parts per 64-column box. 2 (fcfast=4, 5): half boxes after k-steps 0-7. (Session 9's
+// fcfast=7, quarter boxes, ran on the H200 and lost: 0.4-0.5% slower in the MLP, kernels/NOTES.md,
+// session 9 M; removed, code at 44b46e1.)
+// ALTERNATE (with SPLIT = 1: whole boxes; fcfast=8, session 9, opt-in, NOT run on a GPU yet): the two consumer
 // warpgroups take turns, consumer 0's box b after k-step 2b, consumer 1's after k-step 2b + 1. In
 // the cooperative kernel both consumers issue the same k-step together and then run their parts
 // together, so the tensor pipe gets nothing new while both are busy; taking turns, one consumer's
 // next wgmmas are queued while the other runs its part (in the spirit of a ping-pong schedule).
 // A whole box per part is ~540 instructions per warp, run while the scheduler's other consumer
 // warp mostly waits to issue wgmmas.
-// LEAN (fcfast=9, session 9, opt-in): fcfast=5's policy on the kernel's lean k-step
+// LEAN (fcfast=9, session 9, opt-in, NOT run on a GPU yet): fcfast=5's policy on the kernel's lean k-step
 // (kernels/mlp_deferred.cuh, lean_kstep): the same parts, fewer instructions per k-step.
 template <bool GP, int SPLIT = 2, bool ALTERNATE = false, bool LEAN = false>
 struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
     static constexpr bool LEAN_KSTEP = LEAN;
-    static_assert(SPLIT == 1 || SPLIT == 2 || SPLIT == 4, "whole, half or quarter boxes (4 column pairs q per box)");
+    static_assert(SPLIT == 1 || SPLIT == 2, "whole or half boxes (4 column pairs q per box)");
     static_assert(!ALTERNATE || SPLIT == 1, "the consumers take turns with whole boxes");
     static constexpr int Q_PER_PART = 4 / SPLIT;                                       // stmatrix.x4 groups (16 columns) per part
     static constexpr int NBUF = 2, PARTS = SPLIT * gemm4::BN / CC, INPUT_BOXES = 0;   // buffers: pre, h
@@ -111,12 +106,11 @@ struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
 };
 }  // namespace
 
-// pre (fcfast=4) or gelu'(pre) (fcfast=5; fcfast=7 in quarter boxes; fcfast=8 in whole boxes, the
-// consumers taking turns) and h of c_fc on step 4's tile with the epilogue under the next tile's k-steps.
+// pre (fcfast=4) or gelu'(pre) (fcfast=5; fcfast=8 in whole boxes, the consumers taking turns;
+// fcfast=9 on the lean k-step) and h of c_fc on step 4's tile with the epilogue under the next tile's k-steps.
 const char* linear_bias_gelu_parts(const gemm_args& g) {
-    if (g.fast_gelu == 7) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true, 4>>(g);   // session 9, opt-in
-    if (g.fast_gelu == 8) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true, 1, true>>(g);   // session 9, opt-in
-    if (g.fast_gelu == 9) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true, 2, false, true>>(g);   // session 9, opt-in
+    if (g.fast_gelu == 8) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true, 1, true>>(g);   // session 9, opt-in, not GPU-run
+    if (g.fast_gelu == 9) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true, 2, false, true>>(g);   // session 9, opt-in, not GPU-run
     if (g.fast_gelu == 5) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true>>(g);
     return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<false>>(g);
 }

@@ -130,11 +130,11 @@ SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 # tile (kernels/mlp_fc_deferred.cu). fcfast=5 (the default since session 8): as 4,
 # but the forward saves gelu'(pre) in pre's place and the backward's dGELU multiplies by it (step 4 only).
 # fcfast=6 (session 8): 5 for an MLP without biases (GPT-2's bias=False), 4 with.
-# fcfast=7 (session 9, opt-in): 5's values (the same outputs bit for bit), c_fc's epilogue in quarter boxes,
-# one after each of the tile's first 16 k-steps (kernels/mlp_fc_deferred.cu says why). fcfast=8 (session 9,
-# opt-in): 5's values, in whole boxes, the two consumer warpgroups' boxes after alternate k-steps.
-# fcfast=9 (session 9, opt-in): 5's parts on a k-step that does not rebuild its addresses and
-# descriptors from scratch (kernels/mlp_deferred.cuh, lean_kstep).
+# fcfast=8 (session 9, opt-in, NOT run on a GPU yet): 5's values (the same outputs bit for bit), c_fc's
+# epilogue in whole boxes, the two consumer warpgroups' boxes after alternate k-steps. fcfast=9 (session 9,
+# opt-in, NOT run on a GPU yet): 5's parts on a k-step that does not rebuild its addresses and
+# descriptors from scratch (kernels/mlp_deferred.cuh, lean_kstep). (fcfast=7, 5's epilogue in quarter
+# boxes, lost on the H200, 0.4-0.5% slower in the MLP, and was removed: kernels/NOTES.md, session 9 M.)
 FLAGS = ("side", "pre", "fast", "finish", "fcfast", "defer")
 FLAG_DEFAULTS = (1, 0, 1, 1, 5, 0)     # fast=1 by default since session 5; finish=1 since session 7 (kernels/NOTES.md,
                                        # session 7 M, call 4); fcfast=5 since session 8 (was 4; session 8 M: the
@@ -158,9 +158,9 @@ def parse_schedule(spec):
     under the next tile's math on step 4, h from the bf16 pre as eager computes it) or 'fcfast=4'
     (session 7: fcfast=3's values in half boxes on step 4's tile) or 'fcfast=5' (the default since session 8: as 4, saving gelu'(pre)
     in pre's place for the backward; fc and dgelu on 0 or 4) or 'fcfast=6' (session 8: 5 for an MLP
-    without biases, 4 with) or 'fcfast=7' (session 9, opt-in: 5's values, c_fc's epilogue in quarter
-    boxes) or 'fcfast=8' (session 9, opt-in: the same in whole boxes, the two consumer warpgroups taking
-    turns) or 'fcfast=9' (session 9, opt-in: 5 on a leaner k-step) and 'defer=1' (session 6, opt-in: c_proj's
+    without biases, 4 with) or 'fcfast=8' (session 9, opt-in, not run on a GPU yet: 5's values, c_fc's
+    epilogue in whole boxes, the two consumer warpgroups taking turns) or 'fcfast=9' (session 9, opt-in,
+    not run on a GPU yet: 5 on a leaner k-step; 7 was removed) and 'defer=1' (session 6, opt-in: c_proj's
     and dx's stores under the next tile's math on step 4)
     -> eleven ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
     (defaults FLAG_DEFAULTS). A DEFAULT fcfast of 5 or 6 (not named in the spec) steps back to 4 where
@@ -193,12 +193,13 @@ def parse_schedule(spec):
     if out[fcfast] >= 5 and (out[PRODUCTS.index("fc")] not in (0, 4) or
                              out[PRODUCTS.index("dgelu")] not in (0, 4) or
                              out[len(PRODUCTS) + FLAGS.index("pre")] != 0):
-        raise ValueError(f"{OP}: schedule {spec!r}: fcfast=5 to 9 (gelu'(pre) saved in place of pre) run c_fc and the "
+        raise ValueError(f"{OP}: schedule {spec!r}: fcfast=5, 6, 8 and 9 (gelu'(pre) saved in place of pre) run c_fc and the "
                          f"dGELU GEMM on schedule 4 only (fc and dgelu 0 or 4, pre=0)")
     for name, value in zip(FLAGS, out[len(PRODUCTS):]):
-        allowed = tuple(range(10)) if name == "fcfast" else (0, 1, 3) if name == "fast" else (0, 1, 2) if name == "side" else (0, 1)
+        allowed = (0, 1, 2, 3, 4, 5, 6, 8, 9) if name == "fcfast" else (0, 1, 3) if name == "fast" else (0, 1, 2) if name == "side" else (0, 1)
         if value not in allowed:
-            raise ValueError(f"{OP}: schedule {spec!r}: {name} must be {' or '.join(map(str, allowed))}, got {value}")
+            removed = " (fcfast=7 lost on the H200 and was removed)" if name == "fcfast" and value == 7 else ""
+            raise ValueError(f"{OP}: schedule {spec!r}: {name} must be {' or '.join(map(str, allowed))}, got {value}{removed}")
     return out
 
 
@@ -227,11 +228,11 @@ def _module():
 
 
 def _saves_gelu_grad(has_biases):
-    """True when the training forward's c_fc writes gelu'(pre) in pre's place: fcfast=5, or fcfast=6
+    """True when the training forward's c_fc writes gelu'(pre) in pre's place: fcfast=5, 8 or 9, or fcfast=6
     for an MLP without biases (b_fc and b_proj both None). The binding's saves_gelu_grad, mirrored."""
     if not _env_checked and os.environ.get(SCHEDULE_ENV):
         _module()
-    return _fcfast == 5 or _fcfast >= 7 or (_fcfast == 6 and not has_biases)
+    return _fcfast == 5 or _fcfast >= 8 or (_fcfast == 6 and not has_biases)
 
 
 # ---- 1. the extension calls (after the input checks), used by the custom ops and the fast path

@@ -5,20 +5,20 @@ session 9 (M); the ncu table and source-counter summary are tests/mlp_dgelu_ncu_
 
 The cases (M x 768 -> M x 3072, bf16, no biases as in GPT-2; one kernel each):
   a  c_fc as the default runs it (fcfast=5: h and gelu'(pre), epilogue in half boxes, deferred)
-  b  fcfast=7 (session 9, opt-in): the same values, the epilogue in quarter boxes
   g  fcfast=8 (session 9, opt-in): the same values in whole boxes, consumer c's box b after k-step 2b + c
   h  fcfast=9 (session 9, opt-in): the default's parts on the kernel's lean k-step
+(Case b, fcfast=7's quarter boxes, ran in session 9's call 2 and lost; fcfast=7 was removed.)
   c  the plain product x·W1ᵀ by gemm.matmul(step=0) (step 4 v8; W1 K-major, as c_fc reads it)
   d  fcfast=4 (h and pre: no gelu'(pre), 5 fewer operations per value than a)      [control]
   e  the backward's dGELU GEMM as the default runs it (fcfast=5's: one product per value)
   f  the plain product dy·W2 by gemm.matmul(step=0) (the dGELU GEMM's shape and layout)
-a, b, g, h, d run the whole forward (c_fc and c_proj), e the whole backward; ncu and the profiler pick
+a, g, h, d run the whole forward (c_fc and c_proj), e the whole backward; ncu and the profiler pick
 the c_fc / dGELU / plain kernel out by name (NCU_REGEX).
 
 Modes:
   --mode ncu   warm-up outside the NVTX range 'ncu', then ONE call per case inside it, then checks
                against float references (not profiled)
-  --mode time  CUDA events: --rounds interleaved rounds of --iters calls per case (a, b, g, h, d: the
+  --mode time  CUDA events: --rounds interleaved rounds of --iters calls per case (a, g, h, d: the
                whole forward; e: the whole backward; c, f: the kernel alone), then the profiler's
                time of the matching kernel alone (one pass of --iters calls per case)
   --list       print the cases (no GPU)
@@ -38,7 +38,6 @@ import mlp_dgelu_ncu_case as shared  # noqa: E402  (ncu CSV summaries)
 # letter: (what, kind, schedule spec or operands, bias, kernel-name fragments ncu should show)
 CASES = {
     "a": ("c_fc, default (fcfast=5, half boxes)", "fwd", "fcfast=5", False, ("parts_epilogue<1, 2, 0, 0>", "(bool)1, (int)2, (bool)0, (bool)0>")),
-    "b": ("c_fc, fcfast=7 (quarter boxes)", "fwd", "fcfast=7", False, ("parts_epilogue<1, 4, 0, 0>", "(bool)1, (int)4, (bool)0, (bool)0>")),
     "g": ("c_fc, fcfast=8 (whole boxes, by turns)", "fwd", "fcfast=8", False, ("parts_epilogue<1, 1, 1, 0>", "(bool)1, (int)1, (bool)1, (bool)0>")),
     "h": ("c_fc, fcfast=9 (default's parts, lean k-step)", "fwd", "fcfast=9", False, ("parts_epilogue<1, 2, 0, 1>", "(bool)1, (int)2, (bool)0, (bool)1>")),
     "c": ("plain x.W1^T, matmul(step=0) = 4v8", "gemm", ("x", "w1t"), None, ("deferred_plain",)),

@@ -308,6 +308,8 @@ def test_set_schedule_refuses_bad_values(mlp):
         mlp.set_schedule("finish=-1")
     with pytest.raises(ValueError, match="fcfast"):
         mlp.set_schedule("fcfast=10")
+    with pytest.raises(ValueError, match="fcfast=7 lost"):
+        mlp.set_schedule("fcfast=7")                                 # session 9's quarter boxes: removed (lost)
     with pytest.raises(ValueError, match="fcfast=5"):
         mlp.set_schedule("fcfast=5,fc=6")                            # gelu'(pre) in pre's place: schedule 4 only
     with pytest.raises(ValueError, match="fcfast=5"):
@@ -339,7 +341,9 @@ def test_set_schedule_refuses_bad_values(mlp):
     with pytest.raises(ValueError, match="finish-kernel flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 2, 0, 0])
     with pytest.raises(ValueError, match="fast-c_fc-epilogue flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 10, 0])   # (7, 8, 9: session 9's candidates)
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 10, 0])   # (8, 9: session 9's candidates)
+    with pytest.raises(ValueError, match="7 was removed"):
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 7, 0])    # session 9's quarter boxes: removed (lost)
     with pytest.raises(ValueError, match="deferred-stores flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 0, 2])
     assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0, 1, 1, 5, 0]   # fast=1 (session 5), finish=1 (7), fcfast=5 (8)
@@ -766,33 +770,34 @@ def test_fc_parts_matches_fcfast3(mlp, fc, M, C, bias, H):
     assert rel_err(pre4, pre64) < 1e-2 and rel_err(h4, F.gelu(pre64, approximate="tanh")) < 1e-2
 
 
-# Session 9's fcfast=7 (opt-in): fcfast=5's epilogue in quarter boxes, part s after k-step s for
-# s = 0..15 (kernels/mlp_fc_deferred.cu); fcfast=8 (opt-in): in whole boxes, consumer c's box b after
-# k-step 2b + c; fcfast=9 (opt-in): fcfast=5's parts on the kernel's lean k-step (the wgmmas' descriptors
-# stepped, not rebuilt). The same operations on the same values: gelu'(pre), h and y bit-identical to fcfast=5's. K = 768 (12 k-steps: parts 12-15 after the last), 1280 (20: parts
-# after the first 16 only), 384 and 128 (6 and 2 k-steps: most parts after the k-loop); tails in M
+# Session 9's fcfast=8 (opt-in, not run on a GPU yet): fcfast=5's epilogue in whole boxes, consumer c's
+# box b after k-step 2b + c (kernels/mlp_fc_deferred.cu); fcfast=9 (opt-in, not run on a GPU yet):
+# fcfast=5's parts on the kernel's lean k-step (the wgmmas' descriptors stepped, not rebuilt). The same
+# operations on the same values: gelu'(pre), h and y bit-identical to fcfast=5's. K = 768 and 1280 (12
+# and 20 k-steps: every part after one of k-steps 0-7; fcfast=8's 4 boxes a consumer after the steps
+# of its parity), 384 and 128 (6 and 2 k-steps: the later parts after the k-loop); tails in M
 # and N (H = 2880: boxes past N), one row, with and without bias, poisoned outputs; and the backward
 # of its forward (the dGELU GEMM reading gelu'(pre)) against float64.
-@pytest.mark.parametrize("fcfast", [7, 8, 9])
+@pytest.mark.parametrize("fcfast", [8, 9])
 @pytest.mark.parametrize("M,C,bias,H", [(1, 768, True, 3072), (1000, 768, False, 3072), (4099, 1280, True, 5120),
                                         (1000, 768, True, 2880), (16384 + 77, 768, False, 3072), (517, 128, True, 512),
                                         (333, 384, False, 1536)])
 def test_fc_part_sizes_match_fcfast5(mlp, fcfast, M, C, bias, H):
     x, w_fc, b_fc, w_proj, b_proj, dy = make_hidden(M, C, 19 * M + C, bias, H)
-    (y5, gp5, h5), (y7, gp7, h7) = forward_under_two_schedules(mlp, "fcfast=5", f"fcfast={fcfast}", x, w_fc, b_fc, w_proj, b_proj)
-    assert not torch.isnan(h7).any() and not torch.isnan(gp7).any(), f"fcfast={fcfast} left elements unwritten"
-    assert torch.equal(gp7, gp5), f"fcfast={fcfast} changed the saved gelu'(pre)"
-    assert torch.equal(h7, h5), f"fcfast={fcfast} changed h"
-    assert torch.equal(y7, y5), f"fcfast={fcfast} changed y"
+    (y5, gp5, h5), (yv, gpv, hv) = forward_under_two_schedules(mlp, "fcfast=5", f"fcfast={fcfast}", x, w_fc, b_fc, w_proj, b_proj)
+    assert not torch.isnan(hv).any() and not torch.isnan(gpv).any(), f"fcfast={fcfast} left elements unwritten"
+    assert torch.equal(gpv, gp5), f"fcfast={fcfast} changed the saved gelu'(pre)"
+    assert torch.equal(hv, h5), f"fcfast={fcfast} changed h"
+    assert torch.equal(yv, y5), f"fcfast={fcfast} changed y"
     pre64 = F.linear(x.double(), w_fc.double(), None if b_fc is None else b_fc.double())
-    assert rel_err(h7, F.gelu(pre64, approximate="tanh")) < 1e-2
-    assert rel_err(gp7, gelu_grad64(pre64)) < 1e-2
+    assert rel_err(hv, F.gelu(pre64, approximate="tanh")) < 1e-2
+    assert rel_err(gpv, gelu_grad64(pre64)) < 1e-2
     ref = reference64(x, w_fc, b_fc, w_proj, b_proj, dy)
     mlp.set_schedule(f"fcfast={fcfast}")
     try:
         assert mlp._saves_gelu_grad(bias) and mlp._ext.module.get_schedule()[5 + mlp.FLAGS.index("fcfast")] == fcfast
         poison_allocator(2 * M * H, 4 * H * C, 2 * M * C)
-        grads = mlp.mlp_bwd(dy, x, gp7, h7, w_fc, w_proj, bias_grads=bias, saved=1)
+        grads = mlp.mlp_bwd(dy, x, gpv, hv, w_fc, w_proj, bias_grads=bias, saved=1)
         torch.cuda.synchronize()
     finally:
         mlp.set_schedule("0")
@@ -885,7 +890,7 @@ def test_side_job_pipelined_sums(mlp, base, M, C):
 # moves dx and dw_fc by tens of percent.
 @pytest.mark.parametrize("first,second", [("fcfast=5", "0"), ("0", "fcfast=5"), ("fcfast=5", "dgelu=6,pre=1"),
                                           ("fcfast=5,side=2", "fcfast=4,fast=3"), ("fcfast=6", "fcfast=4"), ("fcfast=4", "fcfast=6"),
-                                          ("fcfast=7", "fcfast=4"), ("fcfast=4", "fcfast=7"), ("fcfast=8", "0"), ("fcfast=9", "fcfast=4")])
+                                          ("fcfast=8", "0"), ("fcfast=4", "fcfast=8"), ("fcfast=9", "fcfast=4"), ("fcfast=4", "fcfast=9")])
 @pytest.mark.parametrize("path", ["eager", "custom_op"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_backward_reads_what_forward_saved(mlp, first, second, path, bias):
