@@ -44,6 +44,9 @@ gradients; a weight of another dtype (fp16 under bf16 autocast) is cast outside 
 before. Without autocast the inputs must already be bf16 (otherwise why_not says so and `auto`
 runs F.linear).
 
+Where y runs: FORWARD (below) is "tk" by default; TK_LINEAR_FORWARD=cublas (session 9, opt-in, NOT
+run on a GPU yet) puts y on torch.mm / addmm and keeps dx and dW on the tk GEMM.
+
 Outside torch.compile the public op calls _LinearEager (a plain autograd.Function around the
 same calls; kernels/layernorm.py, section 4, says why: the torch.library dispatch costs CPU per
 call); under torch.compile it calls the custom ops tk::linear_fwd / tk::linear_bwd, which have

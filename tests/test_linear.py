@@ -4,14 +4,17 @@ CPU (run everywhere): the tk Python half with a fake GEMM extension (FakeGemmExt
 binding's `run` in plain torch, operands read with the layouts gemm.py passes) against a float64
 F.linear: forward and gradients with and without bias, 3-D x, token counts that are not a multiple
 of 16 (dW's reduction then runs on zero-padded rows), bf16 and fp32 (autocast-style) parameters;
-the eager fast path and the custom-op path bit-identical; the plan each product gets at GPT-2's
-shapes; the switch (kernels_linear, `auto`'s fallback line on CPU, `tk`'s error); the why_not
-reasons; the model's loss with kernels=torch equal to nn.Linear's.
+the eager fast path and the custom-op path bit-identical; with an fp32 weight (training), the
+weight cast once and dW stored by the GEMM in fp32 (the casts counted below autograd); FORWARD =
+"cublas" (y on torch.mm, dx and dW on the GEMM); the plan each product gets at GPT-2's shapes;
+the switch (kernels_linear, `auto`'s fallback line on CPU, `tk`'s error); the why_not reasons;
+the model's loss with kernels=torch equal to nn.Linear's.
 
 GPU (skipped without a Hopper GPU): the real kernels against float64 at GPT-2's c_attn and c_proj
 shapes and at tails, forward and backward, bias and no bias, outputs poisoned with NaN first;
-autocast with fp32 parameters; opcheck of the custom ops; the model's loss and gradients on the
-tk linear vs kernels=torch. No timing here (the lead's bench --e2e does that).
+autocast with fp32 parameters at 32k tokens (dW within 1e-4 of float64); FORWARD = "cublas" (not
+yet run on a GPU); opcheck of the custom ops with bf16 and fp32 weights; the model's loss and
+gradients on the tk linear vs kernels=torch. No timing here (the lead's bench --e2e does that).
 """
 import collections
 import contextlib
