@@ -6,7 +6,8 @@ the other (review R2, session 8). kernels/mlp_op.py: mlp() passes the trace-time
 
 The extension calls (_ext_forward, _ext_backward) are replaced by float stand-ins that record what
 the forward saved (following the fcfast flag, as the binding does) and what the backward was told;
-the custom ops, autograd and torch.compile (backend aot_eager) around them are the real ones."""
+the custom ops, autograd and torch.compile (backend aot_eager) around them are the real ones. Last,
+which fcfast values save gelu'(pre), as the Python mirror of the binding's flag says."""
 import sys
 from pathlib import Path
 
@@ -104,3 +105,21 @@ def test_saves_argument_is_checked(stand_ins, monkeypatch):
     mlp_op.mlp_fwd(x, w_fc, None, w_proj, None, -1)              # nothing promised
     with pytest.raises(RuntimeError, match="fcfast=5"):
         mlp_op.mlp_fwd(x, w_fc, None, w_proj, None, 0)
+
+
+def test_which_fcfast_values_save_gelu_grad(monkeypatch):
+    """The Python mirror of the binding's saves_gelu_grad, for every fcfast value parse_schedule
+    accepts: gelu'(pre) under 5, 8 and 9 and under 6 without biases; pre otherwise. fcfast=7
+    (session 9's quarter boxes: lost on the H200, removed) is refused by name."""
+    monkeypatch.setattr(mlp_op, "_env_checked", True)
+    want = {0: (0, 0), 1: (0, 0), 2: (0, 0), 3: (0, 0), 4: (0, 0), 5: (1, 1), 6: (1, 0), 8: (1, 1), 9: (1, 1)}
+    for value in range(11):
+        spec = f"fcfast={value}"
+        if value not in want:
+            with pytest.raises(ValueError, match="fcfast=7 lost" if value == 7 else "fcfast must be"):
+                mlp_op.parse_schedule(spec)
+            continue
+        assert mlp_op.parse_schedule(spec)[5 + mlp_op.FLAGS.index("fcfast")] == value
+        monkeypatch.setattr(mlp_op, "_fcfast", value)
+        got = (int(mlp_op._saves_gelu_grad(False)), int(mlp_op._saves_gelu_grad(True)))
+        assert got == want[value], (value, got)
