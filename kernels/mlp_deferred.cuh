@@ -26,8 +26,10 @@
 //   PEEL_STEPS, part_at_step(s)   the first PEEL_STEPS k-steps are written out, and after
 //                              k-step s the held tile's part part_at_step(s) runs (-1: none;
 //                              every one of the policy's PARTS parts at exactly one s)
-//     or part_at_step(s, c)    the same for consumer warpgroup c alone (session 9's fcfast=8: the
-//                              two consumers' parts after different k-steps)
+//     or part_at_step(s, c)    the same for consumer warpgroup c alone (session 9's fcfast=8, opt-in,
+//                              not run on a GPU yet: the two consumers' parts after different k-steps)
+//   LEAN_KSTEP (optional)      true: the k-step's issue from stage addresses and descriptors computed
+//                              once (lean_kstep below; session 9's fcfast=9, opt-in, not run on a GPU yet)
 //   struct held                what a tile leaves in registers for its parts (e.g. bf16 pairs)
 //   hold(held, acc, pos)       at a tile's end
 //   run_part<P>(bufs, bars, held, sh, lane)   part P of the held tile (P a compile-time number)
