@@ -274,9 +274,10 @@ constexpr float LOG2E = 1.4426950408889634f;
 // Session 8 (first H200 run of 15: tests, memcheck and racecheck clean): D = 64 takes 15, the race
 // closed at no measurable cost: GPT-2 B = 32 522.8 us vs 547.1 for 4 and 522.0 for 12 (cuDNN
 // 528.0); shakespeare 90.2 vs 92.5 (cuDNN 92.0); interleaved graph replays, one run.
-// Session 9 (B): D = 64 takes 16 (15 on a persistent grid): 507.6 us vs 529.6 for 15 at GPT-2 B = 32
-// (cuDNN 534.3), 86.9 vs 90.9 at shakespeare (cuDNN 92.8); racecheck and memcheck clean with more
-// items than SMs; its tests (float64 reference, dK/dV bitwise equal to 15's, graph replays) passed.
+// Session 9 (B): D = 64 takes 16 (15 on a persistent grid): the whole backward (prep, main kernel, dQ
+// conversion) 507.6 us vs 529.6 for 15 at GPT-2 B = 32 (cuDNN 534.3), 86.9 vs 90.9 at shakespeare
+// (cuDNN 92.8); racecheck and memcheck clean with more items than SMs; its tests (float64
+// reference, dK/dV bitwise equal to 15's, graph replays) passed.
 constexpr int DEFAULT_VARIANT_D64 = 16;
 constexpr int DEFAULT_VARIANT_D128 = 5;
 
