@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# A session's first look, on a TWO-GPU machine (kind nvidia-h200-x2), ~4 min:
+# A session's first look, on a TWO-GPU machine (kind nvidia-h200-x2), ~8 min (session 9's list for
+# session 10, kernels/NOTES.md "Next session", items 0 and 1):
 #
 #   bash tests/gpu_probe.sh OUT
 #
-#   GPU 0:  bench.py --profile of the GPT-2 step on tk (train.py's per-op settings), then the GEMM
-#           bench alone on its GPU (issue 3: steps 0 and 4 against torch.matmul, CUDA graphs and
-#           kernel-alone timing, GEMM_TRIALS interleaved trials, default 9; session 8's final ran
-#           it beside 12 pytest workers and one shape's cuBLAS figure moved 14%)
-#   GPU 1:  the same profile for torch.compile (the issue's baseline)
-# (Session 7's probe also profiled tk/linear=tk; it was ~0.5 ms slower in its e2e and stays off.)
-# Logs in OUT/logs, packed into OUT/logs.tgz; headlines in OUT/summary.txt. LANE_LIMIT (s, 260).
+#   GPU 0:  pytest -n 8 tests/test_tk_ops.py with NO ahead-of-time build of its test library, so
+#           eight workers meet at build()'s lock (session 9's final saw 18 failures when twelve
+#           built it at once, before the lock existed); then the GEMM bench alone on its GPU
+#           (issue 3: steps 0 and 4 against torch.matmul, CUDA graphs and kernel-alone timing,
+#           GEMM_TRIALS interleaved trials, default 9)
+#   GPU 1:  bench.py --profile of the GPT-2 step on tk (train.py's per-op settings), then the same
+#           for torch.compile (the issue's baseline)
+#   then:   bench.py --e2e on GPT-2 124M alone on the machine: torch.compile, tk, tk under
+#           torch.compile (E2E_SECONDS, default 180: compile's warm-ups alone take ~45 s, and
+#           session 9's 120 s cut the last row)
+# Logs in OUT/logs, packed into OUT/logs.tgz; headlines in OUT/summary.txt. LANE_LIMIT (s, 200).
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: bash tests/gpu_probe.sh OUT" >&2; exit 2; }
 cd "$(dirname "$0")/.."
-LANE_LIMIT=${LANE_LIMIT:-260}
+LANE_LIMIT=${LANE_LIMIT:-200}
 source tests/gpu_lib.sh "$1"
 note "gpu_probe"
 setup_shakespeare
@@ -21,16 +26,19 @@ prebuild_all
 
 profile() {   # $1 log name, then bench.py --profile's arguments
     local log=$1; shift
-    step 120 "$log.log" python3 bench.py --profile --models gpt2 --warmup 8 --profile-steps 3 --profile-rows 45 \
+    step 120 "$log.log" python3 bench.py --profile --models gpt2 --warmup 8 --profile-steps 3 --profile-rows 60 \
         --json "$L/$log.json" "$@"
     note "$log: rc=$?"
-    grep -E "^bench.py --profile|^GPU kernels:" "$L/$log.log" | head -8 >> "$S"
+    grep -E "^bench.py --profile|^GPU kernels:|^GPU idle" "$L/$log.log" | head -8 >> "$S"
 }
 
 lane0() {
     export CUDA_VISIBLE_DEVICES=0
-    profile profile_tk --kernels tk
-    step 150 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --modes graph,kernel \
+    rm -rf build/tk_test   # the workers must build it themselves, under the lock
+    step 90 tk_ops.log python3 -m pytest -v -n 8 -p no:cacheprovider tests/test_tk_ops.py
+    note "test_tk_ops: rc=$? $(grep -E '^=+ .*(passed|failed)' "$L/tk_ops.log" | tail -1)"
+    grep -E " FAILED|^E .*CUDA error" "$L/tk_ops.log" | sort -u | head -20 | tee -a "$S"
+    step 100 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --modes graph,kernel \
         --trials "${GEMM_TRIALS:-9}" --json "$L/gemm_bench.json"
     note "gemm bench: rc=$?"
     grep -E "x$" "$L/gemm_bench.log" | tail -12 >> "$S"
@@ -38,10 +46,15 @@ lane0() {
 
 lane1() {
     export CUDA_VISIBLE_DEVICES=1
+    profile profile_tk --kernels tk
     profile profile_compile --kernels torch --profile-compile default
 }
 
 lane0 & P0=$!
 lane1 & P1=$!
 wait $P0 $P1
+LIMIT=$((LIMIT + ${E2E_SECONDS:-180} + 10))   # the part after the lanes
+CUDA_VISIBLE_DEVICES=0 step ${E2E_SECONDS:-180} e2e_gpt2.log python3 bench.py --e2e --models gpt2 \
+    --variants torch+compile,tk,tk+compile --compile-modes default --json "$L/e2e_gpt2.json"
+note "e2e: $(grep -E '^  [a-z0-9-]+ .*ms/step' "$L/e2e_gpt2.log" | tr '\n' ' ')"
 pack
