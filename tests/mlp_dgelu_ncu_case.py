@@ -176,49 +176,60 @@ def mode_ncu(args, letters):
 
 
 def mode_time(args, letters):
-    import torch
-    from kernels.gemm_bench import time_ms
-    from kernels import mlp_op
     t = make_inputs(args.M, args.C, args.H)
     calls = make_calls(letters, t)
     for k in letters:
         run(calls, k)
-    per = {k: [] for k in letters}
-    for rnd in range(args.rounds):
-        order = letters[rnd % len(letters):] + letters[:rnd % len(letters)]
-        for k in order:
-            spec, fn = calls[k]
-            if spec is not None:
-                mlp_op.set_schedule(spec)
-            per[k].append(time_ms(fn, args.iters) * 1e3)
-    print(f"CUDA events, {args.rounds} interleaved rounds of {args.iters} back-to-back calls (µs per call; "
-          f"bwd = the WHOLE backward, gemm = the kernel alone):")
-    for k in letters:
-        v = per[k]
-        print(f"  {k} {CASES[k][1]:4s} median {statistics.median(v):8.1f}  min {min(v):8.1f}  max {max(v):8.1f}   {CASES[k][0]}")
+    time_cases(calls, letters, CASES, NCU_REGEX, args.rounds, args.iters,
+               "bwd = the WHOLE backward, gemm = the kernel alone")
+    print("time case done")
+
+
+def time_cases(calls, letters, cases, regex, rounds, iters, kinds, prefix=""):
+    """Time each case's call ({letter: (schedule spec or None, fn)}, warmed up) in `rounds` rounds of
+    `iters` back-to-back calls, the case order rotated each round (CUDA events, µs per call); then the
+    kernel the case is about alone: the profiler's (CUPTI) time of the kernels matching `regex` over
+    one pass of `iters` calls. `kinds` says what a call of each kind times; `cases` maps a letter to
+    (description, kind, ...). Shared by this script and tests/mlp_fc_ncu_case.py. Leaves the
+    default schedule set."""
+    import torch
     from torch.profiler import ProfilerActivity, profile
-    print(f"profiler (CUPTI) time of the dGELU / plain kernel alone, one pass of {args.iters} calls per case:")
-    for k in letters:
+    from kernels import mlp_op
+    from kernels.gemm_bench import time_ms
+
+    def use(k):
         spec, fn = calls[k]
         if spec is not None:
             mlp_op.set_schedule(spec)
+        return fn
+
+    per = {k: [] for k in letters}
+    for rnd in range(rounds):
+        for k in letters[rnd % len(letters):] + letters[:rnd % len(letters)]:
+            per[k].append(time_ms(use(k), iters) * 1e3)
+    print(f"{prefix}CUDA events, {rounds} interleaved rounds of {iters} back-to-back calls (µs per call; {kinds}):")
+    for k in letters:
+        v = per[k]
+        print(f"  {k} {cases[k][1]:4s} median {statistics.median(v):8.1f}  min {min(v):8.1f}  max {max(v):8.1f}   {cases[k][0]}")
+    print(f"{prefix}profiler (CUPTI) time of the matching kernel alone, one pass of {iters} calls per case:")
+    for k in letters:
+        fn = use(k)
         fn()
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(args.iters):
+            for _ in range(iters):
                 fn()
             torch.cuda.synchronize()
         rows = []
         for e in prof.key_averages():
             total = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
-            if total > 0 and re.search(NCU_REGEX, e.key) and not e.key.startswith("cuda"):   # the kernel, not its launch
+            if total > 0 and re.search(regex, e.key) and not e.key.startswith("cuda"):   # the kernel, not its launch
                 rows.append((e.key, total / e.count, e.count))
         for name, us, n in rows[:2]:
-            print(f"  {k} {us:8.1f} µs x{n:<3d} {name[:110]}")
+            print(f"  {k} {us:8.1f} µs x{n:<3d} {cases[k][0]:42s} {name[:90]}")
         if not rows:
             print(f"  {k} no matching kernel seen by the profiler")
     mlp_op.set_schedule("0")
-    print("time case done")
 
 
 # ---- the summary (no GPU) ---------------------------------------------------------------------

@@ -25,15 +25,13 @@ Modes:
 """
 import argparse
 import os
-import re
-import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
-import mlp_dgelu_ncu_case as shared  # noqa: E402  (ncu CSV summaries)
+import mlp_dgelu_ncu_case as shared  # noqa: E402  (ncu CSV summaries, the timing loop)
 
 # letter: (what, kind, schedule spec or operands, bias, kernel-name fragments ncu should show)
 CASES = {
@@ -145,46 +143,12 @@ def mode_time(args, letters):
 
 
 def time_at(args, letters, M):
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-    from kernels import mlp_op
-    from kernels.gemm_bench import time_ms
     t = make_inputs(M, args.C, args.H)
     calls = make_calls(letters, t)
     for k in letters:
         run(calls, k)
-    per = {k: [] for k in letters}
-    for rnd in range(args.rounds):
-        order = letters[rnd % len(letters):] + letters[:rnd % len(letters)]
-        for k in order:
-            spec, fn = calls[k]
-            if spec is not None:
-                mlp_op.set_schedule(spec)
-            per[k].append(time_ms(fn, args.iters) * 1e3)
-    print(f"M={M}: CUDA events, {args.rounds} interleaved rounds of {args.iters} calls (µs per call; fwd = the "
-          f"WHOLE forward, bwd = the whole backward, gemm = the kernel alone):")
-    for k in letters:
-        v = per[k]
-        print(f"  {k} {CASES[k][1]:4s} median {statistics.median(v):8.1f}  min {min(v):8.1f}  max {max(v):8.1f}   {CASES[k][0]}")
-    print(f"M={M}: profiler (CUPTI) time of the matching kernel alone, {args.iters} calls per case:")
-    for k in letters:
-        spec, fn = calls[k]
-        if spec is not None:
-            mlp_op.set_schedule(spec)
-        fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(args.iters):
-                fn()
-            torch.cuda.synchronize()
-        rows = [(e.key, (getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)) / e.count, e.count)
-                for e in prof.key_averages()
-                if re.search(NCU_REGEX, e.key) and not e.key.startswith("cuda")]
-        for name, us, n in rows[:2]:
-            print(f"  {k} {us:8.1f} µs x{n:<3d} {CASES[k][0]:42s} {name[:90]}")
-        if not rows:
-            print(f"  {k} no matching kernel seen by the profiler")
-    mlp_op.set_schedule("0")
+    shared.time_cases(calls, letters, CASES, NCU_REGEX, args.rounds, args.iters,
+                      "fwd = the WHOLE forward, bwd = the whole backward, gemm = the kernel alone", prefix=f"M={M}: ")
     print("time case done")
 
 
