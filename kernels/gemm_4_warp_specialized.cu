@@ -68,19 +68,15 @@ const char* launch_scheduled(const gemm::args& g) {
         return error;
     return gemm4::launch<Cfg, MA, MB, gemm4::scheduled_splitk_epilogue<OutT, true>>(
         "gemm step 4", g.a, g.b, g.M, g.N, g.K, 1, g.num_sms, g.stream,
-        [&] { return gemm4::scheduled_epilogue_of<OutT>(g); });
+        [&] { return gemm4::scheduled_epilogue_of<OutT>(g);
+    });
 }
 
 template <typename Cfg>
 const char* dispatch_scheduled(const gemm::args& g) {
-    if (g.c_fp32) {
-        if (!g.a_mn_major && !g.b_mn_major) return launch_scheduled<Cfg, major::K, major::K, float>(g);
-        if (!g.a_mn_major) return launch_scheduled<Cfg, major::K, major::MN, float>(g);
-        return launch_scheduled<Cfg, major::MN, major::MN, float>(g);
-    }
-    if (!g.a_mn_major && !g.b_mn_major) return launch_scheduled<Cfg, major::K, major::K, bf16>(g);
-    if (!g.a_mn_major) return launch_scheduled<Cfg, major::K, major::MN, bf16>(g);
-    return launch_scheduled<Cfg, major::MN, major::MN, bf16>(g);
+    return gemm4::by_layout(g, [&]<major MA, major MB, typename OutT>() {
+        return launch_scheduled<Cfg, MA, MB, OutT>(g);
+    });
 }
 
 template <typename Cfg, major MA, major MB, typename OutT, template <typename> class Policy>
@@ -104,14 +100,9 @@ const char* launch(const gemm::args& g) {
 
 template <typename Cfg, template <typename> class Policy = gemm4::linear_epilogue>
 const char* dispatch(const gemm::args& g) {
-    if (g.c_fp32) {
-        if (!g.a_mn_major && !g.b_mn_major) return launch<Cfg, major::K, major::K, float, Policy>(g);
-        if (!g.a_mn_major) return launch<Cfg, major::K, major::MN, float, Policy>(g);
-        return launch<Cfg, major::MN, major::MN, float, Policy>(g);
-    }
-    if (!g.a_mn_major && !g.b_mn_major) return launch<Cfg, major::K, major::K, bf16, Policy>(g);
-    if (!g.a_mn_major) return launch<Cfg, major::K, major::MN, bf16, Policy>(g);
-    return launch<Cfg, major::MN, major::MN, bf16, Policy>(g);
+    return gemm4::by_layout(g, [&]<major MA, major MB, typename OutT>() {
+        return launch<Cfg, MA, MB, OutT, Policy>(g);
+    });
 }
 }  // namespace
 

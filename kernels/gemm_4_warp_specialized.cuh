@@ -643,4 +643,21 @@ const char* launch(const char* who, const void* a_ptr, const void* b_ptr, int M,
     return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
+// The instantiation a call asks for: the operand layouts of a linear layer's three products (y:
+// A and B K-major; dx: B N-major; dW: both MN-major) times the output type. Calls
+// launch.template operator()<MA, MB, OutT>() for g's choice; every step's dispatchers use it, e.g.
+//   by_layout(g, [&]<major MA, major MB, typename OutT>() { return launch<Cfg, MA, MB, OutT>(g); })
+// (A M-major with B K-major is not instantiated: the steps refuse it before dispatching.)
+template <typename Launch>
+const char* by_layout(const gemm::args& g, Launch&& launch) {
+    if (g.c_fp32) {
+        if (!g.a_mn_major && !g.b_mn_major) return launch.template operator()<major::K, major::K, float>();
+        if (!g.a_mn_major) return launch.template operator()<major::K, major::MN, float>();
+        return launch.template operator()<major::MN, major::MN, float>();
+    }
+    if (!g.a_mn_major && !g.b_mn_major) return launch.template operator()<major::K, major::K, bf16>();
+    if (!g.a_mn_major) return launch.template operator()<major::K, major::MN, bf16>();
+    return launch.template operator()<major::MN, major::MN, bf16>();
+}
+
 }  // namespace gemm4

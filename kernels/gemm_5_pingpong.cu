@@ -132,43 +132,29 @@ const char* launch_scheduled(const gemm::args& g) {
         return error;
     return gemm5::launch<Cfg, MA, MB, gemm4::scheduled_splitk_epilogue<OutT, true>>(
         "gemm step 5", g.a, g.b, g.M, g.N, g.K, 1, g.num_sms, g.stream,
-        [&] { return gemm4::scheduled_epilogue_of<OutT>(g); });
+        [&] { return gemm4::scheduled_epilogue_of<OutT>(g);
+    });
 }
 
 template <typename Cfg>
 const char* dispatch_scheduled(const gemm::args& g) {
-    if (g.c_fp32) {
-        if (!g.a_mn_major && !g.b_mn_major) return launch_scheduled<Cfg, major::K, major::K, float>(g);
-        if (!g.a_mn_major) return launch_scheduled<Cfg, major::K, major::MN, float>(g);
-        return launch_scheduled<Cfg, major::MN, major::MN, float>(g);
-    }
-    if (!g.a_mn_major && !g.b_mn_major) return launch_scheduled<Cfg, major::K, major::K, bf16>(g);
-    if (!g.a_mn_major) return launch_scheduled<Cfg, major::K, major::MN, bf16>(g);
-    return launch_scheduled<Cfg, major::MN, major::MN, bf16>(g);
+    return gemm4::by_layout(g, [&]<major MA, major MB, typename OutT>() {
+        return launch_scheduled<Cfg, MA, MB, OutT>(g);
+    });
 }
 
 template <typename Cfg>
 const char* dispatch_splitk(const gemm::args& g) {
-    if (g.c_fp32) {
-        if (!g.a_mn_major && !g.b_mn_major) return launch_splitk<Cfg, major::K, major::K, float>(g);
-        if (!g.a_mn_major) return launch_splitk<Cfg, major::K, major::MN, float>(g);
-        return launch_splitk<Cfg, major::MN, major::MN, float>(g);
-    }
-    if (!g.a_mn_major && !g.b_mn_major) return launch_splitk<Cfg, major::K, major::K, bf16>(g);
-    if (!g.a_mn_major) return launch_splitk<Cfg, major::K, major::MN, bf16>(g);
-    return launch_splitk<Cfg, major::MN, major::MN, bf16>(g);
+    return gemm4::by_layout(g, [&]<major MA, major MB, typename OutT>() {
+        return launch_splitk<Cfg, MA, MB, OutT>(g);
+    });
 }
 
 template <typename Cfg, bool PLAIN = false>
 const char* dispatch(const gemm::args& g) {
-    if (g.c_fp32) {
-        if (!g.a_mn_major && !g.b_mn_major) return launch<Cfg, major::K, major::K, float, PLAIN>(g);
-        if (!g.a_mn_major) return launch<Cfg, major::K, major::MN, float, PLAIN>(g);
-        return launch<Cfg, major::MN, major::MN, float, PLAIN>(g);
-    }
-    if (!g.a_mn_major && !g.b_mn_major) return launch<Cfg, major::K, major::K, bf16, PLAIN>(g);
-    if (!g.a_mn_major) return launch<Cfg, major::K, major::MN, bf16, PLAIN>(g);
-    return launch<Cfg, major::MN, major::MN, bf16, PLAIN>(g);
+    return gemm4::by_layout(g, [&]<major MA, major MB, typename OutT>() {
+        return launch<Cfg, MA, MB, OutT, PLAIN>(g);
+    });
 }
 }  // namespace
 
