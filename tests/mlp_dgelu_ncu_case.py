@@ -153,26 +153,35 @@ def check(letters, outs, t):
 
 
 def mode_ncu(args, letters):
-    import torch
     t = make_inputs(args.M, args.C, args.H)
     calls = make_calls(letters, t)
-    for _ in range(args.warmup):                   # outside the NVTX range: ncu skips these
+    outs = launch_for_ncu(calls, letters, run, args.warmup, nvtx=not args.no_nvtx)
+    check(letters, outs, t)
+    print("ncu case done")
+
+
+def launch_for_ncu(calls, letters, run, warmup, nvtx=True):
+    """Each case once, in `letters` order, inside an NVTX range "ncu" (ncu's filter), after `warmup`
+    rounds outside it; returns {letter: outputs} for the caller's check. `run(calls, k)` sets the
+    case's schedule and launches it. Shared with tests/mlp_fc_ncu_case.py. Leaves the default
+    schedule set."""
+    import torch
+    from kernels import mlp_op
+    for _ in range(warmup):                   # outside the NVTX range: ncu skips these
         for k in letters:
             run(calls, k)
     torch.cuda.synchronize()
     print(f"measured order: {','.join(letters)}", flush=True)
     outs = {}
-    if not args.no_nvtx:
+    if nvtx:
         torch.cuda.nvtx.range_push("ncu")
     for k in letters:
         outs[k] = run(calls, k)
         torch.cuda.synchronize()
-    if not args.no_nvtx:
+    if nvtx:
         torch.cuda.nvtx.range_pop()
-    check(letters, outs, t)
-    from kernels import mlp_op
     mlp_op.set_schedule("0")
-    print("ncu case done")
+    return outs
 
 
 def mode_time(args, letters):

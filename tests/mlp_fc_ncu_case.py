@@ -117,23 +117,10 @@ def check(letters, outs, t):
 
 
 def mode_ncu(args, letters):
-    import torch
-    from kernels import mlp_op
     t = make_inputs(args.M, args.C, args.H)
     calls = make_calls(letters, t)
-    for _ in range(args.warmup):                   # outside the NVTX range: ncu skips these
-        for k in letters:
-            run(calls, k)
-    torch.cuda.synchronize()
-    print(f"measured order: {','.join(letters)}", flush=True)
-    outs = {}
-    torch.cuda.nvtx.range_push("ncu")
-    for k in letters:
-        outs[k] = run(calls, k)
-        torch.cuda.synchronize()
-    torch.cuda.nvtx.range_pop()
+    outs = shared.launch_for_ncu(calls, letters, run, args.warmup)
     check(letters, outs, t)
-    mlp_op.set_schedule("0")
     print("ncu case done")
 
 
