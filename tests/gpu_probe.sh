@@ -14,6 +14,9 @@
 #   then:   bench.py --e2e on GPT-2 124M alone on the machine: torch.compile, tk, tk under
 #           torch.compile (E2E_SECONDS, default 180: compile's warm-ups alone take ~45 s, and
 #           session 9's 120 s cut the last row)
+# Knobs: GEMM_BENCH=0 / PROFILE_COMPILE=0 leave those out; EXTRA0 / EXTRA1 = "SCRIPT:SECONDS ..."
+# run after lane 0's / lane 1's own items on that GPU (an engineer's gpu_*.sh, given OUT/logs/<name>
+# and LANE_LIMIT = SECONDS - 10, as tests/gpu_combined.sh runs them).
 # Logs in OUT/logs, packed into OUT/logs.tgz; headlines in OUT/summary.txt. LANE_LIMIT (s, 200).
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: bash tests/gpu_probe.sh OUT" >&2; exit 2; }
@@ -23,6 +26,16 @@ source tests/gpu_lib.sh "$1"
 note "gpu_probe"
 setup_shakespeare
 prebuild_all
+
+extra() {   # $1 = a lane's "SCRIPT:SECONDS ..." list, run one after the other on this lane's GPU
+    local item cmd seconds name
+    for item in $1; do
+        cmd=${item%:*}; seconds=${item##*:}; name=$(basename "$cmd" .sh)
+        LANE_LIMIT=$((seconds - 10)) step "$seconds" "$name.log" bash "$cmd" "$L/$name"
+        note "GPU $CUDA_VISIBLE_DEVICES: $cmd -> rc=$?"
+        tail -12 "$L/$name.log" | sed 's/^/    /' >> "$S"
+    done
+}
 
 profile() {   # $1 log name, then bench.py --profile's arguments
     local log=$1; shift
@@ -38,16 +51,20 @@ lane0() {
     step 90 tk_ops.log python3 -m pytest -v -n 8 -p no:cacheprovider tests/test_tk_ops.py
     note "test_tk_ops: rc=$? $(grep -E '^=+ .*(passed|failed)' "$L/tk_ops.log" | tail -1)"
     grep -E " FAILED|^E .*CUDA error" "$L/tk_ops.log" | sort -u | head -20 | tee -a "$S"
-    step 100 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --modes graph,kernel \
-        --trials "${GEMM_TRIALS:-9}" --json "$L/gemm_bench.json"
-    note "gemm bench: rc=$?"
-    grep -E "x$" "$L/gemm_bench.log" | tail -12 >> "$S"
+    if [ "${GEMM_BENCH:-1}" != 0 ]; then
+        step 100 gemm_bench.log python3 -m kernels.gemm_bench --steps 0,4 --modes graph,kernel \
+            --trials "${GEMM_TRIALS:-9}" --json "$L/gemm_bench.json"
+        note "gemm bench: rc=$?"
+        grep -E "x$" "$L/gemm_bench.log" | tail -12 >> "$S"
+    fi
+    extra "${EXTRA0:-}"
 }
 
 lane1() {
     export CUDA_VISIBLE_DEVICES=1
     profile profile_tk --kernels tk
-    profile profile_compile --kernels torch --profile-compile default
+    [ "${PROFILE_COMPILE:-1}" = 0 ] || profile profile_compile --kernels torch --profile-compile default
+    extra "${EXTRA1:-}"
 }
 
 lane0 & P0=$!
