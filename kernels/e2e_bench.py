@@ -156,8 +156,37 @@ def time_steps(step, warmup, steps, device_type):
     wall_ms = (time.perf_counter() - t0) * 1e3 / steps
     if cuda:
         ms = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-    return {"ms": statistics.median(ms), "ms_steps": [round(t, 4) for t in ms],
-            "ms_wall_mean": wall_ms, "warmup_s": round(warmup_s, 2), "loss": loss.item()}
+    out = {"ms": statistics.median(ms), "ms_steps": [round(t, 4) for t in ms],
+           "ms_wall_mean": wall_ms, "warmup_s": round(warmup_s, 2), "loss": loss.item()}
+    if cuda:
+        out["host_ms"] = host_issue_ms(step, warmup + steps)
+    return out
+
+
+HOLD_MS = 400   # how long host_issue_ms keeps the GPU busy while Python issues one step
+
+
+def host_issue_ms(step, first, reps=3):
+    """The host's time to issue one whole step while the GPU is held busy (torch.cuda._sleep):
+    Python, autograd and the launches, without waiting for any kernel. Where it comes near the
+    step's GPU time, the step is bound by the host, and faster kernels stop showing in tokens/s
+    (CUDA graphs or torch.compile remove most of it). Median of `reps` steps. A figure near
+    HOLD_MS means the step waited for the GPU after all (a sync, or a full launch queue): then it
+    is a lower bound, and the table marks it."""
+    import torch
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    torch.cuda._sleep(50_000_000)   # ~25 ms: the clock rate, to within the launch's and sync's few us
+    torch.cuda.synchronize()
+    cycles_per_ms = 50_000_000 / ((time.perf_counter() - t0) * 1e3)
+    times = []
+    for r in range(reps):
+        torch.cuda._sleep(int(HOLD_MS * cycles_per_ms))
+        t = time.perf_counter()
+        step(first + r)
+        times.append((time.perf_counter() - t) * 1e3)
+        torch.cuda.synchronize()
+    return statistics.median(times)
 
 
 def measure(spec):
@@ -261,7 +290,8 @@ def run_e2e(models, variants, compile_modes, device, dtype, warmup, steps, timeo
             print(f"  {row['model']} {row['variant']}: FAILED {row['error']}", flush=True)
         else:
             print(f"  {row['model']} {row['variant']}: {row['ms']:.2f} ms/step, {row['tokens_per_s']:,.0f} tok/s "
-                  f"(warm-up {row['warmup_s']} s; ops on {row['used']})", flush=True)
+                  f"(warm-up {row['warmup_s']} s; host {row.get('host_ms', 0):.1f} ms to issue a step; ops on {row['used']})",
+                  flush=True)
     add_ratios(rows)
     return rows
 
@@ -269,18 +299,22 @@ def run_e2e(models, variants, compile_modes, device, dtype, warmup, steps, timeo
 def format_table(rows):
     def num(v, fmt):   # '1.23 x', or '-' where there is nothing to compare with
         return format(v, fmt.split()[0]) + "x" if v is not None else "-"
-    lines = [f"{'model':<17}{'variant':<40}{'ms/step':>10}{'tok/s':>13}{'MFU':>7}{'x torch':>9}{'x compile':>11}"]
+    lines = [f"{'model':<17}{'variant':<40}{'ms/step':>10}{'tok/s':>13}{'MFU':>7}{'x torch':>9}{'x compile':>11}"
+             f"{'host ms':>9}"]
     for r in rows:
         name = f"{r['model']:<17}{r['variant']:<40}"
         if "error" in r:
             lines.append(f"{name}FAILED: {r['error'][:200]}")
             continue
         mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") is not None else "-"
+        host = r.get("host_ms")
+        host = "-" if host is None else f"{host:.1f}" + ("+" if host >= 0.9 * HOLD_MS else "")
         lines.append(f"{name}{r['ms']:10.2f}{r['tokens_per_s']:13,.0f}{mfu:>7}"
-                     f"{num(r.get('vs_torch'), '.2f x'):>9}{num(r.get('vs_torch_compile'), '.2f x'):>11}")
+                     f"{num(r.get('vs_torch'), '.2f x'):>9}{num(r.get('vs_torch_compile'), '.2f x'):>11}{host:>9}")
     lines.append("(ms/step: median over whole optimizer steps, CUDA events around each on a GPU, the host "
                  "clock on the CPU; x torch / x compile: speed over torch eager / over torch.compile's "
-                 "best mode, same run)")
+                 "best mode, same run; host ms: the host's time to issue one step while the GPU is held busy, "+" = a "
+                 "lower bound, the step waited for the GPU)")
     return "\n".join(lines)
 
 
