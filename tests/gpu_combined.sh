@@ -11,6 +11,8 @@
 # PREBUILD=0 leaves the building to the scripts (each builds what it needs; torch locks the cache).
 # The logs are packed into OUT/logs.tgz; OUT/summary.txt holds each script's exit status and the
 # tail of its output. The whole call is bounded by LANE_LIMIT_ALL (s, default 580).
+# AFTER="SCRIPT:SECONDS ..." (same forms) runs on GPU 0 once both lanes are done, alone on the
+# machine (e.g. bench.py --e2e, whose figures a neighbour's load would bend).
 set -uo pipefail
 [ $# -ge 2 ] || { echo "usage: bash tests/gpu_combined.sh OUT \"SCRIPT:SECONDS ...\" [\"SCRIPT:SECONDS ...\"]" >&2; exit 2; }
 cd "$(dirname "$0")/.."
@@ -19,7 +21,7 @@ note "gpu_combined"
 setup_shakespeare
 [ "${PREBUILD:-1}" = 0 ] || prebuild_all
 
-run_lane() {   # $1 GPU index, $2 the lane's list
+run_lane() {   # $1 GPU index, $2 the lane's list, $3 the name of its command logs (default gpu<index>)
     export CUDA_VISIBLE_DEVICES=$1
     local n=0 item cmd seconds name
     while read -r item; do
@@ -29,7 +31,7 @@ run_lane() {   # $1 GPU index, $2 the lane's list
             name=$(basename "$cmd" .sh)
             LANE_LIMIT=$((seconds - 10)) step "$seconds" "$name.log" bash "$cmd" "$L/$name"
         else
-            name="gpu$1_cmd$n"
+            name="${3:-gpu$1}_cmd$n"
             step "$seconds" "$name.log" bash -c "$cmd"
         fi
         note "GPU $1: $cmd -> rc=$?"
@@ -40,4 +42,5 @@ run_lane() {   # $1 GPU index, $2 the lane's list
 run_lane 0 "$1" &
 [ $# -ge 2 ] && run_lane 1 "$2" &
 wait
+[ -z "${AFTER:-}" ] || run_lane 0 "$AFTER" after
 pack
