@@ -313,7 +313,7 @@ def format_table(rows):
                      f"{num(r.get('vs_torch'), '.2f x'):>9}{num(r.get('vs_torch_compile'), '.2f x'):>11}{host:>9}")
     lines.append("(ms/step: median over whole optimizer steps, CUDA events around each on a GPU, the host "
                  "clock on the CPU; x torch / x compile: speed over torch eager / over torch.compile's "
-                 "best mode, same run; host ms: the host's time to issue one step while the GPU is held busy, "+" = a "
+                 "best mode, same run; host ms: the host's time to issue one step while the GPU is held busy, '+' = a "
                  "lower bound, the step waited for the GPU)")
     return "\n".join(lines)
 
