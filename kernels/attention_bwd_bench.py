@@ -1,6 +1,6 @@
 """The attention BACKWARD alone, timed in turns: the Hopper backward's variants against cuDNN's.
 
-    python -m kernels.attention_bwd_bench [--shapes gpt2,shakespeare,t4096-d128] [--variants 16,15]
+    python -m kernels.attention_bwd_bench [--shapes gpt2,shakespeare,t4096-d128] [--variants 19,16]
         [--rounds 9] [--reps 10] [--no-cudnn] [--json out.json]
     python -m kernels.attention_bwd_bench --ncu-once 4,12     one call each of these variants at
         GPT-2's shape (B=32, H=12, T=1024, D=64), for `ncu -k regex:backward_kernel -c 2`
@@ -193,9 +193,10 @@ def parse_list(text, kind=str):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", default="gpt2,shakespeare,t4096-d128")
-    ap.add_argument("--variants", default="16,15",
-                    help="Hopper backward variants; the first is the baseline (16: D=64's default since session 9, "
-                         "15 on a persistent grid; 15: session 8's default; 12 races on dS, see the .cu)")
+    ap.add_argument("--variants", default="19,16",
+                    help="Hopper backward variants; the first is the baseline (19: D=64's default since session 10, "
+                         "16 with the mask's tests only where needed; 16: session 9's default, 15 on a persistent "
+                         "grid; 15: session 8's; 12 races on dS, see the .cu)")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--no-cudnn", action="store_true")

@@ -101,9 +101,10 @@ void backward_into(const at::Tensor& d_o, const at::Tensor& q, const at::Tensor&
                    const at::Tensor& o, const at::Tensor& lse, bool causal, double scale, const at::Tensor& dq,
                    const at::Tensor& dk, const at::Tensor& dv, int64_t variant) {
     tk_bindings::raise_if(backward_problem(d_o, q, k, v, o, lse, scale, dq, dk, dv));
-    if (variant < 0 || variant > 19 || variant == 6 || variant == 7 || variant == 17)   // 6, 7: removed in session 7; 17 in session 9
+    // 6, 7: removed in session 7; 17 in session 9; 18 in session 10
+    if (variant < 0 || variant > 21 || variant == 6 || variant == 7 || variant == 17 || variant == 18)
         tk_bindings::raise_if(tk_bindings::value_problem(
-            "tk Hopper attention backward: variant must be 0 (the default), 1-5, 8-16, 18 or 19, got " + std::to_string(variant)));
+            "tk Hopper attention backward: variant must be 0 (the default), 1-5, 8-16 or 19-21, got " + std::to_string(variant)));
     const int B = int(q.size(0)), H = int(q.size(1)), T = int(q.size(2)), D = int(q.size(3));
     const c10::cuda::CUDAGuard guard(q.device());
     at::Tensor d_rowsum = at::empty({B, H, T}, q.options().dtype(at::kFloat));

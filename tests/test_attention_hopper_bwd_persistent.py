@@ -1,22 +1,27 @@
-"""Tests of the Hopper attention backward's session-9 variants (kernels/attention_hopper_bwd.cu): 16
+"""Tests of the Hopper attention backward's persistent variants (kernels/attention_hopper_bwd.cu): 16
 (PERSISTENT: one CTA per SM takes work items from a counter that prep_kernel zeroes, two K/V sets),
-18 (15 + SPLIT_MASK: P's mask tests only in the blocks that need them) and 19 (16 + SPLIT_MASK).
-(17, LATE_DQ, ran in session 9's call 2 with these tests and was removed: it lost.)
+19 (16 + SPLIT_MASK: P's mask tests only in the blocks that need them; D = 64's default since
+session 10), and session 10's 20 and 21 (19 + FUSED_DQ / FUSED_EARLY: no dQ conversion kernel; each
+quarter of a dQ block is converted to bf16 by the warp whose atomics arrive last at its counter).
+(17, LATE_DQ, and 18, 15 + SPLIT_MASK, ran with these tests and were removed: they lost.)
 
 What can go wrong there and nowhere else, so what these shapes aim at: a CTA's second, third, ...
 item (more items than SMs: 132 on the H200), the slots' phases carried from one item to the next
 (items of different lengths, consumer 1's skipped first block at every item), the K/V set in use
 when the producer has already loaded the next one, and the counter, zeroed again before every call
-(repeated calls, CUDA-graph replays).
+(repeated calls, CUDA-graph replays). 20, 21 add the arrival counters (zeroed by prep_kernel too),
+the arrivals carried from one item to the next and the CTA's last ones, and dQ rows past T in the
+last query block (never written).
 
 GPU (sm_90 only): dq, dk, dv against a float64 reference, outputs poisoned with NaN first; dK and
-dV bit-identical to variant 15's (the kernel they change, D = 64's default until session 9: the same
-arithmetic per item, one CTA's registers), dQ within bf16 rounding (fp32 sums in L2 in another order).
+dV bit-identical to variant 15's (the kernel they change, D = 64's default in session 8: the same
+arithmetic per item, one CTA's registers), dQ within bf16 rounding (fp32 sums in L2 in another order);
+20, 21 at awkward T (odd, 1..1000) with B = 1, shapes changing from call to call.
 CPU: the GPU script parses.
 
 Also the sanitizer case: `python3 tests/test_attention_hopper_bwd_persistent.py [V ...]` runs
-backward variants V (without V: 15, 16, 18, 19) once each at shapes with more items than SMs, no checks
-(compute-sanitizer racecheck / memcheck wrap it; tests/gpu_attention_bwd_persistent.sh).
+backward variants V (without V: 15, 16, 19, 20, 21) once each at shapes with more items than SMs, no
+checks (compute-sanitizer racecheck / memcheck wrap it; tests/gpu_attention_bwd_fused.sh).
 """
 import math
 import os
@@ -35,10 +40,12 @@ HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9,
 gpu = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 (Hopper) GPU")
 # TK_ATTENTION_HOPPER_BWD_VARIANTS="15 16" narrows these to the ones named (the GPU script leaves
 # out a variant whose smoke run failed)
-_WANTED = [int(v) for v in os.environ.get("TK_ATTENTION_HOPPER_BWD_VARIANTS", "16 18 19").split()]
-SESSION9 = tuple(v for v in (16, 18, 19) if v in _WANTED)   # 18 is not persistent; the same tests hold
-BASE = 15   # the variant 16, 18 and 19 change (D = 64's default until session 9; 16 is now)
-needs_variants = pytest.mark.skipif(not SESSION9, reason="TK_ATTENTION_HOPPER_BWD_VARIANTS names none of 16, 18, 19")
+_WANTED = [int(v) for v in os.environ.get("TK_ATTENTION_HOPPER_BWD_VARIANTS", "16 19 20 21").split()]
+PERSISTENT = tuple(v for v in (16, 19, 20, 21) if v in _WANTED)
+FUSED = tuple(v for v in (20, 21) if v in _WANTED)   # no dQ conversion kernel (session 10)
+BASE = 15   # the variant they all change (D = 64's default in session 8)
+needs_variants = pytest.mark.skipif(not PERSISTENT, reason="TK_ATTENTION_HOPPER_BWD_VARIANTS names none of 16, 19-21")
+needs_fused = pytest.mark.skipif(not FUSED, reason="TK_ATTENTION_HOPPER_BWD_VARIANTS names neither 20 nor 21")
 
 
 def sms():
@@ -73,7 +80,7 @@ def test_persistent_against_float64(B, H, T, causal):
     o_ref, lse_ref, grads_ref = base.reference(q, k, v, d_o, causal, scale)
     o = o_ref.bfloat16().transpose(1, 2).contiguous().transpose(1, 2)
     lse = lse_ref.float().contiguous()
-    for variant in SESSION9:
+    for variant in PERSISTENT:
         out = tuple(torch.empty(B, T, H, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(3))
         base.poison(*out)
         base.run_backward(d_o, q, k, v, o, lse, causal, scale, out, variant)
@@ -105,11 +112,11 @@ def inputs(B, H, T, causal, seed):
 @gpu
 @needs_variants
 @pytest.mark.parametrize("B,H,T,causal", SHAPES[:4])
-def test_session9_variants_equal_15(B, H, T, causal):
+def test_persistent_variants_equal_15(B, H, T, causal):
     import test_attention_hopper_bwd as base
     x = inputs(B, H, T, causal, seed=T + B)
     ref = run(BASE, x)
-    for variant in SESSION9:
+    for variant in PERSISTENT:
         for _ in range(3):   # repeated calls: the counter is zeroed again each time
             got = run(variant, x)
             torch.cuda.synchronize()
@@ -121,9 +128,9 @@ def test_session9_variants_equal_15(B, H, T, causal):
 
 
 @gpu
-@pytest.mark.parametrize("variant", [v for v in SESSION9 if v != 18])
+@pytest.mark.parametrize("variant", PERSISTENT)
 def test_persistent_in_a_cuda_graph(variant):
-    # prep_kernel's zeroing of the counter is part of the captured work: every replay starts at 0
+    # prep_kernel's zeroing of the counters is part of the captured work: every replay starts at 0
     x = inputs(8, 12, 1000, True, seed=77)
     ref = run(BASE, x)
     out = tuple(torch.full_like(x["q"], float("nan")) for _ in range(3))
@@ -142,10 +149,46 @@ def test_persistent_in_a_cuda_graph(variant):
         torch.cuda.synchronize()
         assert torch.equal(out[1], ref[1]) and torch.equal(out[2], ref[2])
         assert not torch.isnan(out[0]).any()
+        import test_attention_hopper_bwd as base
+        assert base.rel_err(out[0], ref[0].double()) < 1e-2, f"variant {variant}: replayed dq far from 15's"
+
+
+# T: odd and awkward (one key, a partial first query block, one past a key block, a tail of one
+# row in the last query block, ...), B = 1: fewer items than SMs (each CTA's first fetch ends it)
+FUSED_T = [1, 3, 63, 65, 127, 129, 191, 333, 641, 999]
+
+
+@gpu
+@needs_fused
+@pytest.mark.parametrize("causal", [True, False])
+def test_fused_awkward_T_against_float64(causal):
+    import test_attention_hopper_bwd as base
+    for T in FUSED_T:
+        for variant in FUSED:
+            base.check(1, 3, T, 64, causal=causal, seed=T + 3 * causal, variant=variant)
+
+
+@gpu
+@needs_fused
+def test_fused_shapes_change_between_calls():
+    # the counters' buffer is a fresh allocation each call (smaller or larger than the last one's,
+    # reusing freed memory that held other counts): every call must start from prep_kernel's zeros
+    import test_attention_hopper_bwd as base
+    for variant in FUSED:
+        for B, H, T in ((4, 12, 1000), (1, 1, 77), (8, 12, 1000), (2, 5, 129), (8, 12, 1000)):
+            x = inputs(B, H, T, True, seed=B + T)
+            ref = run(BASE, x)
+            for _ in range(2):
+                got = run(variant, x)
+                torch.cuda.synchronize()
+                assert torch.equal(got[1], ref[1]) and torch.equal(got[2], ref[2]), (variant, B, H, T)
+                assert not torch.isnan(got[0]).any(), f"variant {variant}: dq has unwritten rows (B={B} H={H} T={T})"
+                err = base.rel_err(got[0], ref[0].double())
+                assert err < 1e-2, f"variant {variant} dq: {err:.2e} from 15's (B={B} H={H} T={T})"
 
 
 def test_gpu_script_parses():
-    script = ROOT / "tests" / "gpu_attention_bwd_persistent.sh"
+    script = ROOT / "tests" / "gpu_attention_bwd_fused.sh"
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     text = script.read_text()
     assert "test_attention_hopper_bwd_persistent.py" in text and "compute-sanitizer" in text
@@ -172,4 +215,4 @@ def sanitize_case(variants):
 
 
 if __name__ == "__main__":
-    sanitize_case([int(v) for v in sys.argv[1:]] or [BASE, 16, 18, 19])
+    sanitize_case([int(v) for v in sys.argv[1:]] or [BASE, 16, 19, 20, 21])
