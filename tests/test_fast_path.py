@@ -86,16 +86,21 @@ class FakeMLPExt:
         y = h.float() @ w_proj.float().T + (0 if b_proj is None else b_proj.float())
         return [y.bfloat16(), pre.bfloat16(), h]
 
-    def backward(self, dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1):
+    def backward(self, dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1, dw_float=False):
         # saved (session 8): what the real forward left in pre (1 gelu'(pre), 0 pre, -1 per the
         # fcfast flag); this fake's forward always stores pre, so only the argument is checked
         assert saved in (-1, 0, 1), saved
+        assert w_fc.dtype == w_proj.dtype == torch.bfloat16   # the kernels read bf16 weights, always
+        assert not (dw_float and bias_grads), "the extension refuses dw_float with bias gradients"
         self.calls["mlp.backward"] += 1
         self.calls[f"mlp.backward bias_grads={bias_grads}"] += 1
+        self.calls[f"mlp.backward dw_float={dw_float}"] += 1
         dyf = dy.float()
         dpre = _gelu_grad(pre, dyf @ w_proj.float())
         grads = (dpre @ w_fc.float(), dpre.T @ x.float(), dpre.sum(0), dyf.T @ h.float(), dyf.sum(0))
         out = [g.bfloat16() for g in grads]
+        if dw_float:         # session 10: the weight gradients in fp32, from the split-K sums
+            out[1], out[3] = grads[1], grads[3]
         if not bias_grads:   # as the extension: empty bias gradients, their work skipped
             out[2], out[4] = out[2][:0], out[4][:0]
         return out
@@ -353,6 +358,32 @@ def test_mlp_fast_path_matches_custom_ops(calls, bias, param_dtype):
     ref_outs, ref_grads = _reference_grads(ref, leaves, 1)
     for got, want in zip(outs + list(grads), ref_outs + list(ref_grads)):
         assert _rel_err(got, want) < 2e-2
+
+
+@pytest.mark.parametrize("env", ["1", "0"])
+def test_mlp_fp32_weights_get_fp32_gradients_from_the_kernel(calls, monkeypatch, env):
+    """Session 10: under bf16 autocast, fp32 weights and no biases, the eager path hands the fp32
+    weights to _MLPEager, which casts them inside, and asks the backward for fp32 weight gradients
+    (dw_float): no cast to bf16 and back. TK_MLP_DW_FLOAT=0: the casts outside, as before."""
+    monkeypatch.setattr(mlp_op, "_autocast_bf16", lambda: True)   # as under torch.autocast on a GPU
+    monkeypatch.setenv(mlp_op.DW_FLOAT_ENV, env)
+    C, H = 64, 192
+    x = torch.randn(2, 19, C, dtype=torch.bfloat16, requires_grad=True)
+    w_fc = (torch.randn(H, C) / C**0.5).requires_grad_()
+    w_proj = (torch.randn(C, H) / H**0.5).requires_grad_()
+    y = mlp_op.mlp(x, w_fc, None, w_proj, None)
+    assert type(y.grad_fn).__name__ != "ToCopyBackward0"
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    assert calls["mlp.backward"] == 1 and calls[f"mlp.backward dw_float={env == '1'}"] == 1, dict(calls)
+    assert w_fc.grad.dtype == w_proj.grad.dtype == torch.float32
+    ref_w = [w.detach().clone().requires_grad_() for w in (w_fc, w_proj)]
+    reference.mlp(x.detach().float(), ref_w[0], None, ref_w[1], None).backward(dy.float())
+    for got, want in zip((w_fc.grad, w_proj.grad), (r.grad for r in ref_w)):
+        assert _rel_err(got, want) < 2e-2
+    # the fp32 path hands back the (fake) kernel's fp32 sums unrounded; the other rounds them to bf16
+    for g in (w_fc.grad, w_proj.grad):
+        assert torch.equal(g, g.bfloat16().float()) == (env == "0")
 
 
 # ---- attention ---------------------------------------------------------------------------------
