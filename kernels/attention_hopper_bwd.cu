@@ -121,13 +121,18 @@
 //   next item's K/V loaded under the current one; config's comment on the bit; 4.2% faster than 15
 //   in its one run); 17 removed (LATE_DQ, lost); 19 = 16 + SPLIT_MASK (session 9; D = 64's default
 //   since session 10: P's mask tests only in the diagonal and tail blocks); 18 (15 + SPLIT_MASK)
-//   removed in session 10 (521.7 us against 16's 507.6 and 19's 501.4).
-//   D = 128 runs 5 for 8-10 and 5 + PREP for 11-16, 19 (no registers to spare).
+//   removed in session 10 (521.7 us against 16's 507.6 and 19's 501.4). Session 10, opt-in: 20 =
+//   19 + FUSED_DQ (no kernel 3: each quarter of a dq_accum chunk converted to bf16 by the warp
+//   whose atomics arrive last at the quarter's counter), 21 = 19 + FUSED_EARLY (20 with the
+//   arrival's release fence under the next block's Sᵀ, dPᵀ wgmmas), 22, 23 = 20, 21 + SELF_CLEAN
+//   (that warp leaves the quarter zero: a kept accumulator, no zeroing pass).
+//   D = 128 runs 5 for 8-10 and 5 + PREP for 11-16, 19-23 (no registers to spare).
 //   Tried in session 7 and removed (code at commit b31b295; figures in kernels/NOTES.md):
 //   6/7  Di computed inside the main kernel by producer warps 2-3 (cp.async of O and dO; 32
 //        producer registers, consumers 232): GPT-2 backward 843 us against 548, the Di warps
 //        could not keep ahead of the consumers.
-//   15-18 (numbers reused since) no kernel 3: each CTA counted itself in its head's counter
+//   15-18 (numbers reused since; 20-23's per-quarter counters are this idea at a finer grain)
+//        no kernel 3: each CTA counted itself in its head's counter
 //        after a fence, and the head's last CTA converted the head's dq_accum from L2 (+33 us on 12 at GPT-2: the
 //        conversions and the per-CTA fence sit in CTA tails with one CTA per SM).
 //   19-23  no zeroing pass: the head's first CTA (a ticket) zeroed its chunks in L2 from producer
@@ -200,8 +205,13 @@ namespace attention_hopper_bwd {
 // Bit FUSED_EARLY (variant 21 = 19 + it): FUSED_DQ with block i's arrival made right after block
 // i+1's Sᵀ, dPᵀ wgmmas are issued (the release fence, MEMBAR.GPU, under their run instead of in the
 // chain) and its ticket read in block i+1's window.
+// Bit SELF_CLEAN (variants 22 = 20 + it, 23 = 21 + it): the warp that converts a quarter also writes
+// zeros back over it and resets its arrival counter, so the accumulator is all zeros again when
+// the kernel ends and prep_kernel need not zero it (it only computes Di, reading O and dO: ~half
+// of its bytes). The caller keeps one such buffer per device between calls (the bindings); the
+// work counter moves to the end of the per-call Di buffer (prep_kernel zeroes it there).
 constexpr int DQ_ATOMIC = 2, ONE_CONSUMER = 4, PREP = 8, DS_SYNC = 16, PERSISTENT = 32, SPLIT_MASK = 128,
-              FUSED_DQ = 256, FUSED_EARLY = 512;
+              FUSED_DQ = 256, FUSED_EARLY = 512, SELF_CLEAN = 1024;
 
 template <int D, bool PIPELINED = false, bool SPLIT_DQ = false, int OPT = 0>
 struct config {
@@ -211,6 +221,7 @@ struct config {
     static constexpr bool split_mask = (OPT & SPLIT_MASK) != 0;
     static constexpr bool fused_dq = (OPT & (FUSED_DQ | FUSED_EARLY)) != 0;
     static constexpr bool fused_early = (OPT & FUSED_EARLY) != 0;
+    static constexpr bool self_clean = (OPT & SELF_CLEAN) != 0;
     static_assert(!ds_sync || dq_atomic, "DS_SYNC orders the dS reuse of the atomics path only");
     static_assert(!SPLIT_DQ || (D == 128 && !PIPELINED), "variant 3 is D = 128's (its halves are whole 64-column blocks)");
     static constexpr bool one_consumer = (OPT & ONE_CONSUMER) != 0;
@@ -243,6 +254,7 @@ struct config {
     static_assert(!persistent || (prep && dq_atomic && PIPELINED && !one_consumer),
                   "PERSISTENT: variant 15's kernel (prep_kernel zeroes its counter; no bulk dQ copies to wait for)");
     static_assert(!fused_dq || (persistent && ds_sync), "FUSED_DQ: the arrivals carry over items, after DS_SYNC's bar.sync");
+    static_assert(!self_clean || fused_dq, "SELF_CLEAN: the converting warp cleans up");
     // D = 128 (variant 1): dQ is issued only after dV and dK finished (frees P's and dS's A
     // operands; with all of them live ptxas ran out of registers and serialized: C7512).
     static constexpr bool dq_after_dk = D == 128 && !SPLIT_DQ;
@@ -424,18 +436,25 @@ __global__ void __launch_bounds__(256) rowsum_kernel(const AttentionBackwardPara
 // ZERO_COUNTER (PERSISTENT): block 0 also zeroes the work counter, the int just past the chunks.
 // ZERO_ARRIVALS (FUSED_DQ): each block zeroes its chunk's 4 arrival counters (past the work counter).
 // 16 floats (64 bytes) past the chunks hold the work counter; the arrival counters follow.
+// CLEAN (SELF_CLEAN): dq_accum and its arrival counters are zero already (the last call's kernel
+// left them so): no zeroing; the work counter is the int past Di's B·H·T floats.
 constexpr int64_t COUNTER_FLOATS = 16;
-template <int D, bool ZERO_COUNTER = false, bool ZERO_ARRIVALS = false>
+template <int D, bool ZERO_COUNTER = false, bool ZERO_ARRIVALS = false, bool CLEAN = false>
 __global__ void __launch_bounds__(256) prep_kernel(const AttentionBackwardParams p, int q_blocks) {
     constexpr int LANES = D / 8, ROWS = 256 / LANES, PASSES = 64 / ROWS;   // D = 64: 8, 32, 2
     const int T = p.shape.seq_len, H = p.shape.heads;
     const int bh = int(blockIdx.x / q_blocks), m = int(blockIdx.x % q_blocks), b = bh / H, h = bh % H;
-    float4* chunk = reinterpret_cast<float4*>(p.dq_accum) + int64_t(blockIdx.x) * (64 * D / 4);
+    if constexpr (!CLEAN) {
+        float4* chunk = reinterpret_cast<float4*>(p.dq_accum) + int64_t(blockIdx.x) * (64 * D / 4);
 #pragma unroll
-    for (int f = threadIdx.x; f < 64 * D / 4; f += 256) chunk[f] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if constexpr (ZERO_COUNTER)
+        for (int f = threadIdx.x; f < 64 * D / 4; f += 256) chunk[f] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    if constexpr (ZERO_COUNTER && CLEAN)
+        if (blockIdx.x == 0 && threadIdx.x == 0)
+            *reinterpret_cast<int*>(p.d_rowsum + int64_t(p.shape.batch) * H * T) = 0;
+    if constexpr (ZERO_COUNTER && !CLEAN)
         if (blockIdx.x == 0 && threadIdx.x == 0) *reinterpret_cast<int*>(p.dq_accum + int64_t(gridDim.x) * (64 * D)) = 0;
-    if constexpr (ZERO_ARRIVALS)
+    if constexpr (ZERO_ARRIVALS && !CLEAN)
         if (threadIdx.x < 4)
             reinterpret_cast<int*>(p.dq_accum + int64_t(gridDim.x) * (64 * D) + COUNTER_FLOATS)[4 * blockIdx.x + threadIdx.x] = 0;
     const int part = threadIdx.x % LANES, r0 = threadIdx.x / LANES;
@@ -833,6 +852,12 @@ backward_kernel(const __grid_constant__ kernel_params p) {
         float4 v[D / 8];
 #pragma unroll
         for (int jj = 0; jj < D / 8; ++jj) v[jj] = ld_relaxed_gpu_v4(src + jj * 128);
+        if constexpr (C::self_clean) {                   // 22, 23: leave the quarter and its counter
+#pragma unroll                                           // zero for the next call
+            for (int jj = 0; jj < D / 8; ++jj)
+                const_cast<float4*>(src)[jj * 128] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (lane == 0) p.dq_arrivals[4 * chunk + warp] = 0;
+        }
         const int bhq = chunk / p.q_blocks, m = chunk - bhq * p.q_blocks;
         __nv_bfloat16* out = p.dq + (bhq / p.heads) * p.dq_stride_batch + (bhq % p.heads) * p.dq_stride_head;
         const int q0 = m * BM + 16 * warp + lane / 4;    // rows q0 and q0 + 8
@@ -1054,7 +1079,7 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     const int64_t accum_floats = dq_accum_floats(sh.batch, sh.heads, sh.seq_len, D);
     cudaError_t err;
     if (C::prep) {
-        prep_kernel<D, C::persistent, C::fused_dq><<<unsigned(int64_t(sh.batch) * sh.heads * q_blocks), 256, 0, stream>>>(a, q_blocks);
+        prep_kernel<D, C::persistent, C::fused_dq, C::self_clean><<<unsigned(int64_t(sh.batch) * sh.heads * q_blocks), 256, 0, stream>>>(a, q_blocks);
         if ((err = cudaGetLastError()) != cudaSuccess) return err;
     } else if ((err = cudaMemsetAsync(a.dq_accum, 0, size_t(accum_floats) * sizeof(float), stream)) != cudaSuccess) {
         return err;
@@ -1096,6 +1121,7 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     kp.dq = static_cast<__nv_bfloat16*>(a.dq.data);
     kp.dq_stride_batch = a.dq.stride_batch; kp.dq_stride_head = a.dq.stride_head; kp.dq_stride_seq = a.dq.stride_seq;
     kp.dq_arrivals = reinterpret_cast<int*>(a.dq_accum + accum_floats + COUNTER_FLOATS);
+    if (C::self_clean) kp.work_counter = reinterpret_cast<int*>(a.d_rowsum + rows);   // past Di (see prep_kernel)
     int grid = kp.total_items;
     if (C::persistent) {                                 // one CTA per SM (registers), at most one per item
         int device = 0, sms = 0;
@@ -1148,6 +1174,14 @@ const char* attention_hopper_backward_why_not(const AttentionBackwardParams& a) 
     return nullptr;
 }
 
+// Whether `variant` at `head_dim` leaves dq_accum (and its counters) all zero when it ends and
+// expects them so when it starts (SELF_CLEAN: 22, 23 at D = 64): then dq_accum must be a buffer
+// kept between calls, zeroed once, used by one stream at a time; d_rowsum needs 16 floats more
+// than B·H·T (the work counter). Otherwise dq_accum may hold anything (prep_kernel zeroes it).
+bool attention_hopper_backward_keeps_scratch_clean(int variant, int head_dim) {
+    return head_dim == 64 && (variant == 22 || variant == 23);
+}
+
 // Floats the launcher needs in AttentionBackwardParams::dq_accum (query blocks padded to 64 rows).
 int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_len, int head_dim) {
     return attention_hopper_bwd::dq_accum_floats(batch, heads, seq_len, head_dim) + attention_hopper_bwd::COUNTER_FLOATS +
@@ -1180,8 +1214,11 @@ int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_
 //      to bf16 by the warp whose atomics arrive last (per-quarter counters)
 //  21: D = 64: 20 with each arrival made right after the next block's Sᵀ, dPᵀ issue (FUSED_EARLY;
 //      session 10, opt-in)
-//  22, 23: removed (see the opening comment; session 7's 15-18 were removed too, 15-21 reused)
-//  D = 128 runs 5 for 8-10 and 5 with prep_kernel for 11-16, 19-21.
+//  22, 23: D = 64: 20, 21 + SELF_CLEAN (session 10, opt-in): the converting warp leaves its quarter
+//      and counter zero, so dq_accum is the caller's persistent, always-zero buffer and prep_kernel
+//      only computes Di (attention_hopper_backward_keeps_scratch_clean says which variants)
+//  (session 7's 15-23 were removed, see the opening comment; 15-23 reused since)
+//  D = 128 runs 5 for 8-10 and 5 with prep_kernel for 11-16, 19-23.
 // 1-3 take the CTAs in session 3's order (block_at with one group of all heads).
 // (The file's opening comment says more about each.)
 // Runs the three kernels on `cuda_stream`; returns the CUDA error (0 = ok).
@@ -1197,7 +1234,7 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
         case 4: return launch<128, false>(p, stream, true);
         case 5: return launch<128, false, true>(p, stream, true);
         case 8: case 9: case 10: return launch<128, false, true>(p, stream, true);   // = 5 (see above)
-        case 11: case 12: case 13: case 14: case 15: case 16: case 19: case 20: case 21:
+        case 11: case 12: case 13: case 14: case 15: case 16: case 19: case 20: case 21: case 22: case 23:
             return launch<128, false, true, PREP>(p, stream, true);   // 5 + prep
         default: return cudaErrorInvalidValue;
         }
@@ -1219,6 +1256,8 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
     case 19: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | SPLIT_MASK>(p, stream, true);
     case 20: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | SPLIT_MASK | FUSED_DQ>(p, stream, true);
     case 21: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | SPLIT_MASK | FUSED_EARLY>(p, stream, true);
+    case 22: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | SPLIT_MASK | FUSED_DQ | SELF_CLEAN>(p, stream, true);
+    case 23: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | SPLIT_MASK | FUSED_EARLY | SELF_CLEAN>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }
