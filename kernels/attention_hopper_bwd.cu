@@ -125,8 +125,9 @@
 //   19 + FUSED_DQ (no kernel 3: each quarter of a dq_accum chunk converted to bf16 by the warp
 //   whose atomics arrive last at the quarter's counter), 21 = 19 + FUSED_EARLY (20 with the
 //   arrival's release fence under the next block's Sᵀ, dPᵀ wgmmas), 22, 23 = 20, 21 + SELF_CLEAN
-//   (that warp leaves the quarter zero: a kept accumulator, no zeroing pass).
-//   D = 128 runs 5 for 8-10 and 5 + PREP for 11-16, 19-23 (no registers to spare).
+//   (that warp leaves the quarter zero: a kept accumulator, no zeroing pass), 24 = 22 with the
+//   arrivals counted an item at a time (FUSED_ITEM).
+//   D = 128 runs 5 for 8-10 and 5 + PREP for 11-16, 19-24 (no registers to spare).
 //   Tried in session 7 and removed (code at commit b31b295; figures in kernels/NOTES.md):
 //   6/7  Di computed inside the main kernel by producer warps 2-3 (cp.async of O and dO; 32
 //        producer registers, consumers 232): GPT-2 backward 843 us against 548, the Di warps
@@ -205,13 +206,19 @@ namespace attention_hopper_bwd {
 // Bit FUSED_EARLY (variant 21 = 19 + it): FUSED_DQ with block i's arrival made right after block
 // i+1's Sᵀ, dPᵀ wgmmas are issued (the release fence, MEMBAR.GPU, under their run instead of in the
 // chain) and its ticket read in block i+1's window.
-// Bit SELF_CLEAN (variants 22 = 20 + it, 23 = 21 + it): the warp that converts a quarter also writes
+// Bit SELF_CLEAN (variants 22 = 20 + it, 23 = 21 + it, 24): the warp that converts a quarter also writes
 // zeros back over it and resets its arrival counter, so the accumulator is all zeros again when
 // the kernel ends and prep_kernel need not zero it (it only computes Di, reading O and dO: ~half
 // of its bytes). The caller keeps one such buffer per device between calls (the bindings); the
 // work counter moves to the end of the per-call Di buffer (prep_kernel zeroes it there).
+// Bit FUSED_ITEM (variant 24 = 22 with it in place of FUSED_DQ's per-block arrivals): a warp counts
+// all the query blocks of its item at once, in the first block's window of its NEXT item (the
+// item's atomics an item's block old, so one release fence an item instead of one a block, and
+// no fence waiting for atomics just issued); lane j takes query block j (32 at a time), reads its
+// ticket at once (one atomic's latency an item) and the warp converts the quarters whose lanes
+// were last. The CTA's last item is counted after it.
 constexpr int DQ_ATOMIC = 2, ONE_CONSUMER = 4, PREP = 8, DS_SYNC = 16, PERSISTENT = 32, SPLIT_MASK = 128,
-              FUSED_DQ = 256, FUSED_EARLY = 512, SELF_CLEAN = 1024;
+              FUSED_DQ = 256, FUSED_EARLY = 512, SELF_CLEAN = 1024, FUSED_ITEM = 2048;
 
 template <int D, bool PIPELINED = false, bool SPLIT_DQ = false, int OPT = 0>
 struct config {
@@ -219,7 +226,8 @@ struct config {
     static constexpr bool dq_atomic = (OPT & DQ_ATOMIC) != 0;
     static constexpr bool ds_sync = (OPT & DS_SYNC) != 0;
     static constexpr bool split_mask = (OPT & SPLIT_MASK) != 0;
-    static constexpr bool fused_dq = (OPT & (FUSED_DQ | FUSED_EARLY)) != 0;
+    static constexpr bool fused_dq = (OPT & (FUSED_DQ | FUSED_EARLY | FUSED_ITEM)) != 0;
+    static constexpr bool fused_item = (OPT & FUSED_ITEM) != 0;
     static constexpr bool fused_early = (OPT & FUSED_EARLY) != 0;
     static constexpr bool self_clean = (OPT & SELF_CLEAN) != 0;
     static_assert(!ds_sync || dq_atomic, "DS_SYNC orders the dS reuse of the atomics path only");
@@ -882,6 +890,20 @@ backward_kernel(const __grid_constant__ kernel_params p) {
         if (count_chunk >= 0 && __shfl_sync(0xffffffff, ticket, 0) == count_last) convert_quarter(count_chunk);
         count_chunk = -1;
     };
+    // FUSED_ITEM (24): the last item's query blocks item_m0 .. + item_n - 1 (chunks from item_chunk0),
+    // counted all at once; lane j takes block base + j
+    int item_chunk0 = 0, item_m0 = 0, item_n = 0;
+    auto count_item = [&]() {                            // with no wgmma in flight
+        for (int base = 0; base < item_n; base += 32) {
+            const int j = base + lane, m = item_m0 + j;
+            int mine = -1;
+            arrive_release_gpu(p.dq_arrivals + 4 * (item_chunk0 + min(j, item_n - 1)) + warp, j < item_n, mine);
+            const bool last = j < item_n && mine == (p.causal ? m + 1 : 2 * p.n_blocks) - 1;
+            for (uint32_t lasts = __ballot_sync(0xffffffff, last); lasts != 0; lasts &= lasts - 1)
+                convert_quarter(item_chunk0 + base + __ffs(lasts) - 1);
+        }
+        item_n = 0;
+    };
     auto store_dq = [&](int i) {                         // variant 1: one buffer, all in one go
         if constexpr (C::dq_atomic) { red_dq(i); return; }
         if (tid == 0) tma::store_wait_read<0>();         // the previous reduce has read dq_smem
@@ -931,12 +953,14 @@ backward_kernel(const __grid_constant__ kernel_params p) {
                 // most of a block (S, dP, softmax, dV) behind, so the tests never saw it. Variant 15
                 // (DS_SYNC, the default since session 8) closes it with the named_sync below; two dS
                 // tiles alternated by block would too (not built).
-                if constexpr (C::fused_dq) {             // 20, 21: earlier blocks' arrivals, conversions
+                if constexpr (C::fused_item) {           // 24: the last item's arrivals, conversions
+                    if (i == i0) count_item();
+                } else if constexpr (C::fused_dq) {      // 20, 21: earlier blocks' arrivals, conversions
                     convert_if_last();                   // the block counted one window ago (20) or
                     if constexpr (!C::fused_early) count_red();   // after this block's Sᵀ, dPᵀ issue (21)
                 }
                 red_dq(i);                               // variants 8, 9, 12, 13, 15: no shared memory
-                if constexpr (C::fused_dq) {
+                if constexpr (C::fused_dq && !C::fused_item) {
                     const int m = m_begin + i;
                     red_chunk = bh * p.q_blocks + m;
                     red_last = (p.causal ? m + 1 : 2 * p.n_blocks) - 1;   // contributions to block m, less 1
@@ -953,6 +977,8 @@ backward_kernel(const __grid_constant__ kernel_params p) {
                 }
             }
         }
+        if constexpr (C::fused_item)
+            if (i0 < n_iter) item_chunk0 = bh * p.q_blocks + m_begin + i0, item_m0 = m_begin + i0, item_n = n_iter - i0;
         if (i0 == n_iter) {                              // nothing at all for these keys: zeros
 #pragma unroll
             for (int x = 0; x < D / 2; ++x) dv_acc.d[x] = dk_acc.d[x] = 0.f;
@@ -991,9 +1017,11 @@ backward_kernel(const __grid_constant__ kernel_params p) {
             store_dk_dv();                               // the producer loads item k+2 meanwhile
             g0 += n_iter;                                // the producer filled n_iter slots
         }
-        if constexpr (C::fused_dq) {                     // the last blocks' arrivals (the DS_SYNC
-            convert_if_last();                           // bar.sync after the last atomics is
-            count_red();                                 // behind us)
+        if constexpr (C::fused_item) {                   // the last item's arrivals (the DS_SYNC
+            count_item();                                // bar.sync after the last atomics is
+        } else if constexpr (C::fused_dq) {              // behind us)
+            convert_if_last();
+            count_red();
             convert_if_last();
         }
         return;
@@ -1175,11 +1203,11 @@ const char* attention_hopper_backward_why_not(const AttentionBackwardParams& a) 
 }
 
 // Whether `variant` at `head_dim` leaves dq_accum (and its counters) all zero when it ends and
-// expects them so when it starts (SELF_CLEAN: 22, 23 at D = 64): then dq_accum must be a buffer
+// expects them so when it starts (SELF_CLEAN: 22-24 at D = 64): then dq_accum must be a buffer
 // kept between calls, zeroed once, used by one stream at a time; d_rowsum needs 16 floats more
 // than B·H·T (the work counter). Otherwise dq_accum may hold anything (prep_kernel zeroes it).
 bool attention_hopper_backward_keeps_scratch_clean(int variant, int head_dim) {
-    return head_dim == 64 && (variant == 22 || variant == 23);
+    return head_dim == 64 && (variant == 22 || variant == 23 || variant == 24);
 }
 
 // Floats the launcher needs in AttentionBackwardParams::dq_accum (query blocks padded to 64 rows).
@@ -1217,8 +1245,9 @@ int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_
 //  22, 23: D = 64: 20, 21 + SELF_CLEAN (session 10, opt-in): the converting warp leaves its quarter
 //      and counter zero, so dq_accum is the caller's persistent, always-zero buffer and prep_kernel
 //      only computes Di (attention_hopper_backward_keeps_scratch_clean says which variants)
+//  24: D = 64: 22 with a warp's arrivals counted an item at a time (FUSED_ITEM; session 10, opt-in)
 //  (session 7's 15-23 were removed, see the opening comment; 15-23 reused since)
-//  D = 128 runs 5 for 8-10 and 5 with prep_kernel for 11-16, 19-23.
+//  D = 128 runs 5 for 8-10 and 5 with prep_kernel for 11-16, 19-24.
 // 1-3 take the CTAs in session 3's order (block_at with one group of all heads).
 // (The file's opening comment says more about each.)
 // Runs the three kernels on `cuda_stream`; returns the CUDA error (0 = ok).
@@ -1234,7 +1263,7 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
         case 4: return launch<128, false>(p, stream, true);
         case 5: return launch<128, false, true>(p, stream, true);
         case 8: case 9: case 10: return launch<128, false, true>(p, stream, true);   // = 5 (see above)
-        case 11: case 12: case 13: case 14: case 15: case 16: case 19: case 20: case 21: case 22: case 23:
+        case 11: case 12: case 13: case 14: case 15: case 16: case 19: case 20: case 21: case 22: case 23: case 24:
             return launch<128, false, true, PREP>(p, stream, true);   // 5 + prep
         default: return cudaErrorInvalidValue;
         }
@@ -1258,6 +1287,7 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
     case 21: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | SPLIT_MASK | FUSED_EARLY>(p, stream, true);
     case 22: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | SPLIT_MASK | FUSED_DQ | SELF_CLEAN>(p, stream, true);
     case 23: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | SPLIT_MASK | FUSED_EARLY | SELF_CLEAN>(p, stream, true);
+    case 24: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | SPLIT_MASK | FUSED_ITEM | SELF_CLEAN>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }
