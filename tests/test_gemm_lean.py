@@ -45,37 +45,42 @@ def operands(M, K, N, kind, seed=0):
     return dy.t(), x
 
 
-# (M, K, N, kind, step, out dtype): tails first, then GPT-2's products at 32768 tokens
+# (M, K, N, kind, step, variant, out dtype): tails on 4v8 (the plain deferred product) and 4v0
+# (run-time epilogue, split-K), then GPT-2's products at 32768 tokens as matmul(step=0) plans them
+# (4v8; dW: 5v10, which has no twin: a control) and dW on 4v0's split-K (the MLP's kind).
+# (matmul(step=0) sends small products to step 5, which has no twin: the tails name step 4.)
 CASES = [
-    (1, 64, 16, "fwd", 0, torch.bfloat16),
-    (333, 80, 200, "fwd", 0, torch.bfloat16),          # K = 80: a stage and a partial one
-    (4099, 720, 784, "fwd", 0, torch.bfloat16),        # 12 k-steps, the last partial; M, N tails
-    (1000, 3072, 768, "fwd", 0, torch.bfloat16),
-    (517, 128, 3072, "dx", 0, torch.bfloat16),
-    (4099, 3072, 784, "dx", 4, torch.bfloat16),        # step 4 default pipeline (4v0, linear_epilogue)
-    (2000, 1040, 528, "fwd", 4, torch.float32),
-    (784, 4112, 272, "dW", 4, torch.float32),          # split-K, 64.25 stages of K
-    (3072, 32768, 768, "dW", 4, torch.float32),        # split-K reduce-add, as the MLP's dW
-    (768, 32768, 3072, "dW", 0, torch.float32),        # 5v10: no twin, must be unchanged too
-    (32768, 768, 3072, "fwd", 0, torch.bfloat16),      # c_fc's product (4v8)
-    (32768, 3072, 768, "fwd", 0, torch.bfloat16),      # c_proj's (4v8)
-    (32768, 768, 3072, "dx", 0, torch.bfloat16),       # dGELU's product
-    (32768, 3072, 768, "dx", 0, torch.bfloat16),       # c_fc's dx
+    (1, 64, 16, "fwd", 4, 8, torch.bfloat16),
+    (333, 80, 208, "fwd", 4, 8, torch.bfloat16),        # K = 80: a stage and a partial one
+    (4099, 720, 784, "fwd", 4, 8, torch.bfloat16),      # 12 k-steps, the last partial; M, N tails
+    (1000, 3072, 768, "fwd", 4, 8, torch.float32),
+    (517, 128, 3072, "dx", 4, 8, torch.bfloat16),
+    (4099, 3072, 784, "dx", 4, 0, torch.bfloat16),      # 4v0 (linear_epilogue)
+    (2000, 1040, 528, "fwd", 4, 0, torch.float32),
+    (784, 4112, 272, "dW", 4, 0, torch.float32),        # split-K, 64.25 stages of K
+    (1000, 720, 3072, "dW", 4, 8, torch.bfloat16),      # A and B N-major, one unit of K per tile
+    (3072, 32768, 768, "dW", 4, 0, torch.float32),      # split-K reduce-add, as the MLP's dW
+    (768, 32768, 3072, "dW", 0, 0, torch.float32),      # 5v10: no twin, must be unchanged too
+    (32768, 768, 3072, "fwd", 0, 0, torch.bfloat16),    # c_fc's product (4v8)
+    (32768, 3072, 768, "fwd", 0, 0, torch.bfloat16),    # c_proj's (4v8)
+    (32768, 768, 3072, "dx", 0, 0, torch.bfloat16),     # dGELU's product
+    (32768, 3072, 768, "dx", 0, 0, torch.bfloat16),     # c_fc's dx
 ]
 
 
 @gpu
-@pytest.mark.parametrize("M,K,N,kind,step,out_dtype", CASES)
-def test_lean_matches_default_bit_for_bit_and_fp32(monkeypatch, M, K, N, kind, step, out_dtype):
+@pytest.mark.parametrize("M,K,N,kind,step,variant,out_dtype", CASES)
+def test_lean_matches_default_bit_for_bit_and_fp32(monkeypatch, M, K, N, kind, step, variant, out_dtype):
     a, b = operands(M, K, N, kind)
     def fn():
         out = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype)
-        return gemm.matmul(a, b, out_dtype=out_dtype, step=step, out=out)
+        return gemm.matmul(a, b, out_dtype=out_dtype, step=step, variant=variant, out=out)
     default, lean = run_both(monkeypatch, fn)
     assert torch.isfinite(lean).all(), "unwritten (NaN) outputs under the lean k-step"
-    if kind == "dW":
-        # split-K (4v0) and 5v10's pieces reduce-add fp32 partials in whatever order they finish:
-        # not bit-stable between any two runs, so compare to the default within fp32 summation noise
+    p = gemm.plan(a, b, out_dtype=out_dtype, step=step, variant=variant)
+    if p.splits > 1 or p.variant in gemm.SCHEDULED.get(p.step, ()):
+        # split-K and 5v10's pieces reduce-add fp32 partials in whatever order they finish: not
+        # bit-stable between any two runs, so compare to the default within fp32 summation noise
         assert rel_err(lean, default.double()) < 1e-5
     else:
         assert torch.equal(default, lean), f"lean differs from the default: max |diff| {(default.float() - lean.float()).abs().max()}"
@@ -144,5 +149,5 @@ def test_bad_flag_value_is_refused(monkeypatch):
     a, b = operands(256, 128, 256, "fwd")
     monkeypatch.setenv(ENV, "yes")
     with pytest.raises(RuntimeError, match="TK_GEMM_LEAN_KSTEP must be 1"):
-        gemm.matmul(a, b, step=0)
+        gemm.matmul(a, b, step=4, variant=8)
         torch.cuda.synchronize()
