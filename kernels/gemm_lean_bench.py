@@ -15,8 +15,11 @@ on the H200). Arms, products: torch (torch.matmul), auto (matmul(step=0): 4v8 fo
 and dx shapes, 5v10 for dW, which has no lean twin: a control), auto+lean; for dW also step4
 (matmul(step=4) into fp32: split-K reduce-add on the default pipeline, as the MLP's dW),
 step4+lean and auto fp32 (5v10 storing fp32, what the MLP would get from gemm.matmul); with
---extra, 4v9 (step 4's planned schedule: whole tiles + k-pieces, fewer exposed epilogues than
-split-K, the wave-quantization alternative) for every shape, +lean for dW. MLP: torch (the same math with cuBLAS
+--extra: 4v9 (step 4's planned schedule: whole tiles + k-pieces, fewer exposed epilogues than
+split-K, the wave-quantization alternative; +lean for dW), 4v4 (config<3, 64, false, 4>: one stage
+less, four staging boxes per warp instead of two, for the exposed epilogues) and, at the forward
+and dx shapes, 4v0 (the per-value epilogue exposed at each tile's end: the kind of the MLP's
+c_proj / dx kernels, bias_epilogue, where auto's 4v8 defers its stores under the next tile). MLP: torch (the same math with cuBLAS
 matmuls, no autograd), tk default, tk+lean; then a per-kernel table of one profiled replay per arm.
 Shapes are M x K x N.
 """
@@ -91,9 +94,12 @@ def arms_for(a, b, kind, extra):
         out["step4+lean"] = ("1", lambda: gemm.matmul(a, b, step=4, out_dtype=torch.float32))
         out["auto fp32"] = ("0", lambda: gemm.matmul(a, b, step=0, out_dtype=torch.float32))
         if extra:
+            out["4v4 fp32"] = ("0", lambda: gemm.matmul(a, b, step=4, variant=4, out_dtype=torch.float32))
             out["4v9 fp32"] = ("0", lambda: gemm.matmul(a, b, step=4, variant=9, out_dtype=torch.float32))
             out["4v9+lean"] = ("1", lambda: gemm.matmul(a, b, step=4, variant=9, out_dtype=torch.float32))
     elif extra:
+        out["4v0"] = ("0", lambda: gemm.matmul(a, b, step=4, variant=0))
+        out["4v4"] = ("0", lambda: gemm.matmul(a, b, step=4, variant=4))
         out["4v9"] = ("0", lambda: gemm.matmul(a, b, step=4, variant=9))
     return out
 
@@ -284,7 +290,7 @@ def main(argv=None):
     ap.add_argument("--trials", type=int, default=7)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--replays", type=int, default=3)
-    ap.add_argument("--extra", action="store_true", help="products: also 4v9 (planned schedule; +lean at dW)")
+    ap.add_argument("--extra", action="store_true", help="products: also 4v9 (planned schedule; +lean at dW), 4v4, 4v0 (see the docstring)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     shapes = []

@@ -10,9 +10,10 @@
 #   2. ncu (a few metrics): c_fc's and c_proj's forward products and dW_fc on step 4, default vs
 #      lean, one launch each: time, warp instructions, tensor pipe, issue activity
 #   3. kernels/gemm_lean_bench.py: GPT-2's plain products at 32768 tokens and gemm_bench's shapes
-#      (torch, auto, auto+lean, step4 split-K +lean for dW, 4v9 for the others), 7 interleaved
-#      trials of CUDA graphs; then the MLP fwd+bwd (tk_mlp) default vs lean vs cuBLAS at 16384 and
-#      32768 tokens, with a per-kernel table
+#      (torch, auto, auto+lean; dW: step4 split-K into fp32 (the MLP's kind) +lean, 5v10 fp32, 4v4,
+#      4v9 +lean; others: 4v0 (exposed per-value epilogue: the MLP's c_proj/dx kind), 4v4, 4v9), 7
+#      interleaved trials of CUDA graphs; then the MLP fwd+bwd (tk_mlp) default vs lean vs cuBLAS at
+#      16384 and 32768 tokens, with a per-kernel table (the MLP's own c_proj / dx / dW kernels)
 # Results: OUT/summary.txt, OUT/logs.tgz.
 cd "$(dirname "$0")/.."
 export LANE_LIMIT=${LANE_LIMIT:-165}
