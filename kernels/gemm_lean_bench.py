@@ -143,6 +143,14 @@ def products(shapes, trials, iters, replays, extra, results):
     for name, M, K, N, kind in shapes:
         a, b = operands(M, K, N, kind)
         arms = arms_for(a, b, kind, extra)
+        for arm, (value, fn) in list(arms.items()):      # an arm that fails is reported and dropped
+            try:
+                with flag(value):
+                    fn()
+                torch.cuda.synchronize()
+            except Exception as e:                       # noqa: BLE001 (the bench goes on with the others)
+                print(f"  {name}: arm {arm} FAILED, dropped: {type(e).__name__}: {str(e)[:200]}")
+                del arms[arm]
         ran = {}                                       # what each arm launched (GPT-2's shapes: the profiler costs time)
         for arm, (value, fn) in arms.items():
             if arm != "torch" and (name, M, K, N, kind) in GPT2:
