@@ -151,6 +151,9 @@ def products(shapes, trials, iters, replays, extra, results):
             except Exception as e:                       # noqa: BLE001 (the bench goes on with the others)
                 print(f"  {name}: arm {arm} FAILED, dropped: {type(e).__name__}: {str(e)[:200]}")
                 del arms[arm]
+        if "torch" not in arms:
+            print(f"  {name}: skipped (torch.matmul failed)")
+            continue
         ran = {}                                       # what each arm launched (GPT-2's shapes: the profiler costs time)
         for arm, (value, fn) in arms.items():
             if arm != "torch" and (name, M, K, N, kind) in GPT2:
