@@ -47,10 +47,15 @@ struct gemm_args {
                                 //   4 = 3's values on step 4's tile in half boxes (session 7, kernels/mlp_fc_deferred.cu),
                                 //   on step 4 in clusters as 3, elsewhere as 2; 5 = as 4, but c holds gelu'(pre)
                                 //   instead of pre (schedule 4 only; the backward's linear_dgelu then gets
-                                //   fast_dgelu = 5 and reads gelu'(pre) from pre); 8 = 5 in whole boxes, the
-                                //   consumers taking turns, 9 = 5 on a leaner k-step (session 9, opt-in,
-                                //   not run on a GPU yet; 7, quarter boxes, lost and was removed); the
-                                //   bindings' fcfast=6 arrives here as 4 or 5
+                                //   fast_dgelu = 5 and reads gelu'(pre) from pre); 9 = 5 on a leaner k-step
+                                //   (session 9; the default since session 10), 10 and 11 = the same c_fc as 9
+                                //   (the bindings' fcfast=10, 11 also set dgelu_lean in the backward); the bindings'
+                                //   fcfast=6 arrives here as 4 or 5 (7 and 8 lost on the H200 and were removed)
+    int dgelu_lean;             // linear_dgelu with fast_dgelu = 5 only: 1 = its deferred kernel on the lean
+                                //   k-step (kernels/mlp_deferred.cuh, lean_kstep; fcfast=10, session 10, opt-in);
+                                //   2 = that, and without db1 one packed bf16x2 multiply per pair (fcfast=11,
+                                //   session 10, opt-in); the same values bit for bit; 0 = the k-step that
+                                //   rebuilds its descriptors
     int defer_store;            // linear_bias / linear_grad_input only: 1 = on step 4, the tile's stores
                                 //   under the next tile's math (bias_deferred, session 6); elsewhere as 0
     cudaStream_t stream;

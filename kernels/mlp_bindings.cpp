@@ -122,11 +122,13 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // on the H200 and was removed), and fcfast=4 (the default in session 7), c_fc's the same way
 // (kernels/mlp_fc_deferred.cu; fcfast=3's values); fcfast=5, as 4 but
 // the forward saves gelu'(pre) where pre was and the backward's dGELU multiplies by it (step 4 only;
-// the backward is told what its forward saved: pre_holds_gelu_grad; the default since session 8).
-// Session 8: fcfast=6, 5 for an MLP without biases (GPT-2's bias=False) and 4 with. Session 9 (opt-in,
-// not run on a GPU yet): fcfast=8, 5's values with c_fc's epilogue in whole boxes, the two consumer
-// warpgroups taking turns, and fcfast=9, 5's parts on a leaner k-step (kernels/mlp_fc_deferred.cu,
-// kernels/mlp_deferred.cuh); its fcfast=7 (quarter boxes) lost on the H200 and was removed.
+// the backward is told what its forward saved: pre_holds_gelu_grad; the default in sessions 8-9).
+// Session 8: fcfast=6, 5 for an MLP without biases (GPT-2's bias=False) and 4 with. Session 9: fcfast=9,
+// 5's parts on a leaner k-step (kernels/mlp_fc_deferred.cu, kernels/mlp_deferred.cuh; the default since
+// session 10: tests passed on the H200, the MLP 0.5-0.6% faster); its fcfast=7 (quarter boxes) and
+// fcfast=8 (whole boxes, the consumers taking turns) lost on the H200 and were removed. Session 10
+// (opt-in): fcfast=10, 9 with the backward's dGELU GEMM on the lean k-step too (gemm_args::dgelu_lean), and
+// fcfast=11, 10 with that GEMM's product one packed bf16x2 multiply a pair when no db1 is wanted.
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
 constexpr int FLAG_VALUES = 6;                 // side, pre, fast, finish, fcfast, defer
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
@@ -135,13 +137,15 @@ int side_jobs = 1;                             // 0 off, 1 on (dy's column sums 
 bool pre_tma = false;
 int fast_dgelu = 1;                            // default since session 5 (calls 2 and 3: dGELU -8% under ncu); 3: session 7, opt-in
 bool finish_kernel = true;                     // default since session 7 (was false: two torch reductions and four casts)
-int fast_gelu = 5;                             // session 6 (fcfast=1, 2 or 3), 7 (4, 5) and 8 (6: 5 for an MLP without
-                                               // biases, 4 with); 5 the default since session 8 (4 since session 7, 0 before)
+int fast_gelu = 9;                             // session 6 (fcfast=1, 2 or 3), 7 (4, 5), 8 (6: 5 for an MLP without biases,
+                                               // 4 with), 9 (9: 5 on a lean k-step) and 10 (10: 9 with a lean dGELU k-step;
+                                               // 11: 10 with dGELU's packed product);
+                                               // 9 the default since session 10 (5 since session 8, 4 since 7, 0 before)
 
-// What c_fc's training forward saves in pre under the fcfast flag: gelu'(pre) (fcfast=5, 8 and 9;
+// What c_fc's training forward saves in pre under the fcfast flag: gelu'(pre) (fcfast=5, 9, 10 and 11;
 // fcfast=6 when the MLP has no biases, GPT-2's bias=False) or pre itself. "Has biases" is b_fc or b_proj
 // given in the forward, bias_grads in the backward (autograd asks for bias gradients exactly then).
-bool saves_gelu_grad(bool has_biases) { return fast_gelu == 5 || fast_gelu >= 8 || (fast_gelu == 6 && !has_biases); }
+bool saves_gelu_grad(bool has_biases) { return fast_gelu == 5 || fast_gelu >= 9 || (fast_gelu == 6 && !has_biases); }
 bool defer_store = false;                      // session 6 (defer=1), opt-in
 
 void set_schedule(const std::vector<int64_t>& s) {
@@ -164,10 +168,11 @@ void set_schedule(const std::vector<int64_t>& s) {
         raise_if(value_problem("tk_mlp: the fast-dGELU flag is 0, 1 or 3 (2 and 4 were removed), got " + std::to_string(s[PRODUCTS + 2])));
     if (s[PRODUCTS + 3] != 0 && s[PRODUCTS + 3] != 1)
         raise_if(value_problem("tk_mlp: the finish-kernel flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 3])));
-    if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 9 || s[PRODUCTS + 4] == 7)
-        raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0 to 6, 8 or 9 (7 was removed), got " + std::to_string(s[PRODUCTS + 4])));
+    if (s[PRODUCTS + 4] < 0 || s[PRODUCTS + 4] > 11 || s[PRODUCTS + 4] == 7 || s[PRODUCTS + 4] == 8)
+        raise_if(value_problem("tk_mlp: the fast-c_fc-epilogue flag is 0 to 6 or 9 to 11 (7 and 8 were removed), got " +
+                               std::to_string(s[PRODUCTS + 4])));
     if (s[PRODUCTS + 4] >= 5 && ((s[FC] != 0 && s[FC] != 4) || (s[DGELU] != 0 && s[DGELU] != 4) || s[PRODUCTS + 1] != 0))
-        raise_if(value_problem("tk_mlp: fcfast=5, 6, 8 and 9 (gelu'(pre) saved in place of pre) run c_fc and the dGELU GEMM on "
+        raise_if(value_problem("tk_mlp: fcfast=5, 6, 9, 10 and 11 (gelu'(pre) saved in place of pre) run c_fc and the dGELU GEMM on "
                                "schedule 4 only (fc and dgelu 0 or 4, pre=0)"));
     if (s[PRODUCTS + 5] != 0 && s[PRODUCTS + 5] != 1)
         raise_if(value_problem("tk_mlp: the deferred-stores flag is 0 or 1, got " + std::to_string(s[PRODUCTS + 5])));
@@ -204,7 +209,7 @@ void raise_if_launch_failed(const char* err, const char* what) { tk_bindings::ra
 const void* ptr_or_null(const c10::optional<Tensor>& t) { return t && t->defined() ? t->data_ptr() : nullptr; }
 
 // The forward's two GEMMs. Returns [y, pre, h]: pre = x·w_fcᵀ + b_fc (gelu'(pre) in its place when
-// saves_gelu_grad: fcfast=5, the default, or 6 without biases), h = GELU(pre), y = h·w_projᵀ +
+// saves_gelu_grad: fcfast=9, the default, 5, 10 and 11, or 6 without biases), h = GELU(pre), y = h·w_projᵀ +
 // b_proj. keep_pre = false (evaluation, forward_inference): c_fc's epilogue writes h alone
 // (gemm_args::c = nullptr; kernels/mlp_inference.cu), no (M, H) pre is allocated or written and
 // pre comes back undefined; y is bit-identical either way (the same math, schedules and
@@ -258,17 +263,25 @@ void weight_grad(const Tensor& a, const Tensor& b, const Tensor& x, const Tensor
 // without biases): db_fc and db_proj come back empty (0 elements), dy's column sums and both bias
 // reductions are skipped, and with the fast dGELU policies so are db1's partial sums.
 // pre_holds_gelu_grad (session 8): what the forward saved in `pre`: 1 gelu'(pre) (its c_fc ran with
-// fcfast=5, or 6 without biases), 0 pre itself, -1 (the default, for direct callers) as the fcfast
+// fcfast=5, 9, 10 or 11, or 6 without biases), 0 pre itself, -1 (the default, for direct callers) as the fcfast
 // flag says now (saves_gelu_grad(bias_grads)). The
 // autograd paths pass what their forward ran, so a schedule changed between forward and backward
 // cannot make the dGELU GEMM read one for the other; gelu'(pre) always takes the one-product dGELU
 // kernel (step 4's tile, whatever the dgelu schedule).
+// dw_float (session 10, lead; mlp_op's fp32-weight path, TK_MLP_DW_FLOAT): dw_fc and dw_proj come
+// back in fp32, straight from their split-K buffer, for fp32 weights under autocast: no finish launch
+// and no bf16 round trip that autograd's cast would turn back into fp32. Without biases only (their
+// sums are the finish kernel's other job).
 std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pre, const Tensor& h,
-                             const Tensor& w_fc, const Tensor& w_proj, bool bias_grads, int64_t pre_holds_gelu_grad) {
+                             const Tensor& w_fc, const Tensor& w_proj, bool bias_grads, int64_t pre_holds_gelu_grad,
+                             bool dw_float) {
     tk_bindings::raise_if(backward_problem(dy, x, pre, h, w_fc, w_proj));
+    if (dw_float && bias_grads)
+        tk_bindings::raise_if(tk_bindings::value_problem("tk_mlp: dw_float=True (fp32 weight gradients) is for an MLP without "
+                                                         "biases; pass bias_grads=False, or dw_float=False"));
     if (pre_holds_gelu_grad < -1 || pre_holds_gelu_grad > 1)
         tk_bindings::raise_if(tk_bindings::value_problem("tk_mlp: pre_holds_gelu_grad is -1 (as the fcfast flag says), 0 (pre) or 1 "
-                                                         "(gelu'(pre), fcfast=5's forward), got " + std::to_string(pre_holds_gelu_grad)));
+                                                         "(gelu'(pre), fcfast=5/9/10/11's forward), got " + std::to_string(pre_holds_gelu_grad)));
     const int64_t M = x.size(0), C = x.size(1), H = w_fc.size(0);
     const c10::cuda::CUDAGuard guard(x.device());
 
@@ -295,6 +308,9 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     g.pre_tma = pre_tma ? 1 : 0;
     g.fast_dgelu = saved_grad ? 5 : fast_dgelu;        // fcfast=5's forward saved gelu'(pre) in pre's place
     if (saved_grad) { g.schedule = tk_mlp::SCHEDULE_STEP4; g.pre_tma = 0; }   // its kernel's only tile
+    // fcfast=10 / 11 (session 10, opt-in): on the lean k-step / and the packed product; the same values
+    // (whatever the forward ran)
+    g.dgelu_lean = !saved_grad ? 0 : fast_gelu == 11 ? 2 : fast_gelu == 10 ? 1 : 0;
     if (side_jobs) {
         g.zero = dw_buf.data_ptr<float>(); g.zero_floats = 2 * HC;
         if (dy_sums) g.a_colsum = colsum.data_ptr<float>();
@@ -312,6 +328,9 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
 
     weight_grad(dy, h, x, dw_buf.narrow(0, HC, HC).view({C, H}), "dw_proj (dyᵀ·h)");
     weight_grad(dpre, x, x, dw_buf.narrow(0, 0, HC).view({H, C}), "dw_fc (dpreᵀ·x)");
+    if (dw_float)                        // (no biases: checked above) the fp32 sums are the gradients
+        return {dx, dw_buf.narrow(0, 0, HC).view({H, C}), at::empty({0}, x.options()),
+                dw_buf.narrow(0, HC, HC).view({C, H}), at::empty({0}, x.options())};
     if (finish_kernel) {                 // one launch: db_fc, db_proj (with side jobs), both casts
         Tensor dw_fc = at::empty({H, C}, x.options()), dw_proj = at::empty({C, H}, x.options());
         Tensor db_fc = at::empty({bias_grads ? H : 0}, x.options()), db_proj = at::empty({bias_grads ? C : 0}, x.options());
@@ -357,7 +376,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("set_schedule", &set_schedule,
           "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma, fast_dgelu, finish, fast_gelu, defer]): schedules 0 (auto) or "
           "4..10 (kernels/mlp.h), side jobs 0/1/2 (2: dy's column sums pipelined), pre by TMA 0/1, fast dGELU epilogue 0/1/3 (3: deferred, pre by TMA, step 4), finish kernel 0/1, "
-          "fast c_fc epilogue 0/1/2/3/4/5/6 (2: staged by stmatrix; 3: deferred on step 4; 4: in half boxes; 5: 4 saving gelu'(pre) for the backward; 6: 5 without biases, 4 with), deferred c_proj/dx stores on step 4 0/1",
+          "fast c_fc epilogue 0/1/2/3/4/5/6/9/10/11 (2: staged by stmatrix; 3: deferred on step 4; 4: in half boxes; 5: 4 saving gelu'(pre) for the backward; "
+          "6: 5 without biases, 4 with; 9, the default: 5 on a lean k-step; 10: 9 with the dGELU GEMM on the lean k-step too; "
+          "11: 10 with dGELU's product packed), deferred c_proj/dx stores on step 4 0/1",
           py::arg("schedules"));
     m.def("get_schedule", &get_schedule, "the eleven values set_schedule last set");
     m.def("forward", &forward, "y, pre, h = forward(x, w_fc, b_fc|None, w_proj, b_proj|None)",
@@ -366,9 +387,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "y = forward_inference(x, w_fc, b_fc|None, w_proj, b_proj|None): forward's y without writing pre (evaluation)",
           py::arg("x"), py::arg("w_fc"), py::arg("b_fc"), py::arg("w_proj"), py::arg("b_proj"));
     m.def("backward", &backward,
-          "dx, dw_fc, db_fc, dw_proj, db_proj = backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True, pre_holds_gelu_grad=-1); "
+          "dx, dw_fc, db_fc, dw_proj, db_proj = backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True, pre_holds_gelu_grad=-1, "
+          "dw_float=False); "
           "bias_grads=False: db_fc and db_proj empty, their work skipped; pre_holds_gelu_grad: 1 the forward saved "
-          "gelu'(pre) (fcfast=5), 0 pre, -1 as the current fcfast flag says",
+          "gelu'(pre) (fcfast=5, 9, 10), 0 pre, -1 as the current fcfast flag says; dw_float=True (bias_grads=False only): "
+          "dw_fc and dw_proj in fp32 (for fp32 weights), no finish kernel",
           py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"),
-          py::arg("bias_grads") = true, py::arg("pre_holds_gelu_grad") = -1);
+          py::arg("bias_grads") = true, py::arg("pre_holds_gelu_grad") = -1, py::arg("dw_float") = false);
 }

@@ -3,8 +3,9 @@
 // gemm4::gemm_ws_kernel, kernels/gemm_4_warp_specialized.cuh: same producer, same work order,
 // same wgmmas; only the consumer's loop differs) and its launcher; the two policies that use it
 // live in kernels/mlp_dgelu_deferred.cu (the backward's dGELU, "fast=3", opt-in) and
-// kernels/mlp_fc_deferred.cu (c_fc's bias + GELU, "fcfast=4"; with gelu'(pre) for the backward "fcfast=5", the default
-// since session 8, whose dGELU is the deferred one here with one product per value). Read kernels/gemm_4_warp_specialized.cuh
+// kernels/mlp_fc_deferred.cu (c_fc's bias + GELU, "fcfast=4"; with gelu'(pre) for the backward "fcfast=5",
+// session 8's default, whose dGELU is the deferred one here with one product per value; "fcfast=9", 5 on
+// the lean k-step below, the default since session 10). Read kernels/gemm_4_warp_specialized.cuh
 // and kernels/gemm_plain_epilogue.cuh (stmatrix staging, G's deferred plain stores, variant 8) first.
 //
 // Why: in the cooperative kernel both consumer warpgroups finish a tile together, so the tensor
@@ -26,10 +27,9 @@
 //   PEEL_STEPS, part_at_step(s)   the first PEEL_STEPS k-steps are written out, and after
 //                              k-step s the held tile's part part_at_step(s) runs (-1: none;
 //                              every one of the policy's PARTS parts at exactly one s)
-//     or part_at_step(s, c)    the same for consumer warpgroup c alone (session 9's fcfast=8, opt-in,
-//                              not run on a GPU yet: the two consumers' parts after different k-steps)
 //   LEAN_KSTEP (optional)      true: the k-step's issue from stage addresses and descriptors computed
-//                              once (lean_kstep below; session 9's fcfast=9, opt-in, not run on a GPU yet)
+//                              once (lean_kstep below; c_fc's fcfast=9, the default since session 10;
+//                              the dGELU GEMM's under fcfast=10 and 11, session 10, opt-in)
 //   struct held                what a tile leaves in registers for its parts (e.g. bf16 pairs)
 //   hold(held, acc, pos)       at a tile's end
 //   run_part<P>(bufs, bars, held, sh, lane)   part P of the held tile (P a compile-time number)
@@ -66,13 +66,15 @@ template <typename Cfg, major MB, typename Epi> struct smem_t {
     mbarrier input_full[gemm4::CONSUMERS][4][Epi::NBUF];       // an input box has landed in c[..][..][b]
 };
 
-// lean_kstep (session 9, opt-in, a policy's LEAN_KSTEP = true; fcfast=9): a k-step's issue without
+// lean_kstep (session 9, a policy's LEAN_KSTEP = true; c_fc's fcfast=9, the default since session 10): a k-step's issue without
 // recomputing, every k-step, the shared-memory window of the stage's tiles and barrier and each
 // wgmma's descriptor from scratch (call 2's ncu: ~100 instructions per k-step and warp here, ~98 in
 // the k-loop; every instruction a consumer adds cost the tensor pipe ~1.3 cycles): the addresses
 // of stage 0 are taken once, a stage's two descriptors are built once per k-step and stepped by a
 // constant per k. SASS (sm_90a, fcfast=5's values): the k-loop's step 98 -> 58 instructions, a
-// peeled step with its part ~30-40 fewer; not run on a GPU yet.
+// peeled step with its part ~30-40 fewer. On the H200 (session 10's first call, c_fc at M = 32768):
+// 11 M fewer warp instructions, 364.7 -> 344.3 µs under ncu, the MLP 0.5-0.6% faster, outputs
+// bit-identical. The MN-major B (the dGELU GEMM's W2) steps 16 rows of 128 bytes per k.
 template <typename Epi>
 constexpr bool lean_kstep = [] {
     if constexpr (requires { Epi::LEAN_KSTEP; }) return bool(Epi::LEAN_KSTEP);
@@ -87,14 +89,6 @@ __device__ inline void wait_parity(uint32_t bar, uint32_t phase) {
                  " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
                  " @!p bra WAIT_%=;\n}" :: "r"(bar), "r"(phase) : "memory");
 #endif
-}
-
-// The part consumer C runs after k-step S: the policy's part_at_step(S, C) if it schedules the two
-// consumers apart, else part_at_step(S) (-1: none).
-template <typename Epi, int S, int C>
-__host__ __device__ constexpr int part_after() {
-    if constexpr (requires { Epi::part_at_step(S, C); }) return Epi::part_at_step(S, C);
-    else return Epi::part_at_step(S);
 }
 
 template <typename Cfg, major MB, typename Epi>
@@ -151,7 +145,7 @@ parts_kernel(const __grid_constant__ typename gemm4::layout<Cfg, major::K, MB, E
         int requested = 0;                             // this tile's input boxes requested so far
         // one k-step's wgmmas (issued, not waited for)
         auto issue = [&](int kt) {
-            if constexpr (lean_kstep<Epi>) {           // session 9's fcfast=9 (opt-in): see lean_kstep
+            if constexpr (lean_kstep<Epi>) {           // c_fc's fcfast=9 (the default), dGELU's fcfast=10: see lean_kstep
                 const uint32_t stage = uint32_t(it) % STAGES;
                 wait_parity(full0 + stage * uint32_t(sizeof(mbarrier)), (uint32_t(it) / STAGES) & 1);
                 wgmma::fence();
@@ -195,17 +189,9 @@ parts_kernel(const __grid_constant__ typename gemm4::layout<Cfg, major::K, MB, E
             ([&] {
                 const bool step_here = kt < w.k_end;
                 if (step_here) issue(kt);
-                constexpr int P0 = part_after<Epi, S, 0>(), P1 = part_after<Epi, S, 1>();
-                if constexpr (P0 == P1) {              // both consumers alike (no k-step when K is short: the part still runs)
-                    if constexpr (P0 >= 0)
-                        if (holding) p.epi.template run_part<P0>(bufs, bars, held, p.sh, lane);
-                } else if (c == 0) {
-                    if constexpr (P0 >= 0)
-                        if (holding) p.epi.template run_part<P0>(bufs, bars, held, p.sh, lane);
-                } else {
-                    if constexpr (P1 >= 0)
-                        if (holding) p.epi.template run_part<P1>(bufs, bars, held, p.sh, lane);
-                }
+                constexpr int P = Epi::part_at_step(S);
+                if constexpr (P >= 0)                  // (no k-step when K is short: the part still runs)
+                    if (holding) p.epi.template run_part<P>(bufs, bars, held, p.sh, lane);
                 if (step_here) { after(kt); ++kt; ++it; }
             }(), ...);
         }(std::make_integer_sequence<int, Epi::PEEL_STEPS>{});

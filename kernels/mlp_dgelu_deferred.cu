@@ -1,5 +1,7 @@
 // kernels/mlp_dgelu_deferred.cu — the backward's dGELU GEMM with its epilogue UNDER the next
-// tile's math ("fast=3", session 7, opt-in; also fcfast=5's gelu' form, the default since session 8): dpre = (dy·W2) ⊙ GELU'(pre), pre brought into shared
+// tile's math ("fast=3", session 7, opt-in; also fcfast=5's gelu' form, the default since session 8, which
+// fcfast=9, the default since session 10, shares; fcfast=10 runs it on the lean k-step, fcfast=11 also with
+// a packed product): dpre = (dy·W2) ⊙ GELU'(pre), pre brought into shared
 // memory by TMA long before it is needed. Read kernels/mlp.cu's opening comment (what the dGELU
 // product is) and kernels/mlp_deferred.cuh (the kernel and why) first; then this file: the policy,
 // then the launcher.
@@ -53,8 +55,18 @@ using cfg = gemm4::config<4, 64, false, 2>;
 // boxes 2 and 3 are requested by its own parts 2 and 4 (k-steps 2 and 5), a k-step or two after
 // boxes 0 and 1 left. Every pre box has >= 3 k-steps (~1.5 µs) between its request and its use.
 // Each buffer's barrier sees two phases per tile, box b's with parity b / 2.
-template <bool GP>
+// LEAN (session 10, fcfast=10, opt-in): the same policy on the kernel's lean k-step (kernels/mlp_deferred.cuh,
+// lean_kstep), as c_fc's default (fcfast=9) runs: the same values, ~40 fewer instructions per k-step
+// and warp (this kernel's K = C = 768 is c_fc's: 12 k-steps a tile).
+// PACKED (session 10, fcfast=11, opt-in; with GP): without db1 (no bias gradients, GPT-2), a pair's
+// dpre is ONE packed multiply, mul.rn.bf16x2(dh pair, gelu'(pre) pair), instead of two unpacks, two
+// fp32 products and a pack (~7 instructions a pair). The same bits: a product of two bf16 values is
+// exact in fp32 (8 + 8 significant bits), so rounding it to bf16 once is what the packed multiply's
+// single rounding gives (no flush to zero either way: no --use_fast_math). With db1 the fp32 path.
+template <bool GP, bool LEAN = false, bool PACKED = false>
 struct dgelu_parts_epilogue : dgelu_fast_epilogue {
+    static_assert(!PACKED || GP, "the packed product multiplies by a saved gelu'(pre)");
+    static constexpr bool LEAN_KSTEP = LEAN;
     static constexpr int NBUF = 2, PARTS = 2 * BOXES, INPUT_BOXES = 2;
     static constexpr int PEEL_STEPS = PARTS + 2;
     __host__ __device__ static constexpr int part_at_step(int s) {
@@ -120,6 +132,14 @@ struct dgelu_parts_epilogue : dgelu_fast_epilogue {
             uint32_t pre4[4];                          // pre: block 2q rows g / g+8, block 2q+1 rows g / g+8
             ldmatrix_x4(addr, pre4);                   // (ldmatrix hands out exactly the accumulator's positions)
             uint32_t out[4];
+            if constexpr (PACKED) {
+                if (!bias_grad_partial) {              // no db1 sums: one packed multiply a pair (see PACKED)
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) out[k] = mul_bf16x2(dh8[4 * qq + k], pre4[k]);
+                    stmatrix_staging::stmatrix_x4(addr, out);
+                    continue;
+                }
+            }
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
                 const float2 x = unpack_bf16x2(pre4[k]), d = unpack_bf16x2(dh8[4 * qq + k]);
@@ -140,6 +160,13 @@ struct dgelu_parts_epilogue : dgelu_fast_epilogue {
                 tma::store_commit_group();             // (an empty group keeps store_wait_read's count in step)
             }
         }
+    }
+    __device__ static __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {   // lane-wise, rounded once
+        uint32_t d = 0;
+#ifdef TK_SM90
+        asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#endif
+        return d;
     }
     __device__ static __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
 #ifdef TK_SM90
@@ -170,9 +197,12 @@ struct dgelu_parts_epilogue : dgelu_fast_epilogue {
 }  // namespace
 
 // dpre = (dy·W2) ⊙ GELU'(pre) with db1's partials and the side jobs, on step 4's tile
-// (kernels/mlp_deferred.cuh): g.fast_dgelu 3, or 5 with g.pre holding gelu'(pre) (fcfast=5).
+// (kernels/mlp_deferred.cuh): g.fast_dgelu 3, or 5 with g.pre holding gelu'(pre) (fcfast=5, 9, 10, 11), on
+// the lean k-step with g.dgelu_lean (1: fcfast=10; 2, also the packed product: fcfast=11).
 const char* linear_dgelu_deferred(const gemm_args& g) {
     if (g.fast_dgelu == 3) return deferred::launch<cfg, major::MN, dgelu_parts_epilogue<false>>(g);
+    if (g.fast_dgelu == 5 && g.dgelu_lean == 2) return deferred::launch<cfg, major::MN, dgelu_parts_epilogue<true, true, true>>(g);
+    if (g.fast_dgelu == 5 && g.dgelu_lean) return deferred::launch<cfg, major::MN, dgelu_parts_epilogue<true, true>>(g);
     if (g.fast_dgelu == 5) return deferred::launch<cfg, major::MN, dgelu_parts_epilogue<true>>(g);
     return "tk_mlp: the deferred dGELU GEMM is fast=3 (or fcfast=5's gelu' form)";
 }

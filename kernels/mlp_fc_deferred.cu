@@ -1,8 +1,7 @@
 // kernels/mlp_fc_deferred.cu — c_fc's forward (pre = x·W1ᵀ + b1, h = GELU(pre)) with its epilogue
-// under the next tile's math in half boxes ("fcfast=4", session 7; "fcfast=5", the default since session 8,
-// also saves gelu'(pre) in pre's place; session 9's opt-in fcfast=8 and 9, not run on a GPU yet: the
-// same values in whole boxes by turns, and on a lean k-step), on kernels/mlp_deferred.cuh's
-// kernel. Read that header first (the kernel and why), then session 6's bias_gelu_deferred
+// under the next tile's math in half boxes ("fcfast=4", session 7; "fcfast=5", session 8's default,
+// also saves gelu'(pre) in pre's place; "fcfast=9", the default since session 10: 5's values on a lean
+// k-step), on kernels/mlp_deferred.cuh's kernel. Read that header first (the kernel and why), then session 6's bias_gelu_deferred
 // (kernels/mlp_epilogues.cuh, fcfast=3), whose values and held registers this reuses.
 //
 // fcfast=3 ran each box's whole epilogue (pre staged, 32 GELUs, h staged, two TMA stores: ~350
@@ -29,30 +28,21 @@ using cfg = gemm4::config<4, 64, false, 2>;   // step 4's MLP pipeline (4 stages
 
 // GP = true (fcfast=5): output 0 is gelu'(pre) instead of pre (the backward's dGELU then needs one
 // product per value, kernels/mlp_dgelu_deferred.cu): from the same tanh as h, 5 more operations.
-// SPLIT: parts per 64-column box. 2 (fcfast=4, 5): half boxes after k-steps 0-7. (Session 9's
-// fcfast=7, quarter boxes, ran on the H200 and lost: 0.4-0.5% slower in the MLP, kernels/NOTES.md,
-// session 9 M; removed, code at 44b46e1.)
-// ALTERNATE (with SPLIT = 1: whole boxes; fcfast=8, session 9, opt-in, NOT run on a GPU yet): the two consumer
-// warpgroups take turns, consumer 0's box b after k-step 2b, consumer 1's after k-step 2b + 1. In
-// the cooperative kernel both consumers issue the same k-step together and then run their parts
-// together, so the tensor pipe gets nothing new while both are busy; taking turns, one consumer's
-// next wgmmas are queued while the other runs its part (in the spirit of a ping-pong schedule).
-// A whole box per part is ~540 instructions per warp, run while the scheduler's other consumer
-// warp mostly waits to issue wgmmas.
-// LEAN (fcfast=9, session 9, opt-in, NOT run on a GPU yet): fcfast=5's policy on the kernel's lean k-step
-// (kernels/mlp_deferred.cuh, lean_kstep): the same parts, fewer instructions per k-step.
-template <bool GP, int SPLIT = 2, bool ALTERNATE = false, bool LEAN = false>
+// SPLIT: parts per 64-column box, 2: half boxes after k-steps 0-7. (Session 9's fcfast=7, quarter
+// boxes, ran on the H200 and lost: 0.4-0.5% slower in the MLP; its fcfast=8, whole boxes with the
+// two consumer warpgroups taking turns, lost too: 0.6-1.0% slower (session 10's first call). Both
+// removed: kernels/NOTES.md, sessions 9 and 10 M; code at 44b46e1 and a0344a0.)
+// LEAN (fcfast=9, session 9; the default since session 10): fcfast=5's policy on the kernel's lean
+// k-step (kernels/mlp_deferred.cuh, lean_kstep): the same parts, fewer instructions per k-step
+// (ncu at M = 32768: 101.8 -> 90.8 M warp instructions, 364.7 -> 344.3 µs at locked clocks).
+template <bool GP, bool LEAN = false>
 struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
     static constexpr bool LEAN_KSTEP = LEAN;
-    static_assert(SPLIT == 1 || SPLIT == 2, "whole or half boxes (4 column pairs q per box)");
-    static_assert(!ALTERNATE || SPLIT == 1, "the consumers take turns with whole boxes");
+    static constexpr int SPLIT = 2;                                                    // half boxes
     static constexpr int Q_PER_PART = 4 / SPLIT;                                       // stmatrix.x4 groups (16 columns) per part
     static constexpr int NBUF = 2, PARTS = SPLIT * gemm4::BN / CC, INPUT_BOXES = 0;   // buffers: pre, h
-    static constexpr int PEEL_STEPS = ALTERNATE ? 2 * PARTS : PARTS;                   // part s after k-step s
-    __host__ __device__ static constexpr int part_at_step(int s) requires (!ALTERNATE) { return s < PARTS ? s : -1; }
-    __host__ __device__ static constexpr int part_at_step(int s, int c) requires ALTERNATE {   // consumer c's part after k-step s
-        return s % 2 == c && s / 2 < PARTS ? s / 2 : -1;
-    }
+    static constexpr int PEEL_STEPS = PARTS;                                           // part s after k-step s
+    __host__ __device__ static constexpr int part_at_step(int s) { return s < PARTS ? s : -1; }
     __host__ __device__ static constexpr int input_step(int) { return 0; }          // (no input boxes)
     static bias_gelu_parts_epilogue make(const gemm_args& g) { return {bias_gelu_deferred_epilogue::make(g)}; }
     using tile = gemm4::out_tile<bf16>;
@@ -106,11 +96,10 @@ struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
 };
 }  // namespace
 
-// pre (fcfast=4) or gelu'(pre) (fcfast=5; fcfast=8 in whole boxes, the consumers taking turns;
-// fcfast=9 on the lean k-step) and h of c_fc on step 4's tile with the epilogue under the next tile's k-steps.
+// pre (fcfast=4) or gelu'(pre) (fcfast=5; fcfast=9, the default since session 10, 10 and 11 on the lean
+// k-step) and h of c_fc on step 4's tile with the epilogue under the next tile's k-steps.
 const char* linear_bias_gelu_parts(const gemm_args& g) {
-    if (g.fast_gelu == 8) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true, 1, true>>(g);   // session 9, opt-in, not GPU-run
-    if (g.fast_gelu == 9) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true, 2, false, true>>(g);   // session 9, opt-in, not GPU-run
+    if (g.fast_gelu >= 9) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true, true>>(g);
     if (g.fast_gelu == 5) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true>>(g);
     return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<false>>(g);
 }

@@ -15,12 +15,13 @@ The ops:
   tk::mlp_fwd(x, w_fc, b_fc, w_proj, b_proj) -> (y, pre, h)     two GEMMs
       pre = x·w_fcᵀ + b_fc and h = GELU(pre) come out of ONE GEMM's epilogue; both are kept for
       the backward (pre for GELU', h for dw_proj), what eager PyTorch keeps. Under the default
-      (fcfast=5, since session 8) the second output holds gelu'(pre) (bf16) in pre's place, what
-      the backward needs of it (fcfast=4 writes pre itself).
+      (fcfast=9 since session 10; fcfast=5 in sessions 8-9, the same values) the second output holds
+      gelu'(pre) (bf16) in pre's place, what the backward needs of it (fcfast=4 writes pre itself).
   tk::mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1) -> (dx, dw_fc, db_fc, dw_proj, db_proj)   four GEMMs
       dpre = (dy·w_proj) ⊙ GELU'(pre) in one GEMM's epilogue (which also sums db_fc per 16
       rows); dx = dpre·w_fc; dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x with split-K. With fcfast=5
-      (session 7; the default since session 8) the forward saves gelu'(pre) in pre's place and
+      (session 7), 9 (its c_fc on a lean k-step; the default since session 10), 10 or 11 (9 with the
+      dGELU GEMM on the lean k-step too; opt-in) the forward saves gelu'(pre) in pre's place and
       the dGELU epilogue is one product: `saved` says which the forward wrote (1 gelu'(pre),
       0 pre, -1 as the fcfast flag says now); autograd passes what its forward ran (section 3).
 Both have `register_fake` (shapes only) and mlp_fwd has `register_autograd`, so torch.compile
@@ -127,18 +128,22 @@ SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 # after each of 8 of the next tile's first 10 k-steps (kernels/mlp_dgelu_deferred.cu); elsewhere as
 # fast=1 (its one-loop form, fast=4, lost on the H200 and was removed: kernels/NOTES.md, session 7 M).
 # fcfast=4 (session 7, the default until session 8): c_fc's fcfast=3 values the same way, half boxes on step 4's
-# tile (kernels/mlp_fc_deferred.cu). fcfast=5 (the default since session 8): as 4,
+# tile (kernels/mlp_fc_deferred.cu). fcfast=5 (the default in sessions 8-9): as 4,
 # but the forward saves gelu'(pre) in pre's place and the backward's dGELU multiplies by it (step 4 only).
 # fcfast=6 (session 8): 5 for an MLP without biases (GPT-2's bias=False), 4 with.
-# fcfast=8 (session 9, opt-in, NOT run on a GPU yet): 5's values (the same outputs bit for bit), c_fc's
-# epilogue in whole boxes, the two consumer warpgroups' boxes after alternate k-steps. fcfast=9 (session 9,
-# opt-in, NOT run on a GPU yet): 5's parts on a k-step that does not rebuild its addresses and
-# descriptors from scratch (kernels/mlp_deferred.cuh, lean_kstep). (fcfast=7, 5's epilogue in quarter
-# boxes, lost on the H200, 0.4-0.5% slower in the MLP, and was removed: kernels/NOTES.md, session 9 M.)
+# fcfast=9 (session 9; the default since session 10): 5's values (the same outputs bit for bit), its c_fc
+# on a k-step that does not rebuild its addresses and descriptors from scratch (kernels/mlp_deferred.cuh,
+# lean_kstep). fcfast=10 (session 10, opt-in): 9, and the backward's dGELU GEMM on the lean k-step too (the
+# same values); fcfast=11 (session 10, opt-in): 10, and that GEMM's product one packed bf16x2 multiply per
+# pair when no bias gradient is wanted (the same values: kernels/mlp_dgelu_deferred.cu, PACKED). (fcfast=7, 5's epilogue in quarter boxes, and fcfast=8, whole boxes with the consumers
+# taking turns, lost on the H200, 0.4-1.0% slower in the MLP, and were removed: kernels/NOTES.md, sessions 9-10 M.)
 FLAGS = ("side", "pre", "fast", "finish", "fcfast", "defer")
-FLAG_DEFAULTS = (1, 0, 1, 1, 5, 0)     # fast=1 by default since session 5; finish=1 since session 7 (kernels/NOTES.md,
+FLAG_DEFAULTS = (1, 0, 1, 1, 9, 0)     # fast=1 by default since session 5; finish=1 since session 7 (kernels/NOTES.md,
                                        # session 7 M, call 4); fcfast=5 since session 8 (was 4; session 8 M: the
-                                       # dGELU GEMM one product per value; 'fcfast=4' restores the old default)
+                                       # dGELU GEMM one product per value); fcfast=9 since session 10 (5 on a lean
+                                       # k-step, the same values; 'fcfast=5' restores the old default)
+REMOVED_FCFAST = {7: "fcfast=7 (quarter boxes) lost on the H200 and was removed",
+                  8: "fcfast=8 (whole boxes, the consumers taking turns) lost on the H200 and was removed"}
 
 
 def parse_schedule(spec):
@@ -156,14 +161,15 @@ def parse_schedule(spec):
     box without per-column checks; the evaluation forward follows it) or 'fcfast=2' (the same
     values, staged by stmatrix with one fence per box) or 'fcfast=3' (with fc=4: c_fc's epilogue
     under the next tile's math on step 4, h from the bf16 pre as eager computes it) or 'fcfast=4'
-    (session 7: fcfast=3's values in half boxes on step 4's tile) or 'fcfast=5' (the default since session 8: as 4, saving gelu'(pre)
+    (session 7: fcfast=3's values in half boxes on step 4's tile) or 'fcfast=5' (session 8's default: as 4, saving gelu'(pre)
     in pre's place for the backward; fc and dgelu on 0 or 4) or 'fcfast=6' (session 8: 5 for an MLP
-    without biases, 4 with) or 'fcfast=8' (session 9, opt-in, not run on a GPU yet: 5's values, c_fc's
-    epilogue in whole boxes, the two consumer warpgroups taking turns) or 'fcfast=9' (session 9, opt-in,
-    not run on a GPU yet: 5 on a leaner k-step; 7 was removed) and 'defer=1' (session 6, opt-in: c_proj's
+    without biases, 4 with) or 'fcfast=9' (the default since session 10: 5 on a leaner k-step, the same
+    values) or 'fcfast=10' (session 10, opt-in: 9 with the dGELU GEMM on the lean k-step too) or
+    'fcfast=11' (session 10, opt-in: 10 with dGELU's product packed, without bias gradients; 7 and 8
+    were removed) and 'defer=1' (session 6, opt-in: c_proj's
     and dx's stores under the next tile's math on step 4)
     -> eleven ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
-    (defaults FLAG_DEFAULTS). A DEFAULT fcfast of 5 or 6 (not named in the spec) steps back to 4 where
+    (defaults FLAG_DEFAULTS). A DEFAULT fcfast of 5 or more (not named in the spec) steps back to 4 where
     it cannot apply or would override what the spec asks for: a c_fc or dGELU schedule other than
     0/4, pre=1, or a dGELU epilogue named by fast=... (fcfast=5 replaces that epilogue)."""
     out = [0] * len(PRODUCTS) + list(FLAG_DEFAULTS)
@@ -189,16 +195,16 @@ def parse_schedule(spec):
     if out[fcfast] >= 5 and "fcfast" not in named and ("fast" in named or out[PRODUCTS.index("fc")] not in (0, 4) or
                                                       out[PRODUCTS.index("dgelu")] not in (0, 4) or
                                                       out[len(PRODUCTS) + FLAGS.index("pre")] != 0):
-        out[fcfast] = 4                       # (only when 5 is the default: see the docstring)
+        out[fcfast] = 4                       # (only when the default is 5 or more: see the docstring)
     if out[fcfast] >= 5 and (out[PRODUCTS.index("fc")] not in (0, 4) or
                              out[PRODUCTS.index("dgelu")] not in (0, 4) or
                              out[len(PRODUCTS) + FLAGS.index("pre")] != 0):
-        raise ValueError(f"{OP}: schedule {spec!r}: fcfast=5, 6, 8 and 9 (gelu'(pre) saved in place of pre) run c_fc and the "
+        raise ValueError(f"{OP}: schedule {spec!r}: fcfast=5, 6, 9, 10 and 11 (gelu'(pre) saved in place of pre) run c_fc and the "
                          f"dGELU GEMM on schedule 4 only (fc and dgelu 0 or 4, pre=0)")
     for name, value in zip(FLAGS, out[len(PRODUCTS):]):
-        allowed = (0, 1, 2, 3, 4, 5, 6, 8, 9) if name == "fcfast" else (0, 1, 3) if name == "fast" else (0, 1, 2) if name == "side" else (0, 1)
+        allowed = (0, 1, 2, 3, 4, 5, 6, 9, 10, 11) if name == "fcfast" else (0, 1, 3) if name == "fast" else (0, 1, 2) if name == "side" else (0, 1)
         if value not in allowed:
-            removed = " (fcfast=7 lost on the H200 and was removed)" if name == "fcfast" and value == 7 else ""
+            removed = f" ({REMOVED_FCFAST[value]})" if name == "fcfast" and value in REMOVED_FCFAST else ""
             raise ValueError(f"{OP}: schedule {spec!r}: {name} must be {' or '.join(map(str, allowed))}, got {value}{removed}")
     return out
 
@@ -228,18 +234,19 @@ def _module():
 
 
 def _saves_gelu_grad(has_biases):
-    """True when the training forward's c_fc writes gelu'(pre) in pre's place: fcfast=5, 8 or 9, or fcfast=6
-    for an MLP without biases (b_fc and b_proj both None). The binding's saves_gelu_grad, mirrored."""
+    """True when the training forward's c_fc writes gelu'(pre) in pre's place: fcfast=5, 9 (the default),
+    10 or 11, or fcfast=6 for an MLP without biases (b_fc and b_proj both None). The binding's
+    saves_gelu_grad, mirrored."""
     if not _env_checked and os.environ.get(SCHEDULE_ENV):
         _module()
-    return _fcfast == 5 or _fcfast >= 8 or (_fcfast == 6 and not has_biases)
+    return _fcfast == 5 or _fcfast >= 9 or (_fcfast == 6 and not has_biases)
 
 
 # ---- 1. the extension calls (after the input checks), used by the custom ops and the fast path
 
 def _ext_forward(x, w_fc, b_fc, w_proj, b_proj):
-    """x (M, C) bf16. Returns (y, pre, h): y (M, C), pre = x·w_fcᵀ + b_fc (gelu'(pre) under fcfast=5,
-    the default, or fcfast=6 without biases: _saves_gelu_grad) and h = GELU(pre), (M, H)."""
+    """x (M, C) bf16. Returns (y, pre, h): y (M, C), pre = x·w_fcᵀ + b_fc (gelu'(pre) under fcfast=9,
+    the default, 5, 10 and 11, or fcfast=6 without biases: _saves_gelu_grad) and h = GELU(pre), (M, H)."""
     x, w_fc, w_proj = realign16(x), realign16(w_fc), realign16(w_proj)   # odd-offset views: copy
     check_forward(x, w_fc, b_fc, w_proj, b_proj)
     y, pre, h = _module().forward(x, w_fc, b_fc, w_proj, b_proj)
@@ -253,16 +260,18 @@ def _ext_forward_inference(x, w_fc, b_fc, w_proj, b_proj):
     return _module().forward_inference(x, w_fc, b_fc, w_proj, b_proj)
 
 
-def _ext_backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1):
+def _ext_backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1, dw_float=False):
     """Returns (dx, dw_fc, db_fc, dw_proj, db_proj), all bf16. bias_grads=False (a model without
     biases, GPT-2's bias=False): db_fc and db_proj come back empty (0 elements) and the backward
     skips the work that only they need (session 5). saved: what `pre` holds, 1 gelu'(pre) (the
-    forward ran fcfast=5), 0 pre, -1 as the fcfast flag says now (session 8)."""
+    forward ran fcfast=5, 9, 10 or 11), 0 pre, -1 as the fcfast flag says now (session 8)."""
     dy, x, pre, h, w_fc, w_proj = (realign16(t) for t in (dy, x, pre, h, w_fc, w_proj))
     check_backward(dy, x, pre, h, w_fc, w_proj)
     if saved not in (-1, 0, 1):
         fail(OP, f"saved must be -1 (as the fcfast flag says), 0 (pre) or 1 (gelu'(pre)), got {saved!r}")
-    dx, dw_fc, db_fc, dw_proj, db_proj = _module().backward(dy, x, pre, h, w_fc, w_proj, bool(bias_grads), int(saved))
+    # dw_float (bias_grads=False only): dw_fc and dw_proj come back in fp32 (the fp32-weight path, below)
+    dx, dw_fc, db_fc, dw_proj, db_proj = _module().backward(dy, x, pre, h, w_fc, w_proj, bool(bias_grads), int(saved),
+                                                            bool(dw_float))
     return dx, dw_fc, db_fc, dw_proj, db_proj
 
 
@@ -333,7 +342,7 @@ def _setup(ctx, inputs, output):
     _, pre, h = output
     ctx.save_for_backward(x, pre, h, w_fc, w_proj)
     ctx.has_b_fc, ctx.has_b_proj = b_fc is not None, b_proj is not None
-    # What the forward wrote into pre (session 8): gelu'(pre) when its c_fc ran with fcfast=5. The
+    # What the forward wrote into pre (session 8): gelu'(pre) when its c_fc ran with fcfast=5, 9, 10 or 11. The
     # backward is told, so a schedule changed in between cannot make it read one as the other.
     # Under torch.compile this runs once, at trace time: the caller's saves (mlp() passes it there)
     # is then what the forward checks at every run (_check_saves), so the two cannot disagree.
@@ -351,7 +360,10 @@ def _make_backward(mlp_backward, inputs=5):
         # A model without biases (GPT-2's bias=False) skips the bias-gradient work: the column sums
         # of dy and dpre and their casts (~0.3 ms of a GPT-2 step).
         bias_grads = ctx.has_b_fc or ctx.has_b_proj
-        dx, dw_fc, db_fc, dw_proj, db_proj = mlp_backward(dy.contiguous(), x, pre, h, w_fc, w_proj, bias_grads, ctx.saved)
+        # (the eager path's fp32 weights ask for fp32 weight gradients: _MLPEager.forward)
+        extra = {"dw_float": True} if getattr(ctx, "dw_float", False) else {}
+        dx, dw_fc, db_fc, dw_proj, db_proj = mlp_backward(dy.contiguous(), x, pre, h, w_fc, w_proj, bias_grads, ctx.saved,
+                                                          **extra)
         return (dx, dw_fc, db_fc if ctx.has_b_fc else None, dw_proj, db_proj if ctx.has_b_proj else None) + \
             (None,) * (inputs - 5)                      # (mlp_fwd's saves: an int, no gradient)
     return backward
@@ -367,6 +379,11 @@ class _MLPEager(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w_fc, b_fc, w_proj, b_proj):
         ctx.set_materialize_grads(False)
+        # fp32 weights come only from mlp()'s _fp32_weight_path: cast here, outside autograd, and
+        # the backward returns their gradients in fp32 (dw_float)
+        ctx.dw_float = w_fc.dtype == torch.float32
+        if ctx.dw_float:
+            w_fc, w_proj = _bf16(w_fc), _bf16(w_proj)
         output = _ext_forward(x, w_fc, b_fc, w_proj, b_proj)   # (y, pre, h)
         _setup(ctx, (x, w_fc, b_fc, w_proj, b_proj), output)
         return output
@@ -397,6 +414,20 @@ def _wants_inference(tensors):
     return os.environ.get(INFERENCE_ENV, "1").strip() != "0"
 
 
+# Training under autocast with fp32 weights and no biases (GPT-2's bias=False), the eager path hands
+# _MLPEager the fp32 weights themselves: it casts them to bf16 inside, and its backward returns the
+# weight gradients in fp32 straight from the kernels' fp32 split-K sums (kernels/mlp_bindings.cpp,
+# dw_float). Otherwise autograd's casts would take bf16 gradients back to fp32: three launches a
+# layer (the finish kernel's cast to bf16, one cast back per weight), the gradient rounded to bf16.
+# TK_MLP_DW_FLOAT=0 turns it off (the weights cast outside, as before session 10).
+DW_FLOAT_ENV = "TK_MLP_DW_FLOAT"
+
+
+def _fp32_weight_path(w_fc, b_fc, w_proj, b_proj):
+    return (b_fc is None and b_proj is None and w_fc.dtype == torch.float32 and w_proj.dtype == torch.float32
+            and _autocast_bf16() and os.environ.get(DW_FLOAT_ENV, "1").strip() != "0")
+
+
 def mlp(x, w_fc, b_fc, w_proj, b_proj):
     """y = GELU_tanh(x @ w_fc.T + b_fc) @ w_proj.T + b_proj (biases may be None), in bf16."""
     lead = x.shape[:-1]
@@ -408,6 +439,8 @@ def mlp(x, w_fc, b_fc, w_proj, b_proj):
         y, _, _ = mlp_fwd(*args, _saves_when_traced(b_fc is not None or b_proj is not None))
     elif _wants_inference((x, w_fc, b_fc, w_proj, b_proj)):
         y = _ext_forward_inference(*args)
+    elif _fp32_weight_path(w_fc, b_fc, w_proj, b_proj):
+        y, _, _ = _MLPEager.apply(x2, w_fc, None, w_proj, None)
     else:
         y, _, _ = _MLPEager.apply(*args)
     return y.reshape(*lead, y.shape[-1])

@@ -1,25 +1,30 @@
-"""tests/mlp_fc_ncu_case.py — where do c_fc's extra ~80 µs a layer go (GPT-2's step, M = 32768:
-c_fc 311 µs against ~229 for a plain product of its shape; session 9's first call), and the dGELU
-GEMM's ~35? Run by tests/gpu_mlp_fc_parts.sh; not a pytest file (no test_ prefix). Written in
-session 9 (M); the ncu table and source-counter summary are tests/mlp_dgelu_ncu_case.py's.
+"""tests/mlp_fc_ncu_case.py — c_fc's and the dGELU GEMM's time against plain products of their shapes
+(GPT-2's step, M = 32768: c_fc ~300 µs and dGELU ~260 against ~215 for a plain product), and what the
+lean k-step (kernels/mlp_deferred.cuh) buys each. Run by tests/gpu_mlp_dgelu_lean.sh; not a pytest
+file (no test_ prefix). Written in session 9 (M), cases renamed in session 10; the ncu table and
+source-counter summary are tests/mlp_dgelu_ncu_case.py's.
 
 The cases (M x 768 -> M x 3072, bf16, no biases as in GPT-2; one kernel each):
-  a  c_fc as the default runs it (fcfast=5: h and gelu'(pre), epilogue in half boxes, deferred)
-  g  fcfast=8 (session 9, opt-in): the same values in whole boxes, consumer c's box b after k-step 2b + c
-  h  fcfast=9 (session 9, opt-in): the default's parts on the kernel's lean k-step
-(Case b, fcfast=7's quarter boxes, ran in session 9's call 2 and lost; fcfast=7 was removed.)
+  a  c_fc as the default runs it (fcfast=9 since session 10: h and gelu'(pre), epilogue in half
+     boxes, deferred, on the lean k-step)
+  p  c_fc with fcfast=5 (sessions 8-9's default: the same values on the k-step that rebuilds its
+     descriptors)                                                                      [control]
   c  the plain product x·W1ᵀ by gemm.matmul(step=0) (step 4 v8; W1 K-major, as c_fc reads it)
-  d  fcfast=4 (h and pre: no gelu'(pre), 5 fewer operations per value than a)      [control]
-  e  the backward's dGELU GEMM as the default runs it (fcfast=5's: one product per value)
+  d  fcfast=4 (h and pre: no gelu'(pre), 5 fewer operations per value than p)            [control]
+  e  the backward's dGELU GEMM as the default runs it (fcfast=9's: one product per value)
+  i  the dGELU GEMM on the lean k-step (fcfast=10, session 10, opt-in)
+  j  i with its product one packed bf16x2 multiply a pair (fcfast=11, session 10, opt-in; no db1 here)
   f  the plain product dy·W2 by gemm.matmul(step=0) (the dGELU GEMM's shape and layout)
-a, g, h, d run the whole forward (c_fc and c_proj), e the whole backward; ncu and the profiler pick
+(Session 9's cases b, fcfast=7's quarter boxes, and g, fcfast=8's whole boxes by turns, lost on the
+H200 and were removed; its h, fcfast=9, is now a.)
+a, p, d run the whole forward (c_fc and c_proj), e, i, j the whole backward; ncu and the profiler pick
 the c_fc / dGELU / plain kernel out by name (NCU_REGEX).
 
 Modes:
   --mode ncu   warm-up outside the NVTX range 'ncu', then ONE call per case inside it, then checks
                against float references (not profiled)
-  --mode time  CUDA events: --rounds interleaved rounds of --iters calls per case (a, g, h, d: the
-               whole forward; e: the whole backward; c, f: the kernel alone), then the profiler's
+  --mode time  CUDA events: --rounds interleaved rounds of --iters calls per case (a, p, d: the
+               whole forward; e, i, j: the whole backward; c, f: the kernel alone), then the profiler's
                time of the matching kernel alone (one pass of --iters calls per case)
   --list       print the cases (no GPU)
 """
@@ -35,12 +40,13 @@ import mlp_dgelu_ncu_case as shared  # noqa: E402  (ncu CSV summaries, the timin
 
 # letter: (what, kind, schedule spec or operands, bias, kernel-name fragments ncu should show)
 CASES = {
-    "a": ("c_fc, default (fcfast=5, half boxes)", "fwd", "fcfast=5", False, ("parts_epilogue<1, 2, 0, 0>", "(bool)1, (int)2, (bool)0, (bool)0>")),
-    "g": ("c_fc, fcfast=8 (whole boxes, by turns)", "fwd", "fcfast=8", False, ("parts_epilogue<1, 1, 1, 0>", "(bool)1, (int)1, (bool)1, (bool)0>")),
-    "h": ("c_fc, fcfast=9 (default's parts, lean k-step)", "fwd", "fcfast=9", False, ("parts_epilogue<1, 2, 0, 1>", "(bool)1, (int)2, (bool)0, (bool)1>")),
+    "a": ("c_fc, default (fcfast=9, lean k-step)", "fwd", "fcfast=9", False, ("bias_gelu_parts_epilogue<1, 1>", "bias_gelu_parts_epilogue<(bool)1, (bool)1>")),
+    "p": ("c_fc, fcfast=5 (sessions 8-9's default)", "fwd", "fcfast=5", False, ("bias_gelu_parts_epilogue<1, 0>", "bias_gelu_parts_epilogue<(bool)1, (bool)0>")),
     "c": ("plain x.W1^T, matmul(step=0) = 4v8", "gemm", ("x", "w1t"), None, ("deferred_plain",)),
-    "d": ("c_fc, fcfast=4 (pre and h, no gelu')", "fwd", "fcfast=4", False, ("parts_epilogue<0, 2, 0, 0>", "(bool)0, (int)2, (bool)0, (bool)0>")),
-    "e": ("dGELU, default (fcfast=5's, no bias grads)", "bwd", "fcfast=5", False, ("dgelu_parts",)),
+    "d": ("c_fc, fcfast=4 (pre and h, no gelu')", "fwd", "fcfast=4", False, ("bias_gelu_parts_epilogue<0, 0>", "bias_gelu_parts_epilogue<(bool)0, (bool)0>")),
+    "e": ("dGELU, default (fcfast=9's, no bias grads)", "bwd", "fcfast=9", False, ("dgelu_parts_epilogue<1, 0, 0>", "dgelu_parts_epilogue<(bool)1, (bool)0, (bool)0>")),
+    "i": ("dGELU, fcfast=10 (lean k-step)", "bwd", "fcfast=10", False, ("dgelu_parts_epilogue<1, 1, 0>", "dgelu_parts_epilogue<(bool)1, (bool)1, (bool)0>")),
+    "j": ("dGELU, fcfast=11 (lean, packed product)", "bwd", "fcfast=11", False, ("dgelu_parts_epilogue<1, 1, 1>", "dgelu_parts_epilogue<(bool)1, (bool)1, (bool)1>")),
     "f": ("plain dy.W2, matmul(step=0) = 4v8", "gemm", ("dy", "w2"), None, ("deferred_plain",)),
 }
 NCU_REGEX = "bias_gelu_parts|dgelu_parts|deferred_plain"   # the shell passes this to ncu -k regex:...

@@ -176,7 +176,10 @@ def test_session6_schedules_vs_float64(mlp, schedule, M, C):
                                       # gelu'(pre) saved in place of pre (fcfast=5), with side jobs off
                                       "fcfast=5", "4,fcfast=5,finish=1,side=0", "fcfast=5,finish=1,dw=10",
                                       # session 8: fcfast=6 (5 without biases: the even M here), side=2
-                                      "fcfast=6", "fcfast=6,side=2,dw=4"])
+                                      "fcfast=6", "fcfast=6,side=2,dw=4",
+                                      # session 10: the dGELU GEMM on the lean k-step (fcfast=10), with side jobs off;
+                                      # and its packed product without db1 (fcfast=11: the even M here; odd M, biases: fp32)
+                                      "fcfast=10", "fcfast=10,side=0,finish=1", "fcfast=11", "fcfast=11,side=0"])
 @pytest.mark.parametrize("M,C", SCHEDULE_SHAPES + [(1000, 64), (517, 128), (4099, 384)])
 def test_session7_schedules_vs_float64(mlp, schedule, M, C):
     check_schedule_vs_float64(mlp, schedule, M, C)
@@ -307,9 +310,11 @@ def test_set_schedule_refuses_bad_values(mlp):
     with pytest.raises(ValueError, match="finish"):
         mlp.set_schedule("finish=-1")
     with pytest.raises(ValueError, match="fcfast"):
-        mlp.set_schedule("fcfast=10")
-    with pytest.raises(ValueError, match="fcfast=7 lost"):
+        mlp.set_schedule("fcfast=12")
+    with pytest.raises(ValueError, match="fcfast=7 .*lost"):
         mlp.set_schedule("fcfast=7")                                 # session 9's quarter boxes: removed (lost)
+    with pytest.raises(ValueError, match="fcfast=8 .*lost"):
+        mlp.set_schedule("fcfast=8")                                 # session 9's whole boxes by turns: removed (lost)
     with pytest.raises(ValueError, match="fcfast=5"):
         mlp.set_schedule("fcfast=5,fc=6")                            # gelu'(pre) in pre's place: schedule 4 only
     with pytest.raises(ValueError, match="fcfast=5"):
@@ -341,12 +346,14 @@ def test_set_schedule_refuses_bad_values(mlp):
     with pytest.raises(ValueError, match="finish-kernel flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 2, 0, 0])
     with pytest.raises(ValueError, match="fast-c_fc-epilogue flag"):
-        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 10, 0])   # (8, 9: session 9's candidates)
-    with pytest.raises(ValueError, match="7 was removed"):
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 12, 0])   # (10, 11: session 10's candidates)
+    with pytest.raises(ValueError, match="7 and 8 were removed"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 7, 0])    # session 9's quarter boxes: removed (lost)
+    with pytest.raises(ValueError, match="7 and 8 were removed"):
+        mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 8, 0])    # session 9's whole boxes by turns: removed (lost)
     with pytest.raises(ValueError, match="deferred-stores flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 0, 2])
-    assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0, 1, 1, 5, 0]   # fast=1 (session 5), finish=1 (7), fcfast=5 (8)
+    assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0, 1, 1, 9, 0]   # fast=1 (session 5), finish=1 (7), fcfast=9 (10)
     assert mlp._ext.module.get_schedule() == mlp.parse_schedule("0")              # C++ and Python agree on the default
     assert mlp._fcfast == mlp._ext.module.get_schedule()[9]                        # and on fcfast (what autograd records)
     x, w_fc, _, w_proj, _, dy = make(64, 64, seed=1, bias=False)
@@ -358,7 +365,7 @@ def test_set_schedule_refuses_bad_values(mlp):
 @pytest.mark.parametrize("spec", ["fcfast=4", "fcfast=0", "0"])
 def test_intermediates_pre_and_h(mlp, spec):
     """The c_fc epilogue's two outputs: pre = x·W1ᵀ + b1 and h = GELU(pre), checked directly (with
-    fcfast=5, the default's saved tensor is gelu'(pre): checked against float64 gelu' of float64 pre)."""
+    fcfast=9, the default (5 before session 10), the saved tensor is gelu'(pre): checked against float64 gelu' of float64 pre)."""
     x, w_fc, b_fc, w_proj, b_proj, _ = make(1000, 768, seed=7)
     mlp.set_schedule(spec)
     try:
@@ -476,7 +483,8 @@ def test_deferred_fc_epilogue(mlp, fc, M, C, bias, H):
 
 
 # session 5: the fast dGELU epilogue and the one-kernel tail (finish=1) keep a fixed order too
-@pytest.mark.parametrize("schedule", ["0", "fast=1,finish=1", "dgelu=6,pre=1,fast=1,finish=1", "fast=3", "fcfast=5"])   # session 7
+@pytest.mark.parametrize("schedule", ["0", "fast=1,finish=1", "dgelu=6,pre=1,fast=1,finish=1", "fast=3", "fcfast=5",   # session 7
+                                      "fcfast=10", "fcfast=11"])                                                        # session 10
 def test_backward_is_deterministic(mlp, schedule):
     x, w_fc, b_fc, w_proj, b_proj, dy = make(3000, 768, seed=3)
     mlp.set_schedule(schedule)
@@ -530,7 +538,7 @@ def test_session5_opt_ins_match_default(mlp, spec):
 # back empty and their work is skipped; dx is bit-identical to the full backward's (its dpre is the
 # same), the weight gradients equal within split-K's order. (Autograd passes it for a model without biases.)
 @pytest.mark.parametrize("spec", ["0", "finish=1", "dgelu=6,finish=1", "side=0", "pre=1", "fast=0", "fast=3", "fcfast=5",
-                                  "fcfast=6"])
+                                  "fcfast=6", "fcfast=10", "fcfast=11"])
 def test_no_bias_grads(mlp, spec):
     M, C = 1000, 768
     x, w_fc, _, w_proj, _, dy = make(M, C, seed=13, bias=False)
@@ -770,19 +778,18 @@ def test_fc_parts_matches_fcfast3(mlp, fc, M, C, bias, H):
     assert rel_err(pre4, pre64) < 1e-2 and rel_err(h4, F.gelu(pre64, approximate="tanh")) < 1e-2
 
 
-# Session 9's fcfast=8 (opt-in, not run on a GPU yet): fcfast=5's epilogue in whole boxes, consumer c's
-# box b after k-step 2b + c (kernels/mlp_fc_deferred.cu); fcfast=9 (opt-in, not run on a GPU yet):
+# Session 9's fcfast=9 (the default since session 10; its first H200 run, session 10's call 1, passed):
 # fcfast=5's parts on the kernel's lean k-step (the wgmmas' descriptors stepped, not rebuilt). The same
 # operations on the same values: gelu'(pre), h and y bit-identical to fcfast=5's. K = 768 and 1280 (12
-# and 20 k-steps: every part after one of k-steps 0-7; fcfast=8's 4 boxes a consumer after the steps
-# of its parity), 384 and 128 (6 and 2 k-steps: the later parts after the k-loop); tails in M
-# and N (H = 2880: boxes past N), one row, with and without bias, poisoned outputs; and the backward
-# of its forward (the dGELU GEMM reading gelu'(pre)) against float64.
-@pytest.mark.parametrize("fcfast", [8, 9])
+# and 20 k-steps: every part after one of k-steps 0-7), 384 and 128 (6 and 2 k-steps: the later parts
+# after the k-loop); tails in M and N (H = 2880: boxes past N), one row, with and without bias,
+# poisoned outputs; and the backward of its forward (the dGELU GEMM reading gelu'(pre)) against float64.
+# (fcfast=8, whole boxes with the consumers taking turns, lost on the H200 and was removed.)
+@pytest.mark.parametrize("fcfast", [9])
 @pytest.mark.parametrize("M,C,bias,H", [(1, 768, True, 3072), (1000, 768, False, 3072), (4099, 1280, True, 5120),
                                         (1000, 768, True, 2880), (16384 + 77, 768, False, 3072), (517, 128, True, 512),
                                         (333, 384, False, 1536)])
-def test_fc_part_sizes_match_fcfast5(mlp, fcfast, M, C, bias, H):
+def test_fc_lean_kstep_matches_fcfast5(mlp, fcfast, M, C, bias, H):
     x, w_fc, b_fc, w_proj, b_proj, dy = make_hidden(M, C, 19 * M + C, bias, H)
     (y5, gp5, h5), (yv, gpv, hv) = forward_under_two_schedules(mlp, "fcfast=5", f"fcfast={fcfast}", x, w_fc, b_fc, w_proj, b_proj)
     assert not torch.isnan(hv).any() and not torch.isnan(gpv).any(), f"fcfast={fcfast} left elements unwritten"
@@ -807,6 +814,48 @@ def test_fc_part_sizes_match_fcfast5(mlp, fcfast, M, C, bias, H):
         assert not torch.isnan(grads[i]).any(), f"fcfast={fcfast} backward {name}: NaN (an element never written)"
         e64 = rel_err(grads[i], ref[i + 1])
         assert e64 < 6e-3, f"fcfast={fcfast} backward {name} (M={M}, C={C}): relative error {e64:.2e} vs float64"
+
+
+# Session 10's fcfast=10 (opt-in): the default's c_fc (fcfast=9) and the backward's dGELU GEMM on the
+# lean k-step too (kernels/mlp_dgelu_deferred.cu, LEAN; gemm_args::dgelu_lean); fcfast=11 (opt-in): that,
+# and without bias gradients dpre one packed bf16x2 multiply per pair (PACKED; with them the fp32 path,
+# so the bias=True shapes check it still sums db_fc). The same operations on the same values: from the same saved gelu'(pre) and h, dx and (with bias) db_fc and db_proj are
+# bit-identical to the default's backward (dpre feeds dx through a fixed-order GEMM; db_fc sums dpre's
+# half boxes), the weight gradients within split-K's order, everything against float64. The dGELU GEMM's
+# K is C: 768 and 1280 (12 and 20 k-steps; parts after k-steps 0-3, 5, 6, 8, 9), 384, 128 and 64 (6, 2
+# and 1 k-steps: the later parts and pre loads after the k-loop); tails in M (1 row, 333, 16384 + 77)
+# and N (H = 2880: boxes past N), with and without bias, poisoned outputs. A wrong descriptor step
+# (a k-step reading another's W2 rows) moves dx by tens of percent.
+@pytest.mark.parametrize("M,C,bias,H", [(1, 768, True, 3072), (4099, 768, True, 3072), (16384 + 77, 768, False, 3072),
+                                        (1000, 768, True, 2880), (333, 1280, False, 5120), (517, 384, True, 1536),
+                                        (1000, 128, False, 512), (77, 64, True, 256)])
+@pytest.mark.parametrize("fcfast", [10, 11])
+def test_dgelu_lean_kstep_matches_default(mlp, fcfast, M, C, bias, H):
+    x, w_fc, b_fc, w_proj, b_proj, dy = make_hidden(M, C, 23 * M + C, bias, H)
+    ref = reference64(x, w_fc, b_fc, w_proj, b_proj, dy)
+    mlp.set_schedule("fcfast=9")
+    try:
+        y, gp, h = mlp.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+        base = mlp.mlp_bwd(dy, x, gp, h, w_fc, w_proj, bias_grads=bias, saved=1)
+        mlp.set_schedule(f"fcfast={fcfast}")
+        assert mlp._saves_gelu_grad(bias) and mlp._ext.module.get_schedule()[5 + mlp.FLAGS.index("fcfast")] == fcfast
+        poison_allocator(2 * M * H, 4 * H * C, 2 * M * C)
+        new = mlp.mlp_bwd(dy, x, gp, h, w_fc, w_proj, bias_grads=bias, saved=1)
+        torch.cuda.synchronize()
+    finally:
+        mlp.set_schedule("0")
+    same = (0, 2, 4) if bias else (0,)
+    for i in same:
+        name = ("dx", "dw_fc", "db_fc", "dw_proj", "db_proj")[i]
+        assert torch.equal(new[i], base[i]), f"fcfast={fcfast} changed {name} (M={M}, C={C}, H={H}, bias={bias})"
+    for i, name in enumerate(("dx", "dw_fc", "db_fc", "dw_proj", "db_proj")):
+        if ref[i + 1] is None:
+            continue
+        assert not torch.isnan(new[i]).any(), f"fcfast={fcfast} {name}: NaN (an element never written)"
+        e64 = rel_err(new[i], ref[i + 1])
+        assert e64 < 6e-3, f"fcfast={fcfast} {name} (M={M}, C={C}): relative error {e64:.2e} vs float64"
+        if i in (1, 3):
+            assert rel_err(new[i], base[i]) < 1e-2, f"fcfast={fcfast} {name}: far from the default's"
 
 
 # Session 7's fcfast=5: c_fc saves gelu'(pre) (bf16, from the tanh it computes for h) in pre's place
@@ -855,7 +904,7 @@ def test_gelu_grad_saved_in_forward(mlp, M, C, bias, H):
 # CTAs; 4099), C = 384 (96 groups of 4 columns: one per side-job thread), 1280 and 1600 (400 groups:
 # the last round of the thread loop partial); poisoned outputs. A skipped row, a row counted twice
 # or a wrong column moves db_proj by far more than a bf16 rounding.
-@pytest.mark.parametrize("base", ["0", "fcfast=5", "fast=3", "dgelu=6"])
+@pytest.mark.parametrize("base", ["0", "fcfast=5", "fast=3", "dgelu=6", "fcfast=10"])
 @pytest.mark.parametrize("M,C", [(1, 768), (100, 384), (4099, 1280), (16384 + 77, 768), (333, 1600)])
 def test_side_job_pipelined_sums(mlp, base, M, C):
     x, w_fc, b_fc, w_proj, b_proj, dy = make(M, C, seed=31 * M + C)
@@ -890,7 +939,9 @@ def test_side_job_pipelined_sums(mlp, base, M, C):
 # moves dx and dw_fc by tens of percent.
 @pytest.mark.parametrize("first,second", [("fcfast=5", "0"), ("0", "fcfast=5"), ("fcfast=5", "dgelu=6,pre=1"),
                                           ("fcfast=5,side=2", "fcfast=4,fast=3"), ("fcfast=6", "fcfast=4"), ("fcfast=4", "fcfast=6"),
-                                          ("fcfast=8", "0"), ("fcfast=4", "fcfast=8"), ("fcfast=9", "fcfast=4"), ("fcfast=4", "fcfast=9")])
+                                          ("fcfast=9", "fcfast=4"), ("fcfast=4", "fcfast=9"), ("fcfast=10", "fcfast=4"),
+                                          ("fcfast=4", "fcfast=10"), ("fcfast=5", "fcfast=10"), ("fcfast=11", "fcfast=4"),
+                                          ("fcfast=4", "fcfast=11"), ("fcfast=11", "fcfast=10")])
 @pytest.mark.parametrize("path", ["eager", "custom_op"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_backward_reads_what_forward_saved(mlp, first, second, path, bias):
@@ -920,4 +971,4 @@ def test_backward_reads_what_forward_saved(mlp, first, second, path, bias):
         assert e64 < 6e-3, f"{first} -> {second} ({path}, bias={bias}) {name}: relative error {e64:.2e} vs float64"
         assert rel_err(changed[i], same[i]) < 6e-3, f"{first} -> {second} ({path}) {name}: far from the unchanged run"
     fcfast = mlp.parse_schedule("0")[5 + mlp.FLAGS.index("fcfast")]
-    assert mlp._saves_gelu_grad(True) == (fcfast == 5) and mlp._saves_gelu_grad(False) == (fcfast in (5, 6))
+    assert mlp._saves_gelu_grad(True) == (fcfast in (5, 9, 10, 11)) and mlp._saves_gelu_grad(False) == (fcfast in (5, 6, 9, 10, 11))

@@ -1,5 +1,5 @@
 """CPU test (no GPU, no extension build): under torch.compile the MLP's backward reads what the
-forward saved in pre (gelu'(pre) under fcfast=5, 8 and 9, pre under 4) as the graph was traced; a
+forward saved in pre (gelu'(pre) under fcfast=5, 9 (the default) and 10, pre under 4) as the graph was traced; a
 schedule changed after compiling must not let the forward save one while the traced backward reads
 the other (review R2, session 8). kernels/mlp_op.py: mlp() passes the trace-time answer to mlp_fwd
 (saves), the backward gets the same, and mlp_fwd refuses to run when the fcfast flag disagrees.
@@ -71,7 +71,7 @@ def _step(fn, args):
 
 
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("first,second", [(5, 4), (4, 5), (8, 4), (4, 8), (9, 4), (4, 9)])
+@pytest.mark.parametrize("first,second", [(5, 4), (4, 5), (9, 4), (4, 9), (10, 4), (4, 10), (11, 4), (4, 11)])
 def test_compiled_mlp_refuses_a_stale_saved_flag(stand_ins, monkeypatch, bias, first, second):
     torch._dynamo.reset()
     args = _inputs(bias)
@@ -109,17 +109,38 @@ def test_saves_argument_is_checked(stand_ins, monkeypatch):
 
 def test_which_fcfast_values_save_gelu_grad(monkeypatch):
     """The Python mirror of the binding's saves_gelu_grad, for every fcfast value parse_schedule
-    accepts: gelu'(pre) under 5, 8 and 9 and under 6 without biases; pre otherwise. fcfast=7
-    (session 9's quarter boxes: lost on the H200, removed) is refused by name."""
+    accepts: gelu'(pre) under 5, 9, 10 and 11 and under 6 without biases; pre otherwise. fcfast=7 and 8
+    (session 9's quarter boxes and whole boxes by turns: lost on the H200, removed) are refused by name."""
     monkeypatch.setattr(mlp_op, "_env_checked", True)
-    want = {0: (0, 0), 1: (0, 0), 2: (0, 0), 3: (0, 0), 4: (0, 0), 5: (1, 1), 6: (1, 0), 8: (1, 1), 9: (1, 1)}
-    for value in range(11):
+    want = {0: (0, 0), 1: (0, 0), 2: (0, 0), 3: (0, 0), 4: (0, 0), 5: (1, 1), 6: (1, 0), 9: (1, 1), 10: (1, 1), 11: (1, 1)}
+    for value in range(13):
         spec = f"fcfast={value}"
         if value not in want:
-            with pytest.raises(ValueError, match="fcfast=7 lost" if value == 7 else "fcfast must be"):
+            with pytest.raises(ValueError, match=f"fcfast={value} .*lost" if value in (7, 8) else "fcfast must be"):
                 mlp_op.parse_schedule(spec)
             continue
         assert mlp_op.parse_schedule(spec)[5 + mlp_op.FLAGS.index("fcfast")] == value
         monkeypatch.setattr(mlp_op, "_fcfast", value)
         got = (int(mlp_op._saves_gelu_grad(False)), int(mlp_op._saves_gelu_grad(True)))
         assert got == want[value], (value, got)
+
+
+def test_default_is_fcfast9_and_old_specs_keep_their_meaning(monkeypatch):
+    """Session 10: the default fcfast is 9 (fcfast=5's values on the lean k-step), so the default
+    saves gelu'(pre) with and without biases; 'fcfast=5' still selects session 8's form and
+    'fcfast=10' and 'fcfast=11' the candidates with the dGELU GEMM on the lean k-step; specs that name a dGELU
+    epilogue or a schedule fcfast>=5 cannot run on step the default back to 4, as they did under 5."""
+    monkeypatch.setattr(mlp_op, "_env_checked", True)
+    at = 5 + mlp_op.FLAGS.index("fcfast")
+    assert mlp_op.FLAG_DEFAULTS[mlp_op.FLAGS.index("fcfast")] == 9
+    assert mlp_op.parse_schedule("0")[at] == 9 and mlp_op.parse_schedule("")[at] == 9
+    assert mlp_op.parse_schedule("fcfast=5")[at] == 5 and mlp_op.parse_schedule("fcfast=10")[at] == 10
+    assert mlp_op.parse_schedule("fcfast=11")[at] == 11
+    for spec in ("fast=0", "fast=3", "fc=6", "dgelu=5", "pre=1", "5"):
+        assert mlp_op.parse_schedule(spec)[at] == 4, spec
+    monkeypatch.setattr(mlp_op, "_fcfast", mlp_op.FLAG_DEFAULTS[mlp_op.FLAGS.index("fcfast")])
+    assert mlp_op._saves_gelu_grad(True) and mlp_op._saves_gelu_grad(False)
+    with pytest.raises(ValueError, match="fcfast=8 .*lost"):
+        mlp_op.parse_schedule("fcfast=8")
+    with pytest.raises(ValueError, match="fcfast=5, 6, 9, 10 and 11"):
+        mlp_op.parse_schedule("fcfast=11,fc=6")
