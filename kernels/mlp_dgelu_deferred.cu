@@ -62,7 +62,9 @@ using cfg = gemm4::config<4, 64, false, 2>;
 // dpre is ONE packed multiply, mul.rn.bf16x2(dh pair, gelu'(pre) pair), instead of two unpacks, two
 // fp32 products and a pack (~7 instructions a pair). The same bits: a product of two bf16 values is
 // exact in fp32 (8 + 8 significant bits), so rounding it to bf16 once is what the packed multiply's
-// single rounding gives (no flush to zero either way: no --use_fast_math). With db1 the fp32 path.
+// single rounding gives (no flush to zero either way: no --use_fast_math). The one exception is a
+// product below fp32's normal range (|dpre| < 1.2e-38), which fp32 rounds first: there the two may
+// differ in the last bit. With db1 the fp32 path.
 template <bool GP, bool LEAN = false, bool PACKED = false>
 struct dgelu_parts_epilogue : dgelu_fast_epilogue {
     static_assert(!PACKED || GP, "the packed product multiplies by a saved gelu'(pre)");
