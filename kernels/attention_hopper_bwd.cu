@@ -121,24 +121,25 @@
 //   next item's K/V loaded under the current one; config's comment on the bit; 4.2% faster than 15
 //   in its one run); 17 removed (LATE_DQ, lost); 19 = 16 + SPLIT_MASK (session 9; D = 64's default
 //   since session 10: P's mask tests only in the diagonal and tail blocks); 18 (15 + SPLIT_MASK)
-//   removed in session 10 (521.7 us against 16's 507.6 and 19's 501.4). Session 10, opt-in: 20 =
-//   19 + FUSED_DQ (no kernel 3: each quarter of a dq_accum chunk converted to bf16 by the warp
-//   whose atomics arrive last at the quarter's counter), 21 = 19 + FUSED_EARLY (20 with the
-//   arrival's release fence under the next block's Sᵀ, dPᵀ wgmmas), 22, 23 = 20, 21 + SELF_CLEAN
-//   (that warp leaves the quarter zero: a kept accumulator, no zeroing pass), 24 = 22 with the
-//   arrivals counted an item at a time (FUSED_ITEM).
-//   D = 128 runs 5 for 8-10 and 5 + PREP for 11-16, 19-24 (no registers to spare).
+//   removed in session 10 (521.7 us against 16's 507.6 and 19's 501.4).
+//   D = 128 runs 5 for 8-10 and 5 + PREP for 11-16, 19 (no registers to spare).
 //   Tried in session 7 and removed (code at commit b31b295; figures in kernels/NOTES.md):
 //   6/7  Di computed inside the main kernel by producer warps 2-3 (cp.async of O and dO; 32
 //        producer registers, consumers 232): GPT-2 backward 843 us against 548, the Di warps
 //        could not keep ahead of the consumers.
-//   15-18 (numbers reused since; 20-23's per-quarter counters are this idea at a finer grain)
-//        no kernel 3: each CTA counted itself in its head's counter
+//   15-18 (numbers reused since) no kernel 3: each CTA counted itself in its head's counter
 //        after a fence, and the head's last CTA converted the head's dq_accum from L2 (+33 us on 12 at GPT-2: the
 //        conversions and the per-CTA fence sit in CTA tails with one CTA per SM).
 //   19-23  no zeroing pass: the head's first CTA (a ticket) zeroed its chunks in L2 from producer
 //        warp 2 and raised a flag the consumers waited for before their first dQ addition
 //        (+24 us on 12 at GPT-2, -1.7 us at shakespeare).
+//   Tried in session 10 and removed (code at commit c2487fe; kernels/NOTES.md, session 10, B):
+//   20-24  no kernel 3 again, finer: a counter per quarter of a dq_accum chunk (the 16 rows one
+//        warp's atomics add), each warp counting itself (atom.release.gpu) a block or an item after
+//        its atomics and the last one converting the quarter from L2; 22-24 also left the
+//        accumulator zero for the next call (no zeroing in prep_kernel). GPT-2 B = 32: 624-795 us
+//        against 19's 492: every GPU-scope fence in a consumer's chain waited ~1 us (a block's
+//        worth) for the warp's queued red.global.add ops.
 #include <algorithm>
 #include <type_traits>   // std::true_type: SPLIT_MASK's two copies of one loop
 #include <cstdint>
@@ -189,36 +190,9 @@ namespace attention_hopper_bwd {
 // block (91 ISETP, 32 FSEL of the 237 instructions between the Sᵀ wait and the dV issue).
 // Session 10 (s10call1, H200, the whole backward in graph replays, GPT-2 B = 32, 11 interleaved
 // rounds): 19 501.4 us, 16 507.6, 15 528.4, 18 (= 15 + SPLIT_MASK, since removed) 521.7, cuDNN 532.1;
-// shakespeare 19 85.1, 16 85.9, cuDNN 91.4.
-// Bit FUSED_DQ (variant 20 = 19 + it, session 10, opt-in): no kernel 3. Every dq_accum chunk (one
-// query block of one head) is split in quarters, the 16 rows that warp w of a consumer adds (its
-// red.global.add.v4 of rows 16w .. 16w+15), and each quarter has an arrival counter (4 ints per
-// chunk past the work counter, zeroed by prep_kernel). After its atomics warp w counts itself in
-// its quarter's counter; the warp that arrives last (the count a query block gets is known: m + 1
-// causal, 2 · key blocks otherwise) reads the finished quarter back from L2, scales it and writes
-// its 16 rows of dQ as bf16. To keep the counter's latency out of the consumer's chain, block i's
-// arrival is made in block i+1's window (after its wait_group<0>, before its atomics: block i's
-// atomics have long completed, so the release fence waits for nothing) and its ticket is read in
-// block i+2's window (the atomic has long returned); the CTA's last two blocks are counted after
-// its last item. Memory order: the warp's atomics, then (bar.sync of the warpgroup, DS_SYNC's)
-// lane 0's atom.release.gpu; the last arriver's lanes: fence.acq_rel.gpu (lane 0 read the count),
-// __syncwarp, then ld.relaxed.gpu of the quarter (L2, not a stale L1).
-// Bit FUSED_EARLY (variant 21 = 19 + it): FUSED_DQ with block i's arrival made right after block
-// i+1's Sᵀ, dPᵀ wgmmas are issued (the release fence, MEMBAR.GPU, under their run instead of in the
-// chain) and its ticket read in block i+1's window.
-// Bit SELF_CLEAN (variants 22 = 20 + it, 23 = 21 + it, 24): the warp that converts a quarter also writes
-// zeros back over it and resets its arrival counter, so the accumulator is all zeros again when
-// the kernel ends and prep_kernel need not zero it (it only computes Di, reading O and dO: ~half
-// of its bytes). The caller keeps one such buffer per device between calls (the bindings); the
-// work counter moves to the end of the per-call Di buffer (prep_kernel zeroes it there).
-// Bit FUSED_ITEM (variant 24 = 22 with it in place of FUSED_DQ's per-block arrivals): a warp counts
-// all the query blocks of its item at once, in the first block's window of its NEXT item (the
-// item's atomics an item's block old, so one release fence an item instead of one a block, and
-// no fence waiting for atomics just issued); lane j takes query block j (32 at a time), reads its
-// ticket at once (one atomic's latency an item) and the warp converts the quarters whose lanes
-// were last. The CTA's last item is counted after it.
-constexpr int DQ_ATOMIC = 2, ONE_CONSUMER = 4, PREP = 8, DS_SYNC = 16, PERSISTENT = 32, SPLIT_MASK = 128,
-              FUSED_DQ = 256, FUSED_EARLY = 512, SELF_CLEAN = 1024, FUSED_ITEM = 2048;
+// shakespeare 19 85.1, 16 85.9, cuDNN 91.4. s10call2 (9 rounds): 19 491.6, 16 500.2, cuDNN 522.4;
+// shakespeare 19 84.6, 16 85.7, cuDNN 91.5.
+constexpr int DQ_ATOMIC = 2, ONE_CONSUMER = 4, PREP = 8, DS_SYNC = 16, PERSISTENT = 32, SPLIT_MASK = 128;
 
 template <int D, bool PIPELINED = false, bool SPLIT_DQ = false, int OPT = 0>
 struct config {
@@ -226,10 +200,6 @@ struct config {
     static constexpr bool dq_atomic = (OPT & DQ_ATOMIC) != 0;
     static constexpr bool ds_sync = (OPT & DS_SYNC) != 0;
     static constexpr bool split_mask = (OPT & SPLIT_MASK) != 0;
-    static constexpr bool fused_dq = (OPT & (FUSED_DQ | FUSED_EARLY | FUSED_ITEM)) != 0;
-    static constexpr bool fused_item = (OPT & FUSED_ITEM) != 0;
-    static constexpr bool fused_early = (OPT & FUSED_EARLY) != 0;
-    static constexpr bool self_clean = (OPT & SELF_CLEAN) != 0;
     static_assert(!ds_sync || dq_atomic, "DS_SYNC orders the dS reuse of the atomics path only");
     static_assert(!SPLIT_DQ || (D == 128 && !PIPELINED), "variant 3 is D = 128's (its halves are whole 64-column blocks)");
     static constexpr bool one_consumer = (OPT & ONE_CONSUMER) != 0;
@@ -261,8 +231,6 @@ struct config {
     static constexpr bool prep = (OPT & PREP) != 0;
     static_assert(!persistent || (prep && dq_atomic && PIPELINED && !one_consumer),
                   "PERSISTENT: variant 15's kernel (prep_kernel zeroes its counter; no bulk dQ copies to wait for)");
-    static_assert(!fused_dq || (persistent && ds_sync), "FUSED_DQ: the arrivals carry over items, after DS_SYNC's bar.sync");
-    static_assert(!self_clean || fused_dq, "SELF_CLEAN: the converting warp cleans up");
     // D = 128 (variant 1): dQ is issued only after dV and dK finished (frees P's and dS's A
     // operands; with all of them live ptxas ran out of registers and serialized: C7512).
     static constexpr bool dq_after_dk = D == 128 && !SPLIT_DQ;
@@ -288,10 +256,6 @@ struct kernel_params {
     int batch_heads, n_blocks, heads_per_group;         // the CTA order: see block_at
     int* work_counter;                                  // PERSISTENT: items handed out past the grid (zeroed by prep_kernel)
     int total_items;                                    // batch_heads · n_blocks
-    // FUSED_DQ: dQ itself (bf16) and the arrival counters, 4 per dq_accum chunk (zeroed by prep_kernel)
-    __nv_bfloat16* dq;
-    int64_t dq_stride_batch, dq_stride_head, dq_stride_seq;
-    int* dq_arrivals;
 };
 
 // Which (batch, head, key block) CTA i takes. Every key block of a head reads that head's Q, dO,
@@ -327,10 +291,10 @@ constexpr float LOG2E = 1.4426950408889634f;
 // conversion) 507.6 us vs 529.6 for 15 at GPT-2 B = 32 (cuDNN 534.3), 86.9 vs 90.9 at shakespeare
 // (cuDNN 92.8); racecheck and memcheck clean with more items than SMs; its tests (float64
 // reference, dK/dV bitwise equal to 15's, graph replays) passed.
-// Session 10 (B, lead's approval): D = 64 takes 19 (16 + SPLIT_MASK): 501.4 us vs 16's 507.6 at GPT-2
-// B = 32 (cuDNN 532.1), 85.1 vs 85.9 at shakespeare (cuDNN 91.4), s10call1; its persistent tests,
-// racecheck and memcheck clean there; the whole test_attention_hopper_bwd.py with it as the default
-// runs in s10call2 (kernels/NOTES.md, session 10, B).
+// Session 10 (B): D = 64 takes 19 (16 + SPLIT_MASK): 501.4 us vs 16's 507.6 at GPT-2 B = 32 (cuDNN
+// 532.1) and 85.1 vs 85.9 at shakespeare (cuDNN 91.4) in s10call1; 491.6 vs 500.2 (cuDNN 522.4) and
+// 84.6 vs 85.7 (cuDNN 91.5) in s10call2, where the whole test_attention_hopper_bwd.py passed with 19
+// as the default (46 tests), the persistent tests too, racecheck and memcheck clean.
 constexpr int DEFAULT_VARIANT_D64 = 19;
 constexpr int DEFAULT_VARIANT_D128 = 5;
 
@@ -382,30 +346,6 @@ __device__ inline void red_add_v4(float4* dst, float a, float b, float c, float 
 #endif
 }
 
-// FUSED_DQ's arrival: +1 on *counter by the threads with `take` set, `ticket` = the count before it
-// (other threads keep theirs); release: this thread's earlier writes, and those ordered before it by
-// a barrier, are visible at GPU scope first. Predicated, not a branch (a branch with wgmmas in
-// flight makes ptxas serialize them, C7518: FUSED_EARLY issues it there).
-__device__ inline void arrive_release_gpu(int* counter, bool take, int& ticket) {
-#ifdef TK_HOPPER
-    asm volatile("{\n .reg .pred p;\n setp.ne.u32 p, %2, 0;\n @p atom.release.gpu.global.add.s32 %0, [%1], 1;\n}"
-                 : "+r"(ticket) : "l"(counter), "r"(uint32_t(take)) : "memory");
-#endif
-}
-__device__ inline void fence_acq_rel_gpu() {
-#ifdef TK_HOPPER
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
-#endif
-}
-__device__ inline float4 ld_relaxed_gpu_v4(const float4* src) {
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-#ifdef TK_HOPPER
-    asm volatile("ld.relaxed.gpu.global.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(src) : "memory");
-#endif
-    return v;
-}
-
 // ---- Kernel 1: Di = rowsum(dO ∘ O), fp32, D/8 threads per row (16-byte loads) -------------------
 template <int D>
 __global__ void __launch_bounds__(256) rowsum_kernel(const AttentionBackwardParams p) {
@@ -442,29 +382,16 @@ __global__ void __launch_bounds__(256) rowsum_kernel(const AttentionBackwardPara
 // zeroes its float4s of the chunk and loads all its 16-byte pieces of O and dO (PASSES rows of
 // the block) before summing, so the loads are in flight together.
 // ZERO_COUNTER (PERSISTENT): block 0 also zeroes the work counter, the int just past the chunks.
-// ZERO_ARRIVALS (FUSED_DQ): each block zeroes its chunk's 4 arrival counters (past the work counter).
-// 16 floats (64 bytes) past the chunks hold the work counter; the arrival counters follow.
-// CLEAN (SELF_CLEAN): dq_accum and its arrival counters are zero already (the last call's kernel
-// left them so): no zeroing; the work counter is the int past Di's B·H·T floats.
-constexpr int64_t COUNTER_FLOATS = 16;
-template <int D, bool ZERO_COUNTER = false, bool ZERO_ARRIVALS = false, bool CLEAN = false>
+template <int D, bool ZERO_COUNTER = false>
 __global__ void __launch_bounds__(256) prep_kernel(const AttentionBackwardParams p, int q_blocks) {
     constexpr int LANES = D / 8, ROWS = 256 / LANES, PASSES = 64 / ROWS;   // D = 64: 8, 32, 2
     const int T = p.shape.seq_len, H = p.shape.heads;
     const int bh = int(blockIdx.x / q_blocks), m = int(blockIdx.x % q_blocks), b = bh / H, h = bh % H;
-    if constexpr (!CLEAN) {
-        float4* chunk = reinterpret_cast<float4*>(p.dq_accum) + int64_t(blockIdx.x) * (64 * D / 4);
+    float4* chunk = reinterpret_cast<float4*>(p.dq_accum) + int64_t(blockIdx.x) * (64 * D / 4);
 #pragma unroll
-        for (int f = threadIdx.x; f < 64 * D / 4; f += 256) chunk[f] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    if constexpr (ZERO_COUNTER && CLEAN)
-        if (blockIdx.x == 0 && threadIdx.x == 0)
-            *reinterpret_cast<int*>(p.d_rowsum + int64_t(p.shape.batch) * H * T) = 0;
-    if constexpr (ZERO_COUNTER && !CLEAN)
+    for (int f = threadIdx.x; f < 64 * D / 4; f += 256) chunk[f] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if constexpr (ZERO_COUNTER)
         if (blockIdx.x == 0 && threadIdx.x == 0) *reinterpret_cast<int*>(p.dq_accum + int64_t(gridDim.x) * (64 * D)) = 0;
-    if constexpr (ZERO_ARRIVALS && !CLEAN)
-        if (threadIdx.x < 4)
-            reinterpret_cast<int*>(p.dq_accum + int64_t(gridDim.x) * (64 * D) + COUNTER_FLOATS)[4 * blockIdx.x + threadIdx.x] = 0;
     const int part = threadIdx.x % LANES, r0 = threadIdx.x / LANES;
     const auto* o = static_cast<const __nv_bfloat16*>(p.o.data) + b * p.o.stride_batch + h * p.o.stride_head + part * 8;
     const auto* g = static_cast<const __nv_bfloat16*>(p.d_o.data) + b * p.d_o.stride_batch + h * p.d_o.stride_head +
@@ -847,63 +774,6 @@ backward_kernel(const __grid_constant__ kernel_params p) {
             red_add_v4(dst + jj * 128 + tid, dq_acc.d[4 * jj], dq_acc.d[4 * jj + 1], dq_acc.d[4 * jj + 2],
                        dq_acc.d[4 * jj + 3]);
     };
-    // FUSED_DQ: this warp's quarter of a dq_accum chunk (rows 16·warp .. +15, the floats its own
-    // atomics add) from L2 to bf16 dQ, once every contribution has arrived; kernel 3's arithmetic.
-    // Pending arrivals: red_chunk = the chunk this warp's last atomics went to (not yet counted),
-    // count_chunk = the one counted in the previous window, whose ticket (lane 0's count before
-    // its arrival) is read now; *_last = the count of the quarter's last arriver.
-    int red_chunk = -1, red_last = 0, count_chunk = -1, count_last = 0, ticket = 0;
-    auto convert_quarter = [&](int chunk) {
-        fence_acq_rel_gpu();                             // lane 0 saw the last count: acquire
-        __syncwarp();                                    // ... for the whole warp
-        const float4* src = reinterpret_cast<const float4*>(p.dq_accum + int64_t(chunk) * (BM * D)) + tid;
-        float4 v[D / 8];
-#pragma unroll
-        for (int jj = 0; jj < D / 8; ++jj) v[jj] = ld_relaxed_gpu_v4(src + jj * 128);
-        if constexpr (C::self_clean) {                   // 22, 23: leave the quarter and its counter
-#pragma unroll                                           // zero for the next call
-            for (int jj = 0; jj < D / 8; ++jj)
-                const_cast<float4*>(src)[jj * 128] = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (lane == 0) p.dq_arrivals[4 * chunk + warp] = 0;
-        }
-        const int bhq = chunk / p.q_blocks, m = chunk - bhq * p.q_blocks;
-        __nv_bfloat16* out = p.dq + (bhq / p.heads) * p.dq_stride_batch + (bhq % p.heads) * p.dq_stride_head;
-        const int q0 = m * BM + 16 * warp + lane / 4;    // rows q0 and q0 + 8
-#pragma unroll
-        for (int jj = 0; jj < D / 8; ++jj) {
-            const int col = 8 * jj + 2 * t;
-            if (q0 < p.seq_len)
-                *reinterpret_cast<uint32_t*>(out + int64_t(q0) * p.dq_stride_seq + col) =
-                    pack_bf16x2(v[jj].x * p.scale, v[jj].y * p.scale);
-            if (q0 + 8 < p.seq_len)
-                *reinterpret_cast<uint32_t*>(out + int64_t(q0 + 8) * p.dq_stride_seq + col) =
-                    pack_bf16x2(v[jj].z * p.scale, v[jj].w * p.scale);
-        }
-    };
-    // Count the atomics of red_chunk (made before the DS_SYNC bar.sync of their block; a block old,
-    // so complete and the release waits for nothing): lane 0's ticket, read by convert_if_last.
-    auto count_red = [&]() {
-        arrive_release_gpu(p.dq_arrivals + 4 * max(red_chunk, 0) + warp, lane == 0 && red_chunk >= 0, ticket);
-        count_chunk = red_chunk, count_last = red_last;
-    };
-    auto convert_if_last = [&]() {                       // with no wgmma in flight
-        if (count_chunk >= 0 && __shfl_sync(0xffffffff, ticket, 0) == count_last) convert_quarter(count_chunk);
-        count_chunk = -1;
-    };
-    // FUSED_ITEM (24): the last item's query blocks item_m0 .. + item_n - 1 (chunks from item_chunk0),
-    // counted all at once; lane j takes block base + j
-    int item_chunk0 = 0, item_m0 = 0, item_n = 0;
-    auto count_item = [&]() {                            // with no wgmma in flight
-        for (int base = 0; base < item_n; base += 32) {
-            const int j = base + lane, m = item_m0 + j;
-            int mine = -1;
-            arrive_release_gpu(p.dq_arrivals + 4 * (item_chunk0 + min(j, item_n - 1)) + warp, j < item_n, mine);
-            const bool last = j < item_n && mine == (p.causal ? m + 1 : 2 * p.n_blocks) - 1;
-            for (uint32_t lasts = __ballot_sync(0xffffffff, last); lasts != 0; lasts &= lasts - 1)
-                convert_quarter(item_chunk0 + base + __ffs(lasts) - 1);
-        }
-        item_n = 0;
-    };
     auto store_dq = [&](int i) {                         // variant 1: one buffer, all in one go
         if constexpr (C::dq_atomic) { red_dq(i); return; }
         if (tid == 0) tma::store_wait_read<0>();         // the previous reduce has read dq_smem
@@ -933,7 +803,6 @@ backward_kernel(const __grid_constant__ kernel_params p) {
     auto pipelined_blocks = [&](int i0) {
         for (int i = i0; i < n_iter; ++i) {
             issue_s_dp(i);
-            if constexpr (C::fused_early) count_red();   // 21: its fence under the Sᵀ, dPᵀ wgmmas
             wgmma::wait_group<1>();                      // Sᵀ done
             softmax_and_dv(i, i > i0);
             wgmma::wait_group<1>();                      // dPᵀ done (dV may still run)
@@ -953,18 +822,7 @@ backward_kernel(const __grid_constant__ kernel_params p) {
                 // most of a block (S, dP, softmax, dV) behind, so the tests never saw it. Variant 15
                 // (DS_SYNC, the default since session 8) closes it with the named_sync below; two dS
                 // tiles alternated by block would too (not built).
-                if constexpr (C::fused_item) {           // 24: the last item's arrivals, conversions
-                    if (i == i0) count_item();
-                } else if constexpr (C::fused_dq) {      // 20, 21: earlier blocks' arrivals, conversions
-                    convert_if_last();                   // the block counted one window ago (20) or
-                    if constexpr (!C::fused_early) count_red();   // after this block's Sᵀ, dPᵀ issue (21)
-                }
                 red_dq(i);                               // variants 8, 9, 12, 13, 15: no shared memory
-                if constexpr (C::fused_dq && !C::fused_item) {
-                    const int m = m_begin + i;
-                    red_chunk = bh * p.q_blocks + m;
-                    red_last = (p.causal ? m + 1 : 2 * p.n_blocks) - 1;   // contributions to block m, less 1
-                }
                 if constexpr (C::ds_sync) named_sync<128>(1 + c);   // 15: every warp's dQ wgmma has
                                                          // read dS_c (its wait_group<0> is above)
                                                          // before any warp stores block i+1's dS_c
@@ -977,8 +835,6 @@ backward_kernel(const __grid_constant__ kernel_params p) {
                 }
             }
         }
-        if constexpr (C::fused_item)
-            if (i0 < n_iter) item_chunk0 = bh * p.q_blocks + m_begin + i0, item_m0 = m_begin + i0, item_n = n_iter - i0;
         if (i0 == n_iter) {                              // nothing at all for these keys: zeros
 #pragma unroll
             for (int x = 0; x < D / 2; ++x) dv_acc.d[x] = dk_acc.d[x] = 0.f;
@@ -1016,13 +872,6 @@ backward_kernel(const __grid_constant__ kernel_params p) {
                                                          // (the last block's wait_group<0>)
             store_dk_dv();                               // the producer loads item k+2 meanwhile
             g0 += n_iter;                                // the producer filled n_iter slots
-        }
-        if constexpr (C::fused_item) {                   // the last item's arrivals (the DS_SYNC
-            count_item();                                // bar.sync after the last atomics is
-        } else if constexpr (C::fused_dq) {              // behind us)
-            convert_if_last();
-            count_red();
-            convert_if_last();
         }
         return;
     }
@@ -1090,12 +939,9 @@ inline int query_blocks(int seq_len) { return (seq_len + 63) / 64; }
 inline int64_t dq_accum_floats(int batch, int heads, int seq_len, int head_dim) {
     return int64_t(batch) * heads * query_blocks(seq_len) * 64 * head_dim;
 }
-// What the caller allocates: the chunks and, past them, COUNTER_FLOATS (64 bytes) for PERSISTENT's
-// work counter (an int; zeroed by prep_kernel, so no separate memset), then FUSED_DQ's arrival
-// counters, 4 ints per chunk (zeroed by prep_kernel too).
-inline int64_t arrival_floats(int batch, int heads, int seq_len) {
-    return int64_t(batch) * heads * query_blocks(seq_len) * 4;
-}
+// What the caller allocates: the chunks and, past them, 16 floats (64 bytes) for PERSISTENT's
+// work counter (an int; zeroed by prep_kernel, so no separate memset).
+constexpr int64_t COUNTER_FLOATS = 16;
 
 template <int D, bool PIPELINED, bool SPLIT_DQ = false, int OPT = 0>
 cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l2_groups) {
@@ -1107,7 +953,7 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     const int64_t accum_floats = dq_accum_floats(sh.batch, sh.heads, sh.seq_len, D);
     cudaError_t err;
     if (C::prep) {
-        prep_kernel<D, C::persistent, C::fused_dq, C::self_clean><<<unsigned(int64_t(sh.batch) * sh.heads * q_blocks), 256, 0, stream>>>(a, q_blocks);
+        prep_kernel<D, C::persistent><<<unsigned(int64_t(sh.batch) * sh.heads * q_blocks), 256, 0, stream>>>(a, q_blocks);
         if ((err = cudaGetLastError()) != cudaSuccess) return err;
     } else if ((err = cudaMemsetAsync(a.dq_accum, 0, size_t(accum_floats) * sizeof(float), stream)) != cudaSuccess) {
         return err;
@@ -1146,10 +992,6 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     kp.heads_per_group = attention_l2::heads_per_group(l2_groups, bytes_per_head, kp.batch_heads);
     kp.total_items = kp.batch_heads * kp.n_blocks;
     kp.work_counter = reinterpret_cast<int*>(a.dq_accum + accum_floats);   // the int past the chunks
-    kp.dq = static_cast<__nv_bfloat16*>(a.dq.data);
-    kp.dq_stride_batch = a.dq.stride_batch; kp.dq_stride_head = a.dq.stride_head; kp.dq_stride_seq = a.dq.stride_seq;
-    kp.dq_arrivals = reinterpret_cast<int*>(a.dq_accum + accum_floats + COUNTER_FLOATS);
-    if (C::self_clean) kp.work_counter = reinterpret_cast<int*>(a.d_rowsum + rows);   // past Di (see prep_kernel)
     int grid = kp.total_items;
     if (C::persistent) {                                 // one CTA per SM (registers), at most one per item
         int device = 0, sms = 0;
@@ -1169,7 +1011,6 @@ cudaError_t launch(const AttentionBackwardParams& a, cudaStream_t stream, bool l
     if (configured != cudaSuccess) return configured;
     kernel<<<grid, C::threads, C::smem_bytes, stream>>>(kp);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    if (C::fused_dq) return cudaSuccess;                 // the main kernel wrote dQ
 
     convert_dq_kernel<D><<<unsigned(int64_t(sh.batch) * sh.heads * q_blocks), 256, 0, stream>>>(a, q_blocks);
     return cudaGetLastError();
@@ -1202,18 +1043,9 @@ const char* attention_hopper_backward_why_not(const AttentionBackwardParams& a) 
     return nullptr;
 }
 
-// Whether `variant` at `head_dim` leaves dq_accum (and its counters) all zero when it ends and
-// expects them so when it starts (SELF_CLEAN: 22-24 at D = 64): then dq_accum must be a buffer
-// kept between calls, zeroed once, used by one stream at a time; d_rowsum needs 16 floats more
-// than B·H·T (the work counter). Otherwise dq_accum may hold anything (prep_kernel zeroes it).
-bool attention_hopper_backward_keeps_scratch_clean(int variant, int head_dim) {
-    return head_dim == 64 && (variant == 22 || variant == 23 || variant == 24);
-}
-
 // Floats the launcher needs in AttentionBackwardParams::dq_accum (query blocks padded to 64 rows).
 int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_len, int head_dim) {
-    return attention_hopper_bwd::dq_accum_floats(batch, heads, seq_len, head_dim) + attention_hopper_bwd::COUNTER_FLOATS +
-           attention_hopper_bwd::arrival_floats(batch, heads, seq_len);
+    return attention_hopper_bwd::dq_accum_floats(batch, heads, seq_len, head_dim) + attention_hopper_bwd::COUNTER_FLOATS;
 }
 
 // The variants, numbered as in kernels/NOTES.md (Session 3, Hopper backward); 0 = the default.
@@ -1238,16 +1070,8 @@ int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_
 //  18: removed in session 10 (15 + SPLIT_MASK: 521.7 us, behind 16 and 19)
 //  19: D = 64: 16 + SPLIT_MASK (the mask's tests only in the blocks that need them; session 9);
 //      D = 64's default since session 10
-//  20: D = 64: 19 + FUSED_DQ (session 10, opt-in): no kernel 3, each quarter of a dQ chunk converted
-//      to bf16 by the warp whose atomics arrive last (per-quarter counters)
-//  21: D = 64: 20 with each arrival made right after the next block's Sᵀ, dPᵀ issue (FUSED_EARLY;
-//      session 10, opt-in)
-//  22, 23: D = 64: 20, 21 + SELF_CLEAN (session 10, opt-in): the converting warp leaves its quarter
-//      and counter zero, so dq_accum is the caller's persistent, always-zero buffer and prep_kernel
-//      only computes Di (attention_hopper_backward_keeps_scratch_clean says which variants)
-//  24: D = 64: 22 with a warp's arrivals counted an item at a time (FUSED_ITEM; session 10, opt-in)
-//  (session 7's 15-23 were removed, see the opening comment; 15-23 reused since)
-//  D = 128 runs 5 for 8-10 and 5 with prep_kernel for 11-16, 19-24.
+//  20-24: removed (see the opening comment: session 7's and session 10's; 15-19 reused)
+//  D = 128 runs 5 for 8-10 and 5 with prep_kernel for 11-16, 19.
 // 1-3 take the CTAs in session 3's order (block_at with one group of all heads).
 // (The file's opening comment says more about each.)
 // Runs the three kernels on `cuda_stream`; returns the CUDA error (0 = ok).
@@ -1263,7 +1087,7 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
         case 4: return launch<128, false>(p, stream, true);
         case 5: return launch<128, false, true>(p, stream, true);
         case 8: case 9: case 10: return launch<128, false, true>(p, stream, true);   // = 5 (see above)
-        case 11: case 12: case 13: case 14: case 15: case 16: case 19: case 20: case 21: case 22: case 23: case 24:
+        case 11: case 12: case 13: case 14: case 15: case 16: case 19:
             return launch<128, false, true, PREP>(p, stream, true);   // 5 + prep
         default: return cudaErrorInvalidValue;
         }
@@ -1283,11 +1107,6 @@ int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cu
     case 15: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC>(p, stream, true);
     case 16: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT>(p, stream, true);
     case 19: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | SPLIT_MASK>(p, stream, true);
-    case 20: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | SPLIT_MASK | FUSED_DQ>(p, stream, true);
-    case 21: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | SPLIT_MASK | FUSED_EARLY>(p, stream, true);
-    case 22: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | SPLIT_MASK | FUSED_DQ | SELF_CLEAN>(p, stream, true);
-    case 23: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | SPLIT_MASK | FUSED_EARLY | SELF_CLEAN>(p, stream, true);
-    case 24: return launch<64, true, false, PREP | DQ_ATOMIC | DS_SYNC | PERSISTENT | SPLIT_MASK | FUSED_ITEM | SELF_CLEAN>(p, stream, true);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -8,10 +8,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime.h>
 
-#include <map>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "attention_params.h"
 #include "bindings_checks.h"
@@ -20,7 +17,6 @@
 const char* attention_hopper_backward_why_not(const AttentionBackwardParams& p);
 int64_t attention_hopper_backward_dq_accum_floats(int batch, int heads, int seq_len, int head_dim);
 int attention_hopper_backward_variant(const AttentionBackwardParams& p, void* cuda_stream, int variant);
-bool attention_hopper_backward_keeps_scratch_clean(int variant, int head_dim);
 
 namespace {
 
@@ -41,26 +37,6 @@ AttentionBackwardParams params_of(const at::Tensor& d_o, const at::Tensor& q, co
     const AttentionShape shape{int(q.size(0)), int(q.size(1)), int(q.size(2)), int(q.size(3)), causal, float(scale)};
     return AttentionBackwardParams{shape, view_of(q), view_of(k), view_of(v), view_of(o), view_of(d_o),
                                    view_of(dq), view_of(dk), view_of(dv), lse.data_ptr<float>(), d_rowsum, dq_accum};
-}
-
-// Variants 22-24 (SELF_CLEAN): the kernel leaves the fp32 dQ accumulator and its counters all zero,
-// so they live between calls: one buffer per device, zeroed once when made (on the current stream),
-// a bigger one made when a call needs more. Every buffer made is kept for the process's life (a
-// CUDA graph may have captured its address; the vector is never destroyed, so no CUDA free runs at
-// exit). One stream at a time: two calls running at once would share it. Under stream capture a
-// new buffer's zeroing would only be recorded, so a capture that needs one gets none (the caller
-// then runs 20 / 21 / 19 for 22 / 23 / 24 with a fresh buffer).
-at::Tensor clean_accumulator(int64_t floats, const at::Tensor& like) {
-    static std::mutex mu;
-    static auto* by_device = new std::map<int, std::vector<at::Tensor>>();
-    const std::lock_guard<std::mutex> lock(mu);
-    std::vector<at::Tensor>& kept = (*by_device)[like.get_device()];
-    if (!kept.empty() && kept.back().numel() >= floats) return kept.back();
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    auto stream = c10::cuda::getCurrentCUDAStream(like.get_device()).stream();
-    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) return {};
-    kept.push_back(at::zeros({floats}, like.options().dtype(at::kFloat)));
-    return kept.back();
 }
 
 std::string say(const char* name, const std::string& rest) {
@@ -125,21 +101,14 @@ void backward_into(const at::Tensor& d_o, const at::Tensor& q, const at::Tensor&
                    const at::Tensor& o, const at::Tensor& lse, bool causal, double scale, const at::Tensor& dq,
                    const at::Tensor& dk, const at::Tensor& dv, int64_t variant) {
     tk_bindings::raise_if(backward_problem(d_o, q, k, v, o, lse, scale, dq, dk, dv));
-    // 6, 7: removed in session 7; 17 in session 9; 18 in session 10
-    if (variant < 0 || variant > 24 || variant == 6 || variant == 7 || variant == 17 || variant == 18)
+    // 6, 7: removed in session 7; 17 in session 9; 18 (and 20-24, past the range) in session 10
+    if (variant < 0 || variant > 19 || variant == 6 || variant == 7 || variant == 17 || variant == 18)
         tk_bindings::raise_if(tk_bindings::value_problem(
-            "tk Hopper attention backward: variant must be 0 (the default), 1-5, 8-16 or 19-24, got " + std::to_string(variant)));
+            "tk Hopper attention backward: variant must be 0 (the default), 1-5, 8-16 or 19, got " + std::to_string(variant)));
     const int B = int(q.size(0)), H = int(q.size(1)), T = int(q.size(2)), D = int(q.size(3));
     const c10::cuda::CUDAGuard guard(q.device());
-    // Di, and 16 floats past it for the work counter of 22-24
-    at::Tensor d_rowsum = at::empty({int64_t(B) * H * T + 16}, q.options().dtype(at::kFloat));
-    const int64_t accum_floats = attention_hopper_backward_dq_accum_floats(B, H, T, D);
-    at::Tensor dq_accum;
-    if (attention_hopper_backward_keeps_scratch_clean(int(variant), D)) {
-        dq_accum = clean_accumulator(accum_floats, q);
-        if (!dq_accum.defined()) variant = variant == 24 ? 19 : variant - 2;   // under capture, no buffer yet
-    }
-    if (!dq_accum.defined()) dq_accum = at::empty({accum_floats}, q.options().dtype(at::kFloat));
+    at::Tensor d_rowsum = at::empty({B, H, T}, q.options().dtype(at::kFloat));
+    at::Tensor dq_accum = at::empty({attention_hopper_backward_dq_accum_floats(B, H, T, D)}, q.options().dtype(at::kFloat));
     const AttentionBackwardParams p = params_of(d_o, q, k, v, o, lse, causal, scale, dq, dk, dv,
                                                 d_rowsum.data_ptr<float>(), dq_accum.data_ptr<float>());
     auto stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();

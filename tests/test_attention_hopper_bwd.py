@@ -70,14 +70,11 @@ def rel_err(x, ref, floor=1e-30):
 # atomics for dQ, one consumer per CTA and prep_kernel; 15 (D = 64's default in session 8) = 12
 # + a bar.sync closing 12's dS race; 16 (D = 64's default in session 9) = 15 in one persistent
 # CTA per SM; 19 (D = 64's default since session 10) = 16 with the mask's tests only in the blocks
-# that need them (17 and 18 removed); 20 and 21 (session 10, opt-in) = 19 with no dQ conversion
-# kernel (each quarter of a dQ block converted by the warp whose atomics arrive last), 22 and 23 =
-# 20 and 21 leaving the fp32 accumulator zero for the next call (no zeroing pass), 24 = 22 counting
-# the arrivals an item at a time: the .cu's opening comment lists them; D = 128 runs 5, or 5 with
-# prep_kernel for 11-16, 19-24).
+# that need them (17, 18 and 20-24 removed): the .cu's opening comment lists them; D = 128 runs 5,
+# or 5 with prep_kernel for 11-16, 19).
 # TK_ATTENTION_HOPPER_BWD_VARIANTS="12 13" narrows the sweep (GPU scripts).
-_WANTED = [int(v) for v in os.environ.get("TK_ATTENTION_HOPPER_BWD_VARIANTS", " ".join(map(str, range(1, 25)))).split()]
-VARIANTS_OF = {64: [v for v in (1, 2, 4, *range(8, 17), *range(19, 25)) if v in _WANTED],
+_WANTED = [int(v) for v in os.environ.get("TK_ATTENTION_HOPPER_BWD_VARIANTS", " ".join(map(str, range(1, 20)))).split()]
+VARIANTS_OF = {64: [v for v in (1, 2, 4, *range(8, 17), 19) if v in _WANTED],
                128: [v for v in (1, 3, 4, 5, 11) if v in _WANTED]}
 CASES = [(D, v) for D in (64, 128) for v in VARIANTS_OF[D]]
 
@@ -251,7 +248,7 @@ def test_bad_inputs_raise():
     out = tuple(torch.empty_like(t) for t in (q, k, v))
     with pytest.raises(ValueError, match="variant"):   # the bindings' own check (99: far past the variants, so a new one cannot make it valid)
         attention_hopper._bwd_ext.module.backward_into(d_o, q, k, v, o, lse, True, 0.125, *out, 99)
-    for removed in (6, 17, 18):   # removed in sessions 7, 9 and 10
+    for removed in (6, 17, 18, 20):   # 6: removed in session 7, 17 in session 9, 18 and 20-24 in session 10
         with pytest.raises(ValueError, match="variant"):
             attention_hopper._bwd_ext.module.backward_into(d_o, q, k, v, o, lse, True, 0.125, *out, removed)
 

@@ -1,31 +1,25 @@
 """Tests of the Hopper attention backward's persistent variants (kernels/attention_hopper_bwd.cu): 16
-(PERSISTENT: one CTA per SM takes work items from a counter that prep_kernel zeroes, two K/V sets),
-19 (16 + SPLIT_MASK: P's mask tests only in the blocks that need them; D = 64's default since
-session 10), and session 10's 20 and 21 (19 + FUSED_DQ / FUSED_EARLY: no dQ conversion kernel; each
-quarter of a dQ block is converted to bf16 by the warp whose atomics arrive last at its counter) and
-22, 23 (20, 21 + SELF_CLEAN: that warp also leaves the quarter and its counter zero, so the fp32
-accumulator is one buffer kept between calls and nothing zeroes it before a call), 24 (22 with a
-warp's arrivals counted an item at a time, 32 query blocks per round: T = 4096 takes two).
-(17, LATE_DQ, and 18, 15 + SPLIT_MASK, ran with these tests and were removed: they lost.)
+(PERSISTENT: one CTA per SM takes work items from a counter that prep_kernel zeroes, two K/V sets)
+and 19 (16 + SPLIT_MASK: P's mask tests only in the blocks that need them; D = 64's default since
+session 10). (17, LATE_DQ, 18, 15 + SPLIT_MASK, and session 10's 20-24, the dQ conversion inside
+the main kernel, ran with these tests and were removed: they lost. The awkward-T and changing-shape
+tests were written for 20-24 and passed with them in s10call2; they hold for 16 and 19 as well.)
 
 What can go wrong there and nowhere else, so what these shapes aim at: a CTA's second, third, ...
 item (more items than SMs: 132 on the H200), the slots' phases carried from one item to the next
 (items of different lengths, consumer 1's skipped first block at every item), the K/V set in use
 when the producer has already loaded the next one, and the counter, zeroed again before every call
-(repeated calls, CUDA-graph replays). 20, 21 add the arrival counters (zeroed by prep_kernel too),
-the arrivals carried from one item to the next and the CTA's last ones, and dQ rows past T in the
-last query block (never written); 22-24 a kept buffer used by shapes of every size in turn (what
-one call leaves must be zeros for the next, bigger or smaller).
+(repeated calls, CUDA-graph replays, shapes changing from call to call).
 
 GPU (sm_90 only): dq, dk, dv against a float64 reference, outputs poisoned with NaN first; dK and
 dV bit-identical to variant 15's (the kernel they change, D = 64's default in session 8: the same
 arithmetic per item, one CTA's registers), dQ within bf16 rounding (fp32 sums in L2 in another order);
-20, 21 at awkward T (odd, 1..1000) with B = 1, shapes changing from call to call.
+awkward T (odd, 1..1000) with B = 1 against float64.
 CPU: the GPU script parses.
 
 Also the sanitizer case: `python3 tests/test_attention_hopper_bwd_persistent.py [V ...]` runs
-backward variants V (without V: 15, 16, 19-24) once each at shapes with more items than SMs, no
-checks (compute-sanitizer racecheck / memcheck wrap it; tests/gpu_attention_bwd_fused.sh).
+backward variants V (without V: 15, 16, 19) once each at shapes with more items than SMs, no
+checks (compute-sanitizer racecheck / memcheck wrap it; tests/gpu_attention_bwd_persistent.sh).
 """
 import math
 import os
@@ -44,12 +38,10 @@ HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9,
 gpu = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 (Hopper) GPU")
 # TK_ATTENTION_HOPPER_BWD_VARIANTS="15 16" narrows these to the ones named (the GPU script leaves
 # out a variant whose smoke run failed)
-_WANTED = [int(v) for v in os.environ.get("TK_ATTENTION_HOPPER_BWD_VARIANTS", "16 19 20 21 22 23 24").split()]
-PERSISTENT = tuple(v for v in (16, 19, 20, 21, 22, 23, 24) if v in _WANTED)
-FUSED = tuple(v for v in (20, 21, 22, 23, 24) if v in _WANTED)   # no dQ conversion kernel (session 10)
-BASE = 15   # the variant they all change (D = 64's default in session 8)
-needs_variants = pytest.mark.skipif(not PERSISTENT, reason="TK_ATTENTION_HOPPER_BWD_VARIANTS names none of 16, 19-24")
-needs_fused = pytest.mark.skipif(not FUSED, reason="TK_ATTENTION_HOPPER_BWD_VARIANTS names none of 20-24")
+_WANTED = [int(v) for v in os.environ.get("TK_ATTENTION_HOPPER_BWD_VARIANTS", "16 19").split()]
+PERSISTENT = tuple(v for v in (16, 19) if v in _WANTED)
+BASE = 15   # the variant they change (D = 64's default in session 8)
+needs_variants = pytest.mark.skipif(not PERSISTENT, reason="TK_ATTENTION_HOPPER_BWD_VARIANTS names neither 16 nor 19")
 
 
 def sms():
@@ -159,30 +151,29 @@ def test_persistent_in_a_cuda_graph(variant):
 
 # T: odd and awkward (one key, a partial first query block, one past a key block, a tail of one
 # row in the last query block, ...), B = 1: fewer items than SMs (each CTA's first fetch ends it)
-FUSED_T = [1, 3, 63, 65, 127, 129, 191, 333, 641, 999]
+AWKWARD_T = [1, 3, 63, 65, 127, 129, 191, 333, 641, 999]
 
 
 @gpu
-@needs_fused
+@needs_variants
 @pytest.mark.parametrize("causal", [True, False])
-def test_fused_awkward_T_against_float64(causal):
+def test_awkward_T_against_float64(causal):
     import test_attention_hopper_bwd as base
-    for T in FUSED_T:
-        for variant in FUSED:
+    for T in AWKWARD_T:
+        for variant in PERSISTENT:
             base.check(1, 3, T, 64, causal=causal, seed=T + 3 * causal, variant=variant)
 
 
 @gpu
-@needs_fused
-def test_fused_shapes_change_between_calls():
-    # 20, 21: the counters' buffer is a fresh allocation each call (smaller or larger than the last
-    # one's, reusing freed memory that held other counts): every call must start from prep_kernel's
-    # zeros. 22-24: one kept buffer (a bigger one made when a call needs more), never zeroed
-    # between calls: a smaller shape's counters lie on a bigger one's accumulator and back
+@needs_variants
+def test_shapes_change_between_calls():
+    # the scratch (accumulator + work counter) is a fresh allocation each call, smaller or larger
+    # than the last one's, reusing freed memory that held other sums and counts: every call must
+    # start from prep_kernel's zeros
     import test_attention_hopper_bwd as base
-    for variant in FUSED:
+    for variant in PERSISTENT:
         for B, H, T in ((4, 12, 1000), (1, 1, 77), (8, 12, 1000), (2, 5, 129), (8, 12, 1000), (3, 7, 333),
-                        (1, 2, 4096)):   # 64 query blocks: 24 counts an item's in two rounds of 32
+                        (1, 2, 4096)):
             x = inputs(B, H, T, True, seed=B + T)
             ref = run(BASE, x)
             for _ in range(2):
@@ -195,7 +186,7 @@ def test_fused_shapes_change_between_calls():
 
 
 def test_gpu_script_parses():
-    script = ROOT / "tests" / "gpu_attention_bwd_fused.sh"
+    script = ROOT / "tests" / "gpu_attention_bwd_persistent.sh"
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     text = script.read_text()
     assert "test_attention_hopper_bwd_persistent.py" in text and "compute-sanitizer" in text
@@ -222,4 +213,4 @@ def sanitize_case(variants):
 
 
 if __name__ == "__main__":
-    sanitize_case([int(v) for v in sys.argv[1:]] or [BASE, 16, 19, 20, 21, 22, 23, 24])
+    sanitize_case([int(v) for v in sys.argv[1:]] or [BASE, 16, 19])
