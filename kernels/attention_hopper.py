@@ -151,7 +151,7 @@ BACKWARD_HEAD_DIMS = (64, 128)
 
 
 # The backward's variants (attention_hopper_backward_variant in the .cu); 0 is the default.
-BACKWARD_VARIANTS = {0: "default (16 for D=64, 5 for D=128; see attention_hopper_bwd.cu)", 1: "five products in turn, 2 slots",
+BACKWARD_VARIANTS = {0: "default (19 for D=64, 5 for D=128; see attention_hopper_bwd.cu)", 1: "five products in turn, 2 slots",
                      2: "3 slots, two dQ buffers, masked first block skipped (D=64; D=128 runs 1)",
                      3: "dQ split by columns over both consumers (D=128; D=64 runs its default)",
                      4: "session 3's default kernel (2 for D=64, 1 for D=128) with the CTAs in L2 groups of heads",
@@ -161,7 +161,9 @@ BACKWARD_VARIANTS = {0: "default (16 for D=64, 5 for D=128; see attention_hopper
                      12: "8 with prep_kernel (faster, but the dS tile's reuse races: see attention_hopper_bwd.cu; D=128 runs 5 with prep_kernel)",
                      15: "12 with a bar.sync after the dQ atomics, closing 12's race (D=64's default in session 8; D=128 runs 5 with prep_kernel)",
                      16: "15 on a persistent grid: one CTA per SM takes items from a counter, the next item's K/V loaded "
-                         "under the current one (D=64's default since session 9; D=128 runs 5 with prep_kernel)"}
+                         "under the current one (D=64's default in session 9; D=128 runs 5 with prep_kernel)",
+                     19: "16 with P's mask compares only in the diagonal and tail blocks (D=64's default since session 10; "
+                         "D=128 runs 5 with prep_kernel)"}
 
 
 def backward(grad_out, q, k, v, o, lse, causal=True, scale=None, out=None, variant=0):
