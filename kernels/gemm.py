@@ -51,11 +51,6 @@ v3/v4; read at each launch by launch_pairs in kernels/gemm_4_warp_specialized.cu
 TK_GEMM_CLUSTERS=n launches n clusters instead of as many as fit (a positive integer; unset or
 empty: as many as fit; anything else: RuntimeError), TK_GEMM_VERBOSE=1 prints each cluster
 launch to stderr.
-
-TK_GEMM_LEAN_KSTEP=1 (session 10, opt-in, read at each launch by gemm4::launch): step 4's default
-pipeline (config<4, 64, false>: 4v0, 4v6, 4v8 and the MLP's plain products) runs its LEAN twin,
-whose consumers issue each k-step from addresses and descriptors computed once (the same values
-bit for bit; kernels/gemm_lean_bench.py times it). Unset, empty or 0: the default; else RuntimeError.
 """
 import functools
 from typing import NamedTuple

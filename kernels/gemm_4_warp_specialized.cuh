@@ -68,12 +68,9 @@ using wgmma::major;
 // CLUSTER = 2: CTA pairs work on vertically adjacent tiles and share each B tile, each loading
 // half of it and multicasting it to both (what cuBLAS's "2x1" kernels do; step 5's header says
 // how the pair keeps in step).
-// LEAN = true (session 10, opt-in): the consumers' k-step issued from addresses computed once
-// (lean k-step, in the kernel below); the same wgmmas on the same data, so the same values bit for
-// bit. The launcher runs it for the default pipeline when TK_GEMM_LEAN_KSTEP=1 (see lean_twin).
-template <int STAGES_, int BK_, bool DRAIN_, int NBUF_ = 2, int CLUSTER_ = 1, bool LEAN_ = false> struct config {
+template <int STAGES_, int BK_, bool DRAIN_, int NBUF_ = 2, int CLUSTER_ = 1> struct config {
     static constexpr int STAGES = STAGES_, BK = BK_, NBUF = NBUF_, CLUSTER = CLUSTER_;
-    static constexpr bool DRAIN = DRAIN_, LEAN = LEAN_;
+    static constexpr bool DRAIN = DRAIN_;
     static_assert(CLUSTER_ == 1 || CLUSTER_ == 2, "clusters of 1 or 2 CTAs");
 };
 
@@ -396,39 +393,6 @@ __device__ __forceinline__ void store_held_box_at(CTile (&bufs)[NBUF], const Epi
     }(std::make_integer_sequence<int, BOXES>{});
 }
 
-// ---- the lean k-step (session 10, opt-in: config::LEAN; M's fcfast=9 did the same in
-// kernels/mlp_deferred.cuh). The plain k-step below re-derives, every k-step and warp, the shared
-// address of its stage's tiles and barrier (from references, through generic-to-shared
-// conversions) and encodes each wgmma's two descriptors from scratch: ~95 SASS instructions a
-// k-step in 4v8's loop, of which ~20 are the four HGMMAs, the wait and the loop. The lean form
-// takes the shared addresses of stage 0 once, builds a stage's two descriptors once per k-step and
-// steps them by a constant per 16 of K (a descriptor's start field counts 16-byte units; k-step
-// k starts 32·k bytes into a K-major row, 16·k rows = 2048·k bytes down an MN-major block: what
-// wgmma::desc gives for k against k = 0, and no carry leaves the 14-bit field since shared
-// addresses stay under 256 KB), and waits on / arrives at barriers by address.
-__device__ inline void wait_parity_at(uint32_t bar, uint32_t phase) {   // mbar::wait, by shared address
-#ifdef TK_SM90
-    asm volatile("{\n .reg .pred p;\n"
-                 "WAIT_%=:\n"
-                 " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 " @!p bra WAIT_%=;\n}" :: "r"(bar), "r"(phase) : "memory");
-#endif
-}
-__device__ inline void arrive_at(uint32_t bar) {                          // mbar::arrive, by shared address
-#ifdef TK_SM90
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
-#endif
-}
-__device__ inline void arrive_at_cta(uint32_t bar, uint32_t cta) {        // arrive_on_cta, by shared address
-#ifdef TK_SM90
-    uint32_t remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(cta));
-    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" :: "r"(remote) : "memory");
-#endif
-}
-// Descriptor step per 16 of K, in the descriptor's 16-byte units.
-template <major M> constexpr uint32_t lean_desc_step = M == major::K ? (16 * 2) >> 4 : (16 * 128) >> 4;
-
 template <typename Cfg, major MA, major MB, typename Epi>
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params p) {
@@ -475,25 +439,6 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
             mbar::arrive(empty);
             if constexpr (CLUSTER == 2) arrive_on_cta(empty, rank ^ 1);
         };
-        // (LEAN only) stage 0's shared addresses, taken once; stage s is s tiles / barriers on
-        [[maybe_unused]] uint32_t full0 = smem_addr(&s.full[0]), empty0 = smem_addr(&s.empty[0]);
-        [[maybe_unused]] const uint32_t a0 = smem_addr(&s.a[0]), b0 = smem_addr(&s.b[0]);
-        constexpr uint32_t A_BYTES = sizeof(typename L::a_tile), B_BYTES = sizeof(typename L::b_tile);
-        static_assert(!Cfg::LEAN || (L::a_tile::swizzle_bytes == 128 && L::b_tile::swizzle_bytes == 128 && Cfg::BK * 2 <= 128),
-                      "lean k-step: 128-byte swizzled operands, a stage's K inside one column block");
-        // A descriptor is two 32-bit halves: the low one holds the start address (16-byte units, bits
-        // 0-13) and LBO, the high one SBO and the swizzle, fixed per operand. So stage s, step k is
-        // stage 0's low half + s·(tile bytes)/16 + k·lean_desc_step, with the same high half.
-        [[maybe_unused]] const uint64_t a_desc0 = wgmma::desc<MA, L::a_tile::rows, 128>(a0, 64 * c, 0),
-                                        b_desc0 = wgmma::desc<MB, L::b_tile::rows, 128>(b0, 0, 0);
-        // A's low half (it depends on c, a thread-derived value) and the barriers' addresses: kept in
-        // registers, not re-derived per k-step from the shared base (ptxas's choice otherwise)
-        [[maybe_unused]] uint32_t a_lo0 = uint32_t(a_desc0);
-        if constexpr (Cfg::LEAN) asm volatile("" : "+r"(a_lo0), "+r"(full0), "+r"(empty0));
-        auto free_stage_at = [&](uint32_t stage) {   // free_stage, by address
-            arrive_at(empty0 + stage * uint32_t(sizeof(mbarrier)));
-            if constexpr (CLUSTER == 2) arrive_at_cta(empty0 + stage * uint32_t(sizeof(mbarrier)), rank ^ 1);
-        };
         wgmma::accumulator<BN> acc;
         // DEFERS_STORE policies: the previous tile's values (packed) and where they go, stored box
         // by box during this tile's first k-steps (see defers_store above)
@@ -513,26 +458,13 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
             p.epi.begin_tile(ts, pos, p.sh);
 
             for (int kt = w.k_begin; kt < w.k_end; ++kt, ++it) {
-                if constexpr (Cfg::LEAN) {           // the lean k-step (above the kernel): same wgmmas
-                    const uint32_t stage = uint32_t(it) % STAGES;
-                    wait_parity_at(full0 + stage * uint32_t(sizeof(mbarrier)), (uint32_t(it) / STAGES) & 1);
-                    wgmma::fence();
-                    const uint32_t da = a_lo0 + stage * (A_BYTES >> 4),
-                                   db = uint32_t(b_desc0) + stage * (B_BYTES >> 4);
+                int stage = it % STAGES;
+                mbar::wait(s.full[stage], (it / STAGES) & 1);
+                wgmma::fence();
 #pragma unroll
-                    for (int k = 0; k < Cfg::BK / 16; ++k)
-                        wgmma::mma_ss<MA, MB>(acc, (a_desc0 & ~0xFFFFFFFFull) | (da + k * lean_desc_step<MA>),
-                                              (b_desc0 & ~0xFFFFFFFFull) | (db + k * lean_desc_step<MB>),
-                                              kt > w.k_begin || k > 0);
-                } else {
-                    int stage = it % STAGES;
-                    mbar::wait(s.full[stage], (it / STAGES) & 1);
-                    wgmma::fence();
-#pragma unroll
-                    for (int k = 0; k < Cfg::BK / 16; ++k)
-                        wgmma::mma_ss<MA, MB>(acc, wgmma::desc<MA>(s.a[stage], 64 * c, k),
-                                              wgmma::desc<MB>(s.b[stage], 0, k), kt > w.k_begin || k > 0);
-                }
+                for (int k = 0; k < Cfg::BK / 16; ++k)
+                    wgmma::mma_ss<MA, MB>(acc, wgmma::desc<MA>(s.a[stage], 64 * c, k),
+                                          wgmma::desc<MB>(s.b[stage], 0, k), kt > w.k_begin || k > 0);
                 wgmma::commit_group();
                 // input boxes: loaded once the tile's first wgmmas are issued, so waiting for the
                 // last tile's stores to leave the buffers does not delay the math
@@ -543,24 +475,15 @@ gemm_ws_kernel(const __grid_constant__ typename layout<Cfg, MA, MB, Epi>::params
                     if (holding) store_held_box_at(s.c[c][warp], p.epi, held, kt - w.k_begin, p.sh, lane);
                 if constexpr (Cfg::DRAIN) {
                     wgmma::wait_group<0>();
-                    if (lane == 0) {
-                        if constexpr (Cfg::LEAN) free_stage_at(uint32_t(it) % STAGES);
-                        else free_stage(s.empty[it % STAGES]);
-                    }
+                    if (lane == 0) free_stage(s.empty[stage]);
                 } else if (kt > w.k_begin) {         // the previous stage's wgmmas are done: free it
                     wgmma::wait_group<1>();
-                    if (lane == 0) {
-                        if constexpr (Cfg::LEAN) free_stage_at(uint32_t(it - 1) % STAGES);
-                        else free_stage(s.empty[(it - 1) % STAGES]);
-                    }
+                    if (lane == 0) free_stage(s.empty[(it - 1) % STAGES]);
                 }
             }
             if constexpr (!Cfg::DRAIN) {
                 wgmma::wait_group<0>();
-                if (lane == 0) {
-                    if constexpr (Cfg::LEAN) free_stage_at(uint32_t(it - 1) % STAGES);
-                    else free_stage(s.empty[(it - 1) % STAGES]);
-                }
+                if (lane == 0) free_stage(s.empty[(it - 1) % STAGES]);
             }
             wgmma::fence_operand(acc);
 
@@ -668,36 +591,11 @@ const char* launch_pairs(const char* who, const char* step_name, Kernel kernel, 
     return nullptr;
 }
 
-// ---- the lean k-step's switch (session 10, opt-in, for measuring it beside the default in one
-// process): with TK_GEMM_LEAN_KSTEP=1 the launcher below runs config<4, 64, false, 2, 1> (the
-// pipeline of matmul's 4v8 and of the MLP's plain products: c_proj, dx, dW) as its LEAN twin; read
-// at every launch (a CUDA graph keeps what was read at its capture). Unset, empty or 0: the
-// default. Only that pipeline gets a twin (one more kernel per policy and layout, not per config).
-template <typename Cfg, typename Epi> constexpr bool has_lean_twin = std::is_same_v<Cfg, config<4, 64, false, 2, 1>>;
-template <typename Cfg> using lean_twin = config<Cfg::STAGES, Cfg::BK, Cfg::DRAIN, Cfg::NBUF, Cfg::CLUSTER, true>;
-// 1: run the twin; 0: don't; -1: a value it does not know (the launcher refuses it).
-inline int lean_kstep_requested() {
-    const char* v = std::getenv("TK_GEMM_LEAN_KSTEP");
-    if (!v || !*v || (v[0] == '0' && !v[1])) return 0;
-    return v[0] == '1' && !v[1] ? 1 : -1;
-}
-
 // ---- launcher: `who` prefixes error messages; make_epi() builds the policy (its gl
 // constructors may throw, so it runs inside the try). Returns nullptr or a message.
 template <typename Cfg, major MA, major MB, typename Epi, typename MakeEpi>
 const char* launch(const char* who, const void* a_ptr, const void* b_ptr, int M, int N, int K, int splits,
                    int num_sms, cudaStream_t stream, MakeEpi&& make_epi) {
-    if constexpr (has_lean_twin<Cfg, Epi>) {
-        const int lean = lean_kstep_requested();
-        if (lean < 0) {
-            static thread_local std::string bad;
-            bad = std::string(who) + ": TK_GEMM_LEAN_KSTEP must be 1 (the lean k-step) or 0 / unset (the default), got '" +
-                  std::getenv("TK_GEMM_LEAN_KSTEP") + "'";
-            return bad.c_str();
-        }
-        if (lean) return launch<lean_twin<Cfg>, MA, MB, Epi>(who, a_ptr, b_ptr, M, N, K, splits, num_sms, stream,
-                                                             std::forward<MakeEpi>(make_epi));
-    }
     using L = layout<Cfg, MA, MB, Epi>;
     using P = typename L::params;
     auto kernel = gemm_ws_kernel<Cfg, MA, MB, Epi>;
