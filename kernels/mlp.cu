@@ -66,9 +66,9 @@
 //               the tanh it computes for h anyway) in place of pre, and the dGELU epilogue is one
 //               product per value, dpre = dh·gelu'(pre) (the lead's idea, session 7; the default since
 //               session 8: the backward is told which of the two its forward saved, mlp_bindings.cpp).
-//               fcfast=9 (the default since session 10): fcfast=5's c_fc on a lean k-step (descriptors
-//               stepped, not rebuilt: kernels/mlp_deferred.cuh); fcfast=10 (opt-in): the dGELU GEMM's too;
-//               fcfast=11 (opt-in): 10 with dGELU's product one packed bf16x2 multiply a pair (no db1).
+//               fcfast=9 (session 10, opt-in): fcfast=5's c_fc on a lean k-step (descriptors stepped, not
+//               rebuilt: kernels/mlp_deferred.cuh); fcfast=10 (opt-in): the dGELU GEMM's too; fcfast=11 (the
+//               default since session 10): 10 with dGELU's product one packed bf16x2 multiply a pair (no db1).
 //   bias_deferred  (defer=1, session 6, opt-in, step 4 only) c_proj's and dx's bias policy with the
 //               same deferral: bias added and values packed at the tile's end, stores under the
 //               next tile's first k-steps; the same bf16 values as bias.
@@ -143,7 +143,7 @@ const char* linear_bias_gelu(const gemm_args& g) {
     if (!g.c2) return "tk_mlp: linear_bias_gelu needs the output h (c2)";
     if (!g.c) return linear_bias_gelu_h_only(g);     // evaluation: h only, no pre (kernels/mlp_inference.cu)
     if (g.fast_gelu == 5 || g.fast_gelu >= 9) {       // session 7: gelu'(pre) saved in place of pre, step 4 only;
-        if (g.schedule != 0 && g.schedule != SCHEDULE_STEP4)   // 9 (the default since session 10), 10, 11 on the lean k-step
+        if (g.schedule != 0 && g.schedule != SCHEDULE_STEP4)   // 9, 10, 11 (the default since session 10) on the lean k-step
             return "tk_mlp: fcfast=5, 9, 10 and 11 (gelu'(pre) saved in place of pre) run c_fc and the dGELU GEMM on schedule 4 only";
         return linear_bias_gelu_parts(g);            // (kernels/mlp_fc_deferred.cu)
     }

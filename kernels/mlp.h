@@ -48,7 +48,7 @@ struct gemm_args {
                                 //   on step 4 in clusters as 3, elsewhere as 2; 5 = as 4, but c holds gelu'(pre)
                                 //   instead of pre (schedule 4 only; the backward's linear_dgelu then gets
                                 //   fast_dgelu = 5 and reads gelu'(pre) from pre); 9 = 5 on a leaner k-step
-                                //   (session 9; the default since session 10), 10 and 11 = the same c_fc as 9
+                                //   (session 9), 10 and 11 (the default since session 10) = the same c_fc as 9
                                 //   (the bindings' fcfast=10, 11 also set dgelu_lean in the backward); the bindings'
                                 //   fcfast=6 arrives here as 4 or 5 (7 and 8 lost on the H200 and were removed)
     int dgelu_lean;             // linear_dgelu with fast_dgelu = 5 only: 1 = its deferred kernel on the lean

@@ -59,7 +59,7 @@ DEFAULT_SCHEDULES = ("0", "pre=1", "dgelu=6,pre=1", "dgelu=6", "0,side=0", "dw=1
                      "defer=1", "fc=4,fcfast=3", "fc=4,fcfast=3,finish=1,defer=1",
                      "fast=3", "fcfast=4", "finish=0,fcfast=0",   # session 7's (finish=1,fcfast=4 its default)
                      "side=2", "fcfast=6",                          # session 8's
-                     "fcfast=5", "fcfast=10")                       # session 10's (fcfast=9 the default since)
+                     "fcfast=5", "fcfast=9", "fcfast=10")           # session 10's (fcfast=11 the default since)
 
 
 def main(argv=None):
@@ -105,8 +105,9 @@ def main(argv=None):
           f"defer=1: c_proj's and dx's stores deferred under the next tile's math (step 4); fc=4,fcfast=3: c_fc deferred the same way; "
           f"fast=3: the dGELU epilogue under the next tile's math in half boxes, pre by TMA; "
           f"fcfast=4 (session 7's default): c_fc's the same way; fcfast=5 (sessions 8-9's default): 4 saving gelu'(pre) "
-          f"for the backward; fcfast=6: 5 without biases, 4 with; fcfast=9 (the default since session 10): 5 on a lean k-step; "
-          f"fcfast=10: 9 with the dGELU GEMM on the lean k-step too")
+          f"for the backward; fcfast=6: 5 without biases, 4 with; fcfast=9: 5 on a lean k-step; "
+          f"fcfast=10: 9 with the dGELU GEMM on the lean k-step too; fcfast=11 (the default since session 10): 10 with "
+          f"the dGELU product packed (bf16x2) when no bias gradient is wanted")
     for M in (int(m) for m in args.M.split(",")):
         g = torch.Generator(device="cuda").manual_seed(M)
         def t(*shape, scale=1.0, grad=True):

@@ -124,11 +124,12 @@ Problem backward_problem(const Tensor& dy, const Tensor& x, const Tensor& pre, c
 // the forward saves gelu'(pre) where pre was and the backward's dGELU multiplies by it (step 4 only;
 // the backward is told what its forward saved: pre_holds_gelu_grad; the default in sessions 8-9).
 // Session 8: fcfast=6, 5 for an MLP without biases (GPT-2's bias=False) and 4 with. Session 9: fcfast=9,
-// 5's parts on a leaner k-step (kernels/mlp_fc_deferred.cu, kernels/mlp_deferred.cuh; the default since
-// session 10: tests passed on the H200, the MLP 0.5-0.6% faster); its fcfast=7 (quarter boxes) and
+// 5's parts on a leaner k-step (kernels/mlp_fc_deferred.cu, kernels/mlp_deferred.cuh; tests passed on the
+// H200 in session 10, the MLP 0.5-0.6% faster); its fcfast=7 (quarter boxes) and
 // fcfast=8 (whole boxes, the consumers taking turns) lost on the H200 and were removed. Session 10
 // (opt-in): fcfast=10, 9 with the backward's dGELU GEMM on the lean k-step too (gemm_args::dgelu_lean), and
-// fcfast=11, 10 with that GEMM's product one packed bf16x2 multiply a pair when no db1 is wanted.
+// fcfast=11, 10 with that GEMM's product one packed bf16x2 multiply a pair when no db1 is wanted (the
+// default since session 10's call 2: 143 tests passed, the MLP 1.2-1.3% faster than fcfast=9).
 enum product { FC = 0, PROJ, DGELU, DX, DW, PRODUCTS };
 constexpr int FLAG_VALUES = 6;                 // side, pre, fast, finish, fcfast, defer
 int schedules[PRODUCTS] = {0, 0, 0, 0, 0};
@@ -137,10 +138,11 @@ int side_jobs = 1;                             // 0 off, 1 on (dy's column sums 
 bool pre_tma = false;
 int fast_dgelu = 1;                            // default since session 5 (calls 2 and 3: dGELU -8% under ncu); 3: session 7, opt-in
 bool finish_kernel = true;                     // default since session 7 (was false: two torch reductions and four casts)
-int fast_gelu = 9;                             // session 6 (fcfast=1, 2 or 3), 7 (4, 5), 8 (6: 5 for an MLP without biases,
+int fast_gelu = 11;                            // session 6 (fcfast=1, 2 or 3), 7 (4, 5), 8 (6: 5 for an MLP without biases,
                                                // 4 with), 9 (9: 5 on a lean k-step) and 10 (10: 9 with a lean dGELU k-step;
                                                // 11: 10 with dGELU's packed product);
-                                               // 9 the default since session 10 (5 since session 8, 4 since 7, 0 before)
+                                               // 11 the default since session 10 (call 2; 9 after call 1, 5 since
+                                               // session 8, 4 since 7, 0 before)
 
 // What c_fc's training forward saves in pre under the fcfast flag: gelu'(pre) (fcfast=5, 9, 10 and 11;
 // fcfast=6 when the MLP has no biases, GPT-2's bias=False) or pre itself. "Has biases" is b_fc or b_proj
@@ -209,7 +211,7 @@ void raise_if_launch_failed(const char* err, const char* what) { tk_bindings::ra
 const void* ptr_or_null(const c10::optional<Tensor>& t) { return t && t->defined() ? t->data_ptr() : nullptr; }
 
 // The forward's two GEMMs. Returns [y, pre, h]: pre = x·w_fcᵀ + b_fc (gelu'(pre) in its place when
-// saves_gelu_grad: fcfast=9, the default, 5, 10 and 11, or 6 without biases), h = GELU(pre), y = h·w_projᵀ +
+// saves_gelu_grad: fcfast=11, the default, 5, 9 and 10, or 6 without biases), h = GELU(pre), y = h·w_projᵀ +
 // b_proj. keep_pre = false (evaluation, forward_inference): c_fc's epilogue writes h alone
 // (gemm_args::c = nullptr; kernels/mlp_inference.cu), no (M, H) pre is allocated or written and
 // pre comes back undefined; y is bit-identical either way (the same math, schedules and
@@ -377,8 +379,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "set_schedule([fc, proj, dgelu, dx, dw, side_jobs, pre_tma, fast_dgelu, finish, fast_gelu, defer]): schedules 0 (auto) or "
           "4..10 (kernels/mlp.h), side jobs 0/1/2 (2: dy's column sums pipelined), pre by TMA 0/1, fast dGELU epilogue 0/1/3 (3: deferred, pre by TMA, step 4), finish kernel 0/1, "
           "fast c_fc epilogue 0/1/2/3/4/5/6/9/10/11 (2: staged by stmatrix; 3: deferred on step 4; 4: in half boxes; 5: 4 saving gelu'(pre) for the backward; "
-          "6: 5 without biases, 4 with; 9, the default: 5 on a lean k-step; 10: 9 with the dGELU GEMM on the lean k-step too; "
-          "11: 10 with dGELU's product packed), deferred c_proj/dx stores on step 4 0/1",
+          "6: 5 without biases, 4 with; 9: 5 on a lean k-step; 10: 9 with the dGELU GEMM on the lean k-step too; "
+          "11, the default: 10 with dGELU's product packed), deferred c_proj/dx stores on step 4 0/1",
           py::arg("schedules"));
     m.def("get_schedule", &get_schedule, "the eleven values set_schedule last set");
     m.def("forward", &forward, "y, pre, h = forward(x, w_fc, b_fc|None, w_proj, b_proj|None)",

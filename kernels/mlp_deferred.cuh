@@ -5,7 +5,7 @@
 // live in kernels/mlp_dgelu_deferred.cu (the backward's dGELU, "fast=3", opt-in) and
 // kernels/mlp_fc_deferred.cu (c_fc's bias + GELU, "fcfast=4"; with gelu'(pre) for the backward "fcfast=5",
 // session 8's default, whose dGELU is the deferred one here with one product per value; "fcfast=9", 5 on
-// the lean k-step below, the default since session 10). Read kernels/gemm_4_warp_specialized.cuh
+// the lean k-step below; "fcfast=11", the default since session 10, runs the dGELU kernel on it too). Read kernels/gemm_4_warp_specialized.cuh
 // and kernels/gemm_plain_epilogue.cuh (stmatrix staging, G's deferred plain stores, variant 8) first.
 //
 // Why: in the cooperative kernel both consumer warpgroups finish a tile together, so the tensor
@@ -28,8 +28,8 @@
 //                              k-step s the held tile's part part_at_step(s) runs (-1: none;
 //                              every one of the policy's PARTS parts at exactly one s)
 //   LEAN_KSTEP (optional)      true: the k-step's issue from stage addresses and descriptors computed
-//                              once (lean_kstep below; c_fc's fcfast=9, the default since session 10;
-//                              the dGELU GEMM's under fcfast=10 and 11, session 10, opt-in)
+//                              once (lean_kstep below; c_fc's under fcfast=9, 10, 11; the dGELU
+//                              GEMM's under fcfast=10 and 11, the default since session 10)
 //   struct held                what a tile leaves in registers for its parts (e.g. bf16 pairs)
 //   hold(held, acc, pos)       at a tile's end
 //   run_part<P>(bufs, bars, held, sh, lane)   part P of the held tile (P a compile-time number)
@@ -66,7 +66,7 @@ template <typename Cfg, major MB, typename Epi> struct smem_t {
     mbarrier input_full[gemm4::CONSUMERS][4][Epi::NBUF];       // an input box has landed in c[..][..][b]
 };
 
-// lean_kstep (session 9, a policy's LEAN_KSTEP = true; c_fc's fcfast=9, the default since session 10): a k-step's issue without
+// lean_kstep (session 9, a policy's LEAN_KSTEP = true; c_fc's fcfast=9, the default's c_fc and dGELU since session 10): a k-step's issue without
 // recomputing, every k-step, the shared-memory window of the stage's tiles and barrier and each
 // wgmma's descriptor from scratch (call 2's ncu: ~100 instructions per k-step and warp here, ~98 in
 // the k-loop; every instruction a consumer adds cost the tensor pipe ~1.3 cycles): the addresses
@@ -145,7 +145,7 @@ parts_kernel(const __grid_constant__ typename gemm4::layout<Cfg, major::K, MB, E
         int requested = 0;                             // this tile's input boxes requested so far
         // one k-step's wgmmas (issued, not waited for)
         auto issue = [&](int kt) {
-            if constexpr (lean_kstep<Epi>) {           // c_fc's fcfast=9 (the default), dGELU's fcfast=10: see lean_kstep
+            if constexpr (lean_kstep<Epi>) {           // c_fc's fcfast=9-11, dGELU's 10-11: see lean_kstep
                 const uint32_t stage = uint32_t(it) % STAGES;
                 wait_parity(full0 + stage * uint32_t(sizeof(mbarrier)), (uint32_t(it) / STAGES) & 1);
                 wgmma::fence();

@@ -1,7 +1,7 @@
 // kernels/mlp_dgelu_deferred.cu — the backward's dGELU GEMM with its epilogue UNDER the next
 // tile's math ("fast=3", session 7, opt-in; also fcfast=5's gelu' form, the default since session 8, which
-// fcfast=9, the default since session 10, shares; fcfast=10 runs it on the lean k-step, fcfast=11 also with
-// a packed product): dpre = (dy·W2) ⊙ GELU'(pre), pre brought into shared
+// fcfast=9 shares; fcfast=10 runs it on the lean k-step, fcfast=11, the default since session 10, also
+// with a packed product): dpre = (dy·W2) ⊙ GELU'(pre), pre brought into shared
 // memory by TMA long before it is needed. Read kernels/mlp.cu's opening comment (what the dGELU
 // product is) and kernels/mlp_deferred.cuh (the kernel and why) first; then this file: the policy,
 // then the launcher.
@@ -55,10 +55,10 @@ using cfg = gemm4::config<4, 64, false, 2>;
 // boxes 2 and 3 are requested by its own parts 2 and 4 (k-steps 2 and 5), a k-step or two after
 // boxes 0 and 1 left. Every pre box has >= 3 k-steps (~1.5 µs) between its request and its use.
 // Each buffer's barrier sees two phases per tile, box b's with parity b / 2.
-// LEAN (session 10, fcfast=10, opt-in): the same policy on the kernel's lean k-step (kernels/mlp_deferred.cuh,
+// LEAN (session 10, fcfast=10 and 11; 11 the default since session 10's call 2): the same policy on the kernel's lean k-step (kernels/mlp_deferred.cuh,
 // lean_kstep), as c_fc's default (fcfast=9) runs: the same values, ~40 fewer instructions per k-step
 // and warp (this kernel's K = C = 768 is c_fc's: 12 k-steps a tile).
-// PACKED (session 10, fcfast=11, opt-in; with GP): without db1 (no bias gradients, GPT-2), a pair's
+// PACKED (session 10, fcfast=11, the default since call 2: MLP 1.2-1.3% faster than 9; with GP): without db1 (no bias gradients, GPT-2), a pair's
 // dpre is ONE packed multiply, mul.rn.bf16x2(dh pair, gelu'(pre) pair), instead of two unpacks, two
 // fp32 products and a pack (~7 instructions a pair). The same bits: a product of two bf16 values is
 // exact in fp32 (8 + 8 significant bits), so rounding it to bf16 once is what the packed multiply's

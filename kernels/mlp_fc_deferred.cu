@@ -1,7 +1,7 @@
 // kernels/mlp_fc_deferred.cu — c_fc's forward (pre = x·W1ᵀ + b1, h = GELU(pre)) with its epilogue
 // under the next tile's math in half boxes ("fcfast=4", session 7; "fcfast=5", session 8's default,
-// also saves gelu'(pre) in pre's place; "fcfast=9", the default since session 10: 5's values on a lean
-// k-step), on kernels/mlp_deferred.cuh's kernel. Read that header first (the kernel and why), then session 6's bias_gelu_deferred
+// also saves gelu'(pre) in pre's place; "fcfast=9", 5's values on a lean k-step, whose c_fc "fcfast=10"
+// and "fcfast=11" (the default since session 10) run), on kernels/mlp_deferred.cuh's kernel. Read that header first (the kernel and why), then session 6's bias_gelu_deferred
 // (kernels/mlp_epilogues.cuh, fcfast=3), whose values and held registers this reuses.
 //
 // fcfast=3 ran each box's whole epilogue (pre staged, 32 GELUs, h staged, two TMA stores: ~350
@@ -32,7 +32,7 @@ using cfg = gemm4::config<4, 64, false, 2>;   // step 4's MLP pipeline (4 stages
 // boxes, ran on the H200 and lost: 0.4-0.5% slower in the MLP; its fcfast=8, whole boxes with the
 // two consumer warpgroups taking turns, lost too: 0.6-1.0% slower (session 10's first call). Both
 // removed: kernels/NOTES.md, sessions 9 and 10 M; code at 44b46e1 and a0344a0.)
-// LEAN (fcfast=9, session 9; the default since session 10): fcfast=5's policy on the kernel's lean
+// LEAN (fcfast=9, session 9; 10 and 11 too, 11 the default since session 10): fcfast=5's policy on the kernel's lean
 // k-step (kernels/mlp_deferred.cuh, lean_kstep): the same parts, fewer instructions per k-step
 // (ncu at M = 32768: 101.8 -> 90.8 M warp instructions, 364.7 -> 344.3 µs at locked clocks).
 template <bool GP, bool LEAN = false>
@@ -96,7 +96,7 @@ struct bias_gelu_parts_epilogue : bias_gelu_deferred_epilogue {
 };
 }  // namespace
 
-// pre (fcfast=4) or gelu'(pre) (fcfast=5; fcfast=9, the default since session 10, 10 and 11 on the lean
+// pre (fcfast=4) or gelu'(pre) (fcfast=5; fcfast=9, 10 and 11, the default since session 10, on the lean
 // k-step) and h of c_fc on step 4's tile with the epilogue under the next tile's k-steps.
 const char* linear_bias_gelu_parts(const gemm_args& g) {
     if (g.fast_gelu >= 9) return deferred::launch<cfg, major::K, bias_gelu_parts_epilogue<true, true>>(g);

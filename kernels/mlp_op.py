@@ -15,13 +15,13 @@ The ops:
   tk::mlp_fwd(x, w_fc, b_fc, w_proj, b_proj) -> (y, pre, h)     two GEMMs
       pre = x·w_fcᵀ + b_fc and h = GELU(pre) come out of ONE GEMM's epilogue; both are kept for
       the backward (pre for GELU', h for dw_proj), what eager PyTorch keeps. Under the default
-      (fcfast=9 since session 10; fcfast=5 in sessions 8-9, the same values) the second output holds
+      (fcfast=11 since session 10; fcfast=5 in sessions 8-9, the same values) the second output holds
       gelu'(pre) (bf16) in pre's place, what the backward needs of it (fcfast=4 writes pre itself).
   tk::mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1) -> (dx, dw_fc, db_fc, dw_proj, db_proj)   four GEMMs
       dpre = (dy·w_proj) ⊙ GELU'(pre) in one GEMM's epilogue (which also sums db_fc per 16
       rows); dx = dpre·w_fc; dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x with split-K. With fcfast=5
-      (session 7), 9 (its c_fc on a lean k-step; the default since session 10), 10 or 11 (9 with the
-      dGELU GEMM on the lean k-step too; opt-in) the forward saves gelu'(pre) in pre's place and
+      (session 7), 9 (its c_fc on a lean k-step), 10 or 11 (9 with the dGELU GEMM on the lean k-step
+      too; 11, the default since session 10, also packs its product) the forward saves gelu'(pre) in pre's place and
       the dGELU epilogue is one product: `saved` says which the forward wrote (1 gelu'(pre),
       0 pre, -1 as the fcfast flag says now); autograd passes what its forward ran (section 3).
 Both have `register_fake` (shapes only) and mlp_fwd has `register_autograd`, so torch.compile
@@ -131,17 +131,18 @@ SCHEDULE_ENV = "TK_MLP_SCHEDULE"
 # tile (kernels/mlp_fc_deferred.cu). fcfast=5 (the default in sessions 8-9): as 4,
 # but the forward saves gelu'(pre) in pre's place and the backward's dGELU multiplies by it (step 4 only).
 # fcfast=6 (session 8): 5 for an MLP without biases (GPT-2's bias=False), 4 with.
-# fcfast=9 (session 9; the default since session 10): 5's values (the same outputs bit for bit), its c_fc
+# fcfast=9 (session 9; session 10's default after its call 1): 5's values (the same outputs bit for bit), its c_fc
 # on a k-step that does not rebuild its addresses and descriptors from scratch (kernels/mlp_deferred.cuh,
 # lean_kstep). fcfast=10 (session 10, opt-in): 9, and the backward's dGELU GEMM on the lean k-step too (the
-# same values); fcfast=11 (session 10, opt-in): 10, and that GEMM's product one packed bf16x2 multiply per
+# same values); fcfast=11 (session 10; the default since its call 2): 10, and that GEMM's product one packed bf16x2 multiply per
 # pair when no bias gradient is wanted (the same values: kernels/mlp_dgelu_deferred.cu, PACKED). (fcfast=7, 5's epilogue in quarter boxes, and fcfast=8, whole boxes with the consumers
 # taking turns, lost on the H200, 0.4-1.0% slower in the MLP, and were removed: kernels/NOTES.md, sessions 9-10 M.)
 FLAGS = ("side", "pre", "fast", "finish", "fcfast", "defer")
-FLAG_DEFAULTS = (1, 0, 1, 1, 9, 0)     # fast=1 by default since session 5; finish=1 since session 7 (kernels/NOTES.md,
+FLAG_DEFAULTS = (1, 0, 1, 1, 11, 0)     # fast=1 by default since session 5; finish=1 since session 7 (kernels/NOTES.md,
                                        # session 7 M, call 4); fcfast=5 since session 8 (was 4; session 8 M: the
-                                       # dGELU GEMM one product per value); fcfast=9 since session 10 (5 on a lean
-                                       # k-step, the same values; 'fcfast=5' restores the old default)
+                                       # dGELU GEMM one product per value); fcfast=11 since session 10 (5's values
+                                       # on a lean k-step, dGELU's product packed: 1.2-1.3% over 9 and 9 0.5-0.6%
+                                       # over 5 on the H200; 'fcfast=5' restores the old default)
 REMOVED_FCFAST = {7: "fcfast=7 (quarter boxes) lost on the H200 and was removed",
                   8: "fcfast=8 (whole boxes, the consumers taking turns) lost on the H200 and was removed"}
 
@@ -163,10 +164,10 @@ def parse_schedule(spec):
     under the next tile's math on step 4, h from the bf16 pre as eager computes it) or 'fcfast=4'
     (session 7: fcfast=3's values in half boxes on step 4's tile) or 'fcfast=5' (session 8's default: as 4, saving gelu'(pre)
     in pre's place for the backward; fc and dgelu on 0 or 4) or 'fcfast=6' (session 8: 5 for an MLP
-    without biases, 4 with) or 'fcfast=9' (the default since session 10: 5 on a leaner k-step, the same
+    without biases, 4 with) or 'fcfast=9' (session 10, opt-in: 5 on a leaner k-step, the same
     values) or 'fcfast=10' (session 10, opt-in: 9 with the dGELU GEMM on the lean k-step too) or
-    'fcfast=11' (session 10, opt-in: 10 with dGELU's product packed, without bias gradients; 7 and 8
-    were removed) and 'defer=1' (session 6, opt-in: c_proj's
+    'fcfast=11' (the default since session 10: 10 with dGELU's product packed, without bias gradients;
+    7 and 8 were removed) and 'defer=1' (session 6, opt-in: c_proj's
     and dx's stores under the next tile's math on step 4)
     -> eleven ints: the five schedules in PRODUCTS order, then the flags in FLAGS order
     (defaults FLAG_DEFAULTS). A DEFAULT fcfast of 5 or more (not named in the spec) steps back to 4 where
@@ -234,8 +235,8 @@ def _module():
 
 
 def _saves_gelu_grad(has_biases):
-    """True when the training forward's c_fc writes gelu'(pre) in pre's place: fcfast=5, 9 (the default),
-    10 or 11, or fcfast=6 for an MLP without biases (b_fc and b_proj both None). The binding's
+    """True when the training forward's c_fc writes gelu'(pre) in pre's place: fcfast=5, 9, 10 or 11 (the
+    default), or fcfast=6 for an MLP without biases (b_fc and b_proj both None). The binding's
     saves_gelu_grad, mirrored."""
     if not _env_checked and os.environ.get(SCHEDULE_ENV):
         _module()
@@ -245,8 +246,8 @@ def _saves_gelu_grad(has_biases):
 # ---- 1. the extension calls (after the input checks), used by the custom ops and the fast path
 
 def _ext_forward(x, w_fc, b_fc, w_proj, b_proj):
-    """x (M, C) bf16. Returns (y, pre, h): y (M, C), pre = x·w_fcᵀ + b_fc (gelu'(pre) under fcfast=9,
-    the default, 5, 10 and 11, or fcfast=6 without biases: _saves_gelu_grad) and h = GELU(pre), (M, H)."""
+    """x (M, C) bf16. Returns (y, pre, h): y (M, C), pre = x·w_fcᵀ + b_fc (gelu'(pre) under fcfast=11,
+    the default, 5, 9 and 10, or fcfast=6 without biases: _saves_gelu_grad) and h = GELU(pre), (M, H)."""
     x, w_fc, w_proj = realign16(x), realign16(w_fc), realign16(w_proj)   # odd-offset views: copy
     check_forward(x, w_fc, b_fc, w_proj, b_proj)
     y, pre, h = _module().forward(x, w_fc, b_fc, w_proj, b_proj)

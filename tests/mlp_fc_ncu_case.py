@@ -5,15 +5,16 @@ file (no test_ prefix). Written in session 9 (M), cases renamed in session 10; t
 source-counter summary are tests/mlp_dgelu_ncu_case.py's.
 
 The cases (M x 768 -> M x 3072, bf16, no biases as in GPT-2; one kernel each):
-  a  c_fc as the default runs it (fcfast=9 since session 10: h and gelu'(pre), epilogue in half
-     boxes, deferred, on the lean k-step)
+  a  c_fc as the default runs it (fcfast=9's, which 10 and 11, the default since session 10, share:
+     h and gelu'(pre), epilogue in half boxes, deferred, on the lean k-step)
   p  c_fc with fcfast=5 (sessions 8-9's default: the same values on the k-step that rebuilds its
      descriptors)                                                                      [control]
   c  the plain product x·W1ᵀ by gemm.matmul(step=0) (step 4 v8; W1 K-major, as c_fc reads it)
   d  fcfast=4 (h and pre: no gelu'(pre), 5 fewer operations per value than p)            [control]
-  e  the backward's dGELU GEMM as the default runs it (fcfast=9's: one product per value)
+  e  the backward's dGELU GEMM as fcfast=9 runs it (one product per value; un-lean k-step)
   i  the dGELU GEMM on the lean k-step (fcfast=10, session 10, opt-in)
-  j  i with its product one packed bf16x2 multiply a pair (fcfast=11, session 10, opt-in; no db1 here)
+  j  i with its product one packed bf16x2 multiply a pair (fcfast=11, the default since session 10's
+     call 2; no db1 here)
   f  the plain product dy·W2 by gemm.matmul(step=0) (the dGELU GEMM's shape and layout)
 (Session 9's cases b, fcfast=7's quarter boxes, and g, fcfast=8's whole boxes by turns, lost on the
 H200 and were removed; its h, fcfast=9, is now a.)
@@ -40,13 +41,13 @@ import mlp_dgelu_ncu_case as shared  # noqa: E402  (ncu CSV summaries, the timin
 
 # letter: (what, kind, schedule spec or operands, bias, kernel-name fragments ncu should show)
 CASES = {
-    "a": ("c_fc, default (fcfast=9, lean k-step)", "fwd", "fcfast=9", False, ("bias_gelu_parts_epilogue<1, 1>", "bias_gelu_parts_epilogue<(bool)1, (bool)1>")),
+    "a": ("c_fc, default (fcfast=9's, lean k-step)", "fwd", "fcfast=9", False, ("bias_gelu_parts_epilogue<1, 1>", "bias_gelu_parts_epilogue<(bool)1, (bool)1>")),
     "p": ("c_fc, fcfast=5 (sessions 8-9's default)", "fwd", "fcfast=5", False, ("bias_gelu_parts_epilogue<1, 0>", "bias_gelu_parts_epilogue<(bool)1, (bool)0>")),
     "c": ("plain x.W1^T, matmul(step=0) = 4v8", "gemm", ("x", "w1t"), None, ("deferred_plain",)),
     "d": ("c_fc, fcfast=4 (pre and h, no gelu')", "fwd", "fcfast=4", False, ("bias_gelu_parts_epilogue<0, 0>", "bias_gelu_parts_epilogue<(bool)0, (bool)0>")),
-    "e": ("dGELU, default (fcfast=9's, no bias grads)", "bwd", "fcfast=9", False, ("dgelu_parts_epilogue<1, 0, 0>", "dgelu_parts_epilogue<(bool)1, (bool)0, (bool)0>")),
+    "e": ("dGELU, fcfast=9 (un-lean k-step, no bias grads)", "bwd", "fcfast=9", False, ("dgelu_parts_epilogue<1, 0, 0>", "dgelu_parts_epilogue<(bool)1, (bool)0, (bool)0>")),
     "i": ("dGELU, fcfast=10 (lean k-step)", "bwd", "fcfast=10", False, ("dgelu_parts_epilogue<1, 1, 0>", "dgelu_parts_epilogue<(bool)1, (bool)1, (bool)0>")),
-    "j": ("dGELU, fcfast=11 (lean, packed product)", "bwd", "fcfast=11", False, ("dgelu_parts_epilogue<1, 1, 1>", "dgelu_parts_epilogue<(bool)1, (bool)1, (bool)1>")),
+    "j": ("dGELU, default (fcfast=11: lean, packed)", "bwd", "fcfast=11", False, ("dgelu_parts_epilogue<1, 1, 1>", "dgelu_parts_epilogue<(bool)1, (bool)1, (bool)1>")),
     "f": ("plain dy.W2, matmul(step=0) = 4v8", "gemm", ("dy", "w2"), None, ("deferred_plain",)),
 }
 NCU_REGEX = "bias_gelu_parts|dgelu_parts|deferred_plain"   # the shell passes this to ncu -k regex:...

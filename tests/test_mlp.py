@@ -353,7 +353,7 @@ def test_set_schedule_refuses_bad_values(mlp):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 8, 0])    # session 9's whole boxes by turns: removed (lost)
     with pytest.raises(ValueError, match="deferred-stores flag"):
         mlp._ext.module.set_schedule([4, 4, 4, 4, 4, 1, 0, 0, 0, 0, 2])
-    assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0, 1, 1, 9, 0]   # fast=1 (session 5), finish=1 (7), fcfast=9 (10)
+    assert mlp._ext.module.get_schedule() == [0, 0, 0, 0, 0, 1, 0, 1, 1, 11, 0]   # fast=1 (session 5), finish=1 (7), fcfast=11 (10)
     assert mlp._ext.module.get_schedule() == mlp.parse_schedule("0")              # C++ and Python agree on the default
     assert mlp._fcfast == mlp._ext.module.get_schedule()[9]                        # and on fcfast (what autograd records)
     x, w_fc, _, w_proj, _, dy = make(64, 64, seed=1, bias=False)
@@ -365,7 +365,7 @@ def test_set_schedule_refuses_bad_values(mlp):
 @pytest.mark.parametrize("spec", ["fcfast=4", "fcfast=0", "0"])
 def test_intermediates_pre_and_h(mlp, spec):
     """The c_fc epilogue's two outputs: pre = x·W1ᵀ + b1 and h = GELU(pre), checked directly (with
-    fcfast=9, the default (5 before session 10), the saved tensor is gelu'(pre): checked against float64 gelu' of float64 pre)."""
+    fcfast=11, the default (5 before session 10), the saved tensor is gelu'(pre): checked against float64 gelu' of float64 pre)."""
     x, w_fc, b_fc, w_proj, b_proj, _ = make(1000, 768, seed=7)
     mlp.set_schedule(spec)
     try:
@@ -778,7 +778,7 @@ def test_fc_parts_matches_fcfast3(mlp, fc, M, C, bias, H):
     assert rel_err(pre4, pre64) < 1e-2 and rel_err(h4, F.gelu(pre64, approximate="tanh")) < 1e-2
 
 
-# Session 9's fcfast=9 (the default since session 10; its first H200 run, session 10's call 1, passed):
+# Session 9's fcfast=9 (the default's c_fc since session 10; its first H200 run, session 10's call 1, passed):
 # fcfast=5's parts on the kernel's lean k-step (the wgmmas' descriptors stepped, not rebuilt). The same
 # operations on the same values: gelu'(pre), h and y bit-identical to fcfast=5's. K = 768 and 1280 (12
 # and 20 k-steps: every part after one of k-steps 0-7), 384 and 128 (6 and 2 k-steps: the later parts
@@ -816,8 +816,9 @@ def test_fc_lean_kstep_matches_fcfast5(mlp, fcfast, M, C, bias, H):
         assert e64 < 6e-3, f"fcfast={fcfast} backward {name} (M={M}, C={C}): relative error {e64:.2e} vs float64"
 
 
-# Session 10's fcfast=10 (opt-in): the default's c_fc (fcfast=9) and the backward's dGELU GEMM on the
-# lean k-step too (kernels/mlp_dgelu_deferred.cu, LEAN; gemm_args::dgelu_lean); fcfast=11 (opt-in): that,
+# Session 10's fcfast=10 (opt-in): fcfast=9's c_fc and the backward's dGELU GEMM on the
+# lean k-step too (kernels/mlp_dgelu_deferred.cu, LEAN; gemm_args::dgelu_lean); fcfast=11 (the default since
+# session 10's call 2, where this test passed): that,
 # and without bias gradients dpre one packed bf16x2 multiply per pair (PACKED; with them the fp32 path,
 # so the bias=True shapes check it still sums db_fc). The same operations on the same values: from the same saved gelu'(pre) and h, dx and (with bias) db_fc and db_proj are
 # bit-identical to the default's backward (dpre feeds dx through a fixed-order GEMM; db_fc sums dpre's

@@ -40,7 +40,7 @@ def test_mlp_cu_compiles_for_sm90a(tmp_path, source, kernels_expected):
     # fcfast=5's gelu' form) and the gelu' form on the lean k-step (fcfast=10, session 10), also with the
     # packed product (fcfast=11);
     # mlp_fc_deferred.cu: session 7's c_fc in half boxes (fcfast=4, and fcfast=5 saving gelu'(pre)) and
-    # fcfast=5's on the lean k-step (fcfast=9, the default since session 10).
+    # fcfast=5's on the lean k-step (fcfast=9, 10 and 11, the default since session 10).
     cmd = [NVCC, "-std=c++20", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-I", str(ROOT),
            "-I", str(ROOT / "kernels"), "-Xptxas", "-v", "-c", str(ROOT / "kernels" / source),
            "-o", str(tmp_path / "mlp.o")]

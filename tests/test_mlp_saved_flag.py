@@ -1,5 +1,5 @@
 """CPU test (no GPU, no extension build): under torch.compile the MLP's backward reads what the
-forward saved in pre (gelu'(pre) under fcfast=5, 9 (the default) and 10, pre under 4) as the graph was traced; a
+forward saved in pre (gelu'(pre) under fcfast=5, 9, 10 and 11 (the default), pre under 4) as the graph was traced; a
 schedule changed after compiling must not let the forward save one while the traced backward reads
 the other (review R2, session 8). kernels/mlp_op.py: mlp() passes the trace-time answer to mlp_fwd
 (saves), the backward gets the same, and mlp_fwd refuses to run when the fcfast flag disagrees.
@@ -125,15 +125,16 @@ def test_which_fcfast_values_save_gelu_grad(monkeypatch):
         assert got == want[value], (value, got)
 
 
-def test_default_is_fcfast9_and_old_specs_keep_their_meaning(monkeypatch):
-    """Session 10: the default fcfast is 9 (fcfast=5's values on the lean k-step), so the default
-    saves gelu'(pre) with and without biases; 'fcfast=5' still selects session 8's form and
-    'fcfast=10' and 'fcfast=11' the candidates with the dGELU GEMM on the lean k-step; specs that name a dGELU
+def test_default_is_fcfast11_and_old_specs_keep_their_meaning(monkeypatch):
+    """Session 10: the default fcfast is 11 (fcfast=5's values on the lean k-step, dGELU's product
+    packed), so the default saves gelu'(pre) with and without biases; 'fcfast=5' still selects
+    session 8's form, 'fcfast=9' and 'fcfast=10' the steps between; specs that name a dGELU
     epilogue or a schedule fcfast>=5 cannot run on step the default back to 4, as they did under 5."""
     monkeypatch.setattr(mlp_op, "_env_checked", True)
     at = 5 + mlp_op.FLAGS.index("fcfast")
-    assert mlp_op.FLAG_DEFAULTS[mlp_op.FLAGS.index("fcfast")] == 9
-    assert mlp_op.parse_schedule("0")[at] == 9 and mlp_op.parse_schedule("")[at] == 9
+    assert mlp_op.FLAG_DEFAULTS[mlp_op.FLAGS.index("fcfast")] == 11
+    assert mlp_op.parse_schedule("0")[at] == 11 and mlp_op.parse_schedule("")[at] == 11
+    assert mlp_op.parse_schedule("fcfast=9")[at] == 9
     assert mlp_op.parse_schedule("fcfast=5")[at] == 5 and mlp_op.parse_schedule("fcfast=10")[at] == 10
     assert mlp_op.parse_schedule("fcfast=11")[at] == 11
     for spec in ("fast=0", "fast=3", "fc=6", "dgelu=5", "pre=1", "5"):
