@@ -270,10 +270,49 @@ def _ext_backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1, dw_flo
     check_backward(dy, x, pre, h, w_fc, w_proj)
     if saved not in (-1, 0, 1):
         fail(OP, f"saved must be -1 (as the fcfast flag says), 0 (pre) or 1 (gelu'(pre)), got {saved!r}")
+    if _dw_by_gemm(x.shape[0]):          # TK_MLP_DW_GEMM=planned (section 1b): dW by kernels/gemm.py
+        dx, _, db_fc, _, db_proj, dpre = _module().backward(dy, x, pre, h, w_fc, w_proj, bool(bias_grads), int(saved),
+                                                            bool(dw_float), True)
+        dw_fc, dw_proj = _weight_grads_by_gemm(dy, x, dpre, h, torch.float32 if dw_float else torch.bfloat16)
+        return dx, dw_fc, db_fc, dw_proj, db_proj
     # dw_float (bias_grads=False only): dw_fc and dw_proj come back in fp32 (the fp32-weight path, below)
     dx, dw_fc, db_fc, dw_proj, db_proj = _module().backward(dy, x, pre, h, w_fc, w_proj, bool(bias_grads), int(saved),
                                                             bool(dw_float))
     return dx, dw_fc, db_fc, dw_proj, db_proj
+
+
+# ---- 1b. the weight gradients on kernels/gemm.py's planned schedule (session 10, W; opt-in) -----
+# TK_MLP_DW_GEMM=planned, read at each backward: the extension's backward skips its two split-K
+# weight_grad launches (and the dGELU GEMM's side job of zeroing their fp32 buffer) and hands back
+# dpre (mlp_bindings.cpp, dw_outside); dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x then run on the GEMM
+# library's step 4 variant 9: the 128x256 tiles as whole tiles plus a few k-pieces per CTA, the
+# pieces summed inside the kernel, each output written once (fp32 for the fp32-weight path, bf16
+# otherwise). Engineer G measured that kernel 9-11% ahead of split-K at these shapes (kernels/NOTES.md,
+# session 10 G). Both the eager path and the custom op (torch.compile) follow the flag at run time.
+# Limits: token counts that are not a multiple of 16 (the library's K) keep the extension's path;
+# under CUDA graphs the first call with a token count must come before the capture (gemm.py makes the
+# kernel's workspace and schedule then; a first call inside a capture runs the library's equal
+# split-K, 5v7, instead: correct, slower); the workspace is per shape, for one stream at a time.
+DW_GEMM_ENV = "TK_MLP_DW_GEMM"
+DW_GEMM_PLAN = {"step": 4, "variant": 9}
+
+
+def _dw_by_gemm(tokens):
+    """True when this backward's weight gradients go to kernels/gemm.py (TK_MLP_DW_GEMM=planned)."""
+    value = os.environ.get(DW_GEMM_ENV, "").strip()
+    if value not in ("", "0", "off", "planned"):
+        fail(OP, f"{DW_GEMM_ENV} must be 'planned' (the weight gradients on kernels/gemm.py's step 4 variant 9) "
+                 f"or unset, '0' or 'off' (the extension's split-K), got {value!r}")
+    return value == "planned" and tokens % 16 == 0
+
+
+def _weight_grads_by_gemm(dy, x, dpre, h, dtype):
+    """(dw_fc, dw_proj) = (dpreᵀ·x, dyᵀ·h) in dtype; dy, dpre are read in place as MN-major
+    operands (their transposed views), x and h as they are."""
+    from . import gemm
+    dw_proj = gemm.matmul(dy.t(), h, out_dtype=dtype, **DW_GEMM_PLAN)
+    dw_fc = gemm.matmul(dpre.t(), x, out_dtype=dtype, **DW_GEMM_PLAN)
+    return dw_fc, dw_proj
 
 
 # ---- 2. the custom ops: what torch.compile sees ----------------------------------------------
