@@ -19,8 +19,6 @@ if str(ROOT) not in sys.path:
 import kernels  # noqa: E402
 from kernels import mlp_op, reference  # noqa: E402
 
-# gemm4::config<STAGES, BK, DRAIN, NBUF, CLUSTER, LEAN = true> in a mangled kernel name
-LEAN_TWIN = re.compile(r"configILi\d+ELi\d+ELb[01]ELi\d+ELi\d+ELb1E")
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").exists() else None)
 
 
@@ -52,14 +50,9 @@ def test_mlp_cu_compiles_for_sm90a(tmp_path, source, kernels_expected):
     # have had to insert a wait for the accumulators anywhere (C7517)
     assert "C7517" not in r.stderr or "deferred" not in source, "warpgroup.wait injected by ptxas"
     kernels_built = re.findall(r"Compiling entry function '(\w+)'", r.stderr)
-    # (G's lean k-step for step 4, session 10, opt-in: gemm4::config's LEAN = true; its launcher may
-    # instantiate a lean twin of each step-4 kernel. Those are G's, counted apart; spills are checked
-    # in every kernel built.)
-    lean_twins = [k for k in kernels_built if LEAN_TWIN.search(k)]
-    assert len(kernels_built) - len(lean_twins) == kernels_expected, \
-        f"expected {kernels_expected} instantiations (+ gemm4 lean twins), got {kernels_built}"
+    assert len(kernels_built) == kernels_expected, f"expected {kernels_expected} instantiations, got {kernels_built}"
     spills = re.findall(r"Compiling entry function '(\w+)'.*?(\d+) bytes spill stores", r.stderr, re.S)
-    assert len(spills) == len(kernels_built), r.stderr[-3000:]
+    assert len(spills) == kernels_expected, r.stderr[-3000:]
     # Known exceptions: the per-thread-load dGELU epilogue (pre=0, "14dgelu_epilogue" mangled) spills
     # 8 bytes on the 64x256 ping-pong tile and 16 on step 4 in clusters (the producer's side jobs and
     # the cluster bookkeeping tip it); every other kernel, the pre-by-TMA dGELU included, none.
@@ -99,8 +92,7 @@ def test_session6_policies_stage_their_own_boxes(tmp_path):
     r = subprocess.run(cmd[:-4] + ["-ptx", str(ROOT / "kernels" / "mlp.cu"), "-o", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     entries = [(m.group(1), m.group(2)) for m in re.finditer(r"\.entry (\w+)(.*?)(?=\.entry |\Z)", out.read_text(), re.S)]
-    deferred = [body for name, body in entries if any(k in name for k in ("bias_deferred", "gelu_deferred"))
-                and not LEAN_TWIN.search(name)]             # (G's lean twins, if any, counted apart)
+    deferred = [body for name, body in entries if any(k in name for k in ("bias_deferred", "gelu_deferred"))]
     assert len(deferred) == 6 and all("stmatrix.sync.aligned" in body for body in deferred), \
         "defer=1 / fcfast=3 kernels without stmatrix: is the DEFERS_STORE hook there?"
 
