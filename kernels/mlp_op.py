@@ -270,7 +270,7 @@ def _ext_backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1, dw_flo
     check_backward(dy, x, pre, h, w_fc, w_proj)
     if saved not in (-1, 0, 1):
         fail(OP, f"saved must be -1 (as the fcfast flag says), 0 (pre) or 1 (gelu'(pre)), got {saved!r}")
-    if _dw_by_gemm(x.shape[0]):          # TK_MLP_DW_GEMM=planned (section 1b): dW by kernels/gemm.py
+    if _dw_by_gemm(x, w_fc.shape[0]):    # TK_MLP_DW_GEMM=planned (section 1b): dW by kernels/gemm.py
         dx, _, db_fc, _, db_proj, dpre = _module().backward(dy, x, pre, h, w_fc, w_proj, bool(bias_grads), int(saved),
                                                             bool(dw_float), True)
         dw_fc, dw_proj = _weight_grads_by_gemm(dy, x, dpre, h, torch.float32 if dw_float else torch.bfloat16)
@@ -289,21 +289,31 @@ def _ext_backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1, dw_flo
 # pieces summed inside the kernel, each output written once (fp32 for the fp32-weight path, bf16
 # otherwise). Engineer G measured that kernel 9-11% ahead of split-K at these shapes (kernels/NOTES.md,
 # session 10 G). Both the eager path and the custom op (torch.compile) follow the flag at run time.
-# Limits: token counts that are not a multiple of 16 (the library's K) keep the extension's path;
-# under CUDA graphs the first call with a token count must come before the capture (gemm.py makes the
-# kernel's workspace and schedule then; a first call inside a capture runs the library's equal
-# split-K, 5v7, instead: correct, slower); the workspace is per shape, for one stream at a time.
+# Limits: token counts that are not a multiple of 16 (the library's K) keep the extension's path, and
+# so does a call inside a CUDA-graph capture before the kernel's workspace and schedule exist (gemm.py
+# makes them at the first call with that token count outside a capture: warm up before capturing, as
+# train.py's Graphed does); the workspace is per shape, for one stream at a time.
 DW_GEMM_ENV = "TK_MLP_DW_GEMM"
 DW_GEMM_PLAN = {"step": 4, "variant": 9}
 
 
-def _dw_by_gemm(tokens):
-    """True when this backward's weight gradients go to kernels/gemm.py (TK_MLP_DW_GEMM=planned)."""
+def _dw_by_gemm(x, H):
+    """True when this backward's weight gradients go to kernels/gemm.py (TK_MLP_DW_GEMM=planned);
+    x (tokens, C), H the hidden size."""
     value = os.environ.get(DW_GEMM_ENV, "").strip()
     if value not in ("", "0", "off", "planned"):
         fail(OP, f"{DW_GEMM_ENV} must be 'planned' (the weight gradients on kernels/gemm.py's step 4 variant 9) "
                  f"or unset, '0' or 'off' (the extension's split-K), got {value!r}")
-    return value == "planned" and tokens % 16 == 0
+    if value != "planned" or x.shape[0] % 16:
+        return False
+    if not (x.is_cuda and torch.cuda.is_current_stream_capturing()):
+        return True
+    # inside a capture: only if gemm.py need not allocate (else its fallback would be captured instead)
+    from . import gemm
+    tokens, C = x.shape
+    return all(gemm.splitk_workspace(x.device, m, n, gemm.TILE_M, gemm.TILE_N, allocate=False) is not None and
+               gemm.schedule_tensor(x.device, m, n, tokens, gemm.TILE_M, gemm.TILE_N, allocate=False) is not None
+               for m, n in ((C, H), (H, C)))
 
 
 def _weight_grads_by_gemm(dy, x, dpre, h, dtype):

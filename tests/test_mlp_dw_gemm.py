@@ -199,7 +199,7 @@ def test_gradients_match_float64_and_the_default_path(M, fp32_weights, bias, mon
         elif name.startswith("w"):
             assert got.dtype == default.dtype
             # fp32 sums in another order (fp32 path); the same sums rounded to bf16 (else)
-            tol = 5e-5 if fp32_weights else 4e-3
+            tol = 1e-4 if fp32_weights else 4e-3      # (a lost k-piece: > 1e-2)
             assert rel_err(got, default) < tol, (name, rel_err(got, default))
         else:                                   # bias sums: torch's reductions instead of the finish kernel
             assert rel_err(got, default) < 1e-2, (name, rel_err(got, default))
@@ -248,9 +248,9 @@ def test_custom_op_follows_the_flag(bias, monkeypatch):
 @pytest.mark.parametrize("warm", [True, False], ids=["warmed_up", "first_call_in_capture"])
 def test_cuda_graph_capture_and_replay(warm, monkeypatch):
     """The step as GPT-2 trains it, captured in a CUDA graph under the flag and replayed on new
-    inputs. warmed_up: the workspace and schedule exist before the capture (the planned kernels are
-    captured); first_call_in_capture: a token count never seen (gemm.py then captures its old
-    split-K path, 5v7): both must give the eager gradients."""
+    inputs. warmed_up: the workspace and schedule exist before the capture, and the planned products
+    are captured; first_call_in_capture: a token count never seen: the capture keeps the extension's
+    weight_grad (gemm.py would otherwise capture its fallback). Both must give the eager gradients."""
     M = 4096 if warm else 3072 + 48
     monkeypatch.setenv(ENV, "planned")
     leaves, dy = make(M, seed=11, fp32_weights=True, bias=False)
@@ -271,9 +271,13 @@ def test_cuda_graph_capture_and_replay(warm, monkeypatch):
             for _ in range(2):
                 step()
         torch.cuda.current_stream().wait_stream(side)
+    planned = []
+    real = mlp_op._weight_grads_by_gemm
+    monkeypatch.setattr(mlp_op, "_weight_grads_by_gemm", lambda *a: planned.append(1) or real(*a))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         static = step()
+    assert len(planned) == (1 if warm else 0)
     for seed in (21, 22):                          # new inputs, copied into the captured ones
         new, new_dy = make(M, seed=seed, fp32_weights=True, bias=False)
         with torch.no_grad():
@@ -289,4 +293,30 @@ def test_cuda_graph_capture_and_replay(warm, monkeypatch):
         assert torch.equal(static[0], want[0])     # dx
         for got, ref in zip(static[1:], want[1:]):
             assert got.dtype == torch.float32 and torch.isfinite(got).all()
-            assert rel_err(got, ref) < 5e-5, rel_err(got, ref)
+            assert rel_err(got, ref) < 1e-4, rel_err(got, ref)
+
+
+@gpu
+@pytest.mark.parametrize("spec", ["side=0", "side=2", "fcfast=9", "fcfast=4"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_other_schedules_under_the_flag(spec, bias, monkeypatch):
+    """The flag with the side jobs off (the dW buffer's fill kernel, now skipped) or pipelined, and
+    forwards that save gelu'(pre) or pre: the same dx and gradients as the default path's."""
+    M = 1024 + 48
+    leaves, dy = make(M, seed=9, fp32_weights=False, bias=bias)
+    x, w_fc, b_fc, w_proj, b_proj = (None if t is None else t.detach() for t in leaves)
+    mlp_op.set_schedule(spec)
+    try:
+        _, pre, h = mlp_op.mlp_fwd(x, w_fc, b_fc, w_proj, b_proj)
+        saved = 1 if mlp_op._saves_gelu_grad(bias) else 0
+        out = {}
+        for flag in ("planned", None):
+            set_flag(monkeypatch, flag)
+            out[flag] = mlp_op.mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias, saved)
+        torch.cuda.synchronize()
+    finally:
+        mlp_op.set_schedule("0")
+    assert torch.equal(out["planned"][0], out[None][0])
+    for i in (1, 3) + ((2, 4) if bias else ()):
+        assert torch.isfinite(out["planned"][i]).all()
+        assert rel_err(out["planned"][i], out[None][i]) < (4e-3 if i in (1, 3) else 1e-2), (spec, i)
