@@ -19,7 +19,8 @@ The ops:
       gelu'(pre) (bf16) in pre's place, what the backward needs of it (fcfast=4 writes pre itself).
   tk::mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1) -> (dx, dw_fc, db_fc, dw_proj, db_proj)   four GEMMs
       dpre = (dy·w_proj) ⊙ GELU'(pre) in one GEMM's epilogue (which also sums db_fc per 16
-      rows); dx = dpre·w_fc; dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x with split-K. With fcfast=5
+      rows); dx = dpre·w_fc; dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x with split-K (or, with
+      TK_MLP_DW_GEMM=planned, session 10, opt-in: on kernels/gemm.py's planned schedule, section 1b). With fcfast=5
       (session 7), 9 (its c_fc on a lean k-step), 10 or 11 (9 with the dGELU GEMM on the lean k-step
       too; 11, the default since session 10, also packs its product) the forward saves gelu'(pre) in pre's place and
       the dGELU epilogue is one product: `saved` says which the forward wrote (1 gelu'(pre),
