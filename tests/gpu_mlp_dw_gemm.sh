@@ -25,7 +25,7 @@ note "tests/test_mlp_dw_gemm.py: $(grep -E 'passed|failed|error|skipped' "$L/tes
 grep -E "^FAILED|^ERROR" "$L/tests.log" | head -8 | cut -c1-220 >> "$S"
 
 # 2. the A/B (prediction in kernels/NOTES.md, session 10 W: planned/off 0.97-0.99 at 32768)
-step 35 ab.log python3 tests/mlp_dw_gemm_ab.py --M 32768,16384 --trials 9 --iters 10 --settle-ms 25
+step 35 ab.log python3 tests/mlp_dw_gemm_ab.py --M 32768,16384 --trials 9 --iters 20 --settle-ms 25
 { echo "--- mlp_dw_gemm_ab (fwd+bwd, no biases, fp32 weights under autocast, CUDA graphs; us per step)"
   grep -E "^M=|^RESULT|Error|error" "$L/ab.log" | cut -c1-400; } | tee -a "$S"
 

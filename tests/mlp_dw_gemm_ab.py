@@ -9,12 +9,14 @@ after an eager warm-up under its own setting (the flag is read at call time; a g
 kernels it was captured with), then each trial replays both arms `iters` times back to back, in a
 fresh random order, after --settle-ms of idle. Prints every trial's us per fwd+bwd, each arm's median,
 and the median of the per-trial ratios planned/off (below 1: the flag is faster). Also prints the
-kernels each arm ran (torch.profiler of one eager step) and how far the two arms' gradients are apart.
+kernels each arm ran and their times (torch.profiler of one eager step, after one unprofiled) and
+how far the two arms' gradients are apart.
 Without CUDA it parses its arguments, prints the plan and exits 2 (nothing to time).
 """
 import argparse
 import os
 import random
+import re
 import statistics
 import sys
 import time
@@ -85,12 +87,21 @@ def capture(arm, inputs):
 def kernel_names(arm, inputs):
     from torch.profiler import ProfilerActivity, profile
     set_arm(arm)
+    fwd_bwd(*inputs)                                   # (first calls: workspace, schedule)
+    torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fwd_bwd(*inputs)
         torch.cuda.synchronize()
     set_arm("off")
-    names = [e.key for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return [n for n in names if "gemm" in n.lower() or "mlp" in n.lower() or "finish" in n.lower()]
+    out = []
+    for e in prof.key_averages():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        total = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        # each kernel by the names in it that say what it is (its epilogue policy, kernel function)
+        name = "+".join(dict.fromkeys(re.findall(r"\w*(?:epilogue|kernel)\w*", e.key))) or e.key[:60]
+        out.append(f"{name} x{e.count} {total / max(e.count, 1):.1f} us")
+    return sorted(out)
 
 
 def rel(a, b):
@@ -110,8 +121,7 @@ def main(argv=None):
     for M in a.Ms:
         inputs = make_inputs(M, a.C, seed=M)
         for arm in ARMS:
-            ran = sorted({n[:110] for n in kernel_names(arm, inputs)})
-            print(f"M={M} {arm:8s} ran: " + " | ".join(ran))
+            print(f"M={M} {arm:8s} ran: " + " | ".join(kernel_names(arm, inputs)))
         graphs = {arm: capture(arm, inputs) for arm in ARMS}
         for g, _ in graphs.values():
             g.replay()
