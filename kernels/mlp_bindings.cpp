@@ -274,14 +274,9 @@ void weight_grad(const Tensor& a, const Tensor& b, const Tensor& x, const Tensor
 // back in fp32, straight from their split-K buffer, for fp32 weights under autocast: no finish launch
 // and no bf16 round trip that autograd's cast would turn back into fp32. Without biases only (their
 // sums are the finish kernel's other job).
-// dw_outside (session 10, W; mlp_op's TK_MLP_DW_GEMM=planned, opt-in): the caller computes the two
-// weight gradients itself (kernels/gemm.py's planned schedule): the two weight_grad launches are
-// skipped, and so is the zeroing of their buffer (nothing allocated); dw_fc and dw_proj come back
-// empty and dpre is appended as a sixth output. Bias sums, if wanted, by torch's reductions (the
-// finish kernel's casts have nothing to cast).
 std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pre, const Tensor& h,
                              const Tensor& w_fc, const Tensor& w_proj, bool bias_grads, int64_t pre_holds_gelu_grad,
-                             bool dw_float, bool dw_outside) {
+                             bool dw_float) {
     tk_bindings::raise_if(backward_problem(dy, x, pre, h, w_fc, w_proj));
     if (dw_float && bias_grads)
         tk_bindings::raise_if(tk_bindings::value_problem("tk_mlp: dw_float=True (fp32 weight gradients) is for an MLP without "
@@ -296,9 +291,8 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     // idle warps (side jobs on) or by one fill; with side jobs the same warps also sum dy's
     // columns per CTA for db_proj, so no kernel re-reads dy for it.
     const int64_t HC = H * C;
-    Tensor dw_buf = dw_outside ? Tensor()
-                  : side_jobs  ? at::empty({2 * HC}, x.options().dtype(at::kFloat))
-                               : at::zeros({2 * HC}, x.options().dtype(at::kFloat));
+    Tensor dw_buf = side_jobs ? at::empty({2 * HC}, x.options().dtype(at::kFloat))
+                              : at::zeros({2 * HC}, x.options().dtype(at::kFloat));
 
     // dpre = (dy·w_proj) ⊙ GELU'(pre), with db_fc's partial column sums per 16 rows
     Tensor dpre = at::empty({M, H}, x.options());
@@ -320,7 +314,7 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     // (whatever the forward ran)
     g.dgelu_lean = !saved_grad ? 0 : fast_gelu == 11 ? 2 : fast_gelu == 10 ? 1 : 0;
     if (side_jobs) {
-        if (!dw_outside) { g.zero = dw_buf.data_ptr<float>(); g.zero_floats = 2 * HC; }
+        g.zero = dw_buf.data_ptr<float>(); g.zero_floats = 2 * HC;
         if (dy_sums) g.a_colsum = colsum.data_ptr<float>();
         g.side_pipelined = side_jobs == 2 ? 1 : 0;
     }
@@ -334,12 +328,6 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     g.defer_store = defer_store ? 1 : 0;
     raise_if_launch_failed(tk_mlp::linear_grad_input(g), "dx (dpre·w_fc)");
 
-    if (dw_outside) {                    // the caller's weight gradients: hand back dpre
-        Tensor none = at::empty({0}, x.options());
-        if (!bias_grads) return {dx, none, none, none, none, dpre};
-        Tensor db_proj = side_jobs ? colsum.sum(0).to(at::kBFloat16) : dy.sum(0, /*keepdim=*/false, at::kFloat).to(at::kBFloat16);
-        return {dx, none, partial.sum(0).to(at::kBFloat16), none, db_proj, dpre};
-    }
     weight_grad(dy, h, x, dw_buf.narrow(0, HC, HC).view({C, H}), "dw_proj (dyᵀ·h)");
     weight_grad(dpre, x, x, dw_buf.narrow(0, 0, HC).view({H, C}), "dw_fc (dpreᵀ·x)");
     if (dw_float)                        // (no biases: checked above) the fp32 sums are the gradients
@@ -402,12 +390,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("x"), py::arg("w_fc"), py::arg("b_fc"), py::arg("w_proj"), py::arg("b_proj"));
     m.def("backward", &backward,
           "dx, dw_fc, db_fc, dw_proj, db_proj = backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True, pre_holds_gelu_grad=-1, "
-          "dw_float=False, dw_outside=False); "
+          "dw_float=False); "
           "bias_grads=False: db_fc and db_proj empty, their work skipped; pre_holds_gelu_grad: 1 the forward saved "
           "gelu'(pre) (fcfast=5, 9, 10), 0 pre, -1 as the current fcfast flag says; dw_float=True (bias_grads=False only): "
-          "dw_fc and dw_proj in fp32 (for fp32 weights), no finish kernel; dw_outside=True: no weight gradients (dw_fc, "
-          "dw_proj empty), dpre appended as a sixth output (the caller computes them: mlp_op, TK_MLP_DW_GEMM=planned)",
+          "dw_fc and dw_proj in fp32 (for fp32 weights), no finish kernel",
           py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"),
-          py::arg("bias_grads") = true, py::arg("pre_holds_gelu_grad") = -1, py::arg("dw_float") = false,
-          py::arg("dw_outside") = false);
+          py::arg("bias_grads") = true, py::arg("pre_holds_gelu_grad") = -1, py::arg("dw_float") = false);
 }

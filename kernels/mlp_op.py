@@ -19,8 +19,7 @@ The ops:
       gelu'(pre) (bf16) in pre's place, what the backward needs of it (fcfast=4 writes pre itself).
   tk::mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1) -> (dx, dw_fc, db_fc, dw_proj, db_proj)   four GEMMs
       dpre = (dy·w_proj) ⊙ GELU'(pre) in one GEMM's epilogue (which also sums db_fc per 16
-      rows); dx = dpre·w_fc; dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x with split-K (or, with
-      TK_MLP_DW_GEMM=planned, session 10, opt-in: on kernels/gemm.py's planned schedule, section 1b). With fcfast=5
+      rows); dx = dpre·w_fc; dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x with split-K. With fcfast=5
       (session 7), 9 (its c_fc on a lean k-step), 10 or 11 (9 with the dGELU GEMM on the lean k-step
       too; 11, the default since session 10, also packs its product) the forward saves gelu'(pre) in pre's place and
       the dGELU epilogue is one product: `saved` says which the forward wrote (1 gelu'(pre),
@@ -271,59 +270,10 @@ def _ext_backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1, dw_flo
     check_backward(dy, x, pre, h, w_fc, w_proj)
     if saved not in (-1, 0, 1):
         fail(OP, f"saved must be -1 (as the fcfast flag says), 0 (pre) or 1 (gelu'(pre)), got {saved!r}")
-    if _dw_by_gemm(x, w_fc.shape[0]):    # TK_MLP_DW_GEMM=planned (section 1b): dW by kernels/gemm.py
-        dx, _, db_fc, _, db_proj, dpre = _module().backward(dy, x, pre, h, w_fc, w_proj, bool(bias_grads), int(saved),
-                                                            bool(dw_float), True)
-        dw_fc, dw_proj = _weight_grads_by_gemm(dy, x, dpre, h, torch.float32 if dw_float else torch.bfloat16)
-        return dx, dw_fc, db_fc, dw_proj, db_proj
     # dw_float (bias_grads=False only): dw_fc and dw_proj come back in fp32 (the fp32-weight path, below)
     dx, dw_fc, db_fc, dw_proj, db_proj = _module().backward(dy, x, pre, h, w_fc, w_proj, bool(bias_grads), int(saved),
                                                             bool(dw_float))
     return dx, dw_fc, db_fc, dw_proj, db_proj
-
-
-# ---- 1b. the weight gradients on kernels/gemm.py's planned schedule (session 10, W; opt-in) -----
-# TK_MLP_DW_GEMM=planned, read at each backward: the extension's backward skips its two split-K
-# weight_grad launches (and the dGELU GEMM's side job of zeroing their fp32 buffer) and hands back
-# dpre (mlp_bindings.cpp, dw_outside); dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x then run on the GEMM
-# library's step 4 variant 9: the 128x256 tiles as whole tiles plus a few k-pieces per CTA, the
-# pieces summed inside the kernel, each output written once (fp32 for the fp32-weight path, bf16
-# otherwise). Engineer G measured that kernel 9-11% ahead of split-K at these shapes (kernels/NOTES.md,
-# session 10 G). Both the eager path and the custom op (torch.compile) follow the flag at run time.
-# Limits: token counts that are not a multiple of 16 (the library's K) keep the extension's path, and
-# so does a call inside a CUDA-graph capture before the kernel's workspace and schedule exist (gemm.py
-# makes them at the first call with that token count outside a capture: warm up before capturing, as
-# train.py's Graphed does); the workspace is per shape, for one stream at a time.
-DW_GEMM_ENV = "TK_MLP_DW_GEMM"
-DW_GEMM_PLAN = {"step": 4, "variant": 9}
-
-
-def _dw_by_gemm(x, H):
-    """True when this backward's weight gradients go to kernels/gemm.py (TK_MLP_DW_GEMM=planned);
-    x (tokens, C), H the hidden size."""
-    value = os.environ.get(DW_GEMM_ENV, "").strip()
-    if value not in ("", "0", "off", "planned"):
-        fail(OP, f"{DW_GEMM_ENV} must be 'planned' (the weight gradients on kernels/gemm.py's step 4 variant 9) "
-                 f"or unset, '0' or 'off' (the extension's split-K), got {value!r}")
-    if value != "planned" or x.shape[0] % 16:
-        return False
-    if not (x.is_cuda and torch.cuda.is_current_stream_capturing()):
-        return True
-    # inside a capture: only if gemm.py need not allocate (else its fallback would be captured instead)
-    from . import gemm
-    tokens, C = x.shape
-    return all(gemm.splitk_workspace(x.device, m, n, gemm.TILE_M, gemm.TILE_N, allocate=False) is not None and
-               gemm.schedule_tensor(x.device, m, n, tokens, gemm.TILE_M, gemm.TILE_N, allocate=False) is not None
-               for m, n in ((C, H), (H, C)))
-
-
-def _weight_grads_by_gemm(dy, x, dpre, h, dtype):
-    """(dw_fc, dw_proj) = (dpreᵀ·x, dyᵀ·h) in dtype; dy, dpre are read in place as MN-major
-    operands (their transposed views), x and h as they are."""
-    from . import gemm
-    dw_proj = gemm.matmul(dy.t(), h, out_dtype=dtype, **DW_GEMM_PLAN)
-    dw_fc = gemm.matmul(dpre.t(), x, out_dtype=dtype, **DW_GEMM_PLAN)
-    return dw_fc, dw_proj
 
 
 # ---- 2. the custom ops: what torch.compile sees ----------------------------------------------
