@@ -433,17 +433,19 @@ def mlp(x, w_fc, b_fc, w_proj, b_proj):
     """y = GELU_tanh(x @ w_fc.T + b_fc) @ w_proj.T + b_proj (biases may be None), in bf16."""
     lead = x.shape[:-1]
     x2 = _bf16(x.reshape(-1, x.shape[-1]))
-    args = (x2, _bf16(w_fc), _bf16(b_fc), _bf16(w_proj), _bf16(b_proj))
+    # (the weights cast only on the paths that take them in bf16: the fp32-weight path casts them
+    # inside _MLPEager, and casting here too would add two launches a layer for nothing)
+    args = lambda: (x2, _bf16(w_fc), _bf16(b_fc), _bf16(w_proj), _bf16(b_proj))
     if torch.compiler.is_compiling():
         # The backward graph's reading of pre is fixed now, at trace time: the forward is told the
         # same, and refuses to run if the fcfast flag has changed since (_check_saves).
-        y, _, _ = mlp_fwd(*args, _saves_when_traced(b_fc is not None or b_proj is not None))
+        y, _, _ = mlp_fwd(*args(), _saves_when_traced(b_fc is not None or b_proj is not None))
     elif _wants_inference((x, w_fc, b_fc, w_proj, b_proj)):
-        y = _ext_forward_inference(*args)
+        y = _ext_forward_inference(*args())
     elif _fp32_weight_path(w_fc, b_fc, w_proj, b_proj):
         y, _, _ = _MLPEager.apply(x2, w_fc, None, w_proj, None)
     else:
-        y, _, _ = _MLPEager.apply(*args)
+        y, _, _ = _MLPEager.apply(*args())
     return y.reshape(*lead, y.shape[-1])
 
 

@@ -371,7 +371,11 @@ def test_mlp_fp32_weights_get_fp32_gradients_from_the_kernel(calls, monkeypatch,
     x = torch.randn(2, 19, C, dtype=torch.bfloat16, requires_grad=True)
     w_fc = (torch.randn(H, C) / C**0.5).requires_grad_()
     w_proj = (torch.randn(C, H) / H**0.5).requires_grad_()
+    casts = collections.Counter()       # the weights are cast to bf16 once a call, on either path
+    real_bf16 = mlp_op._bf16
+    monkeypatch.setattr(mlp_op, "_bf16", lambda t: (casts.update([id(t)]), real_bf16(t))[1])
     y = mlp_op.mlp(x, w_fc, None, w_proj, None)
+    assert casts[id(w_fc)] == casts[id(w_proj)] == 1, "a weight cast twice (or never) in one call"
     assert type(y.grad_fn).__name__ != "ToCopyBackward0"
     dy = torch.randn_like(y)
     y.backward(dy)
