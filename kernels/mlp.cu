@@ -66,7 +66,7 @@
 //               the tanh it computes for h anyway) in place of pre, and the dGELU epilogue is one
 //               product per value, dpre = dh·gelu'(pre) (the lead's idea, session 7; the default since
 //               session 8: the backward is told which of the two its forward saved, mlp_bindings.cpp).
-//               fcfast=9 (session 10, opt-in): fcfast=5's c_fc on a lean k-step (descriptors stepped, not
+//               fcfast=9 (session 9, opt-in): fcfast=5's c_fc on a lean k-step (descriptors stepped, not
 //               rebuilt: kernels/mlp_deferred.cuh); fcfast=10 (opt-in): the dGELU GEMM's too; fcfast=11 (the
 //               default since session 10): 10 with dGELU's product one packed bf16x2 multiply a pair (no db1).
 //   bias_deferred  (defer=1, session 6, opt-in, step 4 only) c_proj's and dx's bias policy with the

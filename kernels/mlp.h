@@ -54,7 +54,7 @@ struct gemm_args {
     int dgelu_lean;             // linear_dgelu with fast_dgelu = 5 only: 1 = its deferred kernel on the lean
                                 //   k-step (kernels/mlp_deferred.cuh, lean_kstep; fcfast=10, session 10, opt-in);
                                 //   2 = that, and without db1 one packed bf16x2 multiply per pair (fcfast=11,
-                                //   session 10, opt-in); the same values bit for bit; 0 = the k-step that
+                                //   the default since session 10); the same values bit for bit; 0 = the k-step that
                                 //   rebuilds its descriptors
     int defer_store;            // linear_bias / linear_grad_input only: 1 = on step 4, the tile's stores
                                 //   under the next tile's math (bias_deferred, session 6); elsewhere as 0

@@ -310,7 +310,7 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     g.pre_tma = pre_tma ? 1 : 0;
     g.fast_dgelu = saved_grad ? 5 : fast_dgelu;        // fcfast=5's forward saved gelu'(pre) in pre's place
     if (saved_grad) { g.schedule = tk_mlp::SCHEDULE_STEP4; g.pre_tma = 0; }   // its kernel's only tile
-    // fcfast=10 / 11 (session 10, opt-in): on the lean k-step / and the packed product; the same values
+    // fcfast=10 (opt-in) / 11 (the default since session 10): on the lean k-step / and the packed product; the same values
     // (whatever the forward ran)
     g.dgelu_lean = !saved_grad ? 0 : fast_gelu == 11 ? 2 : fast_gelu == 10 ? 1 : 0;
     if (side_jobs) {

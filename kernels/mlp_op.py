@@ -164,7 +164,7 @@ def parse_schedule(spec):
     under the next tile's math on step 4, h from the bf16 pre as eager computes it) or 'fcfast=4'
     (session 7: fcfast=3's values in half boxes on step 4's tile) or 'fcfast=5' (session 8's default: as 4, saving gelu'(pre)
     in pre's place for the backward; fc and dgelu on 0 or 4) or 'fcfast=6' (session 8: 5 for an MLP
-    without biases, 4 with) or 'fcfast=9' (session 10, opt-in: 5 on a leaner k-step, the same
+    without biases, 4 with) or 'fcfast=9' (session 9, opt-in: 5 on a leaner k-step, the same
     values) or 'fcfast=10' (session 10, opt-in: 9 with the dGELU GEMM on the lean k-step too) or
     'fcfast=11' (the default since session 10: 10 with dGELU's product packed, without bias gradients;
     7 and 8 were removed) and 'defer=1' (session 6, opt-in: c_proj's

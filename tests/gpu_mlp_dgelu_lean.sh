@@ -1,5 +1,6 @@
 #!/bin/bash
-# tests/gpu_mlp_dgelu_lean.sh OUT — engineer M, session 10. Two things in one run on ONE H200:
+# tests/gpu_mlp_dgelu_lean.sh OUT — engineer M, session 10. Three things in one run on ONE H200
+# (as written for call 2; what it runs since, the last paragraph below):
 #   (1) fcfast=9 as the MLP's default (session 9's c_fc on the lean k-step; session 10's first call:
 #       its tests passed, the MLP 0.5-0.6% faster than fcfast=5; the lead approved it): the default
 #       path's tests again, with fcfast=8 removed (it lost) and 'fcfast=5' still selecting the old form;
@@ -27,9 +28,9 @@
 #   3. per kernel at boost clocks (CUDA events, 5 interleaved rounds; profiler time of the kernel
 #      alone) at M = 32768 and 16384, the same cases
 #   4. the MLP fwd+bwd (mlp_bench --graphs --compile --no-bias, M = 16384 and 32768, 7 trials in a
-#      fresh random order, 25 ms idle before each burst): the new default (fcfast=9) first, then
-#      the candidates fcfast=10 and fcfast=11, x first = the paired ratio to the default; torch eager
-#      and torch.compile beside them: the decision figure (fcfast=9 against fcfast=5 was call 1's)
+#      fresh random order, 25 ms idle before each burst): the default first, then the others, x first
+#      = the paired ratio to the default; torch eager and torch.compile beside them: the decision
+#      figure (fcfast=9 against fcfast=5 was call 1's)
 #   5. if >= 30 s are left: ncu source counters of e, i, j
 # Ran in session 10's call 2 (all 143 tests passed; fcfast=11 x first 1.012 / 1.013: kernels/NOTES.md,
 # session 10 M); fcfast=11 has been the default since, so the bench now puts it first ("0") against
@@ -59,7 +60,7 @@ mapfile -t IDS < <(timeout 40 python3 -m pytest --collect-only -q -p no:cachepro
     tests/test_mlp.py 2>/dev/null | grep -E "$PICK")
 note "tests picked: ${#IDS[@]}"
 step 80 tests.log python3 -m pytest -q -n 8 -p no:cacheprovider --maxfail=10 -rf "${IDS[@]}"
-note "tests (default fcfast=9 vs float64 and fcfast=5, fcfast=10/11 bitwise vs the default and vs float64, mixed schedules, refusals, compile, saved flag): $(grep -E 'passed|failed|error' "$L/tests.log" | tail -1)"
+note "tests (the default vs float64, fcfast=9 vs fcfast=5, fcfast=10/11 bitwise vs the default and vs float64, mixed schedules, refusals, compile, saved flag): $(grep -E 'passed|failed|error' "$L/tests.log" | tail -1)"
 grep -E "^FAILED|^ERROR" "$L/tests.log" | head -10 | cut -c1-240 >> "$S"
 
 # 2. ncu, one launch per case

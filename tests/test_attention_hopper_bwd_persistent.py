@@ -3,7 +3,8 @@
 and 19 (16 + SPLIT_MASK: P's mask tests only in the blocks that need them; D = 64's default since
 session 10). (17, LATE_DQ, 18, 15 + SPLIT_MASK, and session 10's 20-24, the dQ conversion inside
 the main kernel, ran with these tests and were removed: they lost. The awkward-T and changing-shape
-tests were written for 20-24 and passed with them in s10call2; they hold for 16 and 19 as well.)
+tests were written for 20-24 and passed with them in s10call2, and with 16 and 19 in session 10's
+final check, tree 4a5a51a, where every test in this file passed.)
 
 What can go wrong there and nowhere else, so what these shapes aim at: a CTA's second, third, ...
 item (more items than SMs: 132 on the H200), the slots' phases carried from one item to the next

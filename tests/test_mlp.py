@@ -821,7 +821,7 @@ def test_fc_lean_kstep_matches_fcfast5(mlp, fcfast, M, C, bias, H):
 # session 10's call 2, where this test passed): that,
 # and without bias gradients dpre one packed bf16x2 multiply per pair (PACKED; with them the fp32 path,
 # so the bias=True shapes check it still sums db_fc). The same operations on the same values: from the same saved gelu'(pre) and h, dx and (with bias) db_fc and db_proj are
-# bit-identical to the default's backward (dpre feeds dx through a fixed-order GEMM; db_fc sums dpre's
+# bit-identical to fcfast=9's backward (the default when this was written; the name kept) (dpre feeds dx through a fixed-order GEMM; db_fc sums dpre's
 # half boxes), the weight gradients within split-K's order, everything against float64. The dGELU GEMM's
 # K is C: 768 and 1280 (12 and 20 k-steps; parts after k-steps 0-3, 5, 6, 8, 9), 384, 128 and 64 (6, 2
 # and 1 k-steps: the later parts and pre loads after the k-loop); tails in M (1 row, 333, 16384 + 77)

@@ -129,7 +129,7 @@ def test_default_is_fcfast11_and_old_specs_keep_their_meaning(monkeypatch):
     """Session 10: the default fcfast is 11 (fcfast=5's values on the lean k-step, dGELU's product
     packed), so the default saves gelu'(pre) with and without biases; 'fcfast=5' still selects
     session 8's form, 'fcfast=9' and 'fcfast=10' the steps between; specs that name a dGELU
-    epilogue or a schedule fcfast>=5 cannot run on step the default back to 4, as they did under 5."""
+    epilogue, or a schedule fcfast>=5 cannot run on, step the default back to 4, as they did under 5."""
     monkeypatch.setattr(mlp_op, "_env_checked", True)
     at = 5 + mlp_op.FLAGS.index("fcfast")
     assert mlp_op.FLAG_DEFAULTS[mlp_op.FLAGS.index("fcfast")] == 11
