@@ -173,7 +173,6 @@ def host_issue_ms(step, first, reps=3):
     (CUDA graphs or torch.compile remove most of it). Median of `reps` steps. A figure near
     HOLD_MS means the step waited for the GPU after all (a sync, or a full launch queue): then it
     is a lower bound, and the table marks it."""
-    import torch
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     torch.cuda._sleep(50_000_000)   # ~25 ms: the clock rate, to within the launch's and sync's few us
