@@ -392,7 +392,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "dx, dw_fc, db_fc, dw_proj, db_proj = backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True, pre_holds_gelu_grad=-1, "
           "dw_float=False); "
           "bias_grads=False: db_fc and db_proj empty, their work skipped; pre_holds_gelu_grad: 1 the forward saved "
-          "gelu'(pre) (fcfast=5, 9, 10), 0 pre, -1 as the current fcfast flag says; dw_float=True (bias_grads=False only): "
+          "gelu'(pre) (fcfast=5, 9, 10, 11), 0 pre, -1 as the current fcfast flag says; dw_float=True (bias_grads=False only): "
           "dw_fc and dw_proj in fp32 (for fp32 weights), no finish kernel",
           py::arg("dy"), py::arg("x"), py::arg("pre"), py::arg("h"), py::arg("w_fc"), py::arg("w_proj"),
           py::arg("bias_grads") = true, py::arg("pre_holds_gelu_grad") = -1, py::arg("dw_float") = false);

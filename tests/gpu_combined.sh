@@ -23,20 +23,7 @@ setup_shakespeare
 
 run_lane() {   # $1 GPU index, $2 the lane's list, $3 the name of its command logs (default gpu<index>)
     export CUDA_VISIBLE_DEVICES=$1
-    local n=0 item cmd seconds name
-    while read -r item; do
-        [ -n "$item" ] || continue
-        n=$((n + 1)); cmd=${item%:*}; seconds=${item##*:}
-        if [[ "$cmd" == *.sh ]]; then
-            name=$(basename "$cmd" .sh)
-            LANE_LIMIT=$((seconds - 10)) step "$seconds" "$name.log" bash "$cmd" "$L/$name"
-        else
-            name="${3:-gpu$1}_cmd$n"
-            step "$seconds" "$name.log" bash -c "$cmd"
-        fi
-        note "GPU $1: $cmd -> rc=$?"
-        tail -12 "$L/$name.log" | sed 's/^/    /' >> "$S"
-    done < <(echo "$2" | tr ' ' '\n' | sed 's/@/ /g')
+    run_items "$2" "${3:-gpu$1}"
 }
 
 run_lane 0 "$1" &

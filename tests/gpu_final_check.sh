@@ -39,15 +39,6 @@ prebuild_all
 G2="config/gpt2.py --dataset=synthetic --batch_size=32 --gradient_accumulation_steps=1 --max_iters=60
     --eval_interval=100000 --eval_iters=1 --log_interval=10 --compile=False --kernels=tk --out_dir=/tmp/o_gpt2"
 
-run_scripts() {   # $1: the list of SCRIPT:SECONDS
-    local item name seconds
-    for item in $1; do
-        name=$(basename "${item%:*}" .sh); seconds=${item##*:}
-        LANE_LIMIT=$((seconds - 10)) step "$seconds" "$name.log" bash "${item%:*}" "$L/$name"
-        note "GPU $CUDA_VISIBLE_DEVICES: $item -> rc=$?"
-        tail -15 "$L/$name.log" | sed 's/^/    /' >> "$S"
-    done
-}
 
 lane0() {
     export CUDA_VISIBLE_DEVICES=0
@@ -57,7 +48,7 @@ lane0() {
             note "shakespeare $k: $(grep -E '^(summary|cuda_graphs|error)' "$L/shk_$k.log" | tr '\n' ' ')"
         done
     fi
-    run_scripts "$SCRIPTS0"
+    run_items "$SCRIPTS0"
     # the attention defaults under compute-sanitizer (SANITIZE=0 leaves it out): racecheck of the
     # forward with more work items than SMs and of the small fwd+bwd cases, memcheck of the latter
     if [ "${SANITIZE:-1}" = 1 ]; then
@@ -110,7 +101,7 @@ lane1() {
              "$(grep -E '^=+ .*(passed|failed)' "$L/pytest1.log" | tail -1)"
         grep -E " FAILED|^ERROR" "$L/pytest1.log" | sort -u | head -20 | tee -a "$S"
     fi
-    run_scripts "$SCRIPTS1"
+    run_items "$SCRIPTS1"
 }
 
 lane0 & P0=$!

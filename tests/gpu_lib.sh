@@ -33,6 +33,27 @@ step() {
     return $rc
 }
 
+run_items() {   # $1 "ITEM:SECONDS ...", $2 the name of command logs (default gpu<CUDA_VISIBLE_DEVICES>)
+    # Runs the items one after the other on this lane's GPU, each under `step` with its SECONDS: an
+    # ITEM ending in .sh is an engineer's script, run as `bash SCRIPT OUT/logs/<name>` with LANE_LIMIT
+    # 10 s below SECONDS (so it packs its own logs); any other ITEM is a command line with its
+    # spaces written as @ (python3@bench.py@--e2e), its output in OUT/logs/<$2>_cmd<n>.log.
+    local n=0 item cmd seconds name
+    while read -r item; do
+        [ -n "$item" ] || continue
+        n=$((n + 1)); cmd=${item%:*}; seconds=${item##*:}
+        if [[ "$cmd" == *.sh ]]; then
+            name=$(basename "$cmd" .sh)
+            LANE_LIMIT=$((seconds - 10)) step "$seconds" "$name.log" bash "$cmd" "$L/$name"
+        else
+            name="${2:-gpu${CUDA_VISIBLE_DEVICES:-0}}_cmd$n"
+            step "$seconds" "$name.log" bash -c "$cmd"
+        fi
+        note "GPU ${CUDA_VISIBLE_DEVICES:-0}: $cmd -> rc=$?"
+        tail -12 "$L/$name.log" | sed 's/^/    /' >> "$S"
+    done < <(echo "$1" | tr ' ' '\n' | sed 's/@/ /g')
+}
+
 prebuild_all() {
     timeout 200 python3 -m kernels --build > "$L/build.log" 2>&1 || note "a build FAILED: see build.log"
     note "$(tail -1 "$L/build.log")"

@@ -27,15 +27,6 @@ note "gpu_probe"
 setup_shakespeare
 prebuild_all
 
-extra() {   # $1 = a lane's "SCRIPT:SECONDS ..." list, run one after the other on this lane's GPU
-    local item cmd seconds name
-    for item in $1; do
-        cmd=${item%:*}; seconds=${item##*:}; name=$(basename "$cmd" .sh)
-        LANE_LIMIT=$((seconds - 10)) step "$seconds" "$name.log" bash "$cmd" "$L/$name"
-        note "GPU $CUDA_VISIBLE_DEVICES: $cmd -> rc=$?"
-        tail -12 "$L/$name.log" | sed 's/^/    /' >> "$S"
-    done
-}
 
 profile() {   # $1 log name, then bench.py --profile's arguments
     local log=$1; shift
@@ -57,14 +48,14 @@ lane0() {
         note "gemm bench: rc=$?"
         grep -E "x$" "$L/gemm_bench.log" | tail -12 >> "$S"
     fi
-    extra "${EXTRA0:-}"
+    run_items "${EXTRA0:-}"
 }
 
 lane1() {
     export CUDA_VISIBLE_DEVICES=1
     profile profile_tk --kernels tk
     [ "${PROFILE_COMPILE:-1}" = 0 ] || profile profile_compile --kernels torch --profile-compile default
-    extra "${EXTRA1:-}"
+    run_items "${EXTRA1:-}"
 }
 
 lane0 & P0=$!

@@ -87,6 +87,18 @@ def test_ratios_use_eager_and_best_compile_mode():
     assert "vs_torch" not in rows[4]
 
 
+def test_table_shows_host_issue_time_and_marks_a_lower_bound():
+    """The host ms column (session 10): '-' where not measured (the CPU), the figure otherwise, and
+    '+' when the step waited for the GPU (a figure near HOLD_MS is only a lower bound)."""
+    base = {"model": "m", "kernels": "tk", "compile": None, "ms": 50.0, "tokens_per_s": 1.0, "mfu": None}
+    rows = [dict(base, variant="cpu"), dict(base, variant="gpu", host_ms=20.84),
+            dict(base, variant="waited", host_ms=0.95 * e2e_bench.HOLD_MS)]
+    lines = e2e_bench.format_table(rows).splitlines()
+    assert lines[0].split()[-2:] == ["host", "ms"]
+    cells = {line.split()[1]: line.split()[-1] for line in lines[1:4]}
+    assert cells == {"cpu": "-", "gpu": "20.8", "waited": f"{0.95 * e2e_bench.HOLD_MS:.1f}+"}
+
+
 def test_variant_that_times_out_is_recorded():
     spec = next(e2e_bench.variant_specs(["tiny"], ["torch"], [], "cpu", "auto", 1, 3))
     row = e2e_bench.run_child(spec, timeout=0.01)
