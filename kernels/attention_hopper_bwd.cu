@@ -310,6 +310,12 @@ __device__ inline void to_a_operand(uint32_t (&a)[4][4], const float (&d)[32]) {
         for (int q = 0; q < 4; ++q) a[j][q] = pack_bf16x2(d[8 * j + 2 * q], d[8 * j + 2 * q + 1]);
 }
 // Keep registers that an in-flight wgmma reads (A fragments) live and in place.
+// A mask switch that is either a run-time bool or a compile-time std::bool_constant (softmax_and_dv's
+// exponentials: the latter lets the compiler drop the tests from blocks that need none).
+__device__ inline bool is_on(bool b) { return b; }
+template <bool B>
+__device__ constexpr bool is_on(std::bool_constant<B>) { return B; }
+
 __device__ inline void keep_alive(uint32_t (&a)[4][4]) {
 #pragma unroll
     for (int j = 0; j < 4; ++j)
@@ -616,44 +622,29 @@ backward_kernel(const __grid_constant__ kernel_params p) {
         wgmma::fence_operand(s_acc);
         const float* lse2 = lse2_s + s * BM;
         const bool mask = p.causal ? (last_key > m0) : (last_key >= p.seq_len);
-        if constexpr (!C::split_mask) {
+        // The exponentials, with the mask's tests where `masked` says: a run-time bool (15, 16: ptxas
+        // predicates the tests into every block) or, with SPLIT_MASK (19), a compile-time
+        // true/false behind one branch (~130 of 15's ~545 instructions a block are the mask's
+        // ISETP/FSEL/VIADD, on blocks that need none).
+        auto exps = [&](auto masked) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const float2 l2 = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
+            for (int j = 0; j < 8; ++j) {
+                const float2 l2 = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int i_acc = 4 * j + e;
-                float x = exp2_approx(fmaf(s_acc.d[i_acc], p.scale_log2, -((e & 1) ? l2.y : l2.x)));
-                if (mask) {
-                    const int key = key0 + 8 * (e >> 1), query = m0 + 8 * j + 2 * t + (e & 1);
-                    if ((p.causal && key > query) || key >= p.seq_len) x = 0.f;
-                }
-                s_acc.d[i_acc] = x;
-            }
-        }
-        } else {
-            // SPLIT_MASK: the same loop twice, with and without the mask tests, behind one branch
-            // (without it ptxas predicates the tests into every block: ~130 of 15's ~545
-            // instructions a block are the mask's ISETP/FSEL/VIADD, on blocks that need none)
-            auto exps = [&](auto masked) {
-#pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    const float2 l2 = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int i_acc = 4 * j + e;
-                        float x = exp2_approx(fmaf(s_acc.d[i_acc], p.scale_log2, -((e & 1) ? l2.y : l2.x)));
-                        if constexpr (decltype(masked)::value) {
-                            const int key = key0 + 8 * (e >> 1), query = m0 + 8 * j + 2 * t + (e & 1);
-                            if ((p.causal && key > query) || key >= p.seq_len) x = 0.f;
-                        }
-                        s_acc.d[i_acc] = x;
+                for (int e = 0; e < 4; ++e) {
+                    const int i_acc = 4 * j + e;
+                    float x = exp2_approx(fmaf(s_acc.d[i_acc], p.scale_log2, -((e & 1) ? l2.y : l2.x)));
+                    if (is_on(masked)) {
+                        const int key = key0 + 8 * (e >> 1), query = m0 + 8 * j + 2 * t + (e & 1);
+                        if ((p.causal && key > query) || key >= p.seq_len) x = 0.f;
                     }
+                    s_acc.d[i_acc] = x;
                 }
-            };
-            if (mask) exps(std::true_type{});
-            else exps(std::false_type{});
-        }
+            }
+        };
+        if constexpr (!C::split_mask) exps(mask);
+        else if (mask) exps(std::true_type{});
+        else exps(std::false_type{});
         to_a_operand(p_frag, s_acc.d);
         // dV += Pᵀ·dO: A = Pᵀ from registers, B = dO (queries x D, D contiguous: MN-major)
         wgmma::fence();
