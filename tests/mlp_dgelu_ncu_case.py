@@ -63,13 +63,22 @@ CASES = {
 NCU_REGEX = "dgelu|plain_epilogue|linear_epilogue"   # the shell passes this to ncu -k regex:...
 
 
-def parse_cases(text):
+def parse_cases(text, cases=CASES, script="mlp_dgelu_ncu_case.py"):
+    """'a,c,e' -> ['a', 'c', 'e'], each a key of `cases` (mlp_fc_ncu_case passes its own)."""
     letters = [c.strip() for c in text.split(",") if c.strip()]
-    bad = [c for c in letters if c not in CASES]
+    bad = [c for c in letters if c not in cases]
     if bad or not letters:
-        raise SystemExit(f"mlp_dgelu_ncu_case.py: --cases must be letters from {','.join(CASES)} "
+        raise SystemExit(f"{script}: --cases must be letters from {','.join(cases)} "
                          f"separated by commas (got {text!r})")
     return letters
+
+
+def gelu_and_grad(pre):
+    """GELU(tanh) and its derivative in pre's dtype (float references for the case checks)."""
+    import torch
+    c = 0.7978845608028654   # sqrt(2 / pi)
+    th = torch.tanh(c * (pre + 0.044715 * pre ** 3))
+    return 0.5 * pre * (1 + th), 0.5 * (1 + th) + 0.5 * pre * (1 - th * th) * c * (1 + 3 * 0.044715 * pre * pre)
 
 
 # ---- the GPU part -----------------------------------------------------------------------------
@@ -137,12 +146,8 @@ _shown = set()
 
 def check(letters, outs, t):
     """Each case's result against float references (after the measured calls: not profiled)."""
-    import torch
     dh = t["dy"].float() @ t["w2"].float()
-    pre = t["pre"].float()
-    u = 0.7978845608028654 * (pre + 0.044715 * pre ** 3)
-    th = torch.tanh(u)
-    gelu_grad = 0.5 * (1 + th) + 0.5 * pre * (1 - th * th) * 0.7978845608028654 * (1 + 3 * 0.044715 * pre * pre)
+    _, gelu_grad = gelu_and_grad(t["pre"].float())
     dx_ref = (dh * gelu_grad) @ t["w1"].float()
     rel = lambda a, b: ((a.float() - b).norm() / b.norm()).item()
     for k in letters:

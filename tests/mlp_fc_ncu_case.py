@@ -53,15 +53,6 @@ CASES = {
 NCU_REGEX = "bias_gelu_parts|dgelu_parts|deferred_plain"   # the shell passes this to ncu -k regex:...
 
 
-def parse_cases(text):
-    letters = [c.strip() for c in text.split(",") if c.strip()]
-    bad = [c for c in letters if c not in CASES]
-    if bad or not letters:
-        raise SystemExit(f"mlp_fc_ncu_case.py: --cases must be letters from {','.join(CASES)} separated by commas "
-                         f"(got {text!r})")
-    return letters
-
-
 def make_inputs(M, C, H):
     import torch
     from kernels import mlp_op
@@ -106,11 +97,8 @@ def run(calls, k):
 def check(letters, outs, t):
     """Each case against a float reference: h (fwd), dx (bwd), the product (gemm)."""
     x, w1, w2, dy = (t[n].float() for n in ("x", "w1", "w2", "dy"))
-    import torch
     pre = x @ w1.t()
-    th = torch.tanh(0.7978845608028654 * (pre + 0.044715 * pre ** 3))
-    h = 0.5 * pre * (1 + th)
-    gp = 0.5 * (1 + th) + 0.5 * pre * (1 - th * th) * 0.7978845608028654 * (1 + 3 * 0.044715 * pre * pre)
+    h, gp = shared.gelu_and_grad(pre)
     dx = ((dy @ w2) * gp) @ w1
     refs = {"c": pre, "f": dy @ w2}
     rel = lambda a, b: ((a.float() - b).norm() / b.norm()).item()
@@ -160,7 +148,7 @@ def main(argv=None):
     ap.add_argument("--summarize", metavar="RAW_CSV", help="summarize `ncu --page raw --csv` output (no GPU)")
     ap.add_argument("--source", metavar="SRC_CSV", help="summarize `ncu --page source --csv` output (no GPU)")
     args = ap.parse_args(argv)
-    letters = parse_cases(args.cases)
+    letters = shared.parse_cases(args.cases, CASES, "mlp_fc_ncu_case.py")
     try:
         args.Ms = [int(m) for m in str(args.M).split(",") if m.strip()]
     except ValueError:
