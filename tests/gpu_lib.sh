@@ -54,6 +54,22 @@ run_items() {   # $1 "ITEM:SECONDS ...", $2 the name of command logs (default gp
     done < <(echo "$1" | tr ' ' '\n' | sed 's/@/ /g')
 }
 
+ncu_source_page() {   # $1 seconds, $2 a title, then the command that summarizes the page (gets --source CSV)
+    # After `ncu ... --section SourceCounters -o "$L/ncu_src"`: export the report's SASS source page
+    # as CSV, append the summary to the headlines, keep the CSV gzipped (dropped over 8 MB: the
+    # device returns nothing bigger) and delete the report (it is larger still).
+    local seconds=$1 title=$2; shift 2
+    if [ -f "$L/ncu_src.ncu-rep" ]; then
+        step "$seconds" ncu_source.csv ncu -i "$L/ncu_src.ncu-rep" --page source --csv --print-source sass
+        { echo "--- $title"; "$@" --source "$L/ncu_source.csv" 2>&1; } >> "$S"
+        gzip -f "$L/ncu_source.csv"
+        [ "$(stat -c %s "$L/ncu_source.csv.gz")" -gt 8000000 ] && { note "ncu_source.csv.gz over 8 MB: dropped"; rm -f "$L/ncu_source.csv.gz"; }
+        rm -f "$L/ncu_src.ncu-rep"
+    else
+        note "ncu source counters: no report (see ncu_src.log)"
+    fi
+}
+
 prebuild_all() {
     timeout 200 python3 -m kernels --build > "$L/build.log" 2>&1 || note "a build FAILED: see build.log"
     note "$(tail -1 "$L/build.log")"

@@ -105,15 +105,7 @@ if [ $(( LIMIT - ($(date +%s) - START) )) -ge 30 ]; then
     step 25 ncu_src.log ncu --nvtx --nvtx-include "ncu/" -k "$REGEX" --kernel-name-base demangled \
         --section SourceCounters --section WarpStateStats -f -o "$L/ncu_src" \
         python3 "$CASE" --mode ncu --cases "$SRC_CASES" --warmup 1
-    if [ -f "$L/ncu_src.ncu-rep" ]; then
-        step 15 ncu_source.csv ncu -i "$L/ncu_src.ncu-rep" --page source --csv --print-source sass
-        { echo "--- ncu source counters, M = 32768"; python3 "$CASE" --cases "$SRC_CASES" --source "$L/ncu_source.csv" 2>&1; } >> "$S"
-        gzip -f "$L/ncu_source.csv"
-        [ "$(stat -c %s "$L/ncu_source.csv.gz")" -gt 8000000 ] && { note "ncu_source.csv.gz over 8 MB: dropped"; rm -f "$L/ncu_source.csv.gz"; }
-        rm -f "$L/ncu_src.ncu-rep"
-    else
-        note "ncu source counters: no report (see ncu_src.log)"
-    fi
+    ncu_source_page 15 "ncu source counters, M = 32768" python3 "$CASE" --cases "$SRC_CASES"
 else
     note "ncu source counters skipped: under 30 s left"
 fi
