@@ -302,36 +302,57 @@ def _saves_when_traced(has_biases: bool) -> int:
     return 1 if _saves_gelu_grad(has_biases) else 0
 
 
+def _check_fp32_weights(w_fc, w_proj, w_fc32, w_proj32):
+    """mlp_fwd's optional fp32 weights: both or neither, fp32, the bf16 weights' shapes."""
+    if (w_fc32 is None) != (w_proj32 is None):
+        fail(OP, "pass both fp32 weights (w_fc32 and w_proj32) or neither")
+    if w_fc32 is None:
+        return
+    for name, w32, w in (("w_fc32", w_fc32, w_fc), ("w_proj32", w_proj32, w_proj)):
+        if w32.dtype != torch.float32 or w32.shape != w.shape:
+            fail(OP, f"{name} must be the fp32 weight that {name[:-2]} was cast from: got {w32.dtype} "
+                     f"{tuple(w32.shape)}, {name[:-2]} is {tuple(w.shape)}")
+
+
 @torch.library.custom_op("tk::mlp_fwd", mutates_args=())
 def mlp_fwd(x: Tensor, w_fc: Tensor, b_fc: Optional[Tensor], w_proj: Tensor,
-            b_proj: Optional[Tensor], saves: int = -1) -> tuple[Tensor, Tensor, Tensor]:
+            b_proj: Optional[Tensor], saves: int = -1, w_fc32: Optional[Tensor] = None,
+            w_proj32: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     """x (M, C) bf16. Returns (y, pre, h) as _ext_forward: pre holds gelu'(pre) under the default.
     saves: what the caller expects pre to hold (1 gelu'(pre), 0 pre, -1 whatever the fcfast flag says
     now); the public op passes it under torch.compile, where the backward's reading of pre is fixed
-    when the graph is traced (review R2, session 8): a flag changed since is refused (_check_saves)."""
+    when the graph is traced (review R2, session 8): a flag changed since is refused (_check_saves).
+    w_fc32, w_proj32 (the fp32-weight path under torch.compile, section 4): the fp32 weights that
+    w_fc and w_proj were cast from. Never read here; the backward returns their gradients in fp32
+    (dw_float) and none for the bf16 copies, so autograd never widens a bf16 gradient."""
     _check_saves(saves, b_fc is not None or b_proj is not None)
+    _check_fp32_weights(w_fc, w_proj, w_fc32, w_proj32)
     y, pre, h = _ext_forward(x, w_fc, b_fc, w_proj, b_proj)
     return y, pre, h
 
 
 @torch.library.custom_op("tk::mlp_bwd", mutates_args=())
 def mlp_bwd(dy: Tensor, x: Tensor, pre: Tensor, h: Tensor, w_fc: Tensor,
-            w_proj: Tensor, bias_grads: bool = True, saved: int = -1) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Returns (dx, dw_fc, db_fc, dw_proj, db_proj), all bf16. saved: as _ext_backward's."""
-    dx, dw_fc, db_fc, dw_proj, db_proj = _ext_backward(dy, x, pre, h, w_fc, w_proj, bias_grads, saved)
+            w_proj: Tensor, bias_grads: bool = True, saved: int = -1,
+            dw_float: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Returns (dx, dw_fc, db_fc, dw_proj, db_proj), bf16; dw_fc and dw_proj fp32 with dw_float
+    (bias_grads=False only). saved, dw_float: as _ext_backward's."""
+    dx, dw_fc, db_fc, dw_proj, db_proj = _ext_backward(dy, x, pre, h, w_fc, w_proj, bias_grads, saved, dw_float)
     return dx, dw_fc, db_fc, dw_proj, db_proj
 
 
 @mlp_fwd.register_fake
-def _(x, w_fc, b_fc, w_proj, b_proj, saves=-1):
+def _(x, w_fc, b_fc, w_proj, b_proj, saves=-1, w_fc32=None, w_proj32=None):
+    _check_fp32_weights(w_fc, w_proj, w_fc32, w_proj32)
     M, H = x.shape[0], w_fc.shape[0]
     return x.new_empty(M, w_proj.shape[0]), x.new_empty(M, H), x.new_empty(M, H)
 
 
 @mlp_bwd.register_fake
-def _(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1):
-    return (torch.empty_like(x), torch.empty_like(w_fc), w_fc.new_empty(w_fc.shape[0] if bias_grads else 0),
-            torch.empty_like(w_proj), w_proj.new_empty(w_proj.shape[0] if bias_grads else 0))
+def _(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1, dw_float=False):
+    dw_dtype = torch.float32 if dw_float else w_fc.dtype
+    return (torch.empty_like(x), torch.empty_like(w_fc, dtype=dw_dtype), w_fc.new_empty(w_fc.shape[0] if bias_grads else 0),
+            torch.empty_like(w_proj, dtype=dw_dtype), w_proj.new_empty(w_proj.shape[0] if bias_grads else 0))
 
 
 # ---- 3. autograd: the forward keeps x, pre, h and the weights; backward is one more call -----
@@ -339,10 +360,15 @@ def _(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1):
 # custom op the backward calls the custom op mlp_bwd; on the eager fast path, _ext_backward.
 
 def _setup(ctx, inputs, output):
-    x, w_fc, b_fc, w_proj, b_proj, *saves = inputs      # (mlp_fwd's saves; _MLPEager has none)
+    x, w_fc, b_fc, w_proj, b_proj, *rest = inputs      # (mlp_fwd's saves, w_fc32, w_proj32; _MLPEager has none)
+    saves = rest[:1]
     _, pre, h = output
     ctx.save_for_backward(x, pre, h, w_fc, w_proj)
     ctx.has_b_fc, ctx.has_b_proj = b_fc is not None, b_proj is not None
+    # mlp_fwd given the fp32 weights (torch.compile's fp32-weight path): their gradients in fp32
+    ctx.fp32_inputs = len(rest) == 3 and rest[1] is not None
+    if ctx.fp32_inputs:
+        ctx.dw_float = True
     # What the forward wrote into pre (session 8): gelu'(pre) when its c_fc ran with fcfast=5, 9, 10 or 11. The
     # backward is told, so a schedule changed in between cannot make it read one as the other.
     # Under torch.compile this runs once, at trace time: the caller's saves (mlp() passes it there)
@@ -365,12 +391,16 @@ def _make_backward(mlp_backward, inputs=5):
         extra = {"dw_float": True} if getattr(ctx, "dw_float", False) else {}
         dx, dw_fc, db_fc, dw_proj, db_proj = mlp_backward(dy.contiguous(), x, pre, h, w_fc, w_proj, bias_grads, ctx.saved,
                                                           **extra)
-        return (dx, dw_fc, db_fc if ctx.has_b_fc else None, dw_proj, db_proj if ctx.has_b_proj else None) + \
-            (None,) * (inputs - 5)                      # (mlp_fwd's saves: an int, no gradient)
+        grads = [dx, dw_fc, db_fc if ctx.has_b_fc else None, dw_proj, db_proj if ctx.has_b_proj else None]
+        grads += [None] * (inputs - 5)                  # (mlp_fwd's saves, w_fc32, w_proj32)
+        if getattr(ctx, "fp32_inputs", False):          # the fp32 gradients go to the fp32 weights,
+            grads[1] = grads[3] = None                  # none to their bf16 copies (nothing to widen)
+            grads[6], grads[7] = dw_fc, dw_proj
+        return tuple(grads)
     return backward
 
 
-mlp_fwd.register_autograd(_make_backward(mlp_bwd, inputs=6), setup_context=_setup)
+mlp_fwd.register_autograd(_make_backward(mlp_bwd, inputs=8), setup_context=_setup)
 
 
 class _MLPEager(torch.autograd.Function):
@@ -420,13 +450,22 @@ def _wants_inference(tensors):
 # weight gradients in fp32 straight from the kernels' fp32 split-K sums (kernels/mlp_bindings.cpp,
 # dw_float). Otherwise autograd's casts would take bf16 gradients back to fp32: three launches a
 # layer (the finish kernel's cast to bf16, one cast back per weight), the gradient rounded to bf16.
+# Under torch.compile (session 11) the custom op gets the bf16 casts (made outside it, where inductor
+# fuses them) AND the fp32 weights, w_fc32 / w_proj32: its backward returns the fp32 gradients to
+# the fp32 weights and none to the casts, so no widening runs there either.
 # TK_MLP_DW_FLOAT=0 turns it off (the weights cast outside, as before session 10).
 DW_FLOAT_ENV = "TK_MLP_DW_FLOAT"
 
 
+@torch.compiler.assume_constant_result
+def _dw_float_env():
+    # (under torch.compile read once, at trace time: a graph keeps the path it was traced with)
+    return os.environ.get(DW_FLOAT_ENV, "1").strip() != "0"
+
+
 def _fp32_weight_path(w_fc, b_fc, w_proj, b_proj):
     return (b_fc is None and b_proj is None and w_fc.dtype == torch.float32 and w_proj.dtype == torch.float32
-            and _autocast_bf16() and os.environ.get(DW_FLOAT_ENV, "1").strip() != "0")
+            and _autocast_bf16() and _dw_float_env())
 
 
 def mlp(x, w_fc, b_fc, w_proj, b_proj):
@@ -439,7 +478,11 @@ def mlp(x, w_fc, b_fc, w_proj, b_proj):
     if torch.compiler.is_compiling():
         # The backward graph's reading of pre is fixed now, at trace time: the forward is told the
         # same, and refuses to run if the fcfast flag has changed since (_check_saves).
-        y, _, _ = mlp_fwd(*args(), _saves_when_traced(b_fc is not None or b_proj is not None))
+        saves = _saves_when_traced(b_fc is not None or b_proj is not None)
+        if _fp32_weight_path(w_fc, b_fc, w_proj, b_proj):
+            y, _, _ = mlp_fwd(*args(), saves, w_fc, w_proj)
+        else:
+            y, _, _ = mlp_fwd(*args(), saves)
     elif _wants_inference((x, w_fc, b_fc, w_proj, b_proj)):
         y = _ext_forward_inference(*args())
     elif _fp32_weight_path(w_fc, b_fc, w_proj, b_proj):

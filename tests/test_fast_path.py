@@ -361,11 +361,15 @@ def test_mlp_fast_path_matches_custom_ops(calls, bias, param_dtype):
 
 
 @pytest.mark.parametrize("env", ["1", "0"])
-def test_mlp_fp32_weights_get_fp32_gradients_from_the_kernel(calls, monkeypatch, env):
+@pytest.mark.parametrize("compiling", [False, True], ids=["eager", "custom_op"])
+def test_mlp_fp32_weights_get_fp32_gradients_from_the_kernel(calls, monkeypatch, env, compiling):
     """Session 10: under bf16 autocast, fp32 weights and no biases, the eager path hands the fp32
     weights to _MLPEager, which casts them inside, and asks the backward for fp32 weight gradients
-    (dw_float): no cast to bf16 and back. TK_MLP_DW_FLOAT=0: the casts outside, as before."""
+    (dw_float): no cast to bf16 and back. TK_MLP_DW_FLOAT=0: the casts outside, as before.
+    Session 11: the custom-op path (torch.compile's) the same: mlp_fwd gets the bf16 casts and the
+    fp32 weights, and its backward returns fp32 gradients to the fp32 weights, none to the casts."""
     monkeypatch.setattr(mlp_op, "_autocast_bf16", lambda: True)   # as under torch.autocast on a GPU
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
     monkeypatch.setenv(mlp_op.DW_FLOAT_ENV, env)
     C, H = 64, 192
     x = torch.randn(2, 19, C, dtype=torch.bfloat16, requires_grad=True)
@@ -378,6 +382,7 @@ def test_mlp_fp32_weights_get_fp32_gradients_from_the_kernel(calls, monkeypatch,
     assert casts[id(w_fc)] == casts[id(w_proj)] == 1, "a weight cast twice (or never) in one call"
     assert type(y.grad_fn).__name__ != "ToCopyBackward0"
     dy = torch.randn_like(y)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: False)
     y.backward(dy)
     assert calls["mlp.backward"] == 1 and calls[f"mlp.backward dw_float={env == '1'}"] == 1, dict(calls)
     assert w_fc.grad.dtype == w_proj.grad.dtype == torch.float32
@@ -473,6 +478,19 @@ def _compiled_vs_eager(fn, args, leaves, monkeypatch, module, fast_classes):
     assert grad_fn == "CompiledFunctionBackward", grad_fn   # one graph, compiled by aot_eager
     for a, b in zip(outs + list(grads), eager_outs + list(eager_grads)):
         assert torch.equal(a, b)
+
+
+def test_torch_compile_gives_fp32_weights_fp32_gradients(calls, monkeypatch):
+    """Session 11: a real compile (aot_eager, fullgraph) of the MLP with fp32 weights under (patched)
+    bf16 autocast takes the custom op with the fp32 weights beside their casts: the backward asks
+    the kernel for fp32 weight gradients, and the results equal the eager fast path's bit for bit."""
+    monkeypatch.setattr(mlp_op, "_autocast_bf16", lambda: True)
+    xm = torch.randn(2, 3, 64, dtype=torch.bfloat16, requires_grad=True)
+    w_fc = (torch.randn(128, 64) / 8).requires_grad_()
+    w_proj = (torch.randn(64, 128) / 11).requires_grad_()
+    _compiled_vs_eager(lambda x, a, b: mlp_op.mlp(x, a, None, b, None), (xm, w_fc, w_proj), (xm, w_fc, w_proj),
+                       monkeypatch, mlp_op, ["_MLPEager"])
+    assert calls["mlp.backward dw_float=True"] == calls["mlp.backward"] == 2, dict(calls)   # eager, compiled
 
 
 def test_torch_compile_uses_the_custom_ops(calls, monkeypatch):

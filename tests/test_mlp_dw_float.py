@@ -7,7 +7,8 @@ no finish kernel, no bf16 round trip. TK_MLP_DW_FLOAT=0 restores the casts outsi
 Checked here: the gradients against a float64 reference at awkward token counts; that they are
 fp32 and not bf16-rounded (the path was taken) and agree with the old path's to bf16 rounding;
 accumulation over two backward calls; models with biases keep the old path; the extension
-refuses dw_float with bias gradients."""
+refuses dw_float with bias gradients. Session 11: the same under torch.compile (inductor), where
+the custom op gets the fp32 weights beside their bf16 casts."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -109,3 +110,30 @@ def test_extension_refuses_dw_float_with_bias_gradients():
     dy = torch.randn(M, C, device="cuda").bfloat16()
     with pytest.raises(ValueError, match="dw_float"):
         mlp_op._ext_backward(dy, x, pre, h, w_fc, w_proj, True, -1, dw_float=True)
+
+
+@pytest.mark.parametrize("env", ["1", "0"])
+def test_compiled_mlp_gives_fp32_gradients(env, monkeypatch):
+    """torch.compile (inductor) of the public op under autocast: with TK_MLP_DW_FLOAT=1 the weight
+    gradients are the kernels' fp32 sums (not bf16 values widened), within 1e-2 of float64 and
+    within fp32 noise of the eager path's; with 0, bf16 gradients widened, as before."""
+    import kernels
+    from kernels import mlp_op
+    monkeypatch.setenv(mlp_op.DW_FLOAT_ENV, env)
+    kernels.prepare_for_compile()
+    torch._dynamo.reset()                      # the env is read at trace time
+    compiled = torch.compile(lambda x, a, b: mlp_op.mlp(x, a, None, b, None))
+    x, w_fc, _, w_proj, _, dy = make(4099, seed=11)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y = compiled(x, w_fc, w_proj)
+    y.backward(dy)
+    got = (w_fc.grad.clone(), w_proj.grad.clone())
+    w_fc.grad = w_proj.grad = None
+    run(x, w_fc, None, w_proj, None, dy)       # the eager fast path, same env
+    ref = reference_grads(x, w_fc, w_proj, dy)
+    for g, eager, want in zip(got, (w_fc.grad, w_proj.grad), ref):
+        assert g.dtype == torch.float32 and torch.isfinite(g).all()
+        assert rel_err(g, want) < 1e-2
+        assert rel_err(g, eager) < 1e-5        # the same kernels; split-K sums in another order
+        assert torch.equal(g, g.bfloat16().float()) == (env == "0")
+    torch._dynamo.reset()

@@ -40,7 +40,8 @@ def stand_ins(monkeypatch):
         stored = _gelu_grad(pre) if saves else pre
         return y.to(x.dtype), stored.to(x.dtype), h.to(x.dtype)
 
-    def backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1):
+    def backward(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1, dw_float=False):
+        assert not dw_float                   # (bf16 weights here: the fp32-weight path is not taken)
         log.append(("bwd", int(saved)))
         gp = pre.float() if saved == 1 else _gelu_grad(pre.float())   # read pre as the flag says
         dh = dy.float() @ w_proj.float()
