@@ -54,7 +54,18 @@ _ext = LazyExtension("tk_lm_head", ["cross_entropy.cu", "lm_head_bindings.cpp"])
 
 OP = "tk_lm_head"
 DTYPES = (torch.bfloat16, torch.float32)
-CHUNK_BYTES = 512 * 2**20   # a chunk's logits: at most this (GPT-2: 4096 rows, 412 MB; 8 chunks)
+CHUNK_ENV = "TK_LM_HEAD_CHUNK_MB"   # (an A/B knob, session 11: a chunk's size in MB, read at import)
+
+
+def _chunk_bytes():
+    text = os.environ.get(CHUNK_ENV, "512").strip()
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{CHUNK_ENV}={text!r}: give a chunk's logits size in MB, a positive whole number "
+                         f"(default 512), or unset it")
+    return int(text) * 2**20
+
+
+CHUNK_BYTES = _chunk_bytes()   # a chunk's logits: at most this (GPT-2: 4096 rows, 412 MB; 8 chunks)
 
 # Which kernel of cross_entropy.cu the op asks for, by row width: rows_in_shared ("shared") for
 # GPT-2's 50304-wide rows, rows_per_warp ("warp") for shakespeare-char's 65. "auto" is what ran

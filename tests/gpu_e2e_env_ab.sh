@@ -6,7 +6,8 @@
 # Runs `bench.py --e2e --models gpt2 --variants tk` ROUNDS times (default 2) with the setting and
 # ROUNDS times without, alternating (A B A B ...: the GPU's clocks drift over minutes, so neither
 # side gets all the early or all the late runs), each in a fresh process, and prints every run's
-# ms/step and the two medians. VARIANT (default tk) picks another e2e variant.
+# ms/step and the two medians. VARIANT (default tk) picks another e2e variant; E2E_ARGS adds bench.py
+# arguments (a '+compile' variant needs E2E_ARGS="--compile-modes default").
 # Logs in OUT/logs, packed into OUT/logs.tgz; headlines in OUT/summary.txt. LANE_LIMIT (s, 120).
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: E2E_AB=NAME=VALUE bash tests/gpu_e2e_env_ab.sh OUT" >&2; exit 2; }
@@ -19,9 +20,9 @@ for r in $(seq "${ROUNDS:-2}"); do
     for side in with without; do
         log=e2e_${side}_$r.log
         if [ $side = with ]; then
-            step 60 "$log" env "$E2E_AB" python3 bench.py --e2e --models gpt2 --variants "${VARIANT:-tk}"
+            step 60 "$log" env "$E2E_AB" python3 bench.py --e2e --models gpt2 --variants "${VARIANT:-tk}" ${E2E_ARGS:-}
         else
-            step 60 "$log" env -u "${E2E_AB%%=*}" python3 bench.py --e2e --models gpt2 --variants "${VARIANT:-tk}"
+            step 60 "$log" env -u "${E2E_AB%%=*}" python3 bench.py --e2e --models gpt2 --variants "${VARIANT:-tk}" ${E2E_ARGS:-}
         fi
         note "round $r $side $E2E_AB: $(grep -E '^  gpt2 .*ms/step' "$L/$log" | sed 's/(warm-up.*//' | head -1)"
     done

@@ -159,6 +159,17 @@ def test_check_inputs_name_the_argument():
     check(x, w, t, cuda=False)
 
 
+def test_chunk_size_from_the_environment(monkeypatch):
+    monkeypatch.setenv(lm_head_op.CHUNK_ENV, "1024")
+    assert lm_head_op._chunk_bytes() == 2**30
+    for bad in ("0", "-5", "1.5", "big"):
+        monkeypatch.setenv(lm_head_op.CHUNK_ENV, bad)
+        with pytest.raises(ValueError, match=lm_head_op.CHUNK_ENV):
+            lm_head_op._chunk_bytes()
+    monkeypatch.delenv(lm_head_op.CHUNK_ENV)
+    assert lm_head_op._chunk_bytes() == 512 * 2**20
+
+
 def test_chunk_rows():
     assert lm_head_op.chunk_rows(32768, 50304, 2) == 4096          # GPT-2: 8 chunks of 412 MB
     assert lm_head_op.chunk_rows(16384, 65, 2) == 16384            # shakespeare-char: one chunk
