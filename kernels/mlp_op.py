@@ -335,10 +335,30 @@ def mlp_fwd(x: Tensor, w_fc: Tensor, b_fc: Optional[Tensor], w_proj: Tensor,
 def mlp_bwd(dy: Tensor, x: Tensor, pre: Tensor, h: Tensor, w_fc: Tensor,
             w_proj: Tensor, bias_grads: bool = True, saved: int = -1,
             dw_float: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Returns (dx, dw_fc, db_fc, dw_proj, db_proj), bf16; dw_fc and dw_proj fp32 with dw_float
-    (bias_grads=False only). saved, dw_float: as _ext_backward's."""
+    """Returns (dx, dw_fc, db_fc, dw_proj, db_proj), all bf16. saved: as _ext_backward's.
+    dw_float (bias_grads=False only): the two fp32 weight gradients come back as ONE flat fp32
+    tensor in dw_fc's place, dw_fc's values then dw_proj's (_split_dw takes them apart), and dw_proj's
+    place is empty: the extension's two are views of one buffer (its dGELU GEMM zeroes it as one
+    range), and a custom op may not return outputs that alias each other (session 11's first run)."""
     dx, dw_fc, db_fc, dw_proj, db_proj = _ext_backward(dy, x, pre, h, w_fc, w_proj, bias_grads, saved, dw_float)
+    if dw_float:
+        return dx, _one_buffer(dw_fc, dw_proj), db_fc, dw_proj.new_empty(0), db_proj
     return dx, dw_fc, db_fc, dw_proj, db_proj
+
+
+def _one_buffer(a, b):
+    """a and b flattened into one tensor: a view of their storage when b follows a in it (the
+    extension's dw_float buffer), else a copy."""
+    if (a.is_contiguous() and b.is_contiguous() and a.dtype == b.dtype and a.untyped_storage().data_ptr() ==
+            b.untyped_storage().data_ptr() and b.storage_offset() == a.storage_offset() + a.numel()):
+        return a.as_strided((a.numel() + b.numel(),), (1,), a.storage_offset())
+    return torch.cat((a.reshape(-1), b.reshape(-1)))
+
+
+def _split_dw(flat, w_fc, w_proj):
+    """mlp_bwd's flat dw_float output taken apart: (dw_fc, dw_proj), views shaped as the weights."""
+    n = w_fc.numel()
+    return flat[:n].view(w_fc.shape), flat[n:].view(w_proj.shape)
 
 
 @mlp_fwd.register_fake
@@ -350,9 +370,13 @@ def _(x, w_fc, b_fc, w_proj, b_proj, saves=-1, w_fc32=None, w_proj32=None):
 
 @mlp_bwd.register_fake
 def _(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1, dw_float=False):
-    dw_dtype = torch.float32 if dw_float else w_fc.dtype
-    return (torch.empty_like(x), torch.empty_like(w_fc, dtype=dw_dtype), w_fc.new_empty(w_fc.shape[0] if bias_grads else 0),
-            torch.empty_like(w_proj, dtype=dw_dtype), w_proj.new_empty(w_proj.shape[0] if bias_grads else 0))
+    if dw_float:   # (the flat fp32 buffer of both weight gradients, then an empty tensor)
+        dw_fc = w_fc.new_empty(w_fc.numel() + w_proj.numel(), dtype=torch.float32)
+        dw_proj = w_proj.new_empty(0, dtype=torch.float32)
+    else:
+        dw_fc, dw_proj = torch.empty_like(w_fc), torch.empty_like(w_proj)
+    return (torch.empty_like(x), dw_fc, w_fc.new_empty(w_fc.shape[0] if bias_grads else 0),
+            dw_proj, w_proj.new_empty(w_proj.shape[0] if bias_grads else 0))
 
 
 # ---- 3. autograd: the forward keeps x, pre, h and the weights; backward is one more call -----
@@ -395,7 +419,7 @@ def _make_backward(mlp_backward, inputs=5):
         grads += [None] * (inputs - 5)                  # (mlp_fwd's saves, w_fc32, w_proj32)
         if getattr(ctx, "fp32_inputs", False):          # the fp32 gradients go to the fp32 weights,
             grads[1] = grads[3] = None                  # none to their bf16 copies (nothing to widen)
-            grads[6], grads[7] = dw_fc, dw_proj
+            grads[6], grads[7] = _split_dw(dw_fc, w_fc, w_proj)   # (mlp_bwd returned them as one buffer)
         return tuple(grads)
     return backward
 

@@ -99,8 +99,10 @@ class FakeMLPExt:
         dpre = _gelu_grad(pre, dyf @ w_proj.float())
         grads = (dpre @ w_fc.float(), dpre.T @ x.float(), dpre.sum(0), dyf.T @ h.float(), dyf.sum(0))
         out = [g.bfloat16() for g in grads]
-        if dw_float:         # session 10: the weight gradients in fp32, from the split-K sums
-            out[1], out[3] = grads[1], grads[3]
+        if dw_float:         # session 10: the weight gradients in fp32, from the split-K sums,
+            buf = torch.cat((grads[1].reshape(-1), grads[3].reshape(-1)))   # as two views of one buffer
+            n = grads[1].numel()
+            out[1], out[3] = buf[:n].view(grads[1].shape), buf[n:].view(grads[3].shape)
         if not bias_grads:   # as the extension: empty bias gradients, their work skipped
             out[2], out[4] = out[2][:0], out[4][:0]
         return out
@@ -478,6 +480,18 @@ def _compiled_vs_eager(fn, args, leaves, monkeypatch, module, fast_classes):
     assert grad_fn == "CompiledFunctionBackward", grad_fn   # one graph, compiled by aot_eager
     for a, b in zip(outs + list(grads), eager_outs + list(eager_grads)):
         assert torch.equal(a, b)
+
+
+def test_one_buffer_is_a_view_when_it_can_be_and_a_copy_otherwise():
+    buf = torch.randn(5 * 3 + 3 * 5)
+    a, b = buf[:15].view(5, 3), buf[15:].view(3, 5)              # as the extension's dw_float views
+    flat = mlp_op._one_buffer(a, b)
+    assert flat.data_ptr() == buf.data_ptr() and torch.equal(flat, buf)
+    a2, b2 = mlp_op._split_dw(flat, a, b)
+    assert torch.equal(a2, a) and torch.equal(b2, b) and a2.data_ptr() == a.data_ptr()
+    apart = mlp_op._one_buffer(b, a)                               # b's storage does not follow a's end
+    assert apart.data_ptr() not in (buf.data_ptr(), b.data_ptr())
+    assert torch.equal(apart, torch.cat((b.reshape(-1), a.reshape(-1))))
 
 
 def test_torch_compile_gives_fp32_weights_fp32_gradients(calls, monkeypatch):
