@@ -134,6 +134,8 @@ def test_compiled_mlp_gives_fp32_gradients(env, monkeypatch):
     for g, eager, want in zip(got, (w_fc.grad, w_proj.grad), ref):
         assert g.dtype == torch.float32 and torch.isfinite(g).all()
         assert rel_err(g, want) < 1e-2
-        assert rel_err(g, eager) < 1e-5        # the same kernels; split-K sums in another order
+        # the same kernels, split-K sums in another order: fp32 noise, or with env 0 that noise
+        # flipping a few bf16 roundings (the H200: 1.01e-5 there)
+        assert rel_err(g, eager) < (1e-5 if env == "1" else 4e-3)
         assert torch.equal(g, g.bfloat16().float()) == (env == "0")
     torch._dynamo.reset()
