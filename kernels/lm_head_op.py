@@ -46,7 +46,7 @@ import os
 import torch
 from torch import Tensor
 
-from . import _preflight_checks, checks, register_tk
+from . import _preflight_checks, checks, gemm, register_tk
 from .build import LazyExtension
 from .checks import fail, require_tensor, shape_str
 
@@ -69,6 +69,25 @@ def _chunk_bytes():
 
 
 CHUNK_BYTES = _chunk_bytes()   # a chunk's logits: at most this (GPT-2: 4096 rows, 412 MB; 8 chunks)
+
+# TK_LM_HEAD_LOGITS=tk (session 11, opt-in, NOT yet timed on a GPU): each chunk's logits GEMM
+# (x_c·Wᵀ, K = 768 and N = 50304 at GPT-2) on the tk GEMM (kernels/gemm.py, its auto plan) instead
+# of cuBLAS. Why it might pay: in session 11's profile cuBLAS ran this product at 458 us a chunk
+# against 399 for dx's product of the same flops (it writes 412 MB of logits; dx writes 6 MB), and
+# the tk GEMM stores its tiles under the next tile's math (issue 3: 1.03-1.09x cuBLAS at GPT-2's
+# forward shapes). Where the tk GEMM does not take the product (not bf16, K or V not a multiple of
+# 16: shakespeare-char's V = 65) cuBLAS runs it, as by default.
+LOGITS_ENV = "TK_LM_HEAD_LOGITS"
+
+
+def _logits_gemm():
+    name = os.environ.get(LOGITS_ENV, "cublas").strip() or "cublas"
+    if name not in ("cublas", "tk"):
+        raise ValueError(f"{LOGITS_ENV}={name!r}: use cublas (the default) or tk")
+    return name
+
+
+LOGITS_GEMM = _logits_gemm()
 
 # Which kernel of cross_entropy.cu the op asks for, by row width: rows_in_shared ("shared") for
 # GPT-2's 50304-wide rows, rows_per_warp ("warp") for shakespeare-char's 65. "auto" is what ran
@@ -161,6 +180,16 @@ def _addmm_into(acc, a, b):
         acc.add_(part)
 
 
+def _logits_into(out, x_c, w):
+    """out = x_c·wᵀ: cuBLAS, or the tk GEMM under TK_LM_HEAD_LOGITS=tk where it takes the product."""
+    K, V = w.shape[1], w.shape[0]
+    if (LOGITS_GEMM == "tk" and x_c.dtype == w.dtype == out.dtype == torch.bfloat16 and K % 16 == 0
+            and V % 16 == 0 and gemm.why_not() is None):
+        gemm.matmul(x_c, w.t(), out=out, step=0)
+    else:
+        torch.mm(x_c, w.t(), out=out)
+
+
 def _cross_entropy_(logits, targets, loss_rows, grad_scale, write_grad):
     """The kernel on one chunk: loss_rows filled; with write_grad, dlogits in place of logits."""
     kernel = KERNEL_NARROW if logits.shape[1] <= NARROW_COLS else KERNEL_WIDE
@@ -187,7 +216,7 @@ def _loss_and_grads(x, weight, targets, compute_bf16, need_grad):
         for r0 in range(0, N, rows):
             r1 = min(N, r0 + rows)
             logits = buffer[: r1 - r0]
-            torch.mm(xc[r0:r1], w.t(), out=logits)
+            _logits_into(logits, xc[r0:r1], w)
             _cross_entropy_(logits, targets[r0:r1], loss_rows[r0:r1], grad_scale, need_grad)
             if need_grad:
                 _mm_into(dx[r0:r1], logits, w)               # dx_c = dlogits_c · W

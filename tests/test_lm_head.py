@@ -10,7 +10,8 @@ its gradient plumbing is checked against float64 with several chunks and a parti
 GPU (skipped without CUDA): kernels/cross_entropy.cu alone (loss rows and in-place gradient vs
 float64, every kernel: rows in registers, in shared memory, streamed, one warp per row), the op
 (loss, dx, dW vs float64 at N in {1, 17, 1000, 4097} x V in {65, 1000, 1003, 50304}, some
-targets ignored; and with the kernels requested that are not yet the defaults), fp32, no_grad,
+targets ignored; and with the kernels requested that are not yet the defaults, and with the logits
+on the tk GEMM, TK_LM_HEAD_LOGITS=tk), fp32, no_grad,
 CUDA graph capture, torch.compile, and the GPT's loss and gradients with kernels_lm_head=tk vs
 torch. tests/gpu_lm_head.sh runs them with the build, compute-sanitizer and the bench row.
 """
@@ -308,6 +309,43 @@ def test_fake_kernel_path_bf16_inputs(fake_ext):
     assert rel_err(loss, ref) < 1e-2 and rel_err(dx, rdx) < 2e-2 and rel_err(dw, rdw) < 2e-2
 
 
+@pytest.mark.parametrize("V", [48, 40])
+def test_logits_on_the_tk_gemm_when_asked(fake_ext, monkeypatch, V):
+    """TK_LM_HEAD_LOGITS=tk (session 11): each chunk's logits go through gemm.matmul (the fake GEMM
+    extension here) where it takes the product (bf16, K and V multiples of 16), else cuBLAS as by
+    default; the loss and gradients are the same either way."""
+    from test_linear import install_fake_gemm
+    gemm_calls = collections.Counter()
+    fake_gemm = install_fake_gemm(monkeypatch, gemm_calls)
+    monkeypatch.setattr(lm_head_op.gemm, "why_not", lambda: None)
+    x, w, t = make_inputs(150, 32, V)                        # 64-row chunks: 3 of them
+    xb, wb = x.detach().bfloat16().requires_grad_(), w.detach().bfloat16().requires_grad_()
+    results = {}
+    for logits_gemm in ("cublas", "tk"):
+        monkeypatch.setattr(lm_head_op, "LOGITS_GEMM", logits_gemm)
+        gemm_calls.clear()
+        loss = lm_head_op.lm_head_loss(xb, wb, t)
+        results[logits_gemm] = (loss, *torch.autograd.grad(loss, (xb, wb)))
+        expect = 3 if logits_gemm == "tk" and V % 16 == 0 else 0
+        assert gemm_calls["gemm.run"] == expect, dict(gemm_calls)
+    if V % 16 == 0:
+        assert {shape for *_, shape in fake_gemm.seen} == {(64, 32, V), (150 - 128, 32, V)}
+    for a, b in zip(results["cublas"], results["tk"]):
+        assert rel_err(a, b) < 1e-2                           # bf16 logits rounded by two GEMMs
+    ref, rdx, rdw = float64_reference(xb, wb, t)
+    loss, dx, dw = results["tk"]
+    assert rel_err(loss, ref) < 1e-2 and rel_err(dx, rdx) < 2e-2 and rel_err(dw, rdw) < 2e-2
+
+
+def test_logits_gemm_from_the_environment(monkeypatch):
+    for value, want in (("tk", "tk"), ("cublas", "cublas"), ("", "cublas")):
+        monkeypatch.setenv(lm_head_op.LOGITS_ENV, value)
+        assert lm_head_op._logits_gemm() == want
+    monkeypatch.setenv(lm_head_op.LOGITS_ENV, "cutlass")
+    with pytest.raises(ValueError, match=lm_head_op.LOGITS_ENV):
+        lm_head_op._logits_gemm()
+
+
 def test_fake_kernel_path_skips_gradients_without_grad(fake_ext):
     x, w, t = make_inputs(100, 24, 40)
     with torch.no_grad():
@@ -539,6 +577,17 @@ def test_op_several_chunks(monkeypatch):
     monkeypatch.setattr(lm_head_op, "CHUNK_BYTES", 64 * 50304 * 2)     # 64-row chunks: 16 of them + 1 row
     errors = _op_errors(1025, 50304)
     assert max(errors["tk"]) < 2e-2 and errors["tk"][2] <= 2 * errors["torch"][2] + 2e-3, errors
+
+
+@gpu
+@pytest.mark.parametrize("N,V", [(1, 50304), (4097, 50304), (1000, 1008), (1000, 65)])
+def test_op_with_logits_on_the_tk_gemm(N, V, monkeypatch):
+    """TK_LM_HEAD_LOGITS=tk (session 11, opt-in): the op vs float64, and no worse than PyTorch's
+    bf16 path, with each chunk's logits on the tk GEMM (V = 65: cuBLAS, the tk GEMM does not take it)."""
+    monkeypatch.setattr(lm_head_op, "LOGITS_GEMM", "tk")
+    errors = _op_errors(N, V)
+    for name, e, e_ref in zip(("loss", "dx", "dW"), errors["tk"], errors["torch"]):
+        assert e < 2e-2 and e <= 2 * e_ref + 2e-3, (name, errors)
 
 
 @gpu
