@@ -65,19 +65,14 @@ Problem cross_entropy_problem(const Tensor& logits, const Tensor& targets, const
     return tensor_problem(grad_scale, "grad_scale", at::kFloat, 1, logits);
 }
 
-// "auto" | "registers" | "shared" | "streamed" | "warp" -> the launcher's Kernel (a request:
-// where that kernel cannot take the rows, the automatic choice runs; kernels/lm_head_op.py says
-// which one the op asks for). Anything else: a ValueError naming the choices.
+// A kernel's name (tk_cross_entropy::KERNEL_NAMES: "auto", "registers", "shared", "pipelined",
+// ...) -> the launcher's Kernel (a request: where that kernel cannot take the rows, a fallback
+// runs; kernels/lm_head_op.py says which one the op asks for). Anything else: a ValueError
+// naming the choices.
 Problem kernel_problem(const std::string& name, tk_cross_entropy::Kernel* kernel) {
-    using K = tk_cross_entropy::Kernel;
-    if (name == "auto") *kernel = K::automatic;
-    else if (name == "registers") *kernel = K::registers;
-    else if (name == "shared") *kernel = K::shared;
-    else if (name == "streamed") *kernel = K::streamed;
-    else if (name == "warp") *kernel = K::warp;
-    else return tk_bindings::value_problem(say("kernel", " must be 'auto', 'registers', 'shared', 'streamed' or 'warp', got '" +
-                                                          name + "'"));
-    return {};
+    if (tk_cross_entropy::kernel_from_name(name.c_str(), kernel)) return {};
+    return tk_bindings::value_problem(say("kernel", std::string(" must be ") + tk_cross_entropy::KERNEL_NAMES + ", got '" +
+                                                        name + "'"));
 }
 
 // Elements from one row to the next. A one-row tensor counts as contiguous whatever its first
