@@ -35,6 +35,17 @@
 //       at 0.221 ms vs rows_in_registers' 0.327 ms on a 4096-row GPT-2 chunk (3.7 vs 2.5 TB/s).
 //     The automatic choice is rows_in_registers where it fits, else rows_streamed: what ran on
 //     the H200 (kernels/NOTES.md, "Session 3: fused LM head", has the figures).
+//     rows_pipelined (session 11, opt-in: "pipelined", "pipelined_ftz", "pipelined_cp_async"):
+//       rows_in_shared, the op's kernel for GPT-2 rows, takes ~0.235 ms a chunk in the training
+//       step (3.5 TB/s; a copy ~4.2): a block loads its row only after the block before it in
+//       its slot has exited, and nothing loads while both of an SM's blocks compute. Here one
+//       persistent block per SM walks its rows through two row buffers, row i + 1 loading (bulk
+//       copies on an mbarrier, or per-thread cp.async) while row i is swept; the same sweeps,
+//       so bit-identical to rows_in_shared. "pipelined_ftz" also drops exp2f's denormal path
+//       (~28% of a bf16 element's instructions), since one block now does all of an SM's
+//       arithmetic. Predicted ~0.205 ms a GPT-2 chunk (~4.0 TB/s); measured: not yet
+//       (tests/gpu_lm_head_pipelined.sh). Rows whose two buffers do not fit (fp32 GPT-2) run
+//       rows_in_shared.
 //   - rows_streamed: everything else (a row not 16-byte aligned, e.g. V = 65 for
 //     shakespeare-char, or too wide). Scalar loads, two sweeps over global memory: an online
 //     max/sum (the running sum is rescaled whenever the max grows), then the gradient. The
@@ -55,8 +66,8 @@
 //     GPU, so the host never waits for it (CUDA graphs capture this unchanged).
 //
 // Read in this order: block_reduce, finish_row (the per-row scalars all kernels share),
-// rows_in_registers, rows_in_shared, rows_streamed, rows_per_warp, then the launcher (which
-// kernel, which VECS).
+// rows_in_registers, rows_in_shared, rows_pipelined, rows_streamed, rows_per_warp, then the
+// launcher (which kernel, which VECS).
 #include <cmath>
 #include <type_traits>
 

@@ -37,7 +37,13 @@ from test_lm_head import FakeLMHeadExt, _op_errors, float64_reference, make_inpu
 CUDA = torch.cuda.is_available()
 gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 ROOT = Path(REPO)
-PIPELINED = ("pipelined", "pipelined_ftz", "pipelined_cp_async")
+VARIANTS = ("pipelined", "pipelined_ftz", "pipelined_cp_async")
+# tests/gpu_lm_head_pipelined.sh drops a variant whose smoke run failed or hung (an mbarrier wait
+# that never ends hangs the process): TK_CE_SKIP_KERNELS=name,name. The others still get tested.
+SKIPPED = set(filter(None, os.environ.get("TK_CE_SKIP_KERNELS", "").split(",")))
+PIPELINED = tuple(k for k in VARIANTS if k not in SKIPPED)
+ONE = PIPELINED[0] if PIPELINED else None   # for the tests that need only one variant
+needs_one = pytest.mark.skipif(ONE is None, reason="every pipelined variant skipped (TK_CE_SKIP_KERNELS)")
 ALL_NAMES = ("auto", "registers", "shared", "pipelined", "pipelined_ftz", "pipelined_cp_async", "streamed", "warp")
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if os.path.exists("/usr/local/bin/nvcc") else None)
 CUOBJDUMP = shutil.which("cuobjdump") or ("/usr/local/bin/cuobjdump" if os.path.exists("/usr/local/bin/cuobjdump") else None)
@@ -143,7 +149,7 @@ def test_pipelined_compiles_without_spills(tmp_path, arch):
 # ---- CPU: the switch reaches the op -----------------------------------------------------------
 
 def test_env_switch_names_the_kernel_the_op_asks_for(monkeypatch):
-    for name in PIPELINED:
+    for name in VARIANTS:
         out = subprocess.run([sys.executable, "-c", "from kernels import lm_head_op; print(lm_head_op.KERNEL_WIDE, lm_head_op.KERNEL_NARROW)"],
                              cwd=REPO, capture_output=True, text=True, timeout=120,
                              env={**os.environ, "TK_LM_HEAD_KERNEL_WIDE": name})
@@ -236,7 +242,7 @@ def test_plans():
                      (57344, torch.bfloat16), (60000, torch.bfloat16), (120000, torch.bfloat16), (50257, torch.bfloat16),
                      (28672, torch.float32), (30000, torch.float32), (50304, torch.float32), (1003, torch.float32)):
         z = torch.zeros(4, V, device="cuda", dtype=dtype)
-        for kernel in PIPELINED:
+        for kernel in VARIANTS:   # plan launches nothing: the skipped ones too
             assert ext.plan(z, kernel) == expected_plan(V, dtype, kernel), (V, dtype, kernel, ext.plan(z, kernel))
     assert ext.plan(torch.zeros(4, 50304, device="cuda", dtype=torch.bfloat16)) == "registers(VECS=16)"   # auto unchanged
     with pytest.raises(ValueError, match="kernel must be 'auto'.*'pipelined'.*'pipelined_ftz'.*'pipelined_cp_async'"):
@@ -362,10 +368,11 @@ def test_op_vs_float64_and_torch(N, kernel, monkeypatch):
 
 
 @gpu
+@needs_one
 def test_op_several_chunks_and_fp32(monkeypatch):
-    """17 chunks of 64 rows + a 1-row one (one pipelined launch each), and fp32 without autocast
+    """16 chunks of 64 rows + a 1-row one (one pipelined launch each), and fp32 without autocast
     (fp32 GPT-2 rows: two do not fit, rows_in_shared runs: still right)."""
-    monkeypatch.setattr(lm_head_op, "KERNEL_WIDE", "pipelined")
+    monkeypatch.setattr(lm_head_op, "KERNEL_WIDE", ONE)
     monkeypatch.setattr(lm_head_op, "CHUNK_BYTES", 64 * 50304 * 2)
     errors = _op_errors(1025, 50304)
     assert max(errors["tk"]) < 2e-2 and errors["tk"][2] <= 2 * errors["torch"][2] + 2e-3, errors
@@ -375,10 +382,11 @@ def test_op_several_chunks_and_fp32(monkeypatch):
 
 
 @gpu
+@needs_one
 def test_env_switch_in_a_fresh_process():
-    """TK_LM_HEAD_KERNEL_WIDE=pipelined in a new process (as tests/gpu_e2e_env_ab.sh sets it): the
-    op asks the bindings for "pipelined", the plan of a GPT-2 chunk is "pipelined", and the loss
-    matches F.cross_entropy's."""
+    """TK_LM_HEAD_KERNEL_WIDE=<variant> in a new process (as tests/gpu_e2e_env_ab.sh sets it): the
+    op asks the bindings for it, the plan of a GPT-2 chunk is it, and the loss matches
+    F.cross_entropy's."""
     code = """
 import torch
 from kernels import lm_head_op, reference
@@ -397,7 +405,7 @@ print("asked", sorted(set(asked)), "plan", real.plan(torch.empty(4096, 50304, de
 print("diff", abs(tk.item() - ref.item()) / abs(ref.item()))
 """
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "TK_LM_HEAD_KERNEL_WIDE": "pipelined"})
+                         env={**os.environ, "TK_LM_HEAD_KERNEL_WIDE": ONE})
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "asked ['pipelined'] plan pipelined" in out.stdout, out.stdout
+    assert f"asked ['{ONE}'] plan {ONE}" in out.stdout, out.stdout
     assert float(out.stdout.split("diff")[1]) < 2e-3, out.stdout
