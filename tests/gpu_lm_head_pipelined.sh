@@ -7,12 +7,13 @@
 #      bit, in its own process under a 45 s timeout, all three at once. A variant that fails or
 #      HANGS (an mbarrier wait that never completes) is left out of what follows
 #      (TK_CE_SKIP_KERNELS for the tests), so one bad variant does not cost the others' results.
-#   3. tests/test_lm_head_pipelined.py on the GPU (its CPU-only compile/name tests deselected)
-#   4. the kernel alone, interleaved trials (TRIALS, default 11, each in a fresh random order):
+#   3. the kernel alone, interleaved trials (TRIALS, default 11, each in a fresh random order):
 #      rows_in_shared vs each variant on one chunk (loss + gradient; loss only) and on 8 chunks
 #      back to back in one CUDA graph, plus a torch copy of the chunk (the same run's bandwidth
 #      ceiling); median us, TB/s, paired ratio to rows_in_shared; the fastest variant that beat
-#      rows_in_shared on 8 chunks goes to logs/best.txt
+#      rows_in_shared on 8 chunks goes to logs/best.txt. Before the tests: ~15 s, and the smoke
+#      run has already compared each variant with rows_in_shared on this chunk, bit for bit.
+#   4. tests/test_lm_head_pipelined.py on the GPU (its CPU-only compile/name tests deselected; ~45 s)
 #   5. compute-sanitizer memcheck, then racecheck, of the variants on small cases (if time is left)
 #   6. only with E2E=1 and >= 150 s left (LANE_LIMIT=270 gives room): the GPT-2 step A/B,
 #      TK_LM_HEAD_KERNEL_WIDE=<E2E_KERNEL, default best.txt> vs unset, tk+compile, 2 rounds
@@ -82,15 +83,7 @@ for k in $VARIANTS; do
 done
 note "variants kept: ${OK:-none}; left out: ${SKIP:-none}"
 
-# ---- 3. the GPU tests ----------------------------------------------------------------------------
-if [ -z "$DRY_RUN" ]; then
-    TK_CE_SKIP_KERNELS=$SKIP step 60 pytest.log python3 -m pytest -q -p no:cacheprovider -rf --maxfail=15 \
-        tests/test_lm_head_pipelined.py -k "not compiles and not names_table and not env_switch_names"
-    note "pytest rc=$? ($(grep -E 'passed|failed|error|skipped' "$L/pytest.log" | tail -1))"
-    grep -E "^FAILED|^ERROR" "$L/pytest.log" | head -10 | cut -c1-250 >> "$S"
-fi
-
-# ---- 4. the kernel alone, interleaved ------------------------------------------------------------
+# ---- 3. the kernel alone, interleaved ------------------------------------------------------------
 TIMING=$(cat <<'PY'
 
 import os, random, statistics, sys, time
@@ -186,6 +179,14 @@ if [ -n "$OK" ]; then
     [ $rc = 0 ] || tail -4 "$L/timing.log" | cut -c1-250 | tee -a "$S"
 else
     note "timing skipped: no variant passed its smoke run"
+fi
+
+# ---- 4. the GPU tests ----------------------------------------------------------------------------
+if [ -z "$DRY_RUN" ]; then
+    TK_CE_SKIP_KERNELS=$SKIP step 70 pytest.log python3 -m pytest -q -p no:cacheprovider -rf --maxfail=15 \
+        tests/test_lm_head_pipelined.py -k "not compiles and not names_table and not env_switch_names"
+    note "pytest rc=$? ($(grep -E 'passed|failed|error|skipped' "$L/pytest.log" | tail -1))"
+    grep -E "^FAILED|^ERROR" "$L/pytest.log" | head -10 | cut -c1-250 >> "$S"
 fi
 
 # ---- 5. compute-sanitizer ------------------------------------------------------------------------
