@@ -125,12 +125,13 @@ def test_pipelined_compiles_without_spills(tmp_path, arch):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "warning" not in r.stderr, [line for line in r.stderr.splitlines() if "warning" in line]
     # ptxas: each entry's "Compiling entry function" line, then its spill line, then its registers
-    entries = re.findall(r"Compiling entry function '(\S+)'.*?spill stores, (\d+) bytes spill loads.*?Used (\d+) registers",
-                         r.stderr, flags=re.S)
-    pipelined = {name: (int(spill), int(regs)) for name, spill, regs in entries if "rows_pipelined" in name}
-    assert len(pipelined) == 6, sorted(pipelined)                        # bf16, fp32 x (bulk, bulk + ftz, cp.async)
-    assert all(spill == 0 and regs <= 64 for spill, regs in pipelined.values()), pipelined
-    assert all(int(s) == 0 for _, s, _ in entries), entries              # and nothing else spills
+    entries = re.findall(r"Compiling entry function '(\S+)'.*?(\d+) bytes spill stores, (\d+) bytes spill loads"
+                         r".*?Used (\d+) registers", r.stderr, flags=re.S)
+    spills = {name: int(stores) + int(loads) for name, stores, loads, _ in entries}
+    registers = {name: int(regs) for name, _, _, regs in entries if "rows_pipelined" in name}
+    assert len(registers) == 6, sorted(registers)                        # bf16, fp32 x (bulk, bulk + ftz, cp.async)
+    assert all(regs <= 64 for regs in registers.values()), registers
+    assert len(spills) >= 30 and not any(spills.values()), spills        # every kernel of the file, none spills
     sass = _functions(subprocess.run([CUOBJDUMP, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout)
     kernels = {name: body for name, body in sass.items() if "rows_pipelined" in name}
     assert len(kernels) == 6, sorted(kernels)
@@ -139,7 +140,7 @@ def test_pipelined_compiles_without_spills(tmp_path, arch):
         bulk, ftz = "Lb1ELb" in name, name.endswith("Lb1EEEvNS_4ArgsE")
         # the bulk copies (UBLKCP) and mbarrier waits (SYNCS) exist for sm_90 only; sm_80's bulk
         # variants are a trap the launcher never runs
-        assert ("UBLKCP" in text) == (bulk and arch != "80"), (name, arch)
+        assert ("UBLKCP" in text) == ("SYNCS" in text) == (bulk and arch != "80"), (name, arch)
         assert ("LDGSTS" in text) == (not bulk), name                    # cp.async
         assert "STG.E.128" in text or arch == "80" and bulk, name        # the gradient: 16-byte stores
         # exp2f's denormal path compares its argument with -126; ex2.approx.ftz has none
@@ -152,7 +153,8 @@ def test_env_switch_names_the_kernel_the_op_asks_for(monkeypatch):
     for name in VARIANTS:
         out = subprocess.run([sys.executable, "-c", "from kernels import lm_head_op; print(lm_head_op.KERNEL_WIDE, lm_head_op.KERNEL_NARROW)"],
                              cwd=REPO, capture_output=True, text=True, timeout=120,
-                             env={**os.environ, "TK_LM_HEAD_KERNEL_WIDE": name})
+                             env={**{k: v for k, v in os.environ.items() if k != "TK_LM_HEAD_KERNEL_NARROW"},
+                                  "TK_LM_HEAD_KERNEL_WIDE": name})
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stdout.split() == [name, "warp"], out.stdout
     # and the op passes it on for wide rows only (the bindings' stand-in records it)
