@@ -162,6 +162,7 @@ def test_env_switch_names_the_kernel_the_op_asks_for(monkeypatch):
     monkeypatch.setattr(lm_head_op._ext, "_module", fake)
     use_cpu_checks(monkeypatch, lm_head_op, "check_inputs")
     monkeypatch.setattr(lm_head_op, "KERNEL_WIDE", "pipelined")
+    monkeypatch.setattr(lm_head_op, "KERNEL_NARROW", "warp")
     x, w, t = make_inputs(3, 8, 1500)
     loss = lm_head_op.lm_head_loss(x, w, t)
     x, w, t = make_inputs(3, 8, 40)
