@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(THREADS, 2) rows_in_shared(Args a) {
 
 // ---- the row in shared memory, the next one already loading: persistent blocks, two buffers --
 // What rows_in_shared leaves on the table (0.235 ms a GPT-2 chunk = 3.5 TB/s, against ~4.2 TB/s
-// for a copy): a block starts loading its row only when it starts, i.e. when the block before it
+// for a copy), as read from its structure, not measured: a block starts loading its row only when it starts, i.e. when the block before it
 // in that slot has exited, and while both of an SM's blocks compute nothing is loading. Here
 // ONE block per SM (the grid: SMs x blocks that fit) walks the rows blockIdx.x, blockIdx.x +
 // gridDim.x, ... through TWO row buffers: while it runs the three sweeps on row i (buffer i % 2),
@@ -279,7 +279,9 @@ __global__ void __launch_bounds__(THREADS, 2) rows_in_shared(Args a) {
 //   BULK = false ("pipelined_cp_async", sm_80 and later): each thread copies its own chunks
 //     with 16-byte cp.async, as rows_in_shared does, one commit group per row. A thread reads
 //     only chunks it copied itself, so it waits for its own copies (wait_group 1: all rows but
-//     the newest) and may refill its chunks once it has read them: no barrier for the buffers.
+//     the newest) and may refill its chunks once it has read them (the refill is issued after
+//     those reads, whose values its stores or its reductions have already consumed): no barrier
+//     for the buffers.
 //   FTZ = true (with BULK: "pipelined_ftz"): exponentials by the bare ex2.approx.ftz (exp2_of).
 //     Why: one block of 16 warps now does all of an SM's arithmetic, ~21 instructions a bf16
 //     element (~4.3 us a GPT-2 row at full issue rate, 1.98 GHz) against ~6.2 us of memory time
@@ -291,8 +293,8 @@ __global__ void __launch_bounds__(THREADS, 2) rows_in_shared(Args a) {
 // 227 KB. Rows whose two buffers do not fit (bf16 wider than ~57800, fp32 wider than ~28900,
 // e.g. fp32 GPT-2) run rows_in_shared instead (the launcher: resolve_pipelined).
 // The sweeps, the thread -> chunk mapping and the block reductions are rows_in_shared's, so the
-// loss and the gradient are bit-identical to it (the tests compare them with torch.equal; FTZ:
-// identical wherever no exponential falls below 2^-126, which no test row comes near).
+// loss and the gradient are bit-identical to it (the tests compare their bits; FTZ: identical
+// wherever no exponential falls below 2^-126, which no test row comes near).
 // What is left: the grid's tail (a GPT-2 chunk's 4096 rows are 31.03 per SM: 4 SMs take a 32nd
 // row, ~1-2% of the kernel) and the first row's load, which nothing overlaps.
 
