@@ -30,9 +30,10 @@
 //     rows_in_shared: in shared memory, copied there with cp.async (no registers on the way).
 //       Two 98 KB rows fit in an SM's 227 KB, so two blocks share it: one loads while the
 //       other computes. Each thread reads back only the chunks it copied itself, so waiting
-//       for its own copies is enough (no barrier). Written after the first H200 run, so NOT
-//       the default yet: tests and the bench force it. The final call of session 3 measured it
-//       at 0.221 ms vs rows_in_registers' 0.327 ms on a 4096-row GPT-2 chunk (3.7 vs 2.5 TB/s).
+//       for its own copies is enough (no barrier). Not the launcher's automatic choice (below),
+//       but what kernels/lm_head_op.py asks for by name for wide rows (GPT-2's) since session 4.
+//       The final call of session 3 measured it at 0.221 ms vs rows_in_registers' 0.327 ms on a
+//       4096-row GPT-2 chunk (3.7 vs 2.5 TB/s).
 //     The automatic choice is rows_in_registers where it fits, else rows_streamed: what ran on
 //     the H200 (kernels/NOTES.md, "Session 3: fused LM head", has the figures).
 //     rows_pipelined (session 11, opt-in: "pipelined", "pipelined_ftz", "pipelined_cp_async"):
@@ -53,8 +54,9 @@
 //   - rows_per_warp: narrow rows (up to 1024 columns, any alignment), one WARP per row, up to
 //     32 values a lane in registers, warp shuffles only (no shared memory, no barrier). A
 //     512-thread block on a 65-wide row leaves 447 threads idle through two block reductions;
-//     here 64 rows share an SM at once. Also written after call 2, so forced-only for now;
-//     measured at 0.013 ms vs rows_streamed's 0.067 ms on 16384 x 65 in session 3's final call.
+//     here 64 rows share an SM at once. Not the automatic choice either, but what
+//     kernels/lm_head_op.py asks for by name for rows of at most 1024 since session 4; measured
+//     at 0.013 ms vs rows_streamed's 0.067 ms on 16384 x 65 in session 3's final call.
 //   - Exponentials as exp2f(x·log2(e) − m·log2(e)): exp2f is one MUFU.EX2 instruction (relative
 //     error ~2^-22), written here where the reader sees it; build.py keeps --use_fast_math off.
 //   - All arithmetic in fp32; the stored gradient is rounded once, to the logits' dtype.
@@ -263,14 +265,17 @@ __global__ void __launch_bounds__(THREADS, 2) rows_in_shared(Args a) {
 
 // ---- the row in shared memory, the next one already loading: persistent blocks, two buffers --
 // What rows_in_shared leaves on the table (0.235 ms a GPT-2 chunk = 3.5 TB/s, against ~4.2 TB/s
-// for a copy), as read from its structure, not measured: a block starts loading its row only when it starts, i.e. when the block before it
-// in that slot has exited, and while both of an SM's blocks compute nothing is loading. Here
-// ONE block per SM (the grid: SMs x blocks that fit) walks the rows blockIdx.x, blockIdx.x +
-// gridDim.x, ... through TWO row buffers: while it runs the three sweeps on row i (buffer i % 2),
-// row i + 1 is already loading into the other buffer, and as soon as the block is done with
-// buffer i % 2 the load of row i + 2 goes into it. An SM always has a load in flight, and the
+// for a copy), as read from its structure, not measured: a block starts loading its row only
+// when it starts, i.e. when the block before it in that slot has exited, and while both of an
+// SM's blocks compute nothing is loading. Here ONE block per SM (the grid: SMs x blocks that
+// fit) walks the rows blockIdx.x, blockIdx.x + gridDim.x, ... through TWO row buffers: while it
+// runs the three sweeps on row i (buffer i % 2), row i + 1 is already loading into the other
+// buffer, and as soon as the block is done with buffer i % 2 the load of row i + 2 goes into it.
+// The loads run ONE row ahead: if row i + 1 lands before row i's sweeps end, nothing loads until
+// they do (as in rows_in_shared while both of an SM's blocks compute; what changes is no block
+// exits and launches, and 16 warps an SM for the arithmetic instead of 32: see FTZ below). The
 // gradient's stores (plain st.global, as in rows_in_shared: a thread does not wait for them)
-// drain beside it. Two ways to load, chosen by BULK:
+// drain beside the loads. Two ways to load, chosen by BULK:
 //   BULK = true  ("pipelined", sm_90 and later): thread 0 copies the row with a few
 //     cp.async.bulk (the TMA unit's 1-D copies: no tensor map, no thread time, no registers),
 //     completing on the buffer's mbarrier, which expects the row's bytes. The buffer goes back
