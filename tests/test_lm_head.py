@@ -585,7 +585,11 @@ def test_op_with_logits_on_the_tk_gemm(N, V, monkeypatch):
     """TK_LM_HEAD_LOGITS=tk (session 11, opt-in): the op vs float64, and no worse than PyTorch's
     bf16 path, with each chunk's logits on the tk GEMM (V = 65: cuBLAS, the tk GEMM does not take it)."""
     monkeypatch.setattr(lm_head_op, "LOGITS_GEMM", "tk")
+    ran = collections.Counter()                                # the tk GEMM ran where it should (review R:
+    real_matmul = lm_head_op.gemm.matmul                       # else cuBLAS alone would pass the bounds)
+    monkeypatch.setattr(lm_head_op.gemm, "matmul", lambda *a, **k: (ran.update(["tk"]), real_matmul(*a, **k))[1])
     errors = _op_errors(N, V)
+    assert (ran["tk"] > 0) == (V % 16 == 0), (V, dict(ran), lm_head_op.gemm.why_not())
     for name, e, e_ref in zip(("loss", "dx", "dW"), errors["tk"], errors["torch"]):
         assert e < 2e-2 and e <= 2 * e_ref + 2e-3, (name, errors)
 
