@@ -507,6 +507,40 @@ def test_torch_compile_gives_fp32_weights_fp32_gradients(calls, monkeypatch):
     assert calls["mlp.backward dw_float=True"] == calls["mlp.backward"] == 2, dict(calls)   # eager, compiled
 
 
+@pytest.mark.parametrize("backend,env", [("aot_eager", "1"), ("aot_eager", "0"), ("inductor", "1")])
+def test_compiled_mlp_fp32_gradients_accumulate_over_two_backwards(calls, monkeypatch, backend, env):
+    """Review R (session 11): under a real compile the fp32 weight gradients come back as two views
+    of one flat buffer (_split_dw); autograd may keep them as .grad. A second backward must add
+    into them (gradient accumulation), each weight its own half, and a no-grad call of the same
+    function must still run (the fp32 weights are passed, never read). TK_MLP_DW_FLOAT=0 alike."""
+    monkeypatch.setattr(mlp_op, "_autocast_bf16", lambda: True)
+    monkeypatch.setenv(mlp_op.DW_FLOAT_ENV, env)
+    kernels.prepare_for_compile()
+    torch._dynamo.reset()                                     # the env is read at trace time
+    x = torch.randn(2, 3, 64, dtype=torch.bfloat16, requires_grad=True)
+    w_fc = (torch.randn(128, 64) / 8).requires_grad_()
+    w_proj = (torch.randn(64, 128) / 11).requires_grad_()
+    dys = [torch.randn(2, 3, 64, dtype=torch.bfloat16) for _ in range(2)]
+    compiled = torch.compile(lambda x, a, b: mlp_op.mlp(x, a, None, b, None), backend=backend, fullgraph=True)
+    alone = []                                                # each backward's gradients on their own
+    for dy in dys:
+        w_fc.grad = w_proj.grad = None
+        compiled(x, w_fc, w_proj).backward(dy)
+        alone.append((w_fc.grad.clone(), w_proj.grad.clone()))
+    assert alone[0][0].dtype == alone[0][1].dtype == torch.float32
+    assert torch.equal(alone[0][0], alone[0][0].bfloat16().float()) == (env == "0")   # fp32 sums, or bf16 widened
+    w_fc.grad = w_proj.grad = None
+    for dy in dys:                                            # accumulated: the first .grad may be a view of
+        compiled(x, w_fc, w_proj).backward(dy)                # the kernel's buffer, which must stay its own
+    assert torch.equal(w_fc.grad, alone[0][0] + alone[1][0]) and torch.equal(w_proj.grad, alone[0][1] + alone[1][1])
+    assert calls[f"mlp.backward dw_float={env == '1'}"] == calls["mlp.backward"] == 4, dict(calls)
+    with torch.no_grad():
+        y = compiled(x, w_fc, w_proj)
+    assert y.shape == x.shape and torch.isfinite(y.float()).all()
+    assert calls["mlp.backward"] == 4
+    torch._dynamo.reset()
+
+
 def test_torch_compile_uses_the_custom_ops(calls, monkeypatch):
     x = torch.randn(2, 5, 64, requires_grad=True)
     r = torch.randn(2, 5, 64, requires_grad=True)
