@@ -24,9 +24,11 @@ loss. Here the logits never exist in full:
           dW   += dlogits_cᵀ · x_c                cuBLAS, bf16 in, fp32 accumulator
 
   and the autograd backward just scales the saved dx and dW by grad_output (a scalar: 1, or
-  1/gradient-accumulation steps). The GEMMs stay on cuBLAS: they are 95% of the op's flops and
-  cuBLAS is at the limit on them; the kernel replaces what was memory-bound (softmax forward and
-  backward, the casts and the round trips of the full logits).
+  1/gradient-accumulation steps). The GEMMs stay on cuBLAS by default: they are 95% of the op's
+  flops; the kernel replaces what was memory-bound (softmax forward and backward, the casts and
+  the round trips of the full logits). (Session 11's profile: cuBLAS's logits GEMM is not at the
+  limit, 458 us a chunk against 399 for dx's of equal flops; TK_LM_HEAD_LOGITS=tk, below, is the
+  opt-in that puts it on the tk GEMM.)
 
   W is the tied wte/lm_head parameter: autograd adds the dW returned here to the embedding's
   gradient, exactly as for the nn.Linear it replaces.
