@@ -302,12 +302,16 @@ def _saves_when_traced(has_biases: bool) -> int:
     return 1 if _saves_gelu_grad(has_biases) else 0
 
 
-def _check_fp32_weights(w_fc, w_proj, w_fc32, w_proj32):
-    """mlp_fwd's optional fp32 weights: both or neither, fp32, the bf16 weights' shapes."""
+def _check_fp32_weights(w_fc, w_proj, w_fc32, w_proj32, has_biases):
+    """mlp_fwd's optional fp32 weights: both or neither, fp32, the bf16 weights' shapes, no biases
+    (the kernels' fp32 weight gradients come without bias gradients: dw_float)."""
     if (w_fc32 is None) != (w_proj32 is None):
         fail(OP, "pass both fp32 weights (w_fc32 and w_proj32) or neither")
     if w_fc32 is None:
         return
+    if has_biases:
+        fail(OP, "w_fc32 and w_proj32 (fp32 weight gradients) are for an MLP without biases: pass b_fc=None "
+                 "and b_proj=None, or leave the fp32 weights out")
     for name, w32, w in (("w_fc32", w_fc32, w_fc), ("w_proj32", w_proj32, w_proj)):
         if w32.dtype != torch.float32 or w32.shape != w.shape:
             fail(OP, f"{name} must be the fp32 weight that {name[:-2]} was cast from: got {w32.dtype} "
@@ -326,7 +330,7 @@ def mlp_fwd(x: Tensor, w_fc: Tensor, b_fc: Optional[Tensor], w_proj: Tensor,
     w_fc and w_proj were cast from. Never read here; the backward returns their gradients in fp32
     (dw_float) and none for the bf16 copies, so autograd never widens a bf16 gradient."""
     _check_saves(saves, b_fc is not None or b_proj is not None)
-    _check_fp32_weights(w_fc, w_proj, w_fc32, w_proj32)
+    _check_fp32_weights(w_fc, w_proj, w_fc32, w_proj32, b_fc is not None or b_proj is not None)
     y, pre, h = _ext_forward(x, w_fc, b_fc, w_proj, b_proj)
     return y, pre, h
 
@@ -363,7 +367,7 @@ def _split_dw(flat, w_fc, w_proj):
 
 @mlp_fwd.register_fake
 def _(x, w_fc, b_fc, w_proj, b_proj, saves=-1, w_fc32=None, w_proj32=None):
-    _check_fp32_weights(w_fc, w_proj, w_fc32, w_proj32)
+    _check_fp32_weights(w_fc, w_proj, w_fc32, w_proj32, b_fc is not None or b_proj is not None)
     M, H = x.shape[0], w_fc.shape[0]
     return x.new_empty(M, w_proj.shape[0]), x.new_empty(M, H), x.new_empty(M, H)
 

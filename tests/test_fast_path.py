@@ -482,6 +482,21 @@ def _compiled_vs_eager(fn, args, leaves, monkeypatch, module, fast_classes):
         assert torch.equal(a, b)
 
 
+def test_mlp_fwd_refuses_fp32_weights_with_biases_or_alone(calls):
+    """The custom op's fp32 weights (torch.compile's fp32-weight path) are refused at the forward,
+    naming the problem, where they cannot be honoured: with biases, or one without the other."""
+    C, H = 64, 192
+    x = torch.randn(5, C, dtype=torch.bfloat16)
+    w_fc, w_proj = torch.randn(H, C), torch.randn(C, H)
+    b_fc = torch.zeros(H, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="without biases"):
+        mlp_op.mlp_fwd(x, w_fc.bfloat16(), b_fc, w_proj.bfloat16(), None, -1, w_fc, w_proj)
+    with pytest.raises(ValueError, match="both fp32 weights"):
+        mlp_op.mlp_fwd(x, w_fc.bfloat16(), None, w_proj.bfloat16(), None, -1, w_fc, None)
+    with pytest.raises(ValueError, match="w_proj32 must be the fp32 weight"):
+        mlp_op.mlp_fwd(x, w_fc.bfloat16(), None, w_proj.bfloat16(), None, -1, w_fc, w_proj.bfloat16())
+
+
 def test_one_buffer_is_a_view_when_it_can_be_and_a_copy_otherwise():
     buf = torch.randn(5 * 3 + 3 * 5)
     a, b = buf[:15].view(5, 3), buf[15:].view(3, 5)              # as the extension's dw_float views
