@@ -211,6 +211,53 @@ __global__ void __launch_bounds__(THREADS) rows_in_registers(Args a) {
     }
 }
 
+// ---- a row in shared memory: the copy in and the three sweeps (rows_in_shared, rows_pipelined) --
+// Thread i copies chunks i, i + THREADS, ... of the row (16-byte cp.async, through L2 only) and
+// later reads only those: once its own copies are complete it may read them without a barrier.
+// The caller commits the copies as one group.
+template <typename T> __device__ __forceinline__ void load_row_cp_async(uint4* dst, const T* src, int chunks) {
+    constexpr int E = tk::chunk16<T>::elems;
+    for (int k = threadIdx.x; k < chunks; k += THREADS)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
+                     ::"r"(tk::smem_addr(&dst[k])), "l"(src + int64_t(k) * E) : "memory");
+}
+
+// The three sweeps of rows_in_registers over a row whose chunks are in shared memory (`chunk`,
+// each thread reading its own): the max, the sum of exponentials (FTZ: exp2_of's bare ex2), the
+// row's loss (finish_row) and, with write_grad, the gradient stored over the row x in global memory.
+template <typename T, bool FTZ>
+__device__ __forceinline__ void sweep_shared_row(const uint4* chunk, int chunks, T* x, int64_t row, int64_t target,
+                                                 float target_logit, const Args& a, float* partial) {
+    using Chunk = tk::chunk16<T>;
+    constexpr int E = Chunk::elems;
+    float m = NEG_INF;
+    for (int k = threadIdx.x; k < chunks; k += THREADS) {
+        const Chunk c = chunk_of<T>(chunk[k]);
+#pragma unroll
+        for (int e = 0; e < E; ++e) m = fmaxf(m, c[e]);
+    }
+    m = block_reduce<tk::base_ops::max>(m, partial, NEG_INF);
+
+    const float neg_m_log2e = -m * LOG2E;
+    float s = 0.0f;
+    for (int k = threadIdx.x; k < chunks; k += THREADS) {
+        const Chunk c = chunk_of<T>(chunk[k]);
+#pragma unroll
+        for (int e = 0; e < E; ++e) s += exp2_of<FTZ>(fmaf(c[e], LOG2E, neg_m_log2e));
+    }
+    s = block_reduce<tk::base_ops::sum>(s, partial, 0.0f);   // its barriers order every read of x before any write
+
+    const RowResult r = finish_row(m, s, target, a.cols, target_logit, a.loss_rows + row, a.grad_scale, a.write_grad);
+    if (!a.write_grad) return;
+    for (int k = threadIdx.x; k < chunks; k += THREADS) {
+        const Chunk c = chunk_of<T>(chunk[k]);
+        float g[E];
+#pragma unroll
+        for (int e = 0; e < E; ++e) g[e] = grad_of<FTZ>(c[e], int64_t(k) * E + e == target, r);
+        tk::store(x + int64_t(k) * E, g);
+    }
+}
+
 // ---- the row in shared memory: one DRAM read, one DRAM write, two rows per SM --------------
 // The same three sweeps as rows_in_registers, over chunks in dynamic shared memory (chunks * 16
 // bytes). Thread i copies and later reads chunks i, i + THREADS, ...: its own, so after
@@ -229,38 +276,12 @@ __global__ void __launch_bounds__(THREADS, 2) rows_in_shared(Args a) {
     float target_logit = 0.0f;
     if (threadIdx.x == 0 && target >= 0 && target < a.cols) target_logit = to_float(x[target]);
 
-    for (int k = threadIdx.x; k < chunks; k += THREADS)   // .cg: through L2 only, 16 bytes each
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
-                     ::"r"(tk::smem_addr(&row_chunks[k])), "l"(x + int64_t(k) * E) : "memory");
+    for (int k = threadIdx.x; k < chunks; k += THREADS)   // (load_row_cp_async's copies, written here:
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"   // through it ptxas schedules the loop
+                     ::"r"(tk::smem_addr(&row_chunks[k])), "l"(x + int64_t(k) * E) : "memory");   // differently)
     tk::cp_async_commit();
     tk::cp_async_wait<0>();
-
-    float m = NEG_INF;
-    for (int k = threadIdx.x; k < chunks; k += THREADS) {
-        const Chunk c = chunk_of<T>(row_chunks[k]);
-#pragma unroll
-        for (int e = 0; e < E; ++e) m = fmaxf(m, c[e]);
-    }
-    m = block_reduce<tk::base_ops::max>(m, partial, NEG_INF);
-
-    const float neg_m_log2e = -m * LOG2E;
-    float s = 0.0f;
-    for (int k = threadIdx.x; k < chunks; k += THREADS) {
-        const Chunk c = chunk_of<T>(row_chunks[k]);
-#pragma unroll
-        for (int e = 0; e < E; ++e) s += exp2f(fmaf(c[e], LOG2E, neg_m_log2e));
-    }
-    s = block_reduce<tk::base_ops::sum>(s, partial, 0.0f);   // its barriers order every read before any write
-
-    const RowResult r = finish_row(m, s, target, a.cols, target_logit, a.loss_rows + row, a.grad_scale, a.write_grad);
-    if (!a.write_grad) return;
-    for (int k = threadIdx.x; k < chunks; k += THREADS) {
-        const Chunk c = chunk_of<T>(row_chunks[k]);
-        float g[E];
-#pragma unroll
-        for (int e = 0; e < E; ++e) g[e] = grad_of(c[e], int64_t(k) * E + e == target, r);
-        tk::store(x + int64_t(k) * E, g);
-    }
+    sweep_shared_row<T, false>(row_chunks, chunks, x, row, target, target_logit, a, partial);
 }
 
 // ---- the row in shared memory, the next one already loading: persistent blocks, two buffers --
@@ -297,8 +318,8 @@ __global__ void __launch_bounds__(THREADS, 2) rows_in_shared(Args a) {
 // row i + 2 would queue behind it; a third buffer would fix that but 3 x 98 KB do not fit in
 // 227 KB. Rows whose two buffers do not fit (bf16 wider than ~57800, fp32 wider than ~28900,
 // e.g. fp32 GPT-2) run rows_in_shared instead (the launcher: resolve_pipelined).
-// The sweeps, the thread -> chunk mapping and the block reductions are rows_in_shared's, so the
-// loss and the gradient are bit-identical to it (the tests compare their bits; FTZ: identical
+// The sweeps are rows_in_shared's own function (sweep_shared_row), with the same thread -> chunk
+// mapping, so the loss and the gradient are bit-identical to it (the tests compare their bits; FTZ: identical
 // wherever no exponential falls below 2^-126, which no test row comes near).
 // What is left: the grid's tail (a GPT-2 chunk's 4096 rows are 31.03 per SM: 4 SMs take a 32nd
 // row, ~1-2% of the kernel) and the first row's load, which nothing overlaps.
@@ -319,15 +340,6 @@ __device__ __forceinline__ void load_row_bulk(uint4* dst, const void* src, uint3
 #else
     __trap();   // the launcher never runs the bulk variant below sm_90
 #endif
-}
-
-// Every thread: its own chunks (threadIdx.x, + THREADS, ...) of row `src` -> `dst`, as in
-// rows_in_shared. The caller commits them as one group.
-template <typename T> __device__ __forceinline__ void load_row_cp_async(uint4* dst, const T* src, int chunks) {
-    constexpr int E = tk::chunk16<T>::elems;
-    for (int k = threadIdx.x; k < chunks; k += THREADS)   // .cg: through L2 only, 16 bytes each
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
-                     ::"r"(tk::smem_addr(&dst[k])), "l"(src + int64_t(k) * E) : "memory");
 }
 
 template <typename T, bool BULK, bool FTZ>
@@ -375,36 +387,7 @@ __global__ void __launch_bounds__(THREADS, 1) rows_pipelined(Args a) {
         if constexpr (BULK) tk::mbar::wait(landed[buf], uint32_t(i >> 1) & 1u);   // buffer buf's (i/2)-th row
         else tk::cp_async_wait<1>();                                               // every group but row i + 1's
 
-        float m = NEG_INF;
-        for (int k = threadIdx.x; k < chunks; k += THREADS) {
-            const Chunk c = chunk_of<T>(chunk[k]);
-#pragma unroll
-            for (int e = 0; e < E; ++e) m = fmaxf(m, c[e]);
-        }
-        m = block_reduce<tk::base_ops::max>(m, partial, NEG_INF);
-
-        const float neg_m_log2e = -m * LOG2E;
-        float s = 0.0f;
-        for (int k = threadIdx.x; k < chunks; k += THREADS) {
-            const Chunk c = chunk_of<T>(chunk[k]);
-#pragma unroll
-            for (int e = 0; e < E; ++e) s += exp2_of<FTZ>(fmaf(c[e], LOG2E, neg_m_log2e));
-        }
-        s = block_reduce<tk::base_ops::sum>(s, partial, 0.0f);   // its barriers order every read of x before any write
-
-        const RowResult r = finish_row(m, s, target, a.cols, target_logit, a.loss_rows + row, a.grad_scale, a.write_grad);
-        if (a.write_grad) {
-            for (int k = threadIdx.x; k < chunks; k += THREADS) {
-                const Chunk c = chunk_of<T>(chunk[k]);
-                const int64_t first = int64_t(k) * E;
-                // the target's place in this chunk, or -1: a 32-bit compare an element, not a 64-bit one
-                const int t = target >= first && target < first + E ? int(target - first) : -1;
-                float g[E];
-#pragma unroll
-                for (int e = 0; e < E; ++e) g[e] = grad_of<FTZ>(c[e], e == t, r);
-                tk::store(x + first, g);
-            }
-        }
+        sweep_shared_row<T, FTZ>(chunk, chunks, x, row, target, target_logit, a, partial);
 
         // Buffer buf is read: refill it with the row after next.
         if constexpr (BULK) {
