@@ -393,10 +393,8 @@ def _setup(ctx, inputs, output):
     _, pre, h = output
     ctx.save_for_backward(x, pre, h, w_fc, w_proj)
     ctx.has_b_fc, ctx.has_b_proj = b_fc is not None, b_proj is not None
-    # mlp_fwd given the fp32 weights (torch.compile's fp32-weight path): their gradients in fp32
-    ctx.fp32_inputs = len(rest) == 3 and rest[1] is not None
-    if ctx.fp32_inputs:
-        ctx.dw_float = True
+    if rest:   # mlp_fwd: given the fp32 weights (torch.compile's fp32-weight path), their gradients in fp32
+        ctx.dw_float = rest[1] is not None
     # What the forward wrote into pre (session 8): gelu'(pre) when its c_fc ran with fcfast=5, 9, 10 or 11. The
     # backward is told, so a schedule changed in between cannot make it read one as the other.
     # Under torch.compile this runs once, at trace time: the caller's saves (mlp() passes it there)
@@ -415,13 +413,14 @@ def _make_backward(mlp_backward, inputs=5):
         # A model without biases (GPT-2's bias=False) skips the bias-gradient work: the column sums
         # of dy and dpre and their casts (~0.3 ms of a GPT-2 step).
         bias_grads = ctx.has_b_fc or ctx.has_b_proj
-        # (the eager path's fp32 weights ask for fp32 weight gradients: _MLPEager.forward)
-        extra = {"dw_float": True} if getattr(ctx, "dw_float", False) else {}
+        # fp32 weights ask for fp32 weight gradients (_MLPEager.forward, or mlp_fwd's w_fc32 / w_proj32)
+        dw_float = getattr(ctx, "dw_float", False)
+        extra = {"dw_float": True} if dw_float else {}
         dx, dw_fc, db_fc, dw_proj, db_proj = mlp_backward(dy.contiguous(), x, pre, h, w_fc, w_proj, bias_grads, ctx.saved,
                                                           **extra)
         grads = [dx, dw_fc, db_fc if ctx.has_b_fc else None, dw_proj, db_proj if ctx.has_b_proj else None]
         grads += [None] * (inputs - 5)                  # (mlp_fwd's saves, w_fc32, w_proj32)
-        if getattr(ctx, "fp32_inputs", False):          # the fp32 gradients go to the fp32 weights,
+        if dw_float and inputs == 8:                    # mlp_fwd: the fp32 gradients go to the fp32 weights,
             grads[1] = grads[3] = None                  # none to their bf16 copies (nothing to widen)
             grads[6], grads[7] = _split_dw(dw_fc, w_fc, w_proj)   # (mlp_bwd returned them as one buffer)
         return tuple(grads)
