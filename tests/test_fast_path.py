@@ -173,13 +173,15 @@ class FakePortableAttentionExt:
 
 
 class FakeHopperAttentionExt:
-    """attention_hopper_bindings.cpp: forward(q, k, v, causal, scale, variant) -> [o, lse]."""
+    """attention_hopper_bindings.cpp: forward(q, k, v, causal, scale, variant, clear) -> [o, lse]."""
 
     def __init__(self, calls):
         self.calls = calls
 
-    def forward(self, q, k, v, causal, scale, variant):
+    def forward(self, q, k, v, causal, scale, variant, clear=None):
         self.calls["hopper.forward"] += 1
+        if clear is not None:
+            clear.zero_()
         return _attention_forward(q, k, v, causal, scale)
 
 
