@@ -36,17 +36,9 @@
 //       4096-row GPT-2 chunk (3.7 vs 2.5 TB/s).
 //     The automatic choice is rows_in_registers where it fits, else rows_streamed: what ran on
 //     the H200 (kernels/NOTES.md, "Session 3: fused LM head", has the figures).
-//     rows_pipelined (session 11, opt-in: "pipelined", "pipelined_ftz", "pipelined_cp_async"):
-//       rows_in_shared, the op's kernel for GPT-2 rows, takes ~0.235 ms a chunk in the training
-//       step (3.5 TB/s; a copy ~4.2): a block loads its row only after the block before it in
-//       its slot has exited, and nothing loads while both of an SM's blocks compute. Here one
-//       persistent block per SM walks its rows through two row buffers, row i + 1 loading (bulk
-//       copies on an mbarrier, or per-thread cp.async) while row i is swept; the same sweeps,
-//       so bit-identical to rows_in_shared. "pipelined_ftz" also drops exp2f's denormal path
-//       (~28% of a bf16 element's instructions), since one block now does all of an SM's
-//       arithmetic. Predicted ~0.205 ms a GPT-2 chunk (~4.0 TB/s); measured: not yet
-//       (tests/gpu_lm_head_pipelined.sh). Rows whose two buffers do not fit (fp32 GPT-2) run
-//       rows_in_shared.
+//     A persistent variant (one block per SM, two row buffers, the next row loading while this
+//       one is swept: rows_pipelined, session 11) was bit-identical but slower on the H200
+//       (253.6 vs 220.3 us a 4096-row chunk, session 12) and was removed (kernels/NOTES.md, session 12).
 //   - rows_streamed: everything else (a row not 16-byte aligned, e.g. V = 65 for
 //     shakespeare-char, or too wide). Scalar loads, two sweeps over global memory: an online
 //     max/sum (the running sum is rescaled whenever the max grows), then the gradient. The
@@ -68,7 +60,7 @@
 //     GPU, so the host never waits for it (CUDA graphs capture this unchanged).
 //
 // Read in this order: block_reduce, finish_row (the per-row scalars all kernels share),
-// rows_in_registers, rows_in_shared, rows_pipelined, rows_streamed, rows_per_warp, then the
+// rows_in_registers, sweep_shared_row and rows_in_shared, rows_streamed, rows_per_warp, then the
 // launcher (which kernel, which VECS).
 #include <cmath>
 #include <type_traits>
@@ -76,7 +68,6 @@
 #include "cross_entropy.h"
 #include "tk/common/common.cuh"
 #include "tk/ops/chunk16.cuh"             // tk::chunk16 (16 bytes of a row as loaded)
-#include "tk/ops/group/sync.cuh"          // tk::mbarrier, tk::fence_proxy_async (rows_pipelined)
 #include "tk/ops/warp/memory_async.cuh"   // tk::cp_async_commit / cp_async_wait
 
 namespace tk_cross_entropy {
@@ -125,25 +116,9 @@ __device__ __forceinline__ RowResult finish_row(float m, float s, int64_t target
     return RowResult{-lse * LOG2E, (write_grad && valid) ? *grad_scale : 0.0f};
 }
 
-// 2^x. exp2f (FTZ false, every kernel but one) is MUFU.EX2 plus three instructions that make a
-// result below 2^-126 come out as the denormal it is (a compare, a halving before, a squaring
-// after). rows_pipelined's FTZ variant takes the bare instruction, ex2.approx.ftz: such a result
-// becomes 0, any other is the same bits. In a row those are probabilities below 1e-38, i.e. logits
-// 87 below the row's max; the three instructions are ~6 of the ~21 a bf16 element costs.
-template <bool FTZ> __device__ __forceinline__ float exp2_of(float x) {
-    if constexpr (FTZ) {
-        float y;
-        asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-        return y;
-    } else {
-        return exp2f(x);
-    }
-}
-
 // The gradient of one element: (softmax - onehot) * scale.
-template <bool FTZ = false>
 __device__ __forceinline__ float grad_of(float x, bool is_target, const RowResult& r) {
-    const float p = exp2_of<FTZ>(fmaf(x, LOG2E, r.neg_lse_log2e));
+    const float p = exp2f(fmaf(x, LOG2E, r.neg_lse_log2e));
     return (is_target ? p - 1.0f : p) * r.scale;
 }
 
@@ -211,21 +186,12 @@ __global__ void __launch_bounds__(THREADS) rows_in_registers(Args a) {
     }
 }
 
-// ---- a row in shared memory: the copy in and the three sweeps (rows_in_shared, rows_pipelined) --
-// Thread i copies chunks i, i + THREADS, ... of the row (16-byte cp.async, through L2 only) and
-// later reads only those: once its own copies are complete it may read them without a barrier.
-// The caller commits the copies as one group.
-template <typename T> __device__ __forceinline__ void load_row_cp_async(uint4* dst, const T* src, int chunks) {
-    constexpr int E = tk::chunk16<T>::elems;
-    for (int k = threadIdx.x; k < chunks; k += THREADS)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
-                     ::"r"(tk::smem_addr(&dst[k])), "l"(src + int64_t(k) * E) : "memory");
-}
-
+// ---- a row in shared memory: one DRAM read, one DRAM write, two rows per SM --------------
 // The three sweeps of rows_in_registers over a row whose chunks are in shared memory (`chunk`,
-// each thread reading its own): the max, the sum of exponentials (FTZ: exp2_of's bare ex2), the
-// row's loss (finish_row) and, with write_grad, the gradient stored over the row x in global memory.
-template <typename T, bool FTZ>
+// each thread reading only the chunks it copied there itself): the max, the sum of exponentials,
+// the row's loss (finish_row) and, with write_grad, the gradient stored over the row x in global
+// memory.
+template <typename T>
 __device__ __forceinline__ void sweep_shared_row(const uint4* chunk, int chunks, T* x, int64_t row, int64_t target,
                                                  float target_logit, const Args& a, float* partial) {
     using Chunk = tk::chunk16<T>;
@@ -243,7 +209,7 @@ __device__ __forceinline__ void sweep_shared_row(const uint4* chunk, int chunks,
     for (int k = threadIdx.x; k < chunks; k += THREADS) {
         const Chunk c = chunk_of<T>(chunk[k]);
 #pragma unroll
-        for (int e = 0; e < E; ++e) s += exp2_of<FTZ>(fmaf(c[e], LOG2E, neg_m_log2e));
+        for (int e = 0; e < E; ++e) s += exp2f(fmaf(c[e], LOG2E, neg_m_log2e));
     }
     s = block_reduce<tk::base_ops::sum>(s, partial, 0.0f);   // its barriers order every read of x before any write
 
@@ -253,14 +219,13 @@ __device__ __forceinline__ void sweep_shared_row(const uint4* chunk, int chunks,
         const Chunk c = chunk_of<T>(chunk[k]);
         float g[E];
 #pragma unroll
-        for (int e = 0; e < E; ++e) g[e] = grad_of<FTZ>(c[e], int64_t(k) * E + e == target, r);
+        for (int e = 0; e < E; ++e) g[e] = grad_of(c[e], int64_t(k) * E + e == target, r);
         tk::store(x + int64_t(k) * E, g);
     }
 }
 
-// ---- the row in shared memory: one DRAM read, one DRAM write, two rows per SM --------------
-// The same three sweeps as rows_in_registers, over chunks in dynamic shared memory (chunks * 16
-// bytes). Thread i copies and later reads chunks i, i + THREADS, ...: its own, so after
+// rows_in_shared: the row copied into dynamic shared memory (chunks * 16 bytes), then
+// sweep_shared_row. Thread i copies and later reads chunks i, i + THREADS, ...: its own, so after
 // cp_async_wait<0>() (which covers this thread's copies) it may read them without a barrier.
 template <typename T>
 __global__ void __launch_bounds__(THREADS, 2) rows_in_shared(Args a) {
@@ -276,126 +241,12 @@ __global__ void __launch_bounds__(THREADS, 2) rows_in_shared(Args a) {
     float target_logit = 0.0f;
     if (threadIdx.x == 0 && target >= 0 && target < a.cols) target_logit = to_float(x[target]);
 
-    for (int k = threadIdx.x; k < chunks; k += THREADS)   // (load_row_cp_async's copies, written here:
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"   // through it ptxas schedules the loop
-                     ::"r"(tk::smem_addr(&row_chunks[k])), "l"(x + int64_t(k) * E) : "memory");   // differently)
+    for (int k = threadIdx.x; k < chunks; k += THREADS)   // .cg: through L2 only, 16 bytes each
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
+                     ::"r"(tk::smem_addr(&row_chunks[k])), "l"(x + int64_t(k) * E) : "memory");
     tk::cp_async_commit();
     tk::cp_async_wait<0>();
-    sweep_shared_row<T, false>(row_chunks, chunks, x, row, target, target_logit, a, partial);
-}
-
-// ---- the row in shared memory, the next one already loading: persistent blocks, two buffers --
-// What rows_in_shared leaves on the table (0.235 ms a GPT-2 chunk = 3.5 TB/s, against ~4.2 TB/s
-// for a copy), as read from its structure, not measured: a block starts loading its row only
-// when it starts, i.e. when the block before it in that slot has exited, and while both of an
-// SM's blocks compute nothing is loading. Here ONE block per SM (the grid: SMs x blocks that
-// fit) walks the rows blockIdx.x, blockIdx.x + gridDim.x, ... through TWO row buffers: while it
-// runs the three sweeps on row i (buffer i % 2), row i + 1 is already loading into the other
-// buffer, and as soon as the block is done with buffer i % 2 the load of row i + 2 goes into it.
-// The loads run ONE row ahead: if row i + 1 lands before row i's sweeps end, nothing loads until
-// they do (as in rows_in_shared while both of an SM's blocks compute; what changes is no block
-// exits and launches, and 16 warps an SM for the arithmetic instead of 32: see FTZ below). The
-// gradient's stores (plain st.global, as in rows_in_shared: a thread does not wait for them)
-// drain beside the loads. Two ways to load, chosen by BULK:
-//   BULK = true  ("pipelined", sm_90 and later): thread 0 copies the row with a few
-//     cp.async.bulk (the TMA unit's 1-D copies: no tensor map, no thread time, no registers),
-//     completing on the buffer's mbarrier, which expects the row's bytes. The buffer goes back
-//     through a block barrier after a proxy fence in every thread (the sweeps read it through
-//     the generic proxy, the next bulk copy writes it through the async proxy: hopper-facts 6.4).
-//   BULK = false ("pipelined_cp_async", sm_80 and later): each thread copies its own chunks
-//     with 16-byte cp.async, as rows_in_shared does, one commit group per row. A thread reads
-//     only chunks it copied itself, so it waits for its own copies (wait_group 1: all rows but
-//     the newest) and may refill its chunks once it has read them (the refill is issued after
-//     those reads, whose values its stores or its reductions have already consumed): no barrier
-//     for the buffers.
-//   FTZ = true (with BULK: "pipelined_ftz"): exponentials by the bare ex2.approx.ftz (exp2_of).
-//     Why: one block of 16 warps now does all of an SM's arithmetic, ~21 instructions a bf16
-//     element (~4.3 us a GPT-2 row at full issue rate, 1.98 GHz) against ~6.2 us of memory time
-//     a row per SM at 4.2 TB/s: too little slack to be sure the sweeps hide behind the loads.
-//     exp2f's denormal handling is ~6 of those 21 instructions.
-// Why not an asynchronous store too (the gradient written into the buffer, then one bulk copy
-// shared -> global)? The buffer would be free only once that store had READ it, and the load of
-// row i + 2 would queue behind it; a third buffer would fix that but 3 x 98 KB do not fit in
-// 227 KB. Rows whose two buffers do not fit (bf16 wider than ~57800, fp32 wider than ~28900,
-// e.g. fp32 GPT-2) run rows_in_shared instead (the launcher: resolve_pipelined).
-// The sweeps are rows_in_shared's own function (sweep_shared_row), with the same thread -> chunk
-// mapping, so the loss and the gradient are bit-identical to it (the tests compare their bits; FTZ: identical
-// wherever no exponential falls below 2^-126, which no test row comes near).
-// What is left: the grid's tail (a GPT-2 chunk's 4096 rows are 31.03 per SM: 4 SMs take a 32nd
-// row, ~1-2% of the kernel) and the first row's load, which nothing overlaps.
-
-// Thread 0 of a block: row `src` (bytes long, 16-byte aligned, a multiple of 16 bytes) -> `dst`
-// in shared memory by bulk copies, completing `bar`'s current phase. The expected bytes are
-// announced first, with the thread's one arrival, so the phase ends exactly when the last byte lands.
-__device__ __forceinline__ void load_row_bulk(uint4* dst, const void* src, uint32_t bytes, tk::mbarrier& bar) {
-#ifdef TK_SM90
-    constexpr uint32_t PIECE = 16384;   // bytes a copy: a 98 KB row in 7 (not tuned)
-    tk::mbar::arrive_expect_bytes(bar, bytes);
-    for (uint32_t offset = 0; offset < bytes; offset += PIECE) {
-        const uint32_t piece = bytes - offset < PIECE ? bytes - offset : PIECE;
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-                     ::"r"(tk::smem_addr(dst) + offset), "l"(static_cast<const char*>(src) + offset), "r"(piece),
-                       "r"(tk::smem_addr(&bar)) : "memory");
-    }
-#else
-    __trap();   // the launcher never runs the bulk variant below sm_90
-#endif
-}
-
-template <typename T, bool BULK, bool FTZ>
-__global__ void __launch_bounds__(THREADS, 1) rows_pipelined(Args a) {
-    using Chunk = tk::chunk16<T>;
-    constexpr int E = Chunk::elems;
-    extern __shared__ __align__(16) uint4 row_buffers[];   // buffer b: chunks [b * chunks, (b + 1) * chunks)
-    __shared__ float partial[WARPS];
-    __shared__ tk::mbarrier landed[2];                     // BULK: buffer b's row has arrived
-    T* const logits = static_cast<T*>(a.logits);
-    const int chunks = int(a.cols / E);
-    const uint32_t row_bytes = uint32_t(chunks) * 16u;
-    const int64_t stride = gridDim.x;                      // this block's rows: blockIdx.x + i * stride
-
-    // Start loading row `row` (if it exists) into buffer `buf`; the iteration that reads it waits.
-    const auto start_load = [&](int buf, int64_t row) {
-        if constexpr (BULK) {
-            if (threadIdx.x == 0 && row < a.rows) load_row_bulk(row_buffers + buf * chunks, logits + row * a.ld, row_bytes, landed[buf]);
-        } else {
-            if (row < a.rows) load_row_cp_async(row_buffers + buf * chunks, logits + row * a.ld, chunks);
-            tk::cp_async_commit();   // also when empty: group i is always row i's, so wait_group 1 below stays right
-        }
-    };
-
-    if constexpr (BULK) {
-        if (threadIdx.x == 0) {
-            tk::mbar::init(landed[0], 1);   // one arrival a phase (thread 0's, with the byte count)
-            tk::mbar::init(landed[1], 1);
-            tk::mbar::fence_init();
-        }
-        __syncthreads();
-    }
-    start_load(0, blockIdx.x);
-    start_load(1, blockIdx.x + stride);
-
-    int64_t i = 0;
-    for (int64_t row = blockIdx.x; row < a.rows; row += stride, ++i) {
-        const int buf = int(i & 1);
-        const uint4* chunk = row_buffers + buf * chunks;
-        T* x = logits + row * a.ld;
-        const int64_t target = a.targets[row];
-        float target_logit = 0.0f;   // from global memory, as rows_in_shared: nothing writes this row before the sweeps
-        if (threadIdx.x == 0 && target >= 0 && target < a.cols) target_logit = to_float(x[target]);
-
-        if constexpr (BULK) tk::mbar::wait(landed[buf], uint32_t(i >> 1) & 1u);   // buffer buf's (i/2)-th row
-        else tk::cp_async_wait<1>();                                               // every group but row i + 1's
-
-        sweep_shared_row<T, FTZ>(chunk, chunks, x, row, target, target_logit, a, partial);
-
-        // Buffer buf is read: refill it with the row after next.
-        if constexpr (BULK) {
-            tk::fence_proxy_async();   // this thread's generic reads of buf before the async-proxy copy into it
-            __syncthreads();           // every thread has read buf
-        }
-        start_load(buf, row + 2 * stride);
-    }
+    sweep_shared_row<T>(row_chunks, chunks, x, row, target, target_logit, a, partial);
 }
 
 // ---- any row: two sweeps over global memory ------------------------------------------------
@@ -512,85 +363,8 @@ template <typename T> bool fits_shared(const Args& a) {
     return aligned_rows<T>(a) && a.cols * int64_t(sizeof(T)) <= shared_limit<T>();
 }
 
-// Whether this device has bulk copies completing on mbarrier byte counts (rows_pipelined's BULK):
-// sm_90 and later. The extension is built for the device it runs on, so below sm_90 the bulk
-// variant's body is a trap, never launched.
-bool bulk_copies_supported() {
-    static int major = -1;
-    if (major < 0) {
-        int device = 0;
-        cudaGetDevice(&device);
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) major = 0;
-    }
-    return major >= 9;
-}
-
-// rows_pipelined's dynamic shared memory limit: the opt-in maximum less the kernel's own static
-// shared memory (partials, mbarriers; read from the compiled kernel, not assumed: hopper-facts
-// 10), set once per kernel. 0 if the device refuses (then nothing fits and the fallback runs).
-template <typename T, bool BULK, bool FTZ> int64_t pipelined_shared_limit() {
-    static int64_t limit = -1;
-    if (limit < 0) {
-        int device = 0, optin = 0;
-        cudaGetDevice(&device);
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-        cudaFuncAttributes attr{};
-        const bool known = cudaFuncGetAttributes(&attr, rows_pipelined<T, BULK, FTZ>) == cudaSuccess;
-        const int dynamic = optin - int(attr.sharedSizeBytes);
-        limit = known && cudaFuncSetAttribute(rows_pipelined<T, BULK, FTZ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              dynamic) == cudaSuccess ? dynamic : 0;
-        if (!limit) cudaGetLastError();   // clear it: the launch that follows must not report it
-    }
-    return limit;
-}
-
-// Two rows (rows_pipelined's two buffers) in one block's shared memory, 16-byte aligned rows.
-template <typename T, bool BULK, bool FTZ> bool fits_two_rows(const Args& a) {
-    return aligned_rows<T>(a) && 2 * a.cols * int64_t(sizeof(T)) <= pipelined_shared_limit<T, BULK, FTZ>();
-}
-
-// The pipelined kernel a request for one gets: the bulk variants (pipelined, pipelined_ftz) need
-// sm_90, else the cp.async one runs; every variant needs two rows in shared memory, else one row
-// (rows_in_shared), else `automatic`.
-template <typename T> Kernel resolve_pipelined(const Args& a, Kernel automatic) {
-    if (bulk_copies_supported()) {
-        if (a.kernel == Kernel::pipelined && fits_two_rows<T, true, false>(a)) return Kernel::pipelined;
-        if (a.kernel == Kernel::pipelined_ftz && fits_two_rows<T, true, true>(a)) return Kernel::pipelined_ftz;
-    }
-    if (fits_two_rows<T, false, false>(a)) return Kernel::pipelined_cp_async;
-    return fits_shared<T>(a) ? Kernel::shared : automatic;
-}
-
-// rows_pipelined's grid: as many blocks as can be resident at once (one per SM at GPT-2's width:
-// two 98 KB buffers), never more than there are rows. Remembered for the last size asked.
-template <typename T, bool BULK, bool FTZ> unsigned pipelined_grid(int64_t rows, size_t shared_bytes) {
-    static int sms = 0, per_sm = 0;
-    static size_t cached_bytes = 0;
-    if (!sms) {
-        int device = 0;
-        cudaGetDevice(&device);
-        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) sms = 1;
-    }
-    if (shared_bytes != cached_bytes || per_sm < 1) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rows_pipelined<T, BULK, FTZ>, THREADS, shared_bytes) !=
-            cudaSuccess) {
-            cudaGetLastError();
-            per_sm = 0;
-        }
-        if (per_sm < 1) per_sm = 1;   // a launch that cannot fit fails and says so
-        cached_bytes = shared_bytes;
-    }
-    return unsigned(rows < int64_t(sms) * per_sm ? rows : int64_t(sms) * per_sm);
-}
-
-template <typename T, bool BULK, bool FTZ> void launch_pipelined(const Args& a, cudaStream_t stream) {
-    const size_t bytes = 2 * size_t(a.cols) * sizeof(T);
-    rows_pipelined<T, BULK, FTZ><<<pipelined_grid<T, BULK, FTZ>(a.rows, bytes), THREADS, bytes, stream>>>(a);
-}
-
 // The kernel a call takes: the requested one where it can take these rows, else the automatic
-// choice (rows_in_registers where it fits, else rows_streamed: what ran on the H200 first);
-// the pipelined ones fall back as resolve_pipelined says.
+// choice (rows_in_registers where it fits, else rows_streamed: what ran on the H200 first).
 template <typename T> Kernel resolve(const Args& a, int* vecs) {
     *vecs = choose_vecs<T>(a);
     const Kernel automatic = *vecs ? Kernel::registers : Kernel::streamed;
@@ -599,9 +373,6 @@ template <typename T> Kernel resolve(const Args& a, int* vecs) {
         case Kernel::shared: return fits_shared<T>(a) ? Kernel::shared : automatic;
         case Kernel::warp: return a.cols <= WARP_ROW_COLS ? Kernel::warp : automatic;
         case Kernel::streamed: return Kernel::streamed;
-        case Kernel::pipelined:
-        case Kernel::pipelined_ftz:
-        case Kernel::pipelined_cp_async: return resolve_pipelined<T>(a, automatic);
         default: return automatic;
     }
 }
@@ -615,9 +386,6 @@ template <typename T> const char* launch(const Args& a, cudaStream_t stream) {
             rows_in_shared<T><<<grid, block, bytes, stream>>>(a);
             break;
         }
-        case Kernel::pipelined: launch_pipelined<T, true, false>(a, stream); break;
-        case Kernel::pipelined_ftz: launch_pipelined<T, true, true>(a, stream); break;
-        case Kernel::pipelined_cp_async: launch_pipelined<T, false, false>(a, stream); break;
         case Kernel::registers:
             switch (vecs) {
                 case 1: rows_in_registers<T, 1><<<grid, block, 0, stream>>>(a); break;
@@ -650,9 +418,6 @@ const char* plan_name(const Args& a) {
     int vecs = 0;
     const Kernel k = a.dtype == DType::bf16 ? resolve<bf16>(a, &vecs) : resolve<float>(a, &vecs);
     if (k == Kernel::shared) return "shared";
-    if (k == Kernel::pipelined) return "pipelined";
-    if (k == Kernel::pipelined_ftz) return "pipelined_ftz";
-    if (k == Kernel::pipelined_cp_async) return "pipelined_cp_async";
     if (k == Kernel::streamed) return "streamed";
     if (k == Kernel::warp) return "warp";
     switch (vecs) {

@@ -13,20 +13,16 @@ enum class DType { f32, bf16 };
 // Which kernel runs a row (cross_entropy.cu explains each). automatic: rows_in_registers where
 // the row is 16-byte aligned and fits (<= 65536 bf16 / 32768 float), else rows_streamed. Any
 // other value asks for that kernel; where it cannot take the rows (alignment, width), the
-// automatic choice runs instead (the pipelined ones: rows_in_shared first, see
-// cross_entropy.cu's resolve_pipelined). plan_name says which one a call takes.
-enum class Kernel { automatic, registers, shared, streamed, warp, pipelined, pipelined_ftz, pipelined_cp_async };
+// automatic choice runs instead. plan_name says which one a call takes.
+enum class Kernel { automatic, registers, shared, streamed, warp };
 
 // The names a caller (kernels/lm_head_op.py, through the bindings) asks for a kernel by, in one
 // place so that the bindings' check, its error message and a CPU test agree. Returns false for an
 // unknown name (kernel left as it was).
-inline constexpr const char* KERNEL_NAMES = "'auto', 'registers', 'shared', 'pipelined', 'pipelined_ftz', "
-                                            "'pipelined_cp_async', 'streamed' or 'warp'";
+inline constexpr const char* KERNEL_NAMES = "'auto', 'registers', 'shared', 'streamed' or 'warp'";
 inline bool kernel_from_name(const char* name, Kernel* kernel) {
     struct Entry { const char* name; Kernel kernel; };
     constexpr Entry table[] = {{"auto", Kernel::automatic}, {"registers", Kernel::registers}, {"shared", Kernel::shared},
-                               {"pipelined", Kernel::pipelined}, {"pipelined_ftz", Kernel::pipelined_ftz},
-                               {"pipelined_cp_async", Kernel::pipelined_cp_async},
                                {"streamed", Kernel::streamed}, {"warp", Kernel::warp}};
     for (const Entry& e : table)
         if (std::strcmp(e.name, name) == 0) { *kernel = e.kernel; return true; }
@@ -52,7 +48,7 @@ struct Args {
 const char* cross_entropy_rows(const Args& a, cudaStream_t stream);
 
 // Which kernel a call with these arguments takes, for tests and notes: "registers(VECS=n)",
-// "shared", "pipelined", "pipelined_ftz", "pipelined_cp_async", "streamed" or "warp".
+// "shared", "streamed" or "warp".
 const char* plan_name(const Args& a);
 
 }  // namespace tk_cross_entropy

@@ -65,8 +65,8 @@ Problem cross_entropy_problem(const Tensor& logits, const Tensor& targets, const
     return tensor_problem(grad_scale, "grad_scale", at::kFloat, 1, logits);
 }
 
-// A kernel's name (tk_cross_entropy::KERNEL_NAMES: "auto", "registers", "shared", "pipelined",
-// ...) -> the launcher's Kernel (a request: where that kernel cannot take the rows, a fallback
+// A kernel's name (tk_cross_entropy::KERNEL_NAMES: "auto", "registers", "shared", "streamed",
+// "warp") -> the launcher's Kernel (a request: where that kernel cannot take the rows, a fallback
 // runs; kernels/lm_head_op.py says which one the op asks for). Anything else: a ValueError
 // naming the choices.
 Problem kernel_problem(const std::string& name, tk_cross_entropy::Kernel* kernel) {

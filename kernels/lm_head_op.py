@@ -98,9 +98,9 @@ LOGITS_GEMM = _logits_gemm()
 # gradient): shared 0.221 ms vs registers 0.327 ms on a 4096 x 50304 bf16 chunk; warp 0.013 ms vs
 # streamed 0.067 ms on 16384 x 65. Session 4's probe: every GPU test passed with them (the fp32
 # V=5 tolerance fixed), and the GPT-2 tk step went 62.82 -> 61.26 ms with "shared" (bench --e2e).
-# TK_LM_HEAD_KERNEL_WIDE / _NARROW override them ("auto" gives the first kernels back; for wide rows
-# also "pipelined", "pipelined_ftz", "pipelined_cp_async": rows_pipelined, session 11, opt-in, not yet
-# run on a GPU; tests/gpu_lm_head_pipelined.sh is its first run).
+# TK_LM_HEAD_KERNEL_WIDE / _NARROW override them ("auto" gives the first kernels back). Session 11's
+# rows_pipelined (persistent blocks, two row buffers) lost to "shared" on the H200 in session 12
+# (253.6 vs 220.3 us a GPT-2 chunk) and was removed.
 KERNEL_WIDE = os.environ.get("TK_LM_HEAD_KERNEL_WIDE", "shared")       # rows wider than NARROW_COLS (GPT-2: 50304)
 KERNEL_NARROW = os.environ.get("TK_LM_HEAD_KERNEL_NARROW", "warp")   # rows of at most NARROW_COLS (shakespeare-char: 65)
 NARROW_COLS = 1024   # the widest row rows_per_warp takes (WARP_ROW_COLS in cross_entropy.cu)

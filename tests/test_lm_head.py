@@ -210,6 +210,48 @@ def test_bindings_compile(tmp_path):
     assert "TORCH_CHECK" not in source and not re.search(r"<<(?!\s*\d)", source)
 
 
+KERNEL_NAMES = ("auto", "registers", "shared", "streamed", "warp")
+
+
+def test_kernel_names_table(tmp_path):
+    """cross_entropy.h's kernel_from_name (the bindings' only parser of a kernel's name) takes
+    exactly these names, each to a different Kernel, refuses anything else, and KERNEL_NAMES (the
+    bindings' error message) lists every one (compiled by g++ and run)."""
+    from test_bindings_compile import GXX, cuda_include
+    if GXX is None or cuda_include() is None:
+        pytest.skip("needs g++ and the CUDA headers")
+    names = ", ".join(f'"{n}"' for n in KERNEL_NAMES)
+    probe = tmp_path / "names.cpp"
+    probe.write_text(f"""#include <cstdio>
+#include "cross_entropy.h"
+using namespace tk_cross_entropy;
+int main() {{
+    for (const char* n : {{{names}}}) {{
+        Kernel k = Kernel::automatic;
+        const bool ok = kernel_from_name(n, &k);
+        std::printf("%s %d %d\\n", n, int(ok), int(k));
+    }}
+    for (const char* n : {{"", "Shared", "shared ", "pipelined", "warp2"}}) {{
+        Kernel k = Kernel::warp;
+        std::printf("refused[%s] %d %d\\n", n, int(kernel_from_name(n, &k)), int(k));
+    }}
+    std::printf("NAMES %s\\n", KERNEL_NAMES);
+}}
+""")
+    exe = tmp_path / "names"
+    build = subprocess.run([GXX, "-std=c++20", "-Wall", "-Wextra", "-Werror", "-I", str(ROOT / "kernels"),
+                            "-isystem", str(cuda_include()), str(probe), "-o", str(exe)], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr[-3000:]
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
+    accepted = [line.split() for line in out[:len(KERNEL_NAMES)]]
+    assert [a[0] for a in accepted] == list(KERNEL_NAMES) and all(a[1] == "1" for a in accepted), out
+    assert len({a[2] for a in accepted}) == len(KERNEL_NAMES) and accepted[0][2] == "0", out   # "auto": automatic
+    warp = next(a[2] for a in accepted if a[0] == "warp")
+    for line in out[len(KERNEL_NAMES):-1]:
+        assert line.endswith(f" 0 {warp}"), line                 # refused, the kernel left as it was
+    assert sorted(re.findall(r"'([a-z_0-9]+)'", out[-1])) == sorted(KERNEL_NAMES), out[-1]
+
+
 def test_owner_of_op_modules():
     assert kernels._owner("lm_head_op") == "lm_head" and kernels._owner("mlp_op") == "mlp"
     assert kernels._owner("attention_hopper") == "attention" and kernels._owner("gemm") is None
