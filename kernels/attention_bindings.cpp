@@ -131,7 +131,7 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
     at::Tensor o = empty_bthd(q);
     at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
     AttentionForwardParams p{shape_of(q, causal, scale), view_of(q), view_of(k), view_of(v), view_of(o),
-                             lse.data_ptr<float>(), /*clear=*/nullptr, /*clear_floats=*/0};
+                             lse.data_ptr<float>()};
     check_launch(attention_portable_forward(p, c10::cuda::getCurrentCUDAStream(q.get_device()).stream()), "forward");
     return {o, lse};
 }

@@ -36,8 +36,7 @@
 // 128 alone had the threshold, applied after the max (LAZY).
 //
 // ---- The pipeline (the default, persistent_kernel; forward_kernel is one pass of its loop) ----
-// Warpgroup 0 = producer (one elected thread issues all TMA copies; 24 registers/thread). Its
-// other three warps zero the backward's dQ accumulator when the op hands one over (clear_on_the_side).
+// Warpgroup 0 = producer (one elected thread issues all TMA copies; 24 registers/thread).
 // Warpgroups 1, 2 = consumers, each owns 64 of a block's 128 query rows (240 registers/thread).
 // Shared memory: two Q slots (128 x D each; forward_kernel has one), then STAGES slots of K
 // (128 x D) and STAGES slots of V (STAGES = 3 for D = 64, 2 for D = 128).
@@ -217,25 +216,7 @@ struct kernel_params {
     unsigned int* work_counter;                         // dynamic scheduling: zeroed, this launch's own
     CUtensorMap o_map;                                  // LEAN_EPILOGUE only: O in boxes of 64 rows (last,
                                                         // so the other kernels' fields keep their offsets)
-    float4* clear;                                      // persistent_kernel: zeroed on the side (nullptr: none)
-    int64_t clear_float4s;
 };
-
-// ---- The backward's dQ accumulator, zeroed by the producer's idle warps ----------------------
-// The backward adds every key block's dQ partial into an fp32 accumulator that must start at 0:
-// 50 MB a layer at the GPT-2 shape. Zeroed in the backward's prep kernel it cost ~26 us a layer
-// there (memory bound, nothing to hide behind). This forward is compute bound, and three of its
-// producer warpgroup's four warps have nothing to do (one thread issues every TMA copy): they
-// zero the buffer here instead, a grid-stride loop of 16-byte streaming stores (st.global.cs: the
-// lines are written once and not read again in this kernel, so L2 should keep K and V rather than
-// them). The op saves the buffer for the backward (kernels/attention_op.py, attention_qkv).
-__device__ inline void clear_on_the_side(const kernel_params& p) {
-    if (p.clear == nullptr) return;
-    constexpr int THREADS = 96;                         // warps 1-3 of the producer warpgroup
-    const int64_t stride = int64_t(gridDim.x) * THREADS;
-    for (int64_t i = int64_t(blockIdx.x) * THREADS + (threadIdx.x - 32); i < p.clear_float4s; i += stride)
-        __stcs(p.clear + i, make_float4(0.f, 0.f, 0.f, 0.f));
-}
 
 // ---- Work items: which (batch, head, query block) the i-th CTA (or persistent step) takes ------
 // Every query block of a head reads the same K and V, so they should run close together in time
@@ -822,11 +803,7 @@ persistent_kernel(const __grid_constant__ kernel_params p) {
     if (warpgroup == 0) {
         // ================= producer: one thread issues every copy, item after item =================
         warpgroup_decrease_registers<C::producer_regs>();
-        if (threadIdx.x >= 32) {                         // warps 1-3 (after PDL's wait: the memory is ours)
-            clear_on_the_side(p);
-            return;
-        }
-        if (elect_one()) {
+        if (threadIdx.x / 32 == 0 && elect_one()) {
             int tile = 0;                                // K/V tiles loaded so far (this CTA)
             for (int item = blockIdx.x, j = 0;; ++j) {
                 const int qs = j % QS;
@@ -1223,10 +1200,6 @@ cudaError_t make_params(const AttentionForwardParams& a, bool l2_groups, kernel_
     kp.m_blocks = (sh.seq_len + BLOCK_M - 1) / BLOCK_M;
     const int64_t kv_bytes_per_head = int64_t(sh.seq_len) * D * 2 * 2;   // K and V, bf16
     kp.heads_per_group = attention_l2::heads_per_group(l2_groups, kv_bytes_per_head, kp.batch_heads);
-    if (a.clear != nullptr && (a.clear_floats % 4 != 0 || reinterpret_cast<uintptr_t>(a.clear) % 16 != 0))
-        return cudaErrorInvalidValue;                   // the bindings check this first
-    kp.clear = reinterpret_cast<float4*>(a.clear);
-    kp.clear_float4s = a.clear_floats / 4;
     return cudaSuccess;
 }
 
@@ -1249,8 +1222,6 @@ cudaError_t launch(const AttentionForwardParams& a, cudaStream_t stream, bool l2
     auto kernel = forward_kernel<D, CONSUMERS>;
     static const cudaError_t configured = allow_shared_memory(kernel, C::smem_bytes);
     if (configured != cudaSuccess) return configured;
-    if (a.clear != nullptr)                              // forward_kernel does not clear on the side
-        if (cudaError_t e = cudaMemsetAsync(a.clear, 0, size_t(a.clear_floats) * sizeof(float), stream)) return e;
     kernel<<<kp.batch_heads * kp.m_blocks, C::threads, C::smem_bytes, stream>>>(kp);
     return cudaGetLastError();
 }

@@ -100,18 +100,7 @@ VARIANTS = {0: "default (37 for D=64 and D=128)",
 OP = "tk Hopper attention"
 
 
-def check_scratch(name, t, q, floats=None, cuda=True):
-    """The zeroed dQ accumulator (forward's `clear`, backward's `dq_scratch`): contiguous fp32 on q's
-    device, a multiple of 4 floats; exactly `floats` of them where given."""
-    require_tensor(OP, name, t, dtypes=(torch.float32,), contiguous=True, cuda=cuda, same_device_as=("q", q))
-    if t.numel() % 4:
-        fail(OP, f"{name} has {t.numel()} floats; the kernel zeroes 16-byte pieces: give a multiple of 4")
-    if floats is not None and t.numel() != floats:
-        fail(OP, f"{name} has {t.numel()} floats; the backward at q's shape {tuple(q.shape)} takes {floats} "
-                 f"(dq_scratch_floats; 0: it takes none, pass None)")
-
-
-def check_inputs(q, k, v, scale, variant=0, cuda=True, clear=None):
+def check_inputs(q, k, v, scale, variant=0, cuda=True):
     """Raise TypeError/ValueError naming the argument unless forward() takes these: the checks of
     attention_hopper_bindings.cpp and attention_hopper_why_not, in Python."""
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -139,20 +128,16 @@ def check_inputs(q, k, v, scale, variant=0, cuda=True, clear=None):
                      f"multiples of 8 elements; call .contiguous() on it")
     if variant not in VARIANTS:
         fail(OP, f"variant must be one of {sorted(VARIANTS)} (0 is the default); got {variant}")
-    if clear is not None:
-        check_scratch("clear", clear, q, cuda=cuda)
 
 
-def forward(q, k, v, causal=True, scale=None, variant=0, clear=None):
+def forward(q, k, v, causal=True, scale=None, variant=0):
     """(o, lse): o (B, H, T, D) bf16 (a view of (B, T, H, D) memory), lse (B, H, T) fp32.
 
-    clear: an fp32 CUDA tensor (contiguous, a multiple of 4 floats) the launch zeroes on the side:
-    the backward's dQ accumulator (dq_scratch_floats), by the producer's idle warps.
     No two launches in flight share a work counter, so calls may run on several streams at once (module docstring)."""
     if scale is None and isinstance(q, torch.Tensor) and q.dim() > 0 and q.shape[-1] > 0:
         scale = 1.0 / math.sqrt(q.shape[-1])   # (otherwise check_inputs names what is wrong with q)
-    check_inputs(q, k, v, scale, variant, clear=clear)
-    o, lse = _ext.module.forward(q, k, v, bool(causal), float(scale), int(variant), clear)
+    check_inputs(q, k, v, scale, variant)
+    o, lse = _ext.module.forward(q, k, v, bool(causal), float(scale), int(variant))
     return o, lse
 
 
@@ -181,36 +166,11 @@ BACKWARD_VARIANTS = {0: "default (19 for D=64, 5 for D=128; see attention_hopper
                          "D=128 runs 5 with prep_kernel)"}
 
 
-def dq_scratch_floats(q, variant=None):
-    """Floats of the backward's fp32 dQ accumulator for q's (B, H, T, D) when the backward
-    `variant` (default: the op's) can take one that the forward zeroed (its prep kernel then skips
-    the zeroing), else 0. The accumulator holds a 64 x D chunk per (head, 64 query rows) and 16
-    floats past them (attention_hopper_bwd.cu, dq_accum_floats and COUNTER_FLOATS)."""
-    B, H, T, D = q.shape
-    variant = OP_BACKWARD_VARIANT if variant is None else variant
-    if D not in BACKWARD_HEAD_DIMS or _resolve_backward_variant(variant, D) not in PREP_VARIANTS:
-        return 0
-    return B * H * ((T + 63) // 64) * 64 * D + 16
-
-
-# The backward variants with prep_kernel (the only ones that skip zeroing a cleared accumulator;
-# the others zero it with a memset whatever the forward did), and the defaults per head dim.
-PREP_VARIANTS = (11, 12, 13, 14, 15, 16, 19)
-DEFAULT_BACKWARD_VARIANT = {64: 19, 128: 5}
-
-
-def _resolve_backward_variant(variant, head_dim):
-    return DEFAULT_BACKWARD_VARIANT[head_dim] if variant == 0 else variant
-
-
-def backward(grad_out, q, k, v, o, lse, causal=True, scale=None, out=None, variant=0, dq_scratch=None):
+def backward(grad_out, q, k, v, o, lse, causal=True, scale=None, out=None, variant=0):
     """(dq, dk, dv) of causal (or full) attention from the forward's o and lse (natural log).
 
     out=(dq, dk, dv): bf16 (B, H, T, D) views to write (e.g. the three slices of one packed
-    (B, T, 3, H, D) gradient); they are returned. Without it, each is allocated (B, T, H, D).
-    dq_scratch: the dQ accumulator the forward zeroed (its `clear`, dq_scratch_floats(q, variant)
-    floats); the kernels add into it. A second backward on the same one is safe: the kernels see
-    that it was used (attention_hopper_bwd.cu, prep_kernel) and zero it again."""
+    (B, T, 3, H, D) gradient); they are returned. Without it, each is allocated (B, T, H, D)."""
     if variant not in BACKWARD_VARIANTS:
         fail(OP, f"variant must be one of {sorted(BACKWARD_VARIANTS)} (0 is the default); got {variant}")
     from .attention_op import _check_input, _empty_bthd, check_backward_inputs
@@ -228,10 +188,7 @@ def backward(grad_out, q, k, v, o, lse, causal=True, scale=None, out=None, varia
     problem = _bwd_ext.module.check_backward(grad_out, q, k, v, o, lse, float(scale), *out)
     if problem:
         raise ValueError(problem)
-    if dq_scratch is not None:
-        check_scratch("dq_scratch", dq_scratch, q, floats=dq_scratch_floats(q, variant))
-    _bwd_ext.module.backward_into(grad_out, q, k, v, o, lse, bool(causal), float(scale), *out, int(variant),
-                                  dq_scratch)
+    _bwd_ext.module.backward_into(grad_out, q, k, v, o, lse, bool(causal), float(scale), *out, int(variant))
     return out
 
 
@@ -287,8 +244,8 @@ def set_forward_variant(variant):
     return old
 
 
-def backend_forward(q, k, v, causal, scale, clear=None):
-    return forward(q, k, v, causal, scale, variant=OP_FORWARD_VARIANT, clear=clear)
+def backend_forward(q, k, v, causal, scale):
+    return forward(q, k, v, causal, scale, variant=OP_FORWARD_VARIANT)
 
 
 # The variant the op runs: 0 = the kernel's default per head dim. TK_ATTENTION_HOPPER_BWD_VARIANT=3
@@ -297,21 +254,15 @@ def backend_forward(q, k, v, causal, scale, clear=None):
 OP_BACKWARD_VARIANT = int(os.environ.get("TK_ATTENTION_HOPPER_BWD_VARIANT", "0") or 0)
 
 
-def backend_backward(grad_out, q, k, v, o, lse, causal, scale, out=None, dq_scratch=None):
-    return backward(grad_out, q, k, v, o, lse, causal, scale, out=out, variant=OP_BACKWARD_VARIANT,
-                    dq_scratch=dq_scratch)
-
-
-def backend_dq_scratch_floats(q):
-    return dq_scratch_floats(q, OP_BACKWARD_VARIANT)
+def backend_backward(grad_out, q, k, v, o, lse, causal, scale, out=None):
+    return backward(grad_out, q, k, v, o, lse, causal, scale, out=out, variant=OP_BACKWARD_VARIANT)
 
 
 def register(prefer=True):
     """Put the Hopper kernels into attention_op's backend table (first choice on sm_90)."""
     from .attention_op import Backend, register_backend
     register_backend(Backend("hopper", backend_why_not, backend_forward, backend_backward,
-                             backward_why_not=backend_backward_why_not,
-                             dq_scratch_floats=backend_dq_scratch_floats), prefer=prefer)
+                             backward_why_not=backend_backward_why_not), prefer=prefer)
 
 
 # Importing this module registers the backend (kernels/attention_op.py imports it; see

@@ -174,26 +174,11 @@ std::string check_forward(const at::Tensor& q, const at::Tensor& k, const at::Te
     return forward_problem(q, k, v, causal, scale, variant).message;
 }
 
-// clear (optional): a contiguous fp32 CUDA tensor on q's device, a multiple of 4 floats, that the
-// launch zeroes on the side (the backward's dQ accumulator; AttentionForwardParams::clear).
-Problem clear_problem(const c10::optional<at::Tensor>& clear, const at::Tensor& q) {
-    using tk_bindings::type_problem, tk_bindings::value_problem;
-    if (!clear.has_value() || !clear->defined() || clear->numel() == 0) return {};
-    const at::Tensor& c = *clear;
-    if (!c.is_cuda() || c.device() != q.device()) return value_problem(say("clear", " must be on " + device_name(q)));
-    if (c.scalar_type() != at::kFloat) return type_problem(say("clear", " must be float32, got " + dtype_name(c)));
-    if (!c.is_contiguous() || c.numel() % 4 != 0 || reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 != 0)
-        return value_problem(say("clear", " must be contiguous, 16-byte aligned and a multiple of 4 floats; got " +
-                                               std::to_string(c.numel()) + " floats"));
-    return {};
-}
-
 // Returns (o, lse): o is (B, H, T, D) bf16, a view of (B, T, H, D) memory so that
 // o.transpose(1, 2).reshape(B, T, H * D) needs no copy; lse is (B, H, T) fp32, natural log.
 std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                bool causal, double scale, int64_t variant, const c10::optional<at::Tensor>& clear) {
+                                bool causal, double scale, int64_t variant) {
     tk_bindings::raise_if(forward_problem(q, k, v, causal, scale, variant));
-    tk_bindings::raise_if(clear_problem(clear, q));
     const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
 
     const c10::cuda::CUDAGuard guard(q.device());
@@ -210,11 +195,7 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
         work_counter = at::zeros({1}, q.options().dtype(at::kInt));
         counter = reinterpret_cast<unsigned int*>(work_counter.data_ptr<int>());
     }
-    AttentionForwardParams p = params_of(q, k, v, o, lse.data_ptr<float>(), causal, scale);
-    if (clear.has_value() && clear->defined() && clear->numel() > 0) {
-        p.clear = clear->data_ptr<float>();
-        p.clear_floats = clear->numel();
-    }
+    const AttentionForwardParams p = params_of(q, k, v, o, lse.data_ptr<float>(), causal, scale);
     const int err = attention_hopper_forward_variant(p, stream, int(variant), counter);
     tk_bindings::raise_if_failed(err == 0 ? nullptr : cudaGetErrorString(static_cast<cudaError_t>(err)),
                                  "tk Hopper attention", "forward launch");
@@ -224,7 +205,7 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("check_forward", &check_forward, "'' or what forward(q, k, v, causal, scale, variant) would raise",
           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal"), py::arg("scale"), py::arg("variant") = 0);
-    m.def("forward", &forward, "Hopper causal flash attention forward: (o, lse); zeroes `clear` on the side",
+    m.def("forward", &forward, "Hopper causal flash attention forward: (o, lse)",
           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal"), py::arg("scale"),
-          py::arg("variant") = 0, py::arg("clear") = py::none());
+          py::arg("variant") = 0);
 }

@@ -32,10 +32,7 @@
 // The buffer's layout is ours to choose: each (head, query block) chunk is contiguous and ordered
 // as the accumulator registers are ([register/4][thread][4] floats), so the shared-memory writes
 // are conflict-free float4 stores and the bulk copy is one contiguous range. Kernel 3 undoes that
-// order. The buffer must start at zero: since session 12 the packed op allocates it in the forward,
-// whose idle producer warps zero it (attention_hopper.cu, clear_on_the_side), and prep_kernel skips
-// the zeroing (~26 us a GPT-2 layer) unless the buffer's used-flag says a backward already ran on
-// it (AttentionBackwardParams::dq_accum_cleared). Atomics from registers instead (DQ_ATOMIC, in D = 64's default since session 8; see
+// order. Atomics from registers instead (DQ_ATOMIC, in D = 64's default since session 8; see
 // DEFAULT_VARIANT_D64's race note): in that
 // order each thread's 32 floats are 8 red.global.add.v4.f32 of 16 bytes, a warp's 32 of one
 // register group 512 contiguous bytes, so the L2 sees whole lines; and the warpgroup skips the
@@ -391,26 +388,14 @@ __global__ void __launch_bounds__(256) rowsum_kernel(const AttentionBackwardPara
 // zeroes its float4s of the chunk and loads all its 16-byte pieces of O and dO (PASSES rows of
 // the block) before summing, so the loads are in flight together.
 // ZERO_COUNTER (PERSISTENT): block 0 also zeroes the work counter, the int just past the chunks.
-// p.dq_accum_cleared: the forward zeroed the accumulator (attention_hopper.cu, clear_on_the_side),
-// so the chunk is left alone, unless the used-flag (the int after the counter, which the forward
-// zeroed too and convert_dq_kernel sets) says a backward already ran on it: a second backward over
-// the same graph (retain_graph=True) finds the accumulator dirty, and then every block zeroes its
-// chunk as it would without the forward's help.
-template <int D>
-__device__ inline int* used_flag(const AttentionBackwardParams& p, int chunks) {
-    return reinterpret_cast<int*>(p.dq_accum + int64_t(chunks) * (64 * D)) + 1;
-}
-
 template <int D, bool ZERO_COUNTER = false>
 __global__ void __launch_bounds__(256) prep_kernel(const AttentionBackwardParams p, int q_blocks) {
     constexpr int LANES = D / 8, ROWS = 256 / LANES, PASSES = 64 / ROWS;   // D = 64: 8, 32, 2
     const int T = p.shape.seq_len, H = p.shape.heads;
     const int bh = int(blockIdx.x / q_blocks), m = int(blockIdx.x % q_blocks), b = bh / H, h = bh % H;
     float4* chunk = reinterpret_cast<float4*>(p.dq_accum) + int64_t(blockIdx.x) * (64 * D / 4);
-    if (!p.dq_accum_cleared || *used_flag<D>(p, gridDim.x) != 0) {
 #pragma unroll
-        for (int f = threadIdx.x; f < 64 * D / 4; f += 256) chunk[f] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
+    for (int f = threadIdx.x; f < 64 * D / 4; f += 256) chunk[f] = make_float4(0.f, 0.f, 0.f, 0.f);
     if constexpr (ZERO_COUNTER)
         if (blockIdx.x == 0 && threadIdx.x == 0) *reinterpret_cast<int*>(p.dq_accum + int64_t(gridDim.x) * (64 * D)) = 0;
     const int part = threadIdx.x % LANES, r0 = threadIdx.x / LANES;
@@ -919,7 +904,6 @@ __global__ void __launch_bounds__(256) convert_dq_kernel(const AttentionBackward
     const int bh = int(blockIdx.x / q_blocks), m = int(blockIdx.x % q_blocks);
     const float4* chunk = reinterpret_cast<const float4*>(p.dq_accum) + int64_t(blockIdx.x) * PER_CHUNK;
     const float sc = p.shape.scale;
-    if (blockIdx.x == 0 && threadIdx.x == 0) *used_flag<D>(p, gridDim.x) = 1;   // see prep_kernel
 #pragma unroll
     for (int f = threadIdx.x; f < PER_CHUNK; f += 256) {
         const float4 v = chunk[f];
@@ -946,9 +930,8 @@ inline int query_blocks(int seq_len) { return (seq_len + 63) / 64; }
 inline int64_t dq_accum_floats(int batch, int heads, int seq_len, int head_dim) {
     return int64_t(batch) * heads * query_blocks(seq_len) * 64 * head_dim;
 }
-// What the caller allocates: the chunks and, past them, 16 floats (64 bytes): int 0 is PERSISTENT's
-// work counter (zeroed by prep_kernel, so no separate memset), int 1 the used-flag (prep_kernel).
-// kernels/attention_hopper.py (dq_scratch_floats) computes the same size.
+// What the caller allocates: the chunks and, past them, 16 floats (64 bytes) for PERSISTENT's
+// work counter (an int; zeroed by prep_kernel, so no separate memset).
 constexpr int64_t COUNTER_FLOATS = 16;
 
 template <int D, bool PIPELINED, bool SPLIT_DQ = false, int OPT = 0>

@@ -36,8 +36,7 @@ AttentionBackwardParams params_of(const at::Tensor& d_o, const at::Tensor& q, co
                                   float* dq_accum) {
     const AttentionShape shape{int(q.size(0)), int(q.size(1)), int(q.size(2)), int(q.size(3)), causal, float(scale)};
     return AttentionBackwardParams{shape, view_of(q), view_of(k), view_of(v), view_of(o), view_of(d_o),
-                                   view_of(dq), view_of(dk), view_of(dv), lse.data_ptr<float>(), d_rowsum, dq_accum,
-                                   /*dq_accum_cleared=*/false};
+                                   view_of(dq), view_of(dk), view_of(dv), lse.data_ptr<float>(), d_rowsum, dq_accum};
 }
 
 std::string say(const char* name, const std::string& rest) {
@@ -98,13 +97,9 @@ std::string check_backward(const at::Tensor& d_o, const at::Tensor& q, const at:
 }
 
 // Writes dq, dk, dv (bf16 (B, H, T, D) views, e.g. three slices of one (B, T, 3, H, D) buffer).
-// dq_scratch (optional): the dQ accumulator, zeroed by the forward (its `clear`): contiguous fp32 on
-// q's device, exactly attention_hopper_backward_dq_accum_floats(B, H, T, D) floats. Without it the
-// call allocates one and the launcher zeroes it.
 void backward_into(const at::Tensor& d_o, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                    const at::Tensor& o, const at::Tensor& lse, bool causal, double scale, const at::Tensor& dq,
-                   const at::Tensor& dk, const at::Tensor& dv, int64_t variant,
-                   const c10::optional<at::Tensor>& dq_scratch) {
+                   const at::Tensor& dk, const at::Tensor& dv, int64_t variant) {
     tk_bindings::raise_if(backward_problem(d_o, q, k, v, o, lse, scale, dq, dk, dv));
     // 6, 7: removed in session 7; 17 in session 9; 18 (and 20-24, past the range) in session 10
     if (variant < 0 || variant > 19 || variant == 6 || variant == 7 || variant == 17 || variant == 18)
@@ -113,21 +108,9 @@ void backward_into(const at::Tensor& d_o, const at::Tensor& q, const at::Tensor&
     const int B = int(q.size(0)), H = int(q.size(1)), T = int(q.size(2)), D = int(q.size(3));
     const c10::cuda::CUDAGuard guard(q.device());
     at::Tensor d_rowsum = at::empty({B, H, T}, q.options().dtype(at::kFloat));
-    const int64_t accum_floats = attention_hopper_backward_dq_accum_floats(B, H, T, D);
-    const bool cleared = dq_scratch.has_value() && dq_scratch->defined() && dq_scratch->numel() > 0;
-    if (cleared) {
-        const at::Tensor& s = *dq_scratch;
-        if (!s.is_cuda() || s.device() != q.device() || s.scalar_type() != at::kFloat || !s.is_contiguous() ||
-            s.numel() != accum_floats)
-            tk_bindings::raise_if(tk_bindings::value_problem(
-                say("dq_scratch", " must be a contiguous float32 tensor of " + std::to_string(accum_floats) +
-                                      " floats on " + device_name(q) + " (the forward's cleared dQ accumulator); got " +
-                                      dtype_name(s) + " of " + std::to_string(s.numel()) + " on " + device_name(s))));
-    }
-    at::Tensor dq_accum = cleared ? *dq_scratch : at::empty({accum_floats}, q.options().dtype(at::kFloat));
-    AttentionBackwardParams p = params_of(d_o, q, k, v, o, lse, causal, scale, dq, dk, dv,
-                                          d_rowsum.data_ptr<float>(), dq_accum.data_ptr<float>());
-    p.dq_accum_cleared = cleared;
+    at::Tensor dq_accum = at::empty({attention_hopper_backward_dq_accum_floats(B, H, T, D)}, q.options().dtype(at::kFloat));
+    const AttentionBackwardParams p = params_of(d_o, q, k, v, o, lse, causal, scale, dq, dk, dv,
+                                                d_rowsum.data_ptr<float>(), dq_accum.data_ptr<float>());
     auto stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
     const int err = attention_hopper_backward_variant(p, stream, int(variant));
     tk_bindings::raise_if_failed(err == 0 ? nullptr : cudaGetErrorString(static_cast<cudaError_t>(err)),
@@ -141,6 +124,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("dv"));
     m.def("backward_into", &backward_into, "(grad_out, q, k, v, o, lse, causal, scale, dq, dk, dv): writes dq, dk, dv",
           py::arg("grad_out"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"), py::arg("lse"), py::arg("causal"),
-          py::arg("scale"), py::arg("dq"), py::arg("dk"), py::arg("dv"), py::arg("variant") = 0,
-          py::arg("dq_scratch") = py::none());
+          py::arg("scale"), py::arg("dq"), py::arg("dk"), py::arg("dv"), py::arg("variant") = 0);
 }

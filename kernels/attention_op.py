@@ -111,27 +111,10 @@ class Backend:
     # (q, causal, scale) -> None or a reason: what only the backward refuses (checked after
     # why_not). Where it declines, another backend's backward runs (every backend's lse is the same).
     backward_why_not: Optional[Callable] = None
-    # (q) -> floats of the fp32 scratch its backward takes already zeroed (0: none). Where forward and
-    # backward are this backend's, the packed op allocates it, the forward zeroes it on the side
-    # (forward(..., clear=scratch)) and the backward adds into it (backward(..., dq_scratch=scratch)).
-    dq_scratch_floats: Optional[Callable] = None
 
 
 BACKENDS = {}          # name -> Backend, most preferred first
 _pinned = os.environ.get("TK_ATTENTION_BACKEND", "auto")
-# TK_ATTENTION_DQ_CLEAR=backward: the backward zeroes its dQ accumulator itself, as before session 12
-# (the default, "forward", has the Hopper forward zero it on the side: see attention_qkv).
-DQ_CLEAR_ENV = "TK_ATTENTION_DQ_CLEAR"
-
-
-def _dq_clear_in_forward():
-    where = os.environ.get(DQ_CLEAR_ENV, "forward").strip() or "forward"
-    if where not in ("forward", "backward"):
-        raise ValueError(f"{DQ_CLEAR_ENV}={where!r}: use forward (the default) or backward")
-    return where == "forward"
-
-
-DQ_CLEAR_IN_FORWARD = _dq_clear_in_forward()
 
 
 def register_backend(backend, prefer=False):
@@ -256,38 +239,19 @@ def split_qkv(qkv):
     return qkv.permute(2, 0, 3, 1, 4).unbind(0)
 
 
-def _run_forward_qkv(qkv, causal, scale, fwd_backend, scratch_floats):
-    """(o, lse, scratch): scratch is the backward's fp32 dQ accumulator, zeroed by the forward on the
-    side, with scratch_floats floats (0: an empty tensor, and the backward zeroes its own)."""
-    q, k, v = (_kernel_layout(t) for t in split_qkv(qkv))
-    scratch = torch.empty(scratch_floats, dtype=torch.float32, device=qkv.device)
-    if scratch_floats:
-        o, lse = BACKENDS[fwd_backend].forward(q, k, v, causal, scale, clear=scratch)
-    else:
-        o, lse = BACKENDS[fwd_backend].forward(q, k, v, causal, scale)
-    return o, lse, scratch
+def _run_forward_qkv(qkv, causal, scale, fwd_backend):
+    return _run_forward(*split_qkv(qkv), causal, scale, fwd_backend)
 
 
-def _run_backward_qkv(grad_out, qkv, o, lse, scratch, causal, scale, backend):
+def _run_backward_qkv(grad_out, qkv, o, lse, causal, scale, backend):
     """d(qkv) as one (B, T, 3, H, D) tensor: the kernel writes dq, dk, dv straight into its three
     slices, so the gradient reaches c_attn without the stack + copy that three separate
-    gradients of qkv.unbind() would cost (two full passes over 3·B·T·C elements per layer).
-    scratch: the forward's zeroed dQ accumulator (empty: none), which the kernels add into."""
+    gradients of qkv.unbind() would cost (two full passes over 3·B·T·C elements per layer)."""
     dqkv = torch.empty(qkv.shape, dtype=qkv.dtype, device=qkv.device)
     grad_out, o = _kernel_layout(grad_out), _kernel_layout(o)
     q, k, v = (_kernel_layout(t) for t in split_qkv(qkv))
-    extra = {"dq_scratch": scratch} if scratch.numel() else {}
-    BACKENDS[backend].backward(grad_out, q, k, v, o, lse, causal, scale, out=split_qkv(dqkv), **extra)
+    BACKENDS[backend].backward(grad_out, q, k, v, o, lse, causal, scale, out=split_qkv(dqkv))
     return dqkv
-
-
-def _scratch_floats(q, fwd_backend, bwd_backend, needs_grad):
-    """Floats of the dQ accumulator the forward should zero for the backward (0: none): only where
-    a backward will run, on the same backend as the forward, and that backend takes one."""
-    if not (needs_grad and DQ_CLEAR_IN_FORWARD and fwd_backend == bwd_backend):
-        return 0
-    floats = BACKENDS[fwd_backend].dq_scratch_floats
-    return floats(q) if floats is not None else 0
 
 
 # ---- 3. the custom ops: what torch.compile sees -----------------------------------------------
@@ -326,31 +290,28 @@ def _(grad_out, q, k, v, o, lse, causal, scale, backend):
 
 
 @torch.library.custom_op("tk::attention_qkv_fwd", mutates_args=())
-def attention_qkv_fwd(qkv: Tensor, causal: bool, scale: float, fwd_backend: str, bwd_backend: str,
-                      scratch_floats: int) -> tuple[Tensor, Tensor, Tensor]:
-    """attention_fwd on the packed (B, T, 3, H, D) c_attn output. Returns (o, lse, scratch): scratch
-    is the backward's dQ accumulator, zeroed (scratch_floats floats; 0: empty)."""
-    return _run_forward_qkv(qkv, causal, scale, fwd_backend, scratch_floats)
+def attention_qkv_fwd(qkv: Tensor, causal: bool, scale: float, fwd_backend: str,
+                      bwd_backend: str) -> tuple[Tensor, Tensor]:
+    """attention_fwd on the packed (B, T, 3, H, D) c_attn output. Returns (o, lse)."""
+    o, lse = _run_forward_qkv(qkv, causal, scale, fwd_backend)
+    return o, lse
 
 
 @attention_qkv_fwd.register_fake
-def _(qkv, causal, scale, fwd_backend, bwd_backend, scratch_floats):
+def _(qkv, causal, scale, fwd_backend, bwd_backend):
     B, T, _, H, D = qkv.shape
-    return (qkv.new_empty(B, T, H, D).transpose(1, 2), qkv.new_empty(B, H, T, dtype=torch.float32),
-            qkv.new_empty(scratch_floats, dtype=torch.float32))
+    return qkv.new_empty(B, T, H, D).transpose(1, 2), qkv.new_empty(B, H, T, dtype=torch.float32)
 
 
-# The backward adds into the saved scratch: a mutation of its input, declared, so torch.compile
-# knows (inductor then passes the saved buffer itself, no copy: checked on the CPU, session 11).
-@torch.library.custom_op("tk::attention_qkv_bwd", mutates_args=("scratch",))
-def attention_qkv_bwd(grad_out: Tensor, qkv: Tensor, o: Tensor, lse: Tensor, scratch: Tensor, causal: bool,
-                      scale: float, backend: str) -> Tensor:
+@torch.library.custom_op("tk::attention_qkv_bwd", mutates_args=())
+def attention_qkv_bwd(grad_out: Tensor, qkv: Tensor, o: Tensor, lse: Tensor, causal: bool, scale: float,
+                      backend: str) -> Tensor:
     """d(qkv), one (B, T, 3, H, D) tensor."""
-    return _run_backward_qkv(grad_out, qkv, o, lse, scratch, causal, scale, backend)
+    return _run_backward_qkv(grad_out, qkv, o, lse, causal, scale, backend)
 
 
 @attention_qkv_bwd.register_fake
-def _(grad_out, qkv, o, lse, scratch, causal, scale, backend):
+def _(grad_out, qkv, o, lse, causal, scale, backend):
     return qkv.new_empty(qkv.shape)
 
 
@@ -382,24 +343,22 @@ def _make_backward(attention_backward):
 attention_fwd.register_autograd(_make_backward(attention_bwd), setup_context=_setup_context)
 
 
-# The packed op saves qkv itself (the same memory as the q, k, v views) and the zeroed dQ
-# accumulator, and returns one gradient.
+# The packed op saves qkv itself (the same memory as the q, k, v views) and returns one gradient.
 def _setup_context_qkv(ctx, inputs, output):
-    qkv, causal, scale, _, bwd_backend, _ = inputs
-    o, lse, scratch = output
-    ctx.mark_non_differentiable(lse, scratch)
-    ctx.save_for_backward(qkv, o, lse, scratch)
+    qkv, causal, scale, _, bwd_backend = inputs
+    o, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(qkv, o, lse)
     ctx.causal, ctx.scale, ctx.bwd_backend = causal, scale, bwd_backend
 
 
 def _make_backward_qkv(attention_backward):
-    def backward(ctx, grad_out, _grad_lse, _grad_scratch):
-        qkv, o, lse, scratch = ctx.saved_tensors
+    def backward(ctx, grad_out, _grad_lse):
+        qkv, o, lse = ctx.saved_tensors
         if ctx.bwd_backend == "":
             raise RuntimeError("tk attention: no backend can run the backward pass for these inputs "
                                "(see kernels.attention.why_not); use --kernels_attention=torch")
-        dqkv = attention_backward(grad_out, qkv, o, lse, scratch, ctx.causal, ctx.scale, ctx.bwd_backend)
-        return dqkv, None, None, None, None, None
+        return attention_backward(grad_out, qkv, o, lse, ctx.causal, ctx.scale, ctx.bwd_backend), None, None, None, None
     return backward
 
 
@@ -422,10 +381,10 @@ class _AttentionEager(torch.autograd.Function):
 class _AttentionQKVEager(torch.autograd.Function):
     """attention_qkv_fwd without torch.library (as _AttentionEager)."""
     @staticmethod
-    def forward(ctx, qkv, causal, scale, fwd_backend, bwd_backend, scratch_floats):
+    def forward(ctx, qkv, causal, scale, fwd_backend, bwd_backend):
         ctx.set_materialize_grads(False)
-        output = _run_forward_qkv(qkv, causal, scale, fwd_backend, scratch_floats)   # (o, lse, scratch)
-        _setup_context_qkv(ctx, (qkv, causal, scale, fwd_backend, bwd_backend, scratch_floats), output)
+        output = _run_forward_qkv(qkv, causal, scale, fwd_backend)   # (o, lse)
+        _setup_context_qkv(ctx, (qkv, causal, scale, fwd_backend, bwd_backend), output)
         return output
 
     backward = staticmethod(_make_backward_qkv(_run_backward_qkv))
@@ -470,11 +429,8 @@ def attention_qkv(qkv, causal=True, dropout_p=0.0, scale=None):
     the backward, which returns d(qkv) as one tensor (see _run_backward_qkv)."""
     q = qkv.select(2, 0).transpose(1, 2)   # a (B, H, T, D) view, for the backend choice
     scale, fwd_backend, bwd_backend = _plan_call(q, causal, dropout_p, scale)
-    # The backward's dQ accumulator (50 MB a GPT-2 layer) is zeroed in the forward, which is compute
-    # bound, by warps that would idle there; zeroed in the backward it cost ~26 us a layer.
-    scratch_floats = _scratch_floats(q, fwd_backend, bwd_backend, torch.is_grad_enabled() and qkv.requires_grad)
     op = attention_qkv_fwd if torch.compiler.is_compiling() else _AttentionQKVEager.apply
-    o, _, _ = op(qkv, bool(causal), scale, fwd_backend, bwd_backend, scratch_floats)
+    o, _ = op(qkv, bool(causal), scale, fwd_backend, bwd_backend)
     return o.transpose(1, 2)
 
 

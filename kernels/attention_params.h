@@ -21,11 +21,6 @@ struct AttentionForwardParams {
     AttentionShape shape;
     AttentionTensor q, k, v, o;           // o is written
     float* lse;                           // (B, H, T) contiguous, natural log, written
-    // A buffer the forward zeroes on the side (nullptr: none): the Hopper backward's fp32 dQ
-    // accumulator, cleared by warps that would otherwise idle (attention_hopper.cu, clear_on_the_side),
-    // so the backward need not. clear_floats is a multiple of 4; the Hopper forward alone reads these.
-    float* clear;
-    int64_t clear_floats;
 };
 
 struct AttentionBackwardParams {
@@ -35,10 +30,6 @@ struct AttentionBackwardParams {
     const float* lse;                     // (B, H, T) from the forward pass
     float* d_rowsum;                      // (B, H, T) scratch: D = rowsum(dO * O)
     float* dq_accum;                      // (B, H, T, head_dim) fp32 scratch, zeroed by the launcher
-    // true: dq_accum arrives zeroed by the forward (AttentionForwardParams::clear), so the Hopper
-    // backward's prep kernel skips the zeroing, unless a backward already ran on it (its used-flag:
-    // attention_hopper_bwd.cu, prep_kernel). false: the launcher zeroes it.
-    bool dq_accum_cleared;
 };
 
 // Launchers in attention_portable.cu. They return the CUDA error of the launches (0 = ok).

@@ -31,8 +31,7 @@ class AttentionShape(ctypes.Structure):
 
 class AttentionForwardParams(ctypes.Structure):
     _fields_ = [("shape", AttentionShape), ("q", AttentionTensor), ("k", AttentionTensor),
-                ("v", AttentionTensor), ("o", AttentionTensor), ("lse", ctypes.c_void_p),
-                ("clear", ctypes.c_void_p), ("clear_floats", ctypes.c_int64)]   # ctypes zeroes them: none
+                ("v", AttentionTensor), ("o", AttentionTensor), ("lse", ctypes.c_void_p)]
 
 
 _lib = None

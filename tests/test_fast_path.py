@@ -173,15 +173,13 @@ class FakePortableAttentionExt:
 
 
 class FakeHopperAttentionExt:
-    """attention_hopper_bindings.cpp: forward(q, k, v, causal, scale, variant, clear) -> [o, lse]."""
+    """attention_hopper_bindings.cpp: forward(q, k, v, causal, scale, variant) -> [o, lse]."""
 
     def __init__(self, calls):
         self.calls = calls
 
-    def forward(self, q, k, v, causal, scale, variant, clear=None):
+    def forward(self, q, k, v, causal, scale, variant):
         self.calls["hopper.forward"] += 1
-        if clear is not None:
-            clear.zero_()
         return _attention_forward(q, k, v, causal, scale)
 
 
