@@ -1,8 +1,8 @@
 // kernels/cross_entropy.cu: softmax cross-entropy over a chunk of logit rows, loss AND gradient
 // in one kernel, writing the gradient over the logits in place. The LM head (kernels/lm_head_op.py)
-// calls it between two cuBLAS GEMMs per chunk of rows:
+// calls it between two GEMMs per chunk of rows:
 //
-//     logits = x_c · Wᵀ            (cuBLAS)               [n][V] bf16, V = 50304 for GPT-2
+//     logits = x_c · Wᵀ            (the tk GEMM, or cuBLAS) [n][V] bf16, V = 50304 for GPT-2
 //     per row r, target t:                                 (this file)
 //         m    = max_j logits[r][j]
 //         lse  = m + log(sum_j exp(logits[r][j] - m))

@@ -1,8 +1,8 @@
 // kernels/lm_head_bindings.cpp: the torch side of the tk_lm_head extension. One function,
 // cross_entropy_, which checks its arguments (a bad call is a Python ValueError/TypeError naming
 // the argument, never a crash) and launches kernels/cross_entropy.cu on the current stream.
-// Read after kernels/lm_head_op.py (which calls it once per chunk of rows, between the cuBLAS
-// GEMMs) and kernels/bindings_checks.h (how a check builds its message and raises it).
+// Read after kernels/lm_head_op.py (which calls it once per chunk of rows, between the logits'
+// GEMM and dx's and dW's) and kernels/bindings_checks.h (how a check builds its message and raises it).
 #include <torch/extension.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

@@ -18,17 +18,17 @@ loss. Here the logits never exist in full:
   chunk by chunk, and keeps only what the backward needs, dx (N, C) and dW (V, C):
 
       for each chunk of rows c (a few hundred MB of logits):
-          logits_c = x_c · Wᵀ                     cuBLAS (torch.mm), bf16 out
+          logits_c = x_c · Wᵀ                     the tk GEMM (or cuBLAS: TK_LM_HEAD_LOGITS), bf16 out
           loss_c, dlogits_c -> in place           tk kernel (cross_entropy.cu), one pass per row
           dx_c  = dlogits_c · W                   cuBLAS
           dW   += dlogits_cᵀ · x_c                cuBLAS, bf16 in, fp32 accumulator
 
   and the autograd backward just scales the saved dx and dW by grad_output (a scalar: 1, or
-  1/gradient-accumulation steps). The GEMMs stay on cuBLAS by default: they are 95% of the op's
-  flops; the kernel replaces what was memory-bound (softmax forward and backward, the casts and
-  the round trips of the full logits). (Session 11's profile: cuBLAS's logits GEMM is not at the
-  limit, 458 us a chunk against 399 for dx's of equal flops; TK_LM_HEAD_LOGITS=tk, below, is the
-  opt-in that puts it on the tk GEMM.)
+  1/gradient-accumulation steps). The GEMMs are 95% of the op's flops; the kernel replaces what
+  was memory-bound (softmax forward and backward, the casts and the round trips of the full
+  logits). dx's and dW's GEMMs are cuBLAS's; the logits' runs on the tk GEMM since session 12
+  (TK_LM_HEAD_LOGITS, below: cuBLAS ran it at 458 us a chunk against 399 for dx's of equal flops
+  in session 11's profile, and the GPT-2 step took 0.40 ms less on the tk GEMM).
 
   W is the tied wte/lm_head parameter: autograd adds the dW returned here to the embedding's
   gradient, exactly as for the nn.Linear it replaces.
@@ -72,20 +72,24 @@ def _chunk_bytes():
 
 CHUNK_BYTES = _chunk_bytes()   # a chunk's logits: at most this (GPT-2: 4096 rows, 412 MB; 8 chunks)
 
-# TK_LM_HEAD_LOGITS=tk (session 11, opt-in, NOT yet timed on a GPU): each chunk's logits GEMM
-# (x_c·Wᵀ, K = 768 and N = 50304 at GPT-2) on the tk GEMM (kernels/gemm.py, its auto plan) instead
-# of cuBLAS. Why it might pay: in session 11's profile cuBLAS ran this product at 458 us a chunk
-# against 399 for dx's product of the same flops (it writes 412 MB of logits; dx writes 6 MB), and
-# the tk GEMM stores its tiles under the next tile's math (issue 3: 1.03-1.09x cuBLAS at GPT-2's
-# forward shapes). Where the tk GEMM does not take the product (not bf16, K or V not a multiple of
-# 16: shakespeare-char's V = 65) cuBLAS runs it, as by default.
+# TK_LM_HEAD_LOGITS: which GEMM computes each chunk's logits (x_c·Wᵀ, K = 768 and N = 50304 at
+# GPT-2): "tk", the default since session 12, is the tk GEMM (kernels/gemm.py, its auto plan);
+# "cublas" (the opt-out) is torch.mm. Why tk: in session 11's profile cuBLAS ran this product at
+# 458 us a chunk against 399 for dx's product of the same flops (it writes 412 MB of logits; dx
+# writes 6 MB), and the tk GEMM stores its tiles under the next tile's math (issue 3: 1.03-1.09x
+# cuBLAS at GPT-2's forward shapes). Measured in session 12 (call 1, H200, GPT-2 124M step under
+# torch.compile, tests/gpu_e2e_env_ab.sh, 3 alternating rounds, each run a fresh process): tk
+# 55.78, 55.63, 55.57 ms a step, cublas 55.65, 56.24, 56.03; medians 55.63 vs 56.03 (-0.40 ms,
+# -0.7%; predicted -0.1..-0.3). One draw, with the machine's other GPU running another benchmark
+# at the time. Where the tk GEMM does not take the product (not bf16, K or V not a multiple of 16:
+# shakespeare-char's V = 65; no Hopper GPU, so no tk GEMM) cuBLAS runs it.
 LOGITS_ENV = "TK_LM_HEAD_LOGITS"
 
 
 def _logits_gemm():
-    name = os.environ.get(LOGITS_ENV, "cublas").strip() or "cublas"
-    if name not in ("cublas", "tk"):
-        raise ValueError(f"{LOGITS_ENV}={name!r}: use cublas (the default) or tk")
+    name = os.environ.get(LOGITS_ENV, "tk").strip() or "tk"
+    if name not in ("tk", "cublas"):
+        raise ValueError(f"{LOGITS_ENV}={name!r}: use tk (the default: the tk GEMM) or cublas")
     return name
 
 
@@ -185,7 +189,7 @@ def _addmm_into(acc, a, b):
 
 
 def _logits_into(out, x_c, w):
-    """out = x_c·wᵀ: cuBLAS, or the tk GEMM under TK_LM_HEAD_LOGITS=tk where it takes the product."""
+    """out = x_c·wᵀ: the tk GEMM where it takes the product, else (or with TK_LM_HEAD_LOGITS=cublas) cuBLAS."""
     K, V = w.shape[1], w.shape[0]
     if (LOGITS_GEMM == "tk" and x_c.dtype == w.dtype == out.dtype == torch.bfloat16 and K % 16 == 0
             and V % 16 == 0 and gemm.why_not() is None):
@@ -344,11 +348,14 @@ def why_not(x, weight, targets):
 
 
 def preflight(dtype, device, **_):
-    """Start-up check for the configured model; builds the extension now, not mid-step."""
+    """Start-up check for the configured model; builds the extension now, not mid-step, and the
+    tk GEMM's for the logits (if that cannot build, the logits run on cuBLAS: not a failure)."""
     if not str(device).startswith("cuda"):
         return f"device={device}; the tk kernel needs CUDA"
     if dtype not in DTYPES:
         return f"dtype={dtype}; the tk LM head computes in bfloat16 or float32"
+    if LOGITS_GEMM == "tk":
+        gemm.why_not()
     return _ext.why_not()
 
 

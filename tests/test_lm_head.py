@@ -11,7 +11,7 @@ GPU (skipped without CUDA): kernels/cross_entropy.cu alone (loss rows and in-pla
 float64, every kernel: rows in registers, in shared memory, streamed, one warp per row), the op
 (loss, dx, dW vs float64 at N in {1, 17, 1000, 4097} x V in {65, 1000, 1003, 50304}, some
 targets ignored; and with the kernels requested that are not yet the defaults, and with the logits
-on the tk GEMM, TK_LM_HEAD_LOGITS=tk), fp32, no_grad,
+on the tk GEMM (the default since session 12) and on cuBLAS (TK_LM_HEAD_LOGITS=cublas)), fp32, no_grad,
 CUDA graph capture, torch.compile, and the GPT's loss and gradients with kernels_lm_head=tk vs
 torch. tests/gpu_lm_head.sh runs them with the build, compute-sanitizer and the bench row.
 """
@@ -352,18 +352,21 @@ def test_fake_kernel_path_bf16_inputs(fake_ext):
 
 
 @pytest.mark.parametrize("V", [48, 40])
-def test_logits_on_the_tk_gemm_when_asked(fake_ext, monkeypatch, V):
-    """TK_LM_HEAD_LOGITS=tk (session 11): each chunk's logits go through gemm.matmul (the fake GEMM
-    extension here) where it takes the product (bf16, K and V multiples of 16), else cuBLAS as by
-    default; the loss and gradients are the same either way."""
+def test_logits_on_the_tk_gemm_by_default(fake_ext, monkeypatch, V):
+    """By default (TK_LM_HEAD_LOGITS unset: tk, since session 12) each chunk's logits go through
+    gemm.matmul (the fake GEMM extension here) where it takes the product (bf16, K and V multiples
+    of 16), else cuBLAS; with the opt-out (cublas) never. The loss and gradients are the same."""
     from test_linear import install_fake_gemm
     gemm_calls = collections.Counter()
     fake_gemm = install_fake_gemm(monkeypatch, gemm_calls)
     monkeypatch.setattr(lm_head_op.gemm, "why_not", lambda: None)
+    monkeypatch.delenv(lm_head_op.LOGITS_ENV, raising=False)
+    default = lm_head_op._logits_gemm()                      # what LOGITS_GEMM is read as at import
+    assert default == "tk"
     x, w, t = make_inputs(150, 32, V)                        # 64-row chunks: 3 of them
     xb, wb = x.detach().bfloat16().requires_grad_(), w.detach().bfloat16().requires_grad_()
     results = {}
-    for logits_gemm in ("cublas", "tk"):
+    for logits_gemm in ("cublas", default):
         monkeypatch.setattr(lm_head_op, "LOGITS_GEMM", logits_gemm)
         gemm_calls.clear()
         loss = lm_head_op.lm_head_loss(xb, wb, t)
@@ -380,12 +383,27 @@ def test_logits_on_the_tk_gemm_when_asked(fake_ext, monkeypatch, V):
 
 
 def test_logits_gemm_from_the_environment(monkeypatch):
-    for value, want in (("tk", "tk"), ("cublas", "cublas"), ("", "cublas")):
+    monkeypatch.delenv(lm_head_op.LOGITS_ENV, raising=False)
+    assert lm_head_op._logits_gemm() == "tk"                 # the default since session 12
+    for value, want in (("tk", "tk"), ("cublas", "cublas"), (" cublas ", "cublas"), ("", "tk")):
         monkeypatch.setenv(lm_head_op.LOGITS_ENV, value)
         assert lm_head_op._logits_gemm() == want
     monkeypatch.setenv(lm_head_op.LOGITS_ENV, "cutlass")
     with pytest.raises(ValueError, match=lm_head_op.LOGITS_ENV):
         lm_head_op._logits_gemm()
+
+
+def test_preflight_builds_the_tk_gemm_for_the_logits(monkeypatch):
+    """With the logits on the tk GEMM, the start-up check builds its extension too (not mid-step);
+    if it cannot build, the logits run on cuBLAS, so its reason is not the LM head's."""
+    asked = []
+    monkeypatch.setattr(lm_head_op.gemm, "why_not", lambda: asked.append("gemm") or "needs a Hopper GPU")
+    monkeypatch.setattr(lm_head_op._ext, "why_not", lambda: None)
+    for logits_gemm, expect in (("tk", ["gemm"]), ("cublas", [])):
+        monkeypatch.setattr(lm_head_op, "LOGITS_GEMM", logits_gemm)
+        asked.clear()
+        assert lm_head_op.preflight(dtype=torch.bfloat16, device="cuda") is None
+        assert asked == expect, logits_gemm
 
 
 def test_fake_kernel_path_skips_gradients_without_grad(fake_ext):
@@ -622,16 +640,18 @@ def test_op_several_chunks(monkeypatch):
 
 
 @gpu
+@pytest.mark.parametrize("logits_gemm", ["tk", "cublas"])   # the default since session 12, the opt-out
 @pytest.mark.parametrize("N,V", [(1, 50304), (4097, 50304), (1000, 1008), (1000, 65)])
-def test_op_with_logits_on_the_tk_gemm(N, V, monkeypatch):
-    """TK_LM_HEAD_LOGITS=tk (session 11, opt-in): the op vs float64, and no worse than PyTorch's
-    bf16 path, with each chunk's logits on the tk GEMM (V = 65: cuBLAS, the tk GEMM does not take it)."""
-    monkeypatch.setattr(lm_head_op, "LOGITS_GEMM", "tk")
+def test_op_with_logits_on_the_tk_gemm(N, V, logits_gemm, monkeypatch):
+    """TK_LM_HEAD_LOGITS=tk (the default) and cublas: the op vs float64, and no worse than PyTorch's
+    bf16 path, with each chunk's logits on the tk GEMM (V = 65: cuBLAS, the tk GEMM does not take
+    it) or on cuBLAS."""
+    monkeypatch.setattr(lm_head_op, "LOGITS_GEMM", logits_gemm)
     ran = collections.Counter()                                # the tk GEMM ran where it should (review R:
     real_matmul = lm_head_op.gemm.matmul                       # else cuBLAS alone would pass the bounds)
     monkeypatch.setattr(lm_head_op.gemm, "matmul", lambda *a, **k: (ran.update(["tk"]), real_matmul(*a, **k))[1])
     errors = _op_errors(N, V)
-    assert (ran["tk"] > 0) == (V % 16 == 0), (V, dict(ran), lm_head_op.gemm.why_not())
+    assert (ran["tk"] > 0) == (logits_gemm == "tk" and V % 16 == 0), (V, dict(ran), lm_head_op.gemm.why_not())
     for name, e, e_ref in zip(("loss", "dx", "dW"), errors["tk"], errors["torch"]):
         assert e < 2e-2 and e <= 2 * e_ref + 2e-3, (name, errors)
 
