@@ -26,6 +26,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from contextlib import nullcontext
 
@@ -126,6 +127,76 @@ def training_step(spec):
     return step, info
 
 
+# ---- the GPU's clocks and power while the steps run ---------------------------------------------
+# Why: the same commit read 1.115x / 1.102x torch.compile on two-GPU machines and 1.091x on a one-GPU
+# machine (kernels/NOTES.md, session 12), and session 11's one-GPU draws were low too. Clocks held
+# down by a power or thermal cap would bend the two sides of a comparison differently (tk's kernels
+# and cuBLAS's do not draw the same power), so each row records what the GPU ran at.
+# NVML's clock-limit reasons (nvmlClocksEventReason*), the ones that slow a busy GPU:
+CLOCK_LIMITS = {0x4: "power cap", 0x8: "hw slowdown", 0x20: "sw thermal", 0x40: "hw thermal", 0x80: "power brake"}
+
+
+class ClockSampler:
+    """Polls NVML (nvidia-ml-py, the pynvml module) from a thread every `period_s` while the timed
+    steps run: SM clock, power draw, clock-limit reasons. summary() gives medians and the share of
+    samples under each limit; without NVML (the CPU, a machine without the module) it is {}."""
+
+    def __init__(self, device_index, period_s=0.1):
+        self.samples, self.period_s, self._stop = [], period_s, threading.Event()
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            try:   # NVML counts every GPU; CUDA_VISIBLE_DEVICES renumbers them for torch
+                index = torch.cuda._get_nvml_device_index(device_index)
+            except Exception:
+                index = device_index
+            self.nvml, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+            self.reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+                pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+            self.limit_w = pynvml.nvmlDeviceGetEnforcedPowerLimit(self.handle) / 1e3
+        except Exception:   # no NVML here: nothing to record
+            self.nvml = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.samples.append((self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM),
+                                     self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1e3,
+                                     int(self.reasons(self.handle))))
+            except Exception:
+                return
+            self._stop.wait(self.period_s)
+
+    def __enter__(self):
+        if self.nvml is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def summary(self):
+        if not self.samples:
+            return {}
+        mhz, watts, reasons = zip(*self.samples)
+        limited = {name: round(sum(1 for r in reasons if r & bit) / len(reasons), 3)
+                   for bit, name in CLOCK_LIMITS.items() if any(r & bit for r in reasons)}
+        return {"sm_mhz": statistics.median(mhz), "sm_mhz_min": min(mhz), "power_w": round(statistics.median(watts), 1),
+                "power_limit_w": round(self.limit_w, 1), "clock_limits": limited, "clock_samples": len(mhz)}
+
+
+def clock_note(row):
+    """'SM 1980 MHz (min 1755), 612 W of 700, power cap 40% of samples' for the per-variant line."""
+    if "sm_mhz" not in row:
+        return ""
+    limits = ", ".join(f"{name} {100 * share:.0f}%" for name, share in row["clock_limits"].items())
+    return (f"; SM {row['sm_mhz']:.0f} MHz (min {row['sm_mhz_min']:.0f}), {row['power_w']:.0f} W of "
+            f"{row['power_limit_w']:.0f}" + (f", limited by {limits} of samples" if limits else ""))
+
+
 def time_steps(step, warmup, steps, device_type):
     """Warm up, then time `steps` steps one by one: CUDA events around each step on a GPU (the
     GPU's span for the step, including any wait for Python to launch it), the host clock on the
@@ -142,23 +213,26 @@ def time_steps(step, warmup, steps, device_type):
     if cuda:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(steps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(steps)]
+    sampler = ClockSampler(torch.cuda.current_device()) if cuda else None
     t0 = time.perf_counter()
-    for i in range(steps):
-        if cuda:
-            starts[i].record()
-            loss = step(warmup + i)
-            ends[i].record()
-        else:
-            t = time.perf_counter()
-            loss = step(warmup + i)
-            ms.append((time.perf_counter() - t) * 1e3)
-    sync()
+    with sampler or nullcontext():
+        for i in range(steps):
+            if cuda:
+                starts[i].record()
+                loss = step(warmup + i)
+                ends[i].record()
+            else:
+                t = time.perf_counter()
+                loss = step(warmup + i)
+                ms.append((time.perf_counter() - t) * 1e3)
+        sync()
     wall_ms = (time.perf_counter() - t0) * 1e3 / steps
     if cuda:
         ms = [s.elapsed_time(e) for s, e in zip(starts, ends)]
     out = {"ms": statistics.median(ms), "ms_steps": [round(t, 4) for t in ms],
            "ms_wall_mean": wall_ms, "warmup_s": round(warmup_s, 2), "loss": loss.item()}
     if cuda:
+        out.update(sampler.summary())
         out["host_ms"] = host_issue_ms(step, warmup + steps)
     return out
 
@@ -289,7 +363,8 @@ def run_e2e(models, variants, compile_modes, device, dtype, warmup, steps, timeo
             print(f"  {row['model']} {row['variant']}: FAILED {row['error']}", flush=True)
         else:
             print(f"  {row['model']} {row['variant']}: {row['ms']:.2f} ms/step, {row['tokens_per_s']:,.0f} tok/s "
-                  f"(warm-up {row['warmup_s']} s; host {row.get('host_ms', 0):.1f} ms to issue a step; ops on {row['used']})",
+                  f"(warm-up {row['warmup_s']} s; host {row.get('host_ms', 0):.1f} ms to issue a step{clock_note(row)}; "
+                  f"ops on {row['used']})",
                   flush=True)
     add_ratios(rows)
     return rows

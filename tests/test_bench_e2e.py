@@ -132,3 +132,68 @@ def test_plot_redraws_op_table(tmp_path):
     result = run_script("bench.py", "--plot", str(path))
     assert result.returncode == 0, result.stderr[-2000:]
     assert png_ok(tmp_path / "ops_ops.png") and not (tmp_path / "ops_e2e.png").exists()
+
+
+class FakeNVML:
+    """pynvml's calls that ClockSampler makes, on a scripted sequence of readings."""
+    NVML_CLOCK_SM = 1
+
+    def __init__(self, readings):
+        self.readings, self.i, self.index = list(readings), 0, None
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        self.index = index
+        return "gpu"
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle):
+        return 700_000                                          # mW
+
+    def _reading(self):
+        return self.readings[min(self.i, len(self.readings) - 1)]
+
+    def nvmlDeviceGetClockInfo(self, handle, which):
+        assert which == self.NVML_CLOCK_SM
+        return self._reading()[0]
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return self._reading()[1]
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        reasons = self._reading()[2]
+        self.i += 1
+        return reasons
+
+
+def test_clock_sampler_summary_and_note(monkeypatch):
+    import sys
+    import time
+    fake = FakeNVML([(1980, 650_000, 0), (1755, 700_000, 0x4), (1980, 640_000, 0x1), (1830, 699_000, 0x4 | 0x20)])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(e2e_bench.torch.cuda, "_get_nvml_device_index", lambda i: i + 2, raising=False)
+    sampler = e2e_bench.ClockSampler(0, period_s=0.001)
+    assert fake.index == 2                                      # CUDA_VISIBLE_DEVICES mapped to NVML's index
+    with sampler:
+        deadline = time.time() + 5                              # the thread takes ~4 ms; never hang
+        while fake.i < 4 and time.time() < deadline:
+            time.sleep(0.001)
+    s = sampler.summary()
+    assert s["clock_samples"] >= 4
+    first4 = sampler.samples[:4]
+    assert first4 == [(1980, 650.0, 0), (1755, 700.0, 4), (1980, 640.0, 1), (1830, 699.0, 36)]
+    assert s["sm_mhz_min"] == 1755 and s["power_limit_w"] == 700.0
+    assert set(s["clock_limits"]) == {"power cap", "sw thermal"}    # 0x1 (idle) is not a limit on a busy GPU
+    assert 0 < s["clock_limits"]["sw thermal"] <= s["clock_limits"]["power cap"] < 1
+    note = e2e_bench.clock_note(s)
+    assert note.startswith(f"; SM {s['sm_mhz']:.0f} MHz (min 1755)") and "of 700" in note and "power cap" in note
+
+
+def test_clock_sampler_without_nvml_records_nothing(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "pynvml", None)            # import fails
+    sampler = e2e_bench.ClockSampler(0)
+    with sampler:
+        pass
+    assert sampler.summary() == {} and e2e_bench.clock_note({}) == ""
