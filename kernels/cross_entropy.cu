@@ -60,8 +60,8 @@
 //     GPU, so the host never waits for it (CUDA graphs capture this unchanged).
 //
 // Read in this order: block_reduce, finish_row (the per-row scalars all kernels share),
-// rows_in_registers, sweep_shared_row and rows_in_shared, rows_streamed, rows_per_warp, then the
-// launcher (which kernel, which VECS).
+// rows_in_registers, rows_in_shared, rows_streamed, rows_per_warp, then the launcher (which
+// kernel, which VECS).
 #include <cmath>
 #include <type_traits>
 
@@ -186,46 +186,9 @@ __global__ void __launch_bounds__(THREADS) rows_in_registers(Args a) {
     }
 }
 
-// ---- a row in shared memory: one DRAM read, one DRAM write, two rows per SM --------------
-// The three sweeps of rows_in_registers over a row whose chunks are in shared memory (`chunk`,
-// each thread reading only the chunks it copied there itself): the max, the sum of exponentials,
-// the row's loss (finish_row) and, with write_grad, the gradient stored over the row x in global
-// memory.
-template <typename T>
-__device__ __forceinline__ void sweep_shared_row(const uint4* chunk, int chunks, T* x, int64_t row, int64_t target,
-                                                 float target_logit, const Args& a, float* partial) {
-    using Chunk = tk::chunk16<T>;
-    constexpr int E = Chunk::elems;
-    float m = NEG_INF;
-    for (int k = threadIdx.x; k < chunks; k += THREADS) {
-        const Chunk c = chunk_of<T>(chunk[k]);
-#pragma unroll
-        for (int e = 0; e < E; ++e) m = fmaxf(m, c[e]);
-    }
-    m = block_reduce<tk::base_ops::max>(m, partial, NEG_INF);
-
-    const float neg_m_log2e = -m * LOG2E;
-    float s = 0.0f;
-    for (int k = threadIdx.x; k < chunks; k += THREADS) {
-        const Chunk c = chunk_of<T>(chunk[k]);
-#pragma unroll
-        for (int e = 0; e < E; ++e) s += exp2f(fmaf(c[e], LOG2E, neg_m_log2e));
-    }
-    s = block_reduce<tk::base_ops::sum>(s, partial, 0.0f);   // its barriers order every read of x before any write
-
-    const RowResult r = finish_row(m, s, target, a.cols, target_logit, a.loss_rows + row, a.grad_scale, a.write_grad);
-    if (!a.write_grad) return;
-    for (int k = threadIdx.x; k < chunks; k += THREADS) {
-        const Chunk c = chunk_of<T>(chunk[k]);
-        float g[E];
-#pragma unroll
-        for (int e = 0; e < E; ++e) g[e] = grad_of(c[e], int64_t(k) * E + e == target, r);
-        tk::store(x + int64_t(k) * E, g);
-    }
-}
-
-// rows_in_shared: the row copied into dynamic shared memory (chunks * 16 bytes), then
-// sweep_shared_row. Thread i copies and later reads chunks i, i + THREADS, ...: its own, so after
+// ---- the row in shared memory: one DRAM read, one DRAM write, two rows per SM --------------
+// The same three sweeps as rows_in_registers, over chunks in dynamic shared memory (chunks * 16
+// bytes). Thread i copies and later reads chunks i, i + THREADS, ...: its own, so after
 // cp_async_wait<0>() (which covers this thread's copies) it may read them without a barrier.
 template <typename T>
 __global__ void __launch_bounds__(THREADS, 2) rows_in_shared(Args a) {
@@ -246,7 +209,33 @@ __global__ void __launch_bounds__(THREADS, 2) rows_in_shared(Args a) {
                      ::"r"(tk::smem_addr(&row_chunks[k])), "l"(x + int64_t(k) * E) : "memory");
     tk::cp_async_commit();
     tk::cp_async_wait<0>();
-    sweep_shared_row<T>(row_chunks, chunks, x, row, target, target_logit, a, partial);
+
+    float m = NEG_INF;
+    for (int k = threadIdx.x; k < chunks; k += THREADS) {
+        const Chunk c = chunk_of<T>(row_chunks[k]);
+#pragma unroll
+        for (int e = 0; e < E; ++e) m = fmaxf(m, c[e]);
+    }
+    m = block_reduce<tk::base_ops::max>(m, partial, NEG_INF);
+
+    const float neg_m_log2e = -m * LOG2E;
+    float s = 0.0f;
+    for (int k = threadIdx.x; k < chunks; k += THREADS) {
+        const Chunk c = chunk_of<T>(row_chunks[k]);
+#pragma unroll
+        for (int e = 0; e < E; ++e) s += exp2f(fmaf(c[e], LOG2E, neg_m_log2e));
+    }
+    s = block_reduce<tk::base_ops::sum>(s, partial, 0.0f);   // its barriers order every read before any write
+
+    const RowResult r = finish_row(m, s, target, a.cols, target_logit, a.loss_rows + row, a.grad_scale, a.write_grad);
+    if (!a.write_grad) return;
+    for (int k = threadIdx.x; k < chunks; k += THREADS) {
+        const Chunk c = chunk_of<T>(row_chunks[k]);
+        float g[E];
+#pragma unroll
+        for (int e = 0; e < E; ++e) g[e] = grad_of(c[e], int64_t(k) * E + e == target, r);
+        tk::store(x + int64_t(k) * E, g);
+    }
 }
 
 // ---- any row: two sweeps over global memory ------------------------------------------------
