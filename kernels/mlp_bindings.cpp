@@ -251,8 +251,24 @@ Tensor forward_inference(const Tensor& x, const Tensor& w_fc, const c10::optiona
     return run_forward(x, w_fc, b_fc, w_proj, b_proj, /*keep_pre=*/false)[0];
 }
 
+// Session 13 (opt-in, mlp_op's TK_MLP_DW_GEMM=cublas): the two weight gradients on cuBLAS instead
+// of the tk split-K GEMM below. Why it exists: at GPT-2's 32768 tokens the tk dW kernel takes ~224 us
+// a product in the training step against ~202 for cuBLAS's split-K (its reduce kernel included):
+// six exposed reduce-add epilogues per CTA (kernels/NOTES.md, sessions 8-10). Off by default: the
+// MLP's products all run on tk unless asked.
+bool dw_on_cublas = false;
+void set_dw_on_cublas(bool on) { dw_on_cublas = on; }
+bool get_dw_on_cublas() { return dw_on_cublas; }
+
 // dW = Aᵀ·B over the tokens, split-K reduce-added into dw (fp32, zeroed); the caller casts it.
+// With dw_on_cublas: cuBLAS writes the fp32 product into dw (torch's mm with out_dtype: bf16 in,
+// fp32 accumulate and out; dw need not be zeroed).
 void weight_grad(const Tensor& a, const Tensor& b, const Tensor& x, const Tensor& dw, const char* what) {
+    if (dw_on_cublas) {
+        Tensor out = dw;
+        at::mm_out(out, a.t(), b, at::kFloat);
+        return;
+    }
     const int64_t tokens = a.size(0), M = a.size(1), N = b.size(1);
     tk_mlp::gemm_args g = base_args(x, DW);
     g.a = a.data_ptr(); g.b = b.data_ptr(); g.c = dw.data_ptr();
@@ -291,8 +307,9 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     // idle warps (side jobs on) or by one fill; with side jobs the same warps also sum dy's
     // columns per CTA for db_proj, so no kernel re-reads dy for it.
     const int64_t HC = H * C;
-    Tensor dw_buf = side_jobs ? at::empty({2 * HC}, x.options().dtype(at::kFloat))
-                              : at::zeros({2 * HC}, x.options().dtype(at::kFloat));
+    // (cuBLAS's weight gradients overwrite the buffer: no zeroing then)
+    Tensor dw_buf = side_jobs || dw_on_cublas ? at::empty({2 * HC}, x.options().dtype(at::kFloat))
+                                              : at::zeros({2 * HC}, x.options().dtype(at::kFloat));
 
     // dpre = (dy·w_proj) ⊙ GELU'(pre), with db_fc's partial column sums per 16 rows
     Tensor dpre = at::empty({M, H}, x.options());
@@ -314,7 +331,7 @@ std::vector<Tensor> backward(const Tensor& dy, const Tensor& x, const Tensor& pr
     // (whatever the forward ran)
     g.dgelu_lean = !saved_grad ? 0 : fast_gelu == 11 ? 2 : fast_gelu == 10 ? 1 : 0;
     if (side_jobs) {
-        g.zero = dw_buf.data_ptr<float>(); g.zero_floats = 2 * HC;
+        if (!dw_on_cublas) { g.zero = dw_buf.data_ptr<float>(); g.zero_floats = 2 * HC; }
         if (dy_sums) g.a_colsum = colsum.data_ptr<float>();
         g.side_pipelined = side_jobs == 2 ? 1 : 0;
     }
@@ -383,6 +400,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "11, the default: 10 with dGELU's product packed), deferred c_proj/dx stores on step 4 0/1",
           py::arg("schedules"));
     m.def("get_schedule", &get_schedule, "the eleven values set_schedule last set");
+    m.def("set_dw_on_cublas", &set_dw_on_cublas,
+          "set_dw_on_cublas(on): the backward's two weight gradients on cuBLAS (True) or the tk split-K GEMM (False, the default)",
+          py::arg("on"));
+    m.def("get_dw_on_cublas", &get_dw_on_cublas, "True when the weight gradients run on cuBLAS (set_dw_on_cublas)");
     m.def("forward", &forward, "y, pre, h = forward(x, w_fc, b_fc|None, w_proj, b_proj|None)",
           py::arg("x"), py::arg("w_fc"), py::arg("b_fc"), py::arg("w_proj"), py::arg("b_proj"));
     m.def("forward_inference", &forward_inference,

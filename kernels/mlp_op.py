@@ -224,13 +224,45 @@ _env_checked = False
 _fcfast = FLAG_DEFAULTS[FLAGS.index("fcfast")]   # the extension's fcfast flag, as set_schedule last set it
 
 
+# Session 13 (opt-in): the backward's two weight gradients, dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x, on
+# cuBLAS (torch's mm with an fp32 out_dtype, called from mlp_bindings.cpp) instead of the tk split-K
+# GEMM. At GPT-2's 32768 tokens the tk product takes ~224 us in the training step against ~202 for
+# cuBLAS's (kernels/NOTES.md, session 13). The other four products stay on tk either way.
+DW_GEMM_ENV = "TK_MLP_DW_GEMM"
+DW_GEMMS = ("tk", "cublas")
+
+
+def parse_dw_gemm(name):
+    """'tk' or 'cublas' (case and spaces ignored) -> True for cuBLAS; anything else is refused."""
+    value = str(name).strip().lower()
+    if value not in DW_GEMMS:
+        raise ValueError(f"{OP}: {DW_GEMM_ENV}={name!r}: the MLP's weight-gradient GEMM is one of "
+                         f"{', '.join(DW_GEMMS)} (tk, the default: the tk split-K GEMM; cublas: torch's mm)")
+    return value == "cublas"
+
+
+def set_dw_gemm(name):
+    """Run the backward's weight gradients on 'tk' (the default) or 'cublas' from now on, in this process."""
+    global _dw_env_checked
+    on = parse_dw_gemm(name)
+    _dw_env_checked = True                        # an explicit choice wins over the environment
+    _ext.module.set_dw_on_cublas(on)
+
+
+_dw_env_checked = False
+
+
 def _module():
-    """The extension, after applying TK_MLP_SCHEDULE (if set) once."""
-    global _env_checked
+    """The extension, after applying TK_MLP_SCHEDULE and TK_MLP_DW_GEMM (if set) once."""
+    global _env_checked, _dw_env_checked
     if not _env_checked:
         _env_checked = True
         if os.environ.get(SCHEDULE_ENV):
             set_schedule(os.environ[SCHEDULE_ENV])
+    if not _dw_env_checked:
+        if os.environ.get(DW_GEMM_ENV):
+            set_dw_gemm(os.environ[DW_GEMM_ENV])   # (a bad value raises here, and again at the next call)
+        _dw_env_checked = True
     return _ext.module
 
 
@@ -567,7 +599,10 @@ def why_not(x, w_fc, b_fc, w_proj, b_proj):
 
 
 def preflight(n_embd, dtype, device, **_):
-    """Start-up check for the configured model; builds the extension now, not mid-step."""
+    """Start-up check for the configured model; builds the extension now, not mid-step. A bad
+    TK_MLP_DW_GEMM is refused here too, before any step."""
+    if os.environ.get(DW_GEMM_ENV):
+        parse_dw_gemm(os.environ[DW_GEMM_ENV])
     return checks.bf16_preflight("the tk MLP", n_embd, dtype, device, MULTIPLE, _ext.why_not)
 
 
