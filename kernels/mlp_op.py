@@ -17,9 +17,10 @@ The ops:
       the backward (pre for GELU', h for dw_proj), what eager PyTorch keeps. Under the default
       (fcfast=11 since session 10; fcfast=5 in sessions 8-9, the same values) the second output holds
       gelu'(pre) (bf16) in pre's place, what the backward needs of it (fcfast=4 writes pre itself).
-  tk::mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1) -> (dx, dw_fc, db_fc, dw_proj, db_proj)   four GEMMs
+  tk::mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1) -> (dx, dw_fc, db_fc, dw_proj, db_proj)   four GEMMs (the two dW on cuBLAS by default)
       dpre = (dy·w_proj) ⊙ GELU'(pre) in one GEMM's epilogue (which also sums db_fc per 16
-      rows); dx = dpre·w_fc; dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x with split-K. With fcfast=5
+      rows); dx = dpre·w_fc; dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x on cuBLAS (the default since
+      session 13, section 1) or the tk GEMM with split-K (TK_MLP_DW_GEMM=tk). With fcfast=5
       (session 7), 9 (its c_fc on a lean k-step), 10 or 11 (9 with the dGELU GEMM on the lean k-step
       too; 11, the default since session 10, also packs its product) the forward saves gelu'(pre) in pre's place and
       the dGELU epilogue is one product: `saved` says which the forward wrote (1 gelu'(pre),
@@ -224,10 +225,11 @@ _env_checked = False
 _fcfast = FLAG_DEFAULTS[FLAGS.index("fcfast")]   # the extension's fcfast flag, as set_schedule last set it
 
 
-# Session 13 (opt-in): the backward's two weight gradients, dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x, on
-# cuBLAS (torch's mm with an fp32 out_dtype, called from mlp_bindings.cpp) instead of the tk split-K
-# GEMM. At GPT-2's 32768 tokens the tk product takes ~224 us in the training step against ~202 for
-# cuBLAS's (kernels/NOTES.md, session 13). The other four products stay on tk either way.
+# Session 13: the backward's two weight gradients, dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x, run on cuBLAS
+# by default (torch's mm with an fp32 out_dtype, called from mlp_bindings.cpp), not on the tk split-K
+# GEMM: at GPT-2's 32768 tokens the tk product takes ~224 us in the training step against ~202 for
+# cuBLAS's, and the step was 0.36 ms faster (kernels/NOTES.md, session 13). TK_MLP_DW_GEMM=tk (or
+# set_dw_gemm('tk')) puts them back on tk. The other four products are on tk either way.
 DW_GEMM_ENV = "TK_MLP_DW_GEMM"
 DW_GEMMS = ("tk", "cublas")
 
@@ -237,12 +239,12 @@ def parse_dw_gemm(name):
     value = str(name).strip().lower()
     if value not in DW_GEMMS:
         raise ValueError(f"{OP}: {DW_GEMM_ENV}={name!r}: the MLP's weight-gradient GEMM is one of "
-                         f"{', '.join(DW_GEMMS)} (tk, the default: the tk split-K GEMM; cublas: torch's mm)")
+                         f"{', '.join(DW_GEMMS)} (cublas, the default: torch's mm; tk: the tk split-K GEMM)")
     return value == "cublas"
 
 
 def set_dw_gemm(name):
-    """Run the backward's weight gradients on 'tk' (the default) or 'cublas' from now on, in this process."""
+    """Run the backward's weight gradients on 'cublas' (the default) or 'tk' from now on, in this process."""
     global _dw_env_checked
     on = parse_dw_gemm(name)
     _dw_env_checked = True                        # an explicit choice wins over the environment

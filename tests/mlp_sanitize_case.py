@@ -26,6 +26,7 @@ def main(argv):
     n = int(argv[1]) if len(argv) > 1 else len(CASES)
     g = torch.Generator(device="cuda").manual_seed(0)
     r = lambda *s, scale=1.0: (torch.randn(*s, device="cuda", generator=g) * scale).to(torch.bfloat16)
+    mlp_op.set_dw_gemm("tk")   # the tk weight-gradient kernel under the sanitizer, not cuBLAS (the default since session 13)
     for spec in specs:
         mlp_op.set_schedule(spec)
         for M, C, bias in CASES[:n]:

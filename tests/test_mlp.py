@@ -30,7 +30,11 @@ def mlp():
     from kernels import mlp_op
     reason = mlp_op._ext.why_not()                         # builds once for the module
     assert reason is None, reason
-    return mlp_op
+    # These tests are the tk GEMMs' (their dw= schedules included), so the weight gradients run on
+    # the tk split-K GEMM here; cuBLAS's (the default since session 13) are tests/test_mlp_dw_gemm.py's.
+    mlp_op.set_dw_gemm("tk")
+    yield mlp_op
+    mlp_op.set_dw_gemm("cublas")
 
 
 def poison_allocator(*sizes):

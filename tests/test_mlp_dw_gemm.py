@@ -1,6 +1,6 @@
-"""The MLP's weight gradients on cuBLAS (session 13, opt-in: TK_MLP_DW_GEMM=cublas, or
-kernels.mlp_op.set_dw_gemm('cublas')): mlp_bindings.cpp's weight_grad calls torch's mm with an fp32
-out_dtype in place of the tk split-K GEMM; the other four products stay on tk.
+"""The MLP's weight gradients on cuBLAS (session 13, the default; TK_MLP_DW_GEMM=tk or
+kernels.mlp_op.set_dw_gemm('tk') puts them back on the tk split-K GEMM): mlp_bindings.cpp's
+weight_grad calls torch's mm with an fp32 out_dtype; the other four products stay on tk.
 
 CPU: the setting's parsing and the start-up check. GPU (skip without CUDA): the gradients against a
 float64 reference at awkward token counts, with and without biases, eager and under torch.compile;
@@ -39,9 +39,9 @@ def test_preflight_refuses_a_bad_setting_before_any_step(monkeypatch):
 
 @pytest.fixture
 def dw_gemm():
-    """Sets the weight-gradient GEMM for one test, then puts tk back (the process default)."""
+    """Sets the weight-gradient GEMM for one test, then puts cuBLAS back (the default)."""
     yield mlp_op.set_dw_gemm
-    mlp_op.set_dw_gemm("tk")
+    mlp_op.set_dw_gemm("cublas")
 
 
 def make(M, seed, bias=False):
@@ -103,12 +103,16 @@ def test_cublas_weight_gradients_match_float64_and_the_tk_path(M, bias, dw_gemm)
 
 
 @cuda
-def test_the_environment_variable_selects_cublas(monkeypatch, dw_gemm):
-    monkeypatch.setenv(mlp_op.DW_GEMM_ENV, "cublas")
+def test_cublas_is_the_default_and_the_environment_variable_selects_tk(monkeypatch, dw_gemm):
+    monkeypatch.delenv(mlp_op.DW_GEMM_ENV, raising=False)
     monkeypatch.setattr(mlp_op, "_dw_env_checked", False)
+    dw_gemm("cublas")
     assert mlp_op._module().get_dw_on_cublas()
-    dw_gemm("tk")
-    assert not mlp_op._module().get_dw_on_cublas()     # an explicit choice wins over the environment
+    monkeypatch.setenv(mlp_op.DW_GEMM_ENV, "tk")
+    monkeypatch.setattr(mlp_op, "_dw_env_checked", False)
+    assert not mlp_op._module().get_dw_on_cublas()
+    dw_gemm("cublas")
+    assert mlp_op._module().get_dw_on_cublas()         # an explicit choice wins over the environment
 
 
 @cuda
