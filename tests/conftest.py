@@ -76,6 +76,19 @@ def assert_one_line_error(result, *fragments):
         assert fragment in lines[0], (fragment, lines[0])
 
 
+def mlp_training_inputs(M, seed, bias=False, C=768, H=3072):
+    """GPT-2-sized MLP inputs as training sees them under autocast, on the GPU: x and dy bf16 (M, C),
+    fp32 weights that require grad (w_fc (H, C), w_proj (C, H)), fp32 biases or None. Returns
+    (x, w_fc, b_fc, w_proj, b_proj, dy)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(M, C, device="cuda", generator=g).bfloat16()
+    w_fc = (torch.randn(H, C, device="cuda", generator=g) * 0.02).requires_grad_()
+    w_proj = (torch.randn(C, H, device="cuda", generator=g) * 0.02).requires_grad_()
+    b = [(torch.randn(n, device="cuda", generator=g) * 0.02).requires_grad_() if bias else None for n in (H, C)]
+    dy = torch.randn(M, C, device="cuda", generator=g).bfloat16()
+    return x, w_fc, b[0], w_proj, b[1], dy
+
+
 def rel_err(out, ref):
     """Relative norm error of a kernel's output against a (float64) reference. Fails on any
     non-finite output: outputs are poisoned with NaN first, so an unwritten element shows here."""

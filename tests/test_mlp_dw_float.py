@@ -12,6 +12,7 @@ the custom op gets the fp32 weights beside their bf16 casts."""
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import mlp_training_inputs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -33,13 +34,7 @@ def reference_grads(x, w_fc, w_proj, dy):
 
 
 def make(M, seed, bias=False):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(M, C, device="cuda", generator=g).bfloat16()
-    w_fc = (torch.randn(H, C, device="cuda", generator=g) * 0.02).requires_grad_()
-    w_proj = (torch.randn(C, H, device="cuda", generator=g) * 0.02).requires_grad_()
-    b = [(torch.randn(n, device="cuda", generator=g) * 0.02).requires_grad_() if bias else None for n in (H, C)]
-    dy = torch.randn(M, C, device="cuda", generator=g).bfloat16()
-    return x, w_fc, b[0], w_proj, b[1], dy
+    return mlp_training_inputs(M, seed, bias, C, H)
 
 
 def run(x, w_fc, b_fc, w_proj, b_proj, dy):

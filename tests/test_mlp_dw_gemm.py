@@ -9,6 +9,7 @@ gradients agree with the tk path's to fp32 noise; that the switch really switche
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import mlp_training_inputs, rel_err
 
 from kernels import mlp_op
 
@@ -45,18 +46,7 @@ def dw_gemm():
 
 
 def make(M, seed, bias=False):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(M, C, device="cuda", generator=g).bfloat16()
-    w_fc = (torch.randn(H, C, device="cuda", generator=g) * 0.02).requires_grad_()
-    w_proj = (torch.randn(C, H, device="cuda", generator=g) * 0.02).requires_grad_()
-    b = [(torch.randn(n, device="cuda", generator=g) * 0.02).requires_grad_() if bias else None for n in (H, C)]
-    dy = torch.randn(M, C, device="cuda", generator=g).bfloat16()
-    return x, w_fc, b[0], w_proj, b[1], dy
-
-
-def rel_err(got, want):
-    got, want = got.double(), want.double()
-    return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+    return mlp_training_inputs(M, seed, bias, C, H)
 
 
 def reference_grads(x, w_fc, b_fc, w_proj, b_proj, dy):
