@@ -20,7 +20,7 @@ The ops:
   tk::mlp_bwd(dy, x, pre, h, w_fc, w_proj, bias_grads=True, saved=-1) -> (dx, dw_fc, db_fc, dw_proj, db_proj)   four GEMMs (the two dW on cuBLAS by default)
       dpre = (dy·w_proj) ⊙ GELU'(pre) in one GEMM's epilogue (which also sums db_fc per 16
       rows); dx = dpre·w_fc; dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x on cuBLAS (the default since
-      session 13, section 1) or the tk GEMM with split-K (TK_MLP_DW_GEMM=tk). With fcfast=5
+      session 13: DW_GEMM_ENV below) or the tk GEMM with split-K (TK_MLP_DW_GEMM=tk). With fcfast=5
       (session 7), 9 (its c_fc on a lean k-step), 10 or 11 (9 with the dGELU GEMM on the lean k-step
       too; 11, the default since session 10, also packs its product) the forward saves gelu'(pre) in pre's place and
       the dGELU epilogue is one product: `saved` says which the forward wrote (1 gelu'(pre),
