@@ -139,7 +139,10 @@ CLOCK_LIMITS = {0x4: "power cap", 0x8: "hw slowdown", 0x20: "sw thermal", 0x40: 
 class ClockSampler:
     """Polls NVML (nvidia-ml-py, the pynvml module) from a thread every `period_s` while the timed
     steps run: SM clock, power draw, clock-limit reasons. summary() gives medians and the share of
-    samples under each limit; without NVML (the CPU, a machine without the module) it is {}."""
+    samples under each limit, and the energy the GPU used over the whole window (NVML's total-energy
+    counter read on entry and exit, where the GPU has one: session 13 found every GPT-2 variant at
+    the 700 W power cap, where energy per step, not time alone, sets the clock); without NVML (the
+    CPU, a machine without the module) it is {}."""
 
     def __init__(self, device_index, period_s=0.1):
         self.samples, self.period_s, self._stop = [], period_s, threading.Event()
@@ -168,8 +171,17 @@ class ClockSampler:
                 return
             self._stop.wait(self.period_s)
 
+    def _energy_mj(self):
+        """NVML's count of the energy this GPU has used since the driver loaded (mJ), or None."""
+        try:
+            return self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle)
+        except Exception:   # not every GPU or driver keeps the counter
+            return None
+
     def __enter__(self):
+        self.energy_mj = [None, None]
         if self.nvml is not None:
+            self.energy_mj[0] = self._energy_mj()
             self._thread.start()
         return self
 
@@ -177,6 +189,8 @@ class ClockSampler:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+        if self.nvml is not None:
+            self.energy_mj[1] = self._energy_mj()
 
     def summary(self):
         if not self.samples:
@@ -184,17 +198,23 @@ class ClockSampler:
         mhz, watts, reasons = zip(*self.samples)
         limited = {name: round(sum(1 for r in reasons if r & bit) / len(reasons), 3)
                    for bit, name in CLOCK_LIMITS.items() if any(r & bit for r in reasons)}
-        return {"sm_mhz": statistics.median(mhz), "sm_mhz_min": min(mhz), "power_w": round(statistics.median(watts), 1),
-                "power_limit_w": round(self.limit_w, 1), "clock_limits": limited, "clock_samples": len(mhz)}
+        out = {"sm_mhz": statistics.median(mhz), "sm_mhz_min": min(mhz), "power_w": round(statistics.median(watts), 1),
+               "power_limit_w": round(self.limit_w, 1), "clock_limits": limited, "clock_samples": len(mhz)}
+        start, end = getattr(self, "energy_mj", (None, None))
+        if start is not None and end is not None and end >= start:
+            out["energy_j"] = (end - start) / 1e3
+        return out
 
 
 def clock_note(row):
-    """'SM 1980 MHz (min 1755), 612 W of 700, power cap 40% of samples' for the per-variant line."""
+    """'; SM 1980 MHz (min 1755), 612 W of 700, 37.9 J a step, limited by power cap 40% of samples'
+    for the per-variant line (the energy where NVML counts it)."""
     if "sm_mhz" not in row:
         return ""
     limits = ", ".join(f"{name} {100 * share:.0f}%" for name, share in row["clock_limits"].items())
+    energy = f", {row['energy_j_per_step']:.1f} J a step" if "energy_j_per_step" in row else ""
     return (f"; SM {row['sm_mhz']:.0f} MHz (min {row['sm_mhz_min']:.0f}), {row['power_w']:.0f} W of "
-            f"{row['power_limit_w']:.0f}" + (f", limited by {limits} of samples" if limits else ""))
+            f"{row['power_limit_w']:.0f}{energy}" + (f", limited by {limits} of samples" if limits else ""))
 
 
 def time_steps(step, warmup, steps, device_type):
@@ -233,6 +253,8 @@ def time_steps(step, warmup, steps, device_type):
            "ms_wall_mean": wall_ms, "warmup_s": round(warmup_s, 2), "loss": loss.item()}
     if cuda:
         out.update(sampler.summary())
+        if "energy_j" in out:   # the window: the timed steps, from an idle GPU to the last step's end
+            out["energy_j_per_step"] = out.pop("energy_j") / steps
         out["host_ms"] = host_issue_ms(step, warmup + steps)
     return out
 

@@ -138,8 +138,14 @@ class FakeNVML:
     """pynvml's calls that ClockSampler makes, on a scripted sequence of readings."""
     NVML_CLOCK_SM = 1
 
-    def __init__(self, readings):
+    def __init__(self, readings, energy_mj=None):
         self.readings, self.i, self.index = list(readings), 0, None
+        self.energy_mj = list(energy_mj) if energy_mj else None   # the counter's successive readings
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        if self.energy_mj is None:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")       # what a GPU without the counter says
+        return self.energy_mj.pop(0)
 
     def nvmlInit(self):
         pass
@@ -170,7 +176,8 @@ class FakeNVML:
 def test_clock_sampler_summary_and_note(monkeypatch):
     import sys
     import time
-    fake = FakeNVML([(1980, 650_000, 0), (1755, 700_000, 0x4), (1980, 640_000, 0x1), (1830, 699_000, 0x4 | 0x20)])
+    fake = FakeNVML([(1980, 650_000, 0), (1755, 700_000, 0x4), (1980, 640_000, 0x1), (1830, 699_000, 0x4 | 0x20)],
+                    energy_mj=[5_000_000, 6_895_500])
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setattr(e2e_bench.torch.cuda, "_get_nvml_device_index", lambda i: i + 2, raising=False)
     sampler = e2e_bench.ClockSampler(0, period_s=0.001)
@@ -186,8 +193,26 @@ def test_clock_sampler_summary_and_note(monkeypatch):
     assert s["sm_mhz_min"] == 1755 and s["power_limit_w"] == 700.0
     assert set(s["clock_limits"]) == {"power cap", "sw thermal"}    # 0x1 (idle) is not a limit on a busy GPU
     assert 0 < s["clock_limits"]["sw thermal"] <= s["clock_limits"]["power cap"] < 1
+    assert s["energy_j"] == 1895.5                              # the counter's two readings, mJ -> J
     note = e2e_bench.clock_note(s)
     assert note.startswith(f"; SM {s['sm_mhz']:.0f} MHz (min 1755)") and "of 700" in note and "power cap" in note
+    assert "J a step" not in note                               # time_steps divides by the steps first
+    note = e2e_bench.clock_note({**s, "energy_j_per_step": 37.91})
+    assert "of 700, 37.9 J a step, limited by" in note
+
+
+def test_clock_sampler_without_an_energy_counter_leaves_energy_out(monkeypatch):
+    import sys
+    import time
+    fake = FakeNVML([(1980, 650_000, 0)] * 3)                   # the counter call raises
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(e2e_bench.torch.cuda, "_get_nvml_device_index", lambda i: i, raising=False)
+    with e2e_bench.ClockSampler(0, period_s=0.001) as sampler:
+        deadline = time.time() + 5
+        while fake.i < 2 and time.time() < deadline:
+            time.sleep(0.001)
+    s = sampler.summary()
+    assert s["clock_samples"] >= 2 and "energy_j" not in s and "J a step" not in e2e_bench.clock_note(s)
 
 
 def test_clock_sampler_without_nvml_records_nothing(monkeypatch):
