@@ -128,10 +128,10 @@ def training_step(spec):
 
 
 # ---- the GPU's clocks and power while the steps run ---------------------------------------------
-# Why: the same commit read 1.115x / 1.102x torch.compile on two-GPU machines and 1.091x on a one-GPU
-# machine (kernels/NOTES.md, session 12), and session 11's one-GPU draws were low too. Clocks held
-# down by a power or thermal cap would bend the two sides of a comparison differently (tk's kernels
-# and cuBLAS's do not draw the same power), so each row records what the GPU ran at.
+# Why: the same commit read 1.091-1.115x torch.compile on different machines (kernels/NOTES.md,
+# session 12). Session 13's first readings: every GPT-2 variant runs at the H200's 700 W power cap,
+# and tk's step, the faster one, at a ~5% lower SM clock than torch.compile's; the speed ratio
+# followed the clock ratio between machines. So each row records what the GPU ran at.
 # NVML's clock-limit reasons (nvmlClocksEventReason*), the ones that slow a busy GPU:
 CLOCK_LIMITS = {0x4: "power cap", 0x8: "hw slowdown", 0x20: "sw thermal", 0x40: "hw thermal", 0x80: "power brake"}
 
@@ -146,6 +146,7 @@ class ClockSampler:
 
     def __init__(self, device_index, period_s=0.1):
         self.samples, self.period_s, self._stop = [], period_s, threading.Event()
+        self.energy_mj = [None, None]   # NVML's energy counter on entry and exit (mJ), where it has one
         try:
             import pynvml
             pynvml.nvmlInit()
@@ -179,7 +180,6 @@ class ClockSampler:
             return None
 
     def __enter__(self):
-        self.energy_mj = [None, None]
         if self.nvml is not None:
             self.energy_mj[0] = self._energy_mj()
             self._thread.start()
@@ -200,7 +200,7 @@ class ClockSampler:
                    for bit, name in CLOCK_LIMITS.items() if any(r & bit for r in reasons)}
         out = {"sm_mhz": statistics.median(mhz), "sm_mhz_min": min(mhz), "power_w": round(statistics.median(watts), 1),
                "power_limit_w": round(self.limit_w, 1), "clock_limits": limited, "clock_samples": len(mhz)}
-        start, end = getattr(self, "energy_mj", (None, None))
+        start, end = self.energy_mj
         if start is not None and end is not None and end >= start:
             out["energy_j"] = (end - start) / 1e3
         return out

@@ -253,9 +253,9 @@ Tensor forward_inference(const Tensor& x, const Tensor& w_fc, const c10::optiona
 
 // Session 13 (the default; mlp_op's TK_MLP_DW_GEMM=tk turns it off): the two weight gradients on
 // cuBLAS instead of the tk split-K GEMM below. Why: at GPT-2's 32768 tokens the tk dW kernel takes
-// ~224 us a product in the training step against ~202 for cuBLAS's split-K (its reduce kernel
-// included): six exposed reduce-add epilogues per CTA (kernels/NOTES.md, sessions 8-10); the GPT-2
-// step was 0.36 ms faster with cuBLAS here (session 13, call 1). The other four products stay on tk.
+// ~224 us a product in the training step against ~213 for cuBLAS's split-K (201.6 + an 11 us reduce,
+// session 13's profile): six exposed reduce-add epilogues per CTA (kernels/NOTES.md, sessions 8-10);
+// the GPT-2 step was 0.36 ms faster with cuBLAS (session 13, call 1). The other four products stay on tk.
 bool dw_on_cublas = true;
 void set_dw_on_cublas(bool on) { dw_on_cublas = on; }
 bool get_dw_on_cublas() { return dw_on_cublas; }

@@ -227,8 +227,8 @@ _fcfast = FLAG_DEFAULTS[FLAGS.index("fcfast")]   # the extension's fcfast flag, 
 
 # Session 13: the backward's two weight gradients, dw_proj = dyᵀ·h and dw_fc = dpreᵀ·x, run on cuBLAS
 # by default (torch's mm with an fp32 out_dtype, called from mlp_bindings.cpp), not on the tk split-K
-# GEMM: at GPT-2's 32768 tokens the tk product takes ~224 us in the training step against ~202 for
-# cuBLAS's, and the step was 0.36 ms faster (kernels/NOTES.md, session 13). TK_MLP_DW_GEMM=tk (or
+# GEMM: at GPT-2's 32768 tokens the tk product takes ~224 us in the training step against ~213 for
+# cuBLAS's (its split-K reduce included), and the step was 0.36 ms faster (kernels/NOTES.md, session 13). TK_MLP_DW_GEMM=tk (or
 # set_dw_gemm('tk')) puts them back on tk. The other four products are on tk either way.
 DW_GEMM_ENV = "TK_MLP_DW_GEMM"
 DW_GEMMS = ("tk", "cublas")
